@@ -1,0 +1,536 @@
+"""Compressors: standard (~60% kept), deep (~30%), phase and checkpoint (seed 004).
+
+Every compressor is a pure function of items to items. The rules that make compression
+safe hold at every level:
+
+* pinned items, system constants, the goal, the TODO list, constraints and decisions come
+  back byte-for-byte (they are the same objects);
+* a tool call and its result are one unit: kept together or folded together;
+* the output is a function of the input only (no clock, no randomness), so a resumed run
+  compresses exactly as the original did.
+
+Standard and deep compression fold the oldest operations into one-line entries of a
+summary written in seed 004's template, then give detail back to the most recent folded
+operations until the target ratio is reached: the budget the seed intends to free is
+freed, and what stays is the freshest detail rather than arbitrary truncation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, cast
+
+from tether.context.items import ContextItem, ItemCounter, Layer
+from tether.context.summarizer import (
+    AsyncSummarizer,
+    StructuredSummarizer,
+    Summarizer,
+    SummaryRequest,
+)
+from tether.errors import BudgetExceeded
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DEEP_TARGET",
+    "STANDARD_TARGET",
+    "SUMMARY_ID",
+    "CompressionLevel",
+    "CompressionResult",
+    "Unit",
+    "compress",
+    "compress_async",
+    "compress_phase",
+    "fit",
+    "group_units",
+    "one_line",
+]
+
+STANDARD_TARGET = 0.60
+DEEP_TARGET = 0.30
+SUMMARY_ID = "ctx-summary"
+"""Id of the rolling compression summary; each compression folds the previous one in."""
+CompressionLevel = Literal["standard", "deep", "checkpoint"]
+Unit = tuple[ContextItem, ...]
+_LINE_CHARS = {"standard": 200, "checkpoint": 200, "deep": 120}
+_KEEP_RECENT = {"standard": 3, "checkpoint": 0, "deep": 0}
+_OPERATION_KINDS = frozenset(
+    {"operation", "tool_call", "tool_result", "message", "error", "report", "summary"}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompressionResult:
+    """The compressed items and an account of what happened to the rest."""
+
+    items: tuple[ContextItem, ...]
+    level: str
+    before_tokens: int
+    after_tokens: int
+    summarized_ids: tuple[str, ...] = ()
+    """Folded into the summary as one line each."""
+    dropped_ids: tuple[str, ...] = ()
+    """Removed without a trace in the summary (query results, repeats, stale state)."""
+    summary_id: str | None = None
+    archive_id: str | None = None
+    """Artefact holding every pre-compression item, when an archive was given."""
+
+    @property
+    def kept_ratio(self) -> float:
+        return self.after_tokens / self.before_tokens if self.before_tokens else 1.0
+
+
+def group_units(items: Iterable[ContextItem]) -> list[Unit]:
+    """Items in insertion order, with every tool call grouped with its result(s)."""
+    groups: dict[str, list[ContextItem]] = {}
+    for item in sorted(items, key=lambda i: i.seq):
+        key = f"call\0{item.tool_call_id}" if item.tool_call_id else f"item\0{item.id}"
+        groups.setdefault(key, []).append(item)
+    return [tuple(group) for group in groups.values()]
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(limit - 1, 0)].rstrip() + "…"
+
+
+def one_line(unit: Unit, *, max_chars: int = 200) -> str:
+    """The one-line account of an operation kept in the summary's completed work."""
+    call = next((i for i in unit if i.kind == "tool_call"), None)
+    result = next((i for i in unit if i.kind == "tool_result"), None)
+    if call is not None and result is not None:
+        name = call.metadata.get("name") or _first_line(call.content)
+        text = f"{name} → {_first_line(result.content)}"
+    else:
+        text = _first_line(unit[0].text)
+    phase = unit[0].phase
+    return _clip(f"[{phase}] {text}" if phase else text, max_chars)
+
+
+def _todo_done(item: ContextItem) -> bool:
+    status = str(item.metadata.get("status", "")).lower()
+    if status:
+        return status in {"done", "completed", "complete", "skipped"}
+    head = item.content.lstrip()[:4].lower()
+    return head.startswith(("[x]", "✅", "done"))
+
+
+def _unit_cost(unit: Unit, counter: ItemCounter) -> int:
+    return sum(counter.cost(i) for i in unit)
+
+
+@dataclass(slots=True, kw_only=True)
+class _Plan:
+    level: str
+    items: list[ContextItem]
+    before: int
+    keep_ids: set[str] = field(default_factory=set)
+    fold: list[Unit] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    carried: list[str] = field(default_factory=list)
+    summary_seq: int = 0
+    request: SummaryRequest | None = None
+
+
+def _request(
+    plan: _Plan, lines: Sequence[str], archive_id: str | None, max_tokens: int
+) -> SummaryRequest:
+    items = plan.items
+    goal = next((i.content for i in items if i.kind == "goal"), "")
+    todos = [i for i in items if i.kind == "todo"]
+    pending = next((t for t in todos if not _todo_done(t)), None)
+    states = [i for i in items if i.kind == "state"]
+    errors = [i for i in items if i.kind == "error" and i.id in plan.keep_ids]
+    current = [_clip(_first_line(s.content), 200) for s in states[-1:]]
+    current += [_clip(_first_line(e.text), 200) for e in errors[-1:]]
+    current += [f"TODO {_clip(_first_line(t.content), 120)}" for t in todos if not _todo_done(t)]
+    return SummaryRequest(
+        level=plan.level,
+        goal=_clip(_first_line(goal), 200),
+        completed=tuple(lines),
+        current_state=tuple(current),
+        decisions=tuple(_clip(_first_line(i.content), 120) for i in items if i.kind == "decision"),
+        next_step=_clip(_first_line(pending.content), 200) if pending else "",
+        constraints=tuple(
+            _clip(_first_line(i.content), 150) for i in items if i.kind == "constraint"
+        ),
+        details=tuple("\n".join(i.text for i in unit) for unit in plan.fold),
+        archive_id=archive_id,
+        max_tokens=max_tokens,
+    )
+
+
+def _plan(
+    items: Sequence[ContextItem],
+    level: CompressionLevel,
+    *,
+    counter: ItemCounter,
+    target_ratio: float,
+    before_seq: int | None,
+    archive_id: str | None,
+) -> _Plan:
+    items = [counter.counted(i) for i in items]
+    plan = _Plan(level=level, items=items, before=counter.total(items))
+    previous = next((i for i in items if i.id == SUMMARY_ID and not i.pinned), None)
+    if previous is not None:
+        plan.carried = [str(x) for x in previous.metadata.get("completed", [])]
+        plan.summary_seq = previous.seq
+    units = group_units(i for i in items if i is not previous)
+    line_chars = _LINE_CHARS[level]
+
+    ops: list[Unit] = []
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    latest_state = max((i.seq for i in items if i.kind == "state"), default=-1)
+    last_op_seq = max(
+        (u[-1].seq for u in units if u[0].kind in _OPERATION_KINDS and not _protected(u)),
+        default=-1,
+    )
+    for unit in reversed(units):  # newest first, so the last copy of a repeat survives
+        key = tuple((i.kind, i.content) for i in unit)
+        if _protected(unit) or (before_seq is not None and unit[0].seq > before_seq):
+            plan.keep_ids.update(i.id for i in unit)
+        elif key in seen or (unit[0].kind == "state" and unit[0].seq != latest_state):
+            plan.dropped.extend(i.id for i in unit)
+        elif unit[0].kind == "query_result":
+            if unit[0].seq > last_op_seq:  # the current, not yet used result
+                plan.keep_ids.update(i.id for i in unit)
+            else:
+                plan.dropped.extend(i.id for i in unit)
+        elif unit[0].kind in _OPERATION_KINDS:
+            ops.append(unit)
+        else:  # reminders, checkpoints, current state: small and per-request
+            plan.keep_ids.update(i.id for i in unit)
+        seen.add(key)
+    ops.reverse()
+    recent = _KEEP_RECENT[level]
+    for unit in ops[len(ops) - recent :] if recent else ():
+        plan.keep_ids.update(i.id for i in unit)
+    plan.fold = ops[: len(ops) - recent] if recent else ops
+    if plan.fold and not plan.summary_seq:
+        plan.summary_seq = plan.fold[0][0].seq
+
+    # Give detail back to the newest folded operations while under the target.
+    target = round(plan.before * target_ratio)
+    lines = {u[0].id: one_line(u, max_chars=line_chars) for u in plan.fold}
+    kept = counter.total(i for i in items if i.id in plan.keep_ids)
+    summary = StructuredSummarizer().summarize(
+        _request(plan, plan.carried + list(lines.values()), archive_id, 0)
+    )
+    cost = kept + counter.fmt.per_message + 1 + counter.tokenizer.count(summary)
+    tokenize = counter.tokenizer.count
+    while plan.fold:
+        unit = plan.fold[-1]
+        delta = _unit_cost(unit, counter) - tokenize(lines[unit[0].id]) - 3
+        if cost + delta > target:
+            break
+        cost += delta
+        plan.fold.pop()
+        plan.keep_ids.update(i.id for i in unit)
+    completed = plan.carried + [lines[u[0].id] for u in plan.fold]
+    max_tokens = max(target - kept, 0)
+    plan.request = _request(plan, completed, archive_id, max_tokens)
+    return plan
+
+
+def _protected(unit: Unit) -> bool:
+    return any(i.protected for i in unit) or any(i.id == SUMMARY_ID and i.pinned for i in unit)
+
+
+def _finish(
+    plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None
+) -> CompressionResult:
+    kept = [i for i in plan.items if i.id in plan.keep_ids]
+    summary_id: str | None = None
+    assert plan.request is not None
+    if plan.request.completed:
+        summary = counter.counted(
+            ContextItem(
+                id=SUMMARY_ID,
+                kind="summary",
+                content=text,
+                layer=Layer.SESSION,
+                seq=plan.summary_seq,
+                metadata={
+                    "level": plan.level,
+                    "completed": list(plan.request.completed),
+                    "archive_id": archive_id,
+                },
+            )
+        )
+        kept.append(summary)
+        summary_id = SUMMARY_ID
+    kept.sort(key=lambda i: (i.layer, i.seq))
+    after = counter.total(kept)
+    logger.info(
+        "context %s compression: %d -> %d tokens (%.0f%%), %d folded, %d dropped",
+        plan.level,
+        plan.before,
+        after,
+        100 * after / plan.before if plan.before else 100.0,
+        sum(len(u) for u in plan.fold),
+        len(plan.dropped),
+    )
+    return CompressionResult(
+        items=tuple(kept),
+        level=plan.level,
+        before_tokens=plan.before,
+        after_tokens=after,
+        summarized_ids=tuple(i.id for u in plan.fold for i in u),
+        dropped_ids=tuple(plan.dropped),
+        summary_id=summary_id,
+        archive_id=archive_id,
+    )
+
+
+def _target(level: CompressionLevel, target_ratio: float | None) -> float:
+    if target_ratio is not None:
+        return target_ratio
+    return DEEP_TARGET if level == "deep" else STANDARD_TARGET
+
+
+def compress(
+    items: Sequence[ContextItem],
+    level: CompressionLevel = "standard",
+    *,
+    counter: ItemCounter,
+    summarizer: Summarizer | None = None,
+    target_ratio: float | None = None,
+    before_seq: int | None = None,
+    archive_id: str | None = None,
+) -> CompressionResult:
+    """Compress ``items`` to about ``target_ratio`` of their tokens (60% standard, 30% deep).
+
+    ``checkpoint`` compresses only what precedes ``before_seq`` (the checkpoint's position)
+    with the standard rules and leaves everything after it untouched.
+    """
+    if level == "checkpoint" and before_seq is None:
+        raise ValueError("checkpoint compression needs before_seq")
+    plan = _plan(
+        items,
+        level,
+        counter=counter,
+        target_ratio=_target(level, target_ratio),
+        before_seq=before_seq,
+        archive_id=archive_id,
+    )
+    assert plan.request is not None
+    text = (summarizer or StructuredSummarizer()).summarize(plan.request)
+    return _finish(plan, text, counter, archive_id)
+
+
+async def compress_async(
+    items: Sequence[ContextItem],
+    level: CompressionLevel = "standard",
+    *,
+    counter: ItemCounter,
+    summarizer: Summarizer | AsyncSummarizer | None = None,
+    target_ratio: float | None = None,
+    before_seq: int | None = None,
+    archive_id: str | None = None,
+) -> CompressionResult:
+    """:func:`compress` with a summariser that may await a model."""
+    plan = _plan(
+        items,
+        level,
+        counter=counter,
+        target_ratio=_target(level, target_ratio),
+        before_seq=before_seq,
+        archive_id=archive_id,
+    )
+    assert plan.request is not None
+    chosen = summarizer or StructuredSummarizer()
+    if inspect.iscoroutinefunction(chosen.summarize):
+        text = await cast(AsyncSummarizer, chosen).summarize(plan.request)
+    else:
+        text = cast(Summarizer, chosen).summarize(plan.request)
+    return _finish(plan, text, counter, archive_id)
+
+
+def compress_phase(
+    items: Sequence[ContextItem],
+    phase: str,
+    *,
+    counter: ItemCounter,
+    status: str = "done",
+    summarizer: Summarizer | None = None,
+) -> CompressionResult:
+    """Fold a finished phase into one paragraph with its status and artefact ids.
+
+    Protected items of the phase (decisions, TODOs, pinned) stay as they are.
+    """
+    items = [counter.counted(i) for i in items]
+    before = counter.total(items)
+    summary_id = f"phase-summary:{phase}"
+    previous = next((i for i in items if i.id == summary_id), None)
+    lines = [str(x) for x in previous.metadata.get("completed", [])] if previous else []
+    artifacts = [str(x) for x in previous.metadata.get("artifacts", [])] if previous else []
+    folded: list[str] = []
+    for unit in group_units(i for i in items if i is not previous):
+        if _protected(unit) or any(i.phase != phase for i in unit):
+            continue
+        folded.extend(i.id for i in unit)
+        if unit[0].kind in _OPERATION_KINDS:
+            lines.append(one_line(unit, max_chars=120).removeprefix(f"[{phase}] "))
+        for item in unit:
+            found = item.metadata.get("artifacts") or []
+            single = item.metadata.get("artifact_id")
+            for art in [*([single] if single else []), *found]:
+                if str(art) not in artifacts:
+                    artifacts.append(str(art))
+    if not folded:
+        return CompressionResult(
+            items=tuple(items), level="phase", before_tokens=before, after_tokens=before
+        )
+    request = SummaryRequest(
+        level="phase",
+        phase=phase,
+        status=status,
+        completed=tuple(lines),
+        artifacts=tuple(artifacts),
+    )
+    text = (summarizer or StructuredSummarizer()).summarize(request)
+    gone = set(folded)
+    seq = previous.seq if previous else min(i.seq for i in items if i.id in gone)
+    paragraph = counter.counted(
+        ContextItem(
+            id=summary_id,
+            kind="summary",
+            content=text,
+            layer=Layer.SESSION,
+            phase=phase,
+            seq=seq,
+            metadata={"status": status, "artifacts": artifacts, "completed": lines},
+        )
+    )
+    kept = [i for i in items if i.id not in gone and i is not previous] + [paragraph]
+    kept.sort(key=lambda i: (i.layer, i.seq))
+    return CompressionResult(
+        items=tuple(kept),
+        level="phase",
+        before_tokens=before,
+        after_tokens=counter.total(kept),
+        summarized_ids=tuple(folded),
+        summary_id=summary_id,
+    )
+
+
+_KIND_RANK = {"decision": 0, "todo": 1, "constraint": 2, "goal": 3, "system": 4}
+
+
+def fit(
+    items: Sequence[ContextItem],
+    budget: int,
+    *,
+    counter: ItemCounter,
+    summarizer: Summarizer | None = None,
+    archive_id: str | None = None,
+) -> CompressionResult:
+    """The least compression that brings ``items`` under ``budget`` tokens.
+
+    Standard, then deep, then (last resort) dropping whole units: unprotected ones first,
+    then the summary's oldest lines, then unpinned protected items by priority. Pinned
+    items are never touched; if they alone exceed the budget, :class:`BudgetExceeded`.
+    """
+    items = [counter.counted(i) for i in items]
+    before = counter.total(items)
+    if before <= budget:
+        return CompressionResult(
+            items=tuple(items), level="none", before_tokens=before, after_tokens=before
+        )
+    pinned = counter.total(i for i in items if i.pinned)
+    if pinned > budget:
+        raise BudgetExceeded(
+            f"pinned items alone need {pinned} tokens, over the budget of {budget}; "
+            "unpin something or raise the budget"
+        )
+    result: CompressionResult | None = None
+    for level, ratio in (("standard", STANDARD_TARGET), ("deep", DEEP_TARGET)):
+        result = compress(
+            items,
+            cast(CompressionLevel, level),
+            counter=counter,
+            summarizer=summarizer,
+            target_ratio=min(ratio, budget / before),
+            archive_id=archive_id,
+        )
+        if result.after_tokens <= budget:
+            return result
+    assert result is not None
+    return _squeeze(result, budget, counter, before)
+
+
+def _squeeze(
+    result: CompressionResult, budget: int, counter: ItemCounter, before: int
+) -> CompressionResult:
+    items = list(result.items)
+    total = counter.total(items)
+    dropped = list(result.dropped_ids)
+    units = [u for u in group_units(items) if not any(i.pinned for i in u)]
+
+    def rank(unit: Unit) -> tuple[int, int, int, int]:
+        head = unit[0]
+        if head.id == SUMMARY_ID:
+            tier = 1
+        elif _protected(unit):
+            tier = 2
+        else:
+            tier = 0
+        kind_rank = _KIND_RANK.get(head.kind, 0) if tier == 2 else 0
+        return (tier, head.priority, kind_rank, head.seq)
+
+    for unit in sorted(units, key=rank):
+        if total <= budget:
+            break
+        head = unit[0]
+        if head.id == SUMMARY_ID:
+            head, total = _shrink_summary(items, head, budget, total, counter)
+            if total <= budget:
+                break
+        items = [i for i in items if i not in unit and i is not head]
+        total = counter.total(items)
+        dropped.extend(i.id for i in unit)
+    logger.warning("context squeezed to fit %d tokens: %d -> %d", budget, before, total)
+    return CompressionResult(
+        items=tuple(items),
+        level="squeeze",
+        before_tokens=before,
+        after_tokens=total,
+        summarized_ids=result.summarized_ids,
+        dropped_ids=tuple(dropped),
+        summary_id=SUMMARY_ID if any(i.id == SUMMARY_ID for i in items) else None,
+        archive_id=result.archive_id,
+    )
+
+
+def _shrink_summary(
+    items: list[ContextItem], summary: ContextItem, budget: int, total: int, counter: ItemCounter
+) -> tuple[ContextItem, int]:
+    """Halve the summary's completed lines (oldest first) until the window fits."""
+    lines = [str(x) for x in summary.metadata.get("completed", [])]
+    index = items.index(summary)
+    while total > budget and lines:
+        lines = lines[len(lines) // 2 + (len(lines) % 2) :] if len(lines) > 1 else []
+        note = f"(earlier operations folded; {summary.metadata.get('archive_id') or 'no archive'})"
+        text = "\n".join(["Context summary (squeezed)", note, *(f"- {x}" for x in lines)])
+        summary = counter.counted(
+            ContextItem(
+                id=SUMMARY_ID,
+                kind="summary",
+                content=text,
+                layer=summary.layer,
+                seq=summary.seq,
+                metadata={**summary.metadata, "completed": lines},
+            )
+        )
+        items[index] = summary
+        total = counter.total(items)
+    return summary, total

@@ -1,0 +1,138 @@
+"""Every exception tether raises, in one tree.
+
+Split by who is at fault, so callers can decide what to do without parsing messages:
+
+* TetherError
+  x ConfigError              developer/user mistake; the message says how to fix it
+  x StateError               a value or an operation the state model refuses
+    + InvalidStateValue      not JSON-like data (refused at put/merge, never at save)
+    + RunNotPaused           an update asked of a run that is not PAUSED
+  x StoreError
+    + StoreUnavailable       connection/timeout: transient, retry later
+    + VersionConflict        another writer saved first; reload and redo
+    + RunNotFound            the run (or the version asked for) is not stored
+    + CheckpointCorrupt      undecodable payload, truncated row or unknown schema version
+      + DecryptionError      encrypted with another key, or tampered with
+  x ContextError             the context engine was asked something impossible
+    + BudgetExceeded         pinned content alone does not fit the budget
+
+Exceptions carry data (``run_id``, ``version``) and never log; the code that handles
+an error logs it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetExceeded",
+    "CheckpointCorrupt",
+    "ConfigError",
+    "ContextError",
+    "DecryptionError",
+    "InvalidStateValue",
+    "RunNotFound",
+    "RunNotPaused",
+    "StateError",
+    "StoreError",
+    "StoreUnavailable",
+    "TetherError",
+    "VersionConflict",
+]
+
+
+class TetherError(Exception):
+    """Base of every error tether raises on purpose."""
+
+
+class ConfigError(TetherError, ValueError):
+    """A configuration or argument mistake; the message says what to change."""
+
+
+class StateError(TetherError):
+    """The state model refused a value or an operation."""
+
+
+class InvalidStateValue(StateError, TypeError):
+    """A value that cannot be stored and read back exactly.
+
+    Raised when it enters the state (``put``/``merge``), so the bad step is the one
+    that fails, not a later save.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, path: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.path = path
+
+
+class RunNotPaused(StateError):
+    """Updating a run's state is allowed only while it is PAUSED (seed 003 §2.2)."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(
+            f"run {run_id!r} is {status}; its state can be updated only while PAUSED "
+            "(pause it first)"
+        )
+        self.run_id = run_id
+        self.status = status
+
+
+class StoreError(TetherError):
+    """A checkpoint store could not do what was asked."""
+
+
+class StoreUnavailable(StoreError):
+    """The backend could not be reached or timed out: transient, worth a retry."""
+
+
+class VersionConflict(StoreError):
+    """Two writers on one run: the other one saved first.
+
+    ``expected`` is the version this writer based its change on, ``actual`` the version
+    the store holds now. Reload, reapply and save again.
+    """
+
+    def __init__(self, run_id: str, *, expected: int | None, actual: int | None) -> None:
+        have = "a newer version" if actual is None else f"version {actual}"
+        want = "a new run" if expected == 0 else f"latest version {expected}"
+        super().__init__(
+            f"version conflict on run {run_id!r}: expected {want}, store has {have}; "
+            "another writer saved first: reload the run and retry"
+        )
+        self.run_id = run_id
+        self.expected = expected
+        self.actual = actual
+
+
+class RunNotFound(StoreError, KeyError):
+    """The run, or the version of it asked for, is not in the store."""
+
+    def __init__(self, run_id: str, version: int | None = None) -> None:
+        what = f"run {run_id!r}" if version is None else f"version {version} of run {run_id!r}"
+        super().__init__(f"{what} not found (never saved, deleted, pruned or expired)")
+        self.run_id = run_id
+        self.version = version
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class CheckpointCorrupt(StoreError):
+    """A stored checkpoint cannot be decoded; names the run and version."""
+
+    def __init__(self, message: str, *, run_id: str = "", version: int | None = None) -> None:
+        where = f"run {run_id!r} version {version}: " if run_id else ""
+        super().__init__(f"{where}{message}")
+        self.run_id = run_id
+        self.version = version
+
+
+class DecryptionError(CheckpointCorrupt):
+    """Encrypted with another key, or altered since it was written."""
+
+
+class ContextError(TetherError):
+    """The context engine was asked for something it cannot do."""
+
+
+class BudgetExceeded(ContextError):
+    """Even after every allowed compression, the content does not fit the budget."""

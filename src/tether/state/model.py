@@ -1,0 +1,121 @@
+"""The records a run leaves behind: checkpoints, snapshots, run summaries."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ChainStats",
+    "Checkpoint",
+    "CheckpointInfo",
+    "ExecutionContextSnapshot",
+    "RunInfo",
+    "RunStatus",
+    "TERMINAL_STATUSES",
+]
+
+
+class RunStatus(enum.StrEnum):
+    """Life cycle of a run (seed 003 plus PENDING and CANCELLED)."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+"""Statuses after which the run's execution state expires (24 h by default)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint:
+    """The full state of a run after one node, as the seed's ``Checkpoint``.
+
+    Stores may keep it as a delta against an earlier checkpoint; this object is always
+    the materialised whole.
+    """
+
+    run_id: str
+    """The run (the seeds' conversationId)."""
+    node_id: str | None
+    """The node that had just finished when this was taken."""
+    state: dict[str, Any]
+    """The state data after that node (``stateSnapshot``)."""
+    executed_node_ids: list[str] = field(default_factory=list)
+    """Nodes done so far, in order; resume skips them."""
+    timestamp: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    """When it was saved (UTC)."""
+    version: int = 0
+    """1, 2, 3… per run, assigned by the store; 0 before it is saved."""
+    status: RunStatus = RunStatus.RUNNING
+    """The run's status when this was saved."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Free-form JSON-like data (step timings, fork origin…)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointInfo:
+    """One line of a run's history: what ``history()`` lists, without the state."""
+
+    run_id: str
+    version: int
+    node_id: str | None
+    status: RunStatus
+    timestamp: dt.datetime
+    kind: str
+    """``full`` (a whole state) or ``delta`` (ops against the version before)."""
+    size: int
+    """Bytes stored for this version."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainStats:
+    """Bytes stored since the last full checkpoint, which decide when to write one.
+
+    ``rewrite_bytes`` counts ops that replace data (``set``, ``merge``, ``upsert``):
+    those leave dead bytes behind in the chain. ``growth_bytes`` counts appends, which
+    never do. A full checkpoint is due when dead bytes could make a load read far more
+    than the state's size, or when the chain gets long.
+    """
+
+    base_version: int = 0
+    base_bytes: int = 0
+    growth_bytes: int = 0
+    rewrite_bytes: int = 0
+    length: int = 0
+    """Deltas after the base."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunInfo:
+    """A run as ``list_runs()`` shows it."""
+
+    run_id: str
+    status: RunStatus
+    version: int
+    """Latest version."""
+    node_id: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    expires_at: dt.datetime | None
+    chain: ChainStats = field(default_factory=ChainStats)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionContextSnapshot:
+    """What a human or the dashboard sees of a run (seed 003 §2.1)."""
+
+    run_id: str
+    current_node_id: str | None
+    current_node_name: str | None
+    status: RunStatus
+    state: dict[str, Any]
+    execution_history: list[Any]
+    timestamp: dt.datetime
+    version: int

@@ -1,0 +1,203 @@
+"""Bytes on disk: one place that turns checkpoint payloads into bytes and back.
+
+Layout of every stored payload::
+
+    b"TT" | format (1 byte) | flags (1 byte) | [key id (4) | nonce (12)] | body
+
+``body`` is MessagePack (``ormsgpack``: at 10 MB it decodes ~2.5x faster than JSON),
+optionally zstd-compressed, then optionally AES-256-GCM-encrypted. ``datetime`` travels
+as a MessagePack extension holding its ISO form (and zone key), so it comes back equal
+and with the same kind of tzinfo. Decoding builds only dicts, lists and scalars: no
+class is ever constructed from stored bytes.
+
+Payload dicts carry ``"v": SCHEMA_VERSION``; a payload from a newer tether fails fast.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import os
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import ormsgpack
+
+from tether.errors import CheckpointCorrupt, ConfigError, DecryptionError
+
+__all__ = ["SCHEMA_CHANGES", "SCHEMA_VERSION", "Codec", "generate_key"]
+
+SCHEMA_VERSION = 1
+SCHEMA_CHANGES = {1: "first layout: full and delta payloads, ops (key, op, arg)"}
+
+_MAGIC = b"TT"
+_FORMAT = 1
+_F_ZSTD = 1
+_F_AES = 2
+_EXT_DATETIME = 1
+_PACK_OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+
+
+def _default(obj: Any) -> Any:
+    if type(obj) is dt.datetime:
+        text = obj.isoformat()
+        if isinstance(obj.tzinfo, ZoneInfo):
+            text += "|" + obj.tzinfo.key
+        return ormsgpack.Ext(_EXT_DATETIME, text.encode())
+    raise TypeError(f"cannot store {type(obj).__name__}")
+
+
+def _ext_hook(tag: int, data: bytes) -> Any:
+    if tag == _EXT_DATETIME:
+        text, _, zone = data.decode().partition("|")
+        value = dt.datetime.fromisoformat(text)
+        return value.replace(tzinfo=ZoneInfo(zone)) if zone else value
+    raise ValueError(f"unknown extension type {tag}")
+
+
+def generate_key() -> str:
+    """A new random encryption key, in the form ``TETHER_ENCRYPTION_KEY`` expects."""
+    return base64.urlsafe_b64encode(os.urandom(32)).decode()
+
+
+class Codec:
+    """Encodes payload dicts to bytes and back, with optional compression and encryption.
+
+    Args:
+        encryption_key: url-safe base64 of 32 bytes (see :func:`generate_key`). When set,
+            every payload written is encrypted; payloads are authenticated, so a wrong key
+            or altered bytes raise :class:`DecryptionError`, never garbage.
+        compress_min_bytes: zstd-compress bodies at least this big (``None``: never).
+            Off by default: at 10 MB decompression costs more than it saves on a local
+            disk or loopback, but it pays on remote databases and for text-heavy state.
+    """
+
+    __slots__ = ("_aes", "_key_id", "_zc", "_zd", "compress_min_bytes")
+
+    def __init__(
+        self, *, encryption_key: str | bytes | None = None, compress_min_bytes: int | None = None
+    ) -> None:
+        self._aes: Any = None
+        self._key_id = b""
+        if encryption_key:
+            raw = _decode_key(encryption_key)
+            try:
+                from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+            except ImportError:  # pragma: no cover - depends on the environment
+                raise ConfigError(
+                    "encryption needs cryptography: pip install 'tether[crypto]'"
+                ) from None
+            self._aes = AESGCM(raw)
+            self._key_id = hashlib.sha256(b"tether-key-id" + raw).digest()[:4]
+        self.compress_min_bytes = compress_min_bytes
+        self._zc: Any = None
+        self._zd: Any = None
+        if compress_min_bytes is not None:
+            try:
+                import zstandard
+            except ImportError:
+                raise ConfigError("compression needs zstandard: pip install 'tether[zstd]'") from None
+            self._zc = zstandard.ZstdCompressor(level=3)
+            self._zd = zstandard.ZstdDecompressor()
+
+    @property
+    def encrypted(self) -> bool:
+        return self._aes is not None
+
+    def encode(self, payload: dict[str, Any]) -> bytes:
+        body = ormsgpack.packb(payload, default=_default, option=_PACK_OPTS)
+        flags = 0
+        if self._zc is not None and len(body) >= (self.compress_min_bytes or 0):
+            packed = self._zc.compress(body)
+            if len(packed) < len(body) * 0.9:  # keep it only when it pays
+                body, flags = packed, flags | _F_ZSTD
+        if self._aes is None:
+            return _MAGIC + bytes((_FORMAT, flags)) + body
+        nonce = os.urandom(12)
+        header = _MAGIC + bytes((_FORMAT, flags | _F_AES)) + self._key_id + nonce
+        return header + self._aes.encrypt(nonce, body, header)
+
+    def decode(self, data: bytes, *, run_id: str = "", version: int | None = None) -> dict[str, Any]:
+        def corrupt(why: str) -> CheckpointCorrupt:
+            return CheckpointCorrupt(why, run_id=run_id, version=version)
+
+        data = bytes(data)
+        if len(data) < 4 or data[:2] != _MAGIC:
+            raise corrupt("not a tether payload (bad header; truncated or overwritten row)")
+        fmt, flags = data[2], data[3]
+        if fmt != _FORMAT:
+            raise corrupt(f"payload format {fmt} is not supported by this tether (format 1)")
+        body = data[4:]
+        if flags & _F_AES:
+            body = self._decrypt(data, run_id=run_id, version=version)
+        if flags & _F_ZSTD:
+            if self._zd is None:
+                try:
+                    import zstandard
+                except ImportError:
+                    raise ConfigError(
+                        "this checkpoint is zstd-compressed: pip install 'tether[zstd]'"
+                    ) from None
+                self._zd = zstandard.ZstdDecompressor()
+            try:
+                body = self._zd.decompress(body)
+            except Exception as exc:
+                raise corrupt(f"compressed body is damaged ({exc})") from exc
+        try:
+            payload = ormsgpack.unpackb(body, ext_hook=_ext_hook)
+        except Exception as exc:
+            raise corrupt(f"payload is truncated or corrupt ({exc})") from exc
+        if type(payload) is not dict:
+            raise corrupt("payload is not a mapping")
+        schema = payload.get("v")
+        if type(schema) is not int or schema > SCHEMA_VERSION:
+            raise corrupt(
+                f"written with schema version {schema}, this tether reads up to "
+                f"{SCHEMA_VERSION}: upgrade tether"
+            )
+        return payload
+
+    def _decrypt(self, data: bytes, *, run_id: str, version: int | None) -> bytes:
+        if len(data) < 20:
+            raise DecryptionError("encrypted payload is truncated", run_id=run_id, version=version)
+        key_id, nonce, header = data[4:8], data[8:20], data[:20]
+        if self._aes is None:
+            raise DecryptionError(
+                "payload is encrypted but no key is configured: set TETHER_ENCRYPTION_KEY "
+                "or pass encryption_key=",
+                run_id=run_id,
+                version=version,
+            )
+        if key_id != self._key_id:
+            raise DecryptionError(
+                f"payload was encrypted with another key (key id {key_id.hex()}, "
+                f"configured key id {self._key_id.hex()})",
+                run_id=run_id,
+                version=version,
+            )
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            return self._aes.decrypt(nonce, data[20:], header)  # type: ignore[no-any-return]
+        except InvalidTag:
+            raise DecryptionError(
+                "payload failed authentication: it was altered or truncated",
+                run_id=run_id,
+                version=version,
+            ) from None
+
+
+def _decode_key(key: str | bytes) -> bytes:
+    if isinstance(key, bytes) and len(key) == 32:
+        return key
+    try:
+        raw = base64.urlsafe_b64decode(key if isinstance(key, bytes) else key.encode())
+    except Exception:
+        raw = b""
+    if len(raw) != 32:
+        raise ConfigError(
+            "encryption key must be url-safe base64 of 32 bytes; make one with "
+            "`tether keygen` (tether.state.serde.generate_key())"
+        )
+    return raw

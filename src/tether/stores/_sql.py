@@ -1,0 +1,366 @@
+"""The SQL stores' shared logic: one algorithm, three dialects (SQLite, PostgreSQL, MySQL).
+
+Each backend supplies a :class:`Dialect` (types, placeholder, row locking) and
+``_tx()``, an async context manager yielding a :class:`Tx` inside one database
+transaction. Everything else (atomic versioned writes, chain reads, history, expiry,
+prune) is written here once.
+
+Two tables::
+
+    tether_runs         one row per run: status, latest version, chain stats, expiry
+    tether_checkpoints  one row per version: kind (full|delta), node, payload bytes
+
+A write locks the run's row (``FOR UPDATE``, or SQLite's ``BEGIN IMMEDIATE``), checks
+the expected version, inserts the new version and updates the run row in the same
+transaction: a crash at any instant leaves either the old or the new version.
+Reads never aggregate payloads into one string (MariaDB's GROUP_CONCAT cuts at 1 MiB).
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tether.errors import RunNotFound, RunNotPaused, VersionConflict
+from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
+from tether.stores.base import CheckpointStore, StoredRow, Write, _utc
+
+__all__ = ["Dialect", "SqlStore", "Tx"]
+
+
+class Tx(Protocol):
+    """One open transaction; SQL uses ``?`` placeholders (translated per dialect)."""
+
+    async def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Execute; returns the affected row count."""
+        ...
+
+    async def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    async def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dialect:
+    """What differs between SQL engines, and nothing more."""
+
+    text_key: str
+    """Type for run ids (indexed)."""
+    text: str
+    real: str
+    bigint: str
+    blob: str
+    lock: str
+    """Suffix that locks selected rows for the transaction (``FOR UPDATE``)."""
+    table_suffix: str = ""
+    inline_indexes: bool = False
+    """MySQL has no CREATE INDEX IF NOT EXISTS: declare indexes inside CREATE TABLE."""
+    migrate_lock: str = ""
+    """Statement that serialises concurrent ``setup()`` calls from several processes."""
+    extra: tuple[str, ...] = ()
+    """Engine-specific statements of the first schema version (e.g. column compression)."""
+
+    def migrations(self) -> list[list[str]]:
+        """Schema versions; position + 1 is the version. Append, never edit."""
+        d = self
+        run_idx = (
+            ", INDEX tether_runs_updated (updated_at), INDEX tether_runs_expires (expires_at)"
+            if d.inline_indexes
+            else ""
+        )
+        separate_idx = (
+            []
+            if d.inline_indexes
+            else [
+                "CREATE INDEX IF NOT EXISTS tether_runs_updated ON tether_runs (updated_at)",
+                "CREATE INDEX IF NOT EXISTS tether_runs_expires ON tether_runs (expires_at)",
+            ]
+        )
+        return [
+            [
+                f"""CREATE TABLE IF NOT EXISTS tether_runs (
+                    run_id {d.text_key} PRIMARY KEY,
+                    status {d.text_key} NOT NULL,
+                    version {d.bigint} NOT NULL,
+                    node_id {d.text},
+                    base_version {d.bigint} NOT NULL,
+                    base_bytes {d.bigint} NOT NULL,
+                    growth_bytes {d.bigint} NOT NULL,
+                    rewrite_bytes {d.bigint} NOT NULL,
+                    chain_len {d.bigint} NOT NULL,
+                    created_at {d.real} NOT NULL,
+                    updated_at {d.real} NOT NULL,
+                    expires_at {d.real}{run_idx}
+                ){d.table_suffix}""",
+                f"""CREATE TABLE IF NOT EXISTS tether_checkpoints (
+                    run_id {d.text_key} NOT NULL,
+                    version {d.bigint} NOT NULL,
+                    kind {d.text_key} NOT NULL,
+                    node_id {d.text},
+                    status {d.text_key} NOT NULL,
+                    created_at {d.real} NOT NULL,
+                    nbytes {d.bigint} NOT NULL,
+                    payload {d.blob} NOT NULL,
+                    PRIMARY KEY (run_id, version)
+                ){d.table_suffix}""",
+                *separate_idx,
+                *d.extra,
+            ],
+        ]
+
+
+_RUN_COLS = (
+    "run_id, status, version, node_id, base_version, base_bytes, growth_bytes, "
+    "rewrite_bytes, chain_len, created_at, updated_at, expires_at"
+)
+
+
+def _run_info(row: Sequence[Any]) -> RunInfo:
+    return RunInfo(
+        run_id=row[0],
+        status=RunStatus(row[1]),
+        version=int(row[2]),
+        node_id=row[3],
+        created_at=_utc(row[9]),
+        updated_at=_utc(row[10]),
+        expires_at=None if row[11] is None else _utc(row[11]),
+        chain=ChainStats(
+            base_version=int(row[4]),
+            base_bytes=int(row[5]),
+            growth_bytes=int(row[6]),
+            rewrite_bytes=int(row[7]),
+            length=int(row[8]),
+        ),
+    )
+
+
+def _expired(expires_at: float | None, now: float) -> bool:
+    return expires_at is not None and expires_at <= now
+
+
+class SqlStore(CheckpointStore):
+    """Shared implementation of every SQL backend."""
+
+    dialect: Dialect
+
+    @abc.abstractmethod
+    def _tx(self, *, write: bool) -> AbstractAsyncContextManager[Tx]:
+        """A transaction; drivers' exceptions leave it as StoreError subclasses."""
+
+    @abc.abstractmethod
+    def _is_duplicate(self, exc: BaseException) -> bool:
+        """True when ``exc`` is a primary-key violation (two writers created one run)."""
+
+    async def _apply_migrations(self) -> None:
+        async with self._tx(write=True) as tx:
+            if self.dialect.migrate_lock:
+                await tx.all(self.dialect.migrate_lock)
+            await tx.run("CREATE TABLE IF NOT EXISTS tether_schema (version INTEGER NOT NULL)")
+            row = await tx.one("SELECT MAX(version) FROM tether_schema")
+            current = int(row[0]) if row and row[0] is not None else 0
+            for number, statements in enumerate(self.dialect.migrations(), start=1):
+                if number <= current:
+                    continue
+                for sql in statements:
+                    await tx.run(sql)
+                await tx.run("INSERT INTO tether_schema (version) VALUES (?)", (number,))
+
+    # -- writes -------------------------------------------------------------------
+    async def _write(self, w: Write) -> tuple[int, ChainStats]:
+        attempts = 3 if w.expected_version is None else 1
+        for attempt in range(attempts):
+            try:
+                async with self._tx(write=True) as tx:
+                    return await self._write_in(tx, w)
+            except Exception as exc:
+                if not self._is_duplicate(exc):
+                    raise
+                if attempt + 1 >= attempts:
+                    raise VersionConflict(w.run_id, expected=w.expected_version, actual=None) from exc
+        raise AssertionError("unreachable")
+
+    async def _write_in(self, tx: Tx, w: Write) -> tuple[int, ChainStats]:
+        row = await tx.one(
+            f"SELECT {_RUN_COLS} FROM tether_runs WHERE run_id = ? {self.dialect.lock}", (w.run_id,)
+        )
+        if row is not None and _expired(row[11], time.time()):
+            await self._drop(tx, w.run_id)
+            row = None
+        info = None if row is None else _run_info(row)
+        current = info.version if info else 0
+        if w.expected_version is not None and w.expected_version != current:
+            raise VersionConflict(w.run_id, expected=w.expected_version, actual=current)
+        if w.require_status is not None and (info is None or info.status is not w.require_status):
+            raise RunNotPaused(w.run_id, str(info.status) if info else "missing")
+        if info is None and w.kind != "full":
+            raise RunNotFound(w.run_id)
+        version = current + 1
+        chain = w.chain_after(info.chain if info else ChainStats(), version)
+        await tx.run(
+            "INSERT INTO tether_checkpoints (run_id, version, kind, node_id, status, created_at, "
+            "nbytes, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (w.run_id, version, w.kind, w.node_id, str(w.status), w.created_at, len(w.payload), w.payload),
+        )
+        stats = (chain.base_version, chain.base_bytes, chain.growth_bytes, chain.rewrite_bytes, chain.length)
+        if info is None:
+            await tx.run(
+                f"INSERT INTO tether_runs ({_RUN_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (w.run_id, str(w.status), version, w.node_id, *stats, w.created_at, w.created_at, w.expires_at),
+            )
+        else:
+            await tx.run(
+                "UPDATE tether_runs SET status = ?, version = ?, node_id = ?, base_version = ?, "
+                "base_bytes = ?, growth_bytes = ?, rewrite_bytes = ?, chain_len = ?, updated_at = ?, "
+                "expires_at = ? WHERE run_id = ?",
+                (str(w.status), version, w.node_id, *stats, w.created_at, w.expires_at, w.run_id),
+            )
+        return version, chain
+
+    async def _drop(self, tx: Tx, run_id: str) -> int:
+        n = await tx.run("DELETE FROM tether_checkpoints WHERE run_id = ?", (run_id,))
+        m = await tx.run("DELETE FROM tether_runs WHERE run_id = ?", (run_id,))
+        return n + m
+
+    # -- reads --------------------------------------------------------------------
+    async def _live_run(self, tx: Tx, run_id: str) -> RunInfo | None:
+        row = await tx.one(f"SELECT {_RUN_COLS} FROM tether_runs WHERE run_id = ?", (run_id,))
+        if row is None or _expired(row[11], time.time()):
+            return None
+        return _run_info(row)
+
+    async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
+        async with self._tx(write=False) as tx:
+            info = await self._live_run(tx, run_id)
+            if info is None:
+                return None, []
+            if version is None:
+                target, base = info.version, info.chain.base_version
+            else:
+                if version < 1 or version > info.version:
+                    return info, []
+                target = version
+                found = await tx.one(
+                    "SELECT MAX(version) FROM tether_checkpoints WHERE run_id = ? AND version <= ? "
+                    "AND kind = 'full'",
+                    (run_id, version),
+                )
+                if found is None or found[0] is None:
+                    return info, []
+                base = int(found[0])
+            rows = await tx.all(
+                "SELECT version, kind, node_id, status, created_at, payload FROM tether_checkpoints "
+                "WHERE run_id = ? AND version >= ? AND version <= ? ORDER BY version",
+                (run_id, base, target),
+            )
+        if not rows or int(rows[-1][0]) != target:
+            return info, []
+        return info, [
+            StoredRow(
+                run_id=run_id,
+                version=int(r[0]),
+                kind=r[1],
+                node_id=r[2],
+                status=RunStatus(r[3]),
+                created_at=float(r[4]),
+                payload=bytes(r[5]),
+            )
+            for r in rows
+        ]
+
+    async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
+        sql = (
+            "SELECT version, kind, node_id, status, created_at, nbytes FROM tether_checkpoints "
+            "WHERE run_id = ?"
+        )
+        params: list[Any] = [run_id]
+        if before is not None:
+            sql += " AND version < ?"
+            params.append(before)
+        sql += " ORDER BY version DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        async with self._tx(write=False) as tx:
+            if await self._live_run(tx, run_id) is None:
+                return []
+            rows = await tx.all(sql, params)
+        return [
+            CheckpointInfo(
+                run_id=run_id,
+                version=int(r[0]),
+                kind=r[1],
+                node_id=r[2],
+                status=RunStatus(r[3]),
+                timestamp=_utc(float(r[4])),
+                size=int(r[5]),
+            )
+            for r in rows
+        ]
+
+    async def get_run(self, run_id: str) -> RunInfo | None:
+        async with self._tx(write=False) as tx:
+            return await self._live_run(tx, run_id)
+
+    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0) -> list[RunInfo]:
+        sql = f"SELECT {_RUN_COLS} FROM tether_runs WHERE (expires_at IS NULL OR expires_at > ?)"
+        params: list[Any] = [time.time()]
+        if status is not None:
+            sql += " AND status = ?"
+            params.append(str(RunStatus(status)))
+        sql += " ORDER BY updated_at DESC, run_id DESC LIMIT ? OFFSET ?"
+        params += [limit, offset]
+        async with self._tx(write=False) as tx:
+            rows = await tx.all(sql, params)
+        return [_run_info(r) for r in rows]
+
+    # -- other changes --------------------------------------------------------------
+    async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
+        async with self._tx(write=True) as tx:
+            if await self._live_run(tx, run_id) is None:
+                raise RunNotFound(run_id)
+            await tx.run(
+                "UPDATE tether_runs SET status = ?, updated_at = ?, expires_at = ? WHERE run_id = ?",
+                (str(status), time.time(), expires_at, run_id),
+            )
+
+    async def delete(self, run_id: str) -> bool:
+        async with self._tx(write=True) as tx:
+            return await self._drop(tx, run_id) > 0
+
+    async def _rebase(self, run_id: str, version: int, payload: bytes) -> int:
+        async with self._tx(write=True) as tx:
+            row = await tx.one(
+                f"SELECT {_RUN_COLS} FROM tether_runs WHERE run_id = ? {self.dialect.lock}", (run_id,)
+            )
+            if row is None or _expired(row[11], time.time()):
+                raise RunNotFound(run_id)
+            info = _run_info(row)
+            changed = await tx.run(
+                "UPDATE tether_checkpoints SET kind = 'full', payload = ?, nbytes = ? "
+                "WHERE run_id = ? AND version = ?",
+                (payload, len(payload), run_id, version),
+            )
+            if not changed:
+                raise RunNotFound(run_id, version)
+            dropped = await tx.run(
+                "DELETE FROM tether_checkpoints WHERE run_id = ? AND version < ?", (run_id, version)
+            )
+            if info.chain.base_version < version:
+                await tx.run(
+                    "UPDATE tether_runs SET base_version = ?, base_bytes = ?, chain_len = ? WHERE run_id = ?",
+                    (version, len(payload), info.version - version, run_id),
+                )
+            return dropped
+
+    async def purge_expired(self) -> int:
+        now = time.time()
+        async with self._tx(write=True) as tx:
+            rows = await tx.all("SELECT run_id FROM tether_runs WHERE expires_at <= ?", (now,))
+            for (run_id,) in rows:
+                await self._drop(tx, run_id)
+        return len(rows)
+

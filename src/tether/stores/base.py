@@ -1,0 +1,597 @@
+"""The checkpoint store interface (the seed's CheckpointRepository), written once.
+
+A backend implements a handful of primitives over opaque rows (:class:`Write`,
+:class:`StoredRow`); everything users call (``commit``, ``save``, ``load``,
+``update_state``, ``copy``, ``prune``…) is written here on top of them, so every
+backend behaves the same and one conformance suite covers them all.
+
+Storage model: each run is an append-only log of versions 1, 2, 3…; a version is
+either a *full* state or a *delta* of replayable ops against the version before.
+Loading version v reads the last full row at or before v plus the deltas after it.
+A full row is written when the chain would make a load read much more than the
+state (overwritten data piling up) or grow long (see :class:`CompactionPolicy`).
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime as dt
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import ormsgpack
+
+from tether.errors import (
+    CheckpointCorrupt,
+    ConfigError,
+    RunNotFound,
+    RunNotPaused,
+)
+from tether.state.context import Delta, ExecutionContext
+from tether.state.model import (
+    TERMINAL_STATUSES,
+    ChainStats,
+    Checkpoint,
+    CheckpointInfo,
+    ExecutionContextSnapshot,
+    RunInfo,
+    RunStatus,
+)
+from tether.state.reducers import ReducerRegistry
+from tether.state.serde import SCHEMA_VERSION, Codec
+from tether.state.values import check_value
+
+__all__ = [
+    "CheckpointStore",
+    "CompactionPolicy",
+    "ExpiryPolicy",
+    "StoredRow",
+    "Write",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpiryPolicy:
+    """How long stored runs live (seed 003 §4.3).
+
+    A run's checkpoints expire ``checkpoint_ttl`` after its last save; once the run
+    reaches COMPLETED, FAILED or CANCELLED its whole execution state expires
+    ``completed_ttl`` after that. ``None`` keeps it forever. Redis applies these as key
+    TTLs; SQL stores keep an ``expires_at`` column, hide expired runs at once and
+    delete them in :meth:`CheckpointStore.purge_expired`.
+    """
+
+    checkpoint_ttl: dt.timedelta | None = dt.timedelta(days=7)
+    completed_ttl: dt.timedelta | None = dt.timedelta(hours=24)
+
+    def expires_at(self, status: RunStatus, now: float) -> float | None:
+        ttl = self.completed_ttl if status in TERMINAL_STATUSES else self.checkpoint_ttl
+        return None if ttl is None else now + ttl.total_seconds()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionPolicy:
+    """When a save writes the whole state instead of a delta.
+
+    A load reads the base plus every delta after it. Appends never waste bytes, but
+    overwrites (``set``, ``merge``, ``upsert``) leave dead data in the chain; a full
+    row is written once that dead data could exceed ``max_waste_ratio`` of the live
+    state (and ``min_waste_bytes``), or after ``max_chain`` deltas, which bounds the
+    per-row cost of a load.
+    """
+
+    max_chain: int = 1000
+    max_waste_ratio: float = 0.5
+    min_waste_bytes: int = 256 * 1024
+
+    def due(self, chain: ChainStats, *, growth: int, rewrite: int) -> bool:
+        if chain.length + 1 >= self.max_chain:
+            return True
+        waste = chain.rewrite_bytes + rewrite
+        live = chain.base_bytes + chain.growth_bytes + growth
+        return waste > max(self.min_waste_bytes, self.max_waste_ratio * live)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Write:
+    """One atomic save: a new version of a run, and the run record after it."""
+
+    run_id: str
+    kind: str
+    """``full`` or ``delta``."""
+    payload: bytes
+    node_id: str | None
+    status: RunStatus
+    created_at: float
+    expires_at: float | None
+    expected_version: int | None
+    """None: append after whatever is there; 0: the run must not exist; n: latest must be n."""
+    require_status: RunStatus | None = None
+    growth_bytes: int = 0
+    rewrite_bytes: int = 0
+
+    def chain_after(self, prev: ChainStats, version: int) -> ChainStats:
+        """The run's chain statistics once this write is version ``version``."""
+        if self.kind == "full":
+            return ChainStats(base_version=version, base_bytes=len(self.payload))
+        return ChainStats(
+            base_version=prev.base_version,
+            base_bytes=prev.base_bytes,
+            growth_bytes=prev.growth_bytes + self.growth_bytes,
+            rewrite_bytes=prev.rewrite_bytes + self.rewrite_bytes,
+            length=prev.length + 1,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredRow:
+    """One stored version as a backend returns it."""
+
+    run_id: str
+    version: int
+    kind: str
+    node_id: str | None
+    status: RunStatus
+    created_at: float
+    payload: bytes
+
+
+@dataclass(slots=True)
+class _Replayed:
+    state: dict[str, Any]
+    executed: list[str]
+    last: dict[str, Any] = field(default_factory=dict)
+
+
+def _utc(ts: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ts, dt.UTC)
+
+
+class CheckpointStore(abc.ABC):
+    """Durable, versioned checkpoints of runs. Async; one instance per event loop.
+
+    Args:
+        codec: how payloads become bytes (encryption, compression); default plain.
+        expiry: TTLs for checkpoints and finished runs.
+        compaction: when a save writes a full state instead of a delta.
+    """
+
+    #: URL scheme(s) this backend answers to, for ``open_store``.
+    scheme: str = ""
+
+    def __init__(
+        self,
+        *,
+        codec: Codec | None = None,
+        expiry: ExpiryPolicy | None = None,
+        compaction: CompactionPolicy | None = None,
+    ) -> None:
+        self.codec = codec or Codec()
+        self.expiry = expiry or ExpiryPolicy()
+        self.compaction = compaction or CompactionPolicy()
+
+    # == primitives every backend implements =====================================
+    @abc.abstractmethod
+    async def setup(self) -> None:
+        """Create tables/keys and apply migrations; idempotent."""
+
+    @abc.abstractmethod
+    async def _write(self, w: Write) -> tuple[int, ChainStats]:
+        """Atomically append ``w`` as the next version and update the run record.
+
+        Raises VersionConflict when ``expected_version`` does not match, RunNotPaused
+        when ``require_status`` does not, RunNotFound for a delta on a missing run.
+        Returns the new version and the run's chain statistics after it.
+        """
+
+    @abc.abstractmethod
+    async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
+        """The run record and the rows needed to build ``version`` (latest if None).
+
+        Rows are ascending: the last full row at or before the version, then every
+        delta after it up to the version. ``(None, [])`` when the run is absent or
+        expired; ``(info, [])`` when the version is not stored.
+        """
+
+    @abc.abstractmethod
+    async def _history(
+        self, run_id: str, *, before: int | None, limit: int | None
+    ) -> list[CheckpointInfo]:
+        """Versions newest first, only those < ``before`` when given."""
+
+    @abc.abstractmethod
+    async def get_run(self, run_id: str) -> RunInfo | None:
+        """The run record, or None when absent or expired."""
+
+    @abc.abstractmethod
+    async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
+        """Change the run's status; RunNotFound when absent."""
+
+    @abc.abstractmethod
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
+    ) -> list[RunInfo]:
+        """Runs, most recently updated first."""
+
+    @abc.abstractmethod
+    async def delete(self, run_id: str) -> bool:
+        """Delete a run and all its checkpoints; False when there was nothing."""
+
+    @abc.abstractmethod
+    async def _rebase(self, run_id: str, version: int, payload: bytes) -> int:
+        """Atomically make ``version`` a full row and drop every version before it.
+
+        Returns how many rows were removed.
+        """
+
+    @abc.abstractmethod
+    async def purge_expired(self) -> int:
+        """Physically delete expired runs; returns how many went."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+
+    async def __aenter__(self) -> CheckpointStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # == writing ===================================================================
+    async def commit(
+        self,
+        ctx: ExecutionContext,
+        *,
+        node_id: str | None = None,
+        status: RunStatus = RunStatus.RUNNING,
+        metadata: Mapping[str, Any] | None = None,
+        _require_status: RunStatus | None = None,
+    ) -> int:
+        """Checkpoint a context: store what changed since its last checkpoint.
+
+        The write is a delta built from the reducers' ops, unless the run is new,
+        the state was restored, or compaction is due. Uses the context's version as
+        the expected one, so a second writer on the run gets :class:`VersionConflict`
+        (and this context keeps its unsaved changes). Durable when it returns.
+        """
+        meta = dict(metadata or {})
+        if meta:
+            check_value(meta, key="metadata")
+        now = time.time()
+        node = node_id if node_id is not None else ctx.node_id
+        with ctx._lock:
+            taken = ctx._take()
+            try:
+                kind, payload, growth, rewrite = self._encode_commit(ctx, taken, node, status, now, meta)
+            except BaseException:
+                ctx._give_back(taken)
+                raise
+        write = Write(
+            run_id=ctx.run_id,
+            kind=kind,
+            payload=payload,
+            node_id=node,
+            status=status,
+            created_at=now,
+            expires_at=self.expiry.expires_at(status, now),
+            expected_version=ctx.version,
+            require_status=_require_status,
+            growth_bytes=growth,
+            rewrite_bytes=rewrite,
+        )
+        try:
+            version, chain = await self._write(write)
+        except BaseException:
+            ctx._give_back(taken)
+            raise
+        ctx._mark_saved(version, chain)
+        logger.debug(
+            "checkpoint %s v%d %s %dB", ctx.run_id, version, kind, len(payload),
+            extra={"run_id": ctx.run_id},
+        )
+        return version
+
+    def _encode_commit(
+        self,
+        ctx: ExecutionContext,
+        taken: Delta,
+        node: str | None,
+        status: RunStatus,
+        now: float,
+        meta: dict[str, Any],
+    ) -> tuple[str, bytes, int, int]:
+        head = {"v": SCHEMA_VERSION, "node": node, "status": str(status), "ts": now, "meta": meta}
+        if not taken.full and ctx.version > 0:
+            ops = [[k, op, arg] for k, op, arg in taken.ops]
+            payload = self.codec.encode({**head, "kind": "delta", "ops": ops, "executed": taken.executed})
+            rewrite = sum(
+                len(ormsgpack.packb(arg, default=_no_default, option=_OPTS))
+                for _k, op, arg in taken.ops
+                if op not in ("append", "add")
+            )
+            rewrite = min(rewrite, len(payload))
+            growth = len(payload) - rewrite
+            if not self.compaction.due(ctx.chain, growth=growth, rewrite=rewrite):
+                return "delta", payload, growth, rewrite
+        payload = self.codec.encode(
+            {**head, "kind": "full", "state": ctx._state_ref(), "executed": ctx.executed_node_ids}
+        )
+        return "full", payload, 0, 0
+
+    async def save(self, checkpoint: Checkpoint, *, expected_version: int | None = None) -> int:
+        """Store a whole :class:`Checkpoint` as the run's next version (the seed's ``save``).
+
+        ``expected_version``: None appends after whatever is stored; 0 requires a new
+        run; n requires the latest to be n (else :class:`VersionConflict`).
+        Returns the version assigned.
+        """
+        for key, value in checkpoint.state.items():
+            check_value(value, key=key)
+        check_value(checkpoint.metadata, key="metadata")
+        check_value(list(checkpoint.executed_node_ids), key="executed_node_ids")
+        now = checkpoint.timestamp.timestamp()
+        payload = self.codec.encode(
+            {
+                "v": SCHEMA_VERSION,
+                "kind": "full",
+                "node": checkpoint.node_id,
+                "status": str(checkpoint.status),
+                "ts": now,
+                "meta": checkpoint.metadata,
+                "state": checkpoint.state,
+                "executed": list(checkpoint.executed_node_ids),
+            }
+        )
+        version, _ = await self._write(
+            Write(
+                run_id=checkpoint.run_id,
+                kind="full",
+                payload=payload,
+                node_id=checkpoint.node_id,
+                status=RunStatus(checkpoint.status),
+                created_at=now,
+                expires_at=self.expiry.expires_at(RunStatus(checkpoint.status), time.time()),
+                expected_version=expected_version,
+            )
+        )
+        return version
+
+    # == reading ===================================================================
+    async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
+        """The checkpoint at ``version`` (latest when None), or None if not stored."""
+        info, rows = await self._read(run_id, version)
+        if not rows:
+            return None
+        rep = self._replay(run_id, rows)
+        last = rows[-1]
+        return Checkpoint(
+            run_id=run_id,
+            node_id=last.node_id,
+            state=rep.state,
+            executed_node_ids=rep.executed,
+            timestamp=_utc(last.created_at),
+            version=last.version,
+            status=last.status,
+            metadata=rep.last.get("meta") or {},
+        )
+
+    async def load_context(
+        self, run_id: str, version: int | None = None, *, reducers: ReducerRegistry | None = None
+    ) -> ExecutionContext | None:
+        """An :class:`ExecutionContext` restored from a checkpoint, ready to continue.
+
+        The context's version is the checkpoint's, so committing from an older version
+        raises VersionConflict (use :meth:`rollback` to continue from an old version).
+        """
+        info, rows = await self._read(run_id, version)
+        if not rows or info is None:
+            return None
+        rep = self._replay(run_id, rows)
+        ctx = ExecutionContext(run_id, reducers=reducers)
+        latest = rows[-1].version == info.version
+        ctx._load(
+            state=rep.state,
+            executed=rep.executed,
+            version=rows[-1].version,
+            node_id=rows[-1].node_id,
+            chain=info.chain if latest else ChainStats(length=self.compaction.max_chain),
+        )
+        return ctx
+
+    def _replay(self, run_id: str, rows: list[StoredRow]) -> _Replayed:
+        first = rows[0]
+        head = self.codec.decode(first.payload, run_id=run_id, version=first.version)
+        if head.get("kind") != "full" or type(head.get("state")) is not dict:
+            raise CheckpointCorrupt("chain does not start with a full state", run_id=run_id, version=first.version)
+        rep = _Replayed(state=head["state"], executed=list(head.get("executed") or []), last=head)
+        expect = first.version + 1
+        for row in rows[1:]:
+            if row.version != expect:
+                raise CheckpointCorrupt(
+                    f"version {expect} is missing from the chain", run_id=run_id, version=row.version
+                )
+            expect += 1
+            body = self.codec.decode(row.payload, run_id=run_id, version=row.version)
+            try:
+                _apply(rep, body)
+            except CheckpointCorrupt:
+                raise
+            except Exception as exc:
+                raise CheckpointCorrupt(f"cannot apply delta ({exc})", run_id=run_id, version=row.version) from exc
+        return rep
+
+    async def history(
+        self, run_id: str, *, before: int | None = None, limit: int | None = None
+    ) -> list[CheckpointInfo]:
+        """Stored versions with node and time, newest first; page with ``before``."""
+        if limit is not None and limit < 0:
+            raise ConfigError("limit must be >= 0")
+        return await self._history(run_id, before=before, limit=limit)
+
+    async def snapshot(self, run_id: str) -> ExecutionContextSnapshot | None:
+        """What a human reviewing the run sees (seed 003 §2.1), or None."""
+        info, rows = await self._read(run_id, None)
+        if info is None or not rows:
+            return None
+        rep = self._replay(run_id, rows)
+        last = rows[-1]
+        meta = rep.last.get("meta") or {}
+        history = rep.state.get("execution_history")
+        return ExecutionContextSnapshot(
+            run_id=run_id,
+            current_node_id=last.node_id,
+            current_node_name=meta.get("node_name") or last.node_id,
+            status=info.status,
+            state=rep.state,
+            execution_history=history if type(history) is list else [],
+            timestamp=_utc(last.created_at),
+            version=last.version,
+        )
+
+    async def get_status(self, run_id: str) -> RunStatus | None:
+        info = await self.get_run(run_id)
+        return None if info is None else info.status
+
+    # == changing runs =============================================================
+    async def set_status(self, run_id: str, status: RunStatus | str) -> None:
+        """Record the run's status (PAUSED for review, COMPLETED at the end…)."""
+        st = RunStatus(status)
+        await self._set_status(run_id, st, self.expiry.expires_at(st, time.time()))
+
+    async def update_state(
+        self,
+        run_id: str,
+        update: Mapping[str, Any],
+        *,
+        reducers: ReducerRegistry | None = None,
+        node_id: str | None = None,
+    ) -> int:
+        """Merge ``update`` into a PAUSED run's state through the reducers and persist it.
+
+        Raises RunNotPaused (and changes nothing) for any other status, RunNotFound
+        for an unknown run. The status check is repeated inside the atomic write, so
+        a run resumed meanwhile is not modified.
+        """
+        info = await self.get_run(run_id)
+        if info is None:
+            raise RunNotFound(run_id)
+        if info.status is not RunStatus.PAUSED:
+            raise RunNotPaused(run_id, str(info.status))
+        ctx = await self.load_context(run_id, reducers=reducers)
+        if ctx is None:
+            raise RunNotFound(run_id)
+        ctx.merge(update)
+        return await self.commit(
+            ctx,
+            node_id=node_id,
+            status=RunStatus.PAUSED,
+            metadata={"update": True},
+            _require_status=RunStatus.PAUSED,
+        )
+
+    async def rollback(self, run_id: str, version: int) -> int:
+        """Make the state at ``version`` the latest again, as a new version.
+
+        History stays append-only: later versions remain readable.
+        """
+        cp = await self.load(run_id, version)
+        if cp is None:
+            raise RunNotFound(run_id, version)
+        info = await self.get_run(run_id)
+        status = info.status if info else cp.status
+        return await self.save(
+            Checkpoint(
+                run_id=run_id,
+                node_id=cp.node_id,
+                state=cp.state,
+                executed_node_ids=cp.executed_node_ids,
+                status=status,
+                metadata={"rolled_back_to": version},
+            ),
+            expected_version=info.version if info else None,
+        )
+
+    async def copy(self, run_id: str, new_run_id: str, *, version: int | None = None) -> int:
+        """Fork a run at ``version`` (latest when None) into a new run id.
+
+        The fork starts at version 1 with the source's state, executed nodes and
+        status, and records where it came from in its metadata. Raises
+        VersionConflict if ``new_run_id`` exists.
+        """
+        cp = await self.load(run_id, version)
+        if cp is None:
+            raise RunNotFound(run_id, version)
+        return await self.save(
+            Checkpoint(
+                run_id=new_run_id,
+                node_id=cp.node_id,
+                state=cp.state,
+                executed_node_ids=cp.executed_node_ids,
+                status=cp.status,
+                metadata={"forked_from": {"run_id": run_id, "version": cp.version}},
+            ),
+            expected_version=0,
+        )
+
+    async def prune(self, run_id: str, *, keep: int) -> int:
+        """Keep only the latest ``keep`` versions; returns how many were removed.
+
+        Safe with deltas: the oldest kept version is rewritten as a full state first,
+        in the same transaction that drops the older rows.
+        """
+        if keep < 1:
+            raise ConfigError("prune needs keep >= 1 (use delete() to remove a run)")
+        info = await self.get_run(run_id)
+        if info is None:
+            raise RunNotFound(run_id)
+        cut = info.version - keep + 1
+        if cut <= 1:
+            return 0
+        cp = await self.load(run_id, cut)
+        if cp is None:
+            return 0
+        payload = self.codec.encode(
+            {
+                "v": SCHEMA_VERSION,
+                "kind": "full",
+                "node": cp.node_id,
+                "status": str(cp.status),
+                "ts": cp.timestamp.timestamp(),
+                "meta": cp.metadata,
+                "state": cp.state,
+                "executed": cp.executed_node_ids,
+            }
+        )
+        return await self._rebase(run_id, cut, payload)
+
+
+_OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+
+
+def _no_default(obj: Any) -> Any:
+    return str(obj)  # sizing only: a datetime's exact bytes do not matter here
+
+
+def _apply(rep: _Replayed, body: dict[str, Any]) -> None:
+    """Apply one delta in place: every object here was freshly decoded, so it is ours."""
+    if body.get("kind") != "delta":
+        raise CheckpointCorrupt("expected a delta row")
+    state = rep.state
+    for key, op, arg in body["ops"]:
+        old = state.get(key)
+        if op == "append" and type(old) is list:
+            old.extend(arg)
+        elif op == "merge" and type(old) is dict:
+            old.update(arg)
+        else:
+            from tether.state.reducers import apply_op
+
+            state[key] = apply_op(old, op, arg)
+    rep.executed.extend(body.get("executed") or ())
+    rep.last = body

@@ -1,0 +1,186 @@
+"""In-process store: for tests, demos and runs that need no durability."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tether.errors import RunNotFound, RunNotPaused, VersionConflict
+from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
+from tether.stores.base import CheckpointStore, StoredRow, Write, _utc
+
+__all__ = ["InMemoryStore"]
+
+
+@dataclass(slots=True)
+class _Run:
+    info: RunInfo
+    expires_at: float | None
+    rows: dict[int, StoredRow] = field(default_factory=dict)
+
+
+_SHARED: dict[str, tuple[dict[str, _Run], threading.Lock]] = {}
+
+
+class InMemoryStore(CheckpointStore):
+    """Keeps everything in a dict; nothing survives the process.
+
+    ``InMemoryStore(name="x")`` (URL ``memory://x``) shares its data with every other
+    store of that name in the process, like a second connection to one database.
+    """
+
+    scheme = "memory"
+
+    def __init__(self, name: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if name:
+            self._runs, self._lock = _SHARED.setdefault(name, ({}, threading.Lock()))
+        else:
+            self._runs, self._lock = {}, threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> InMemoryStore:
+        return cls(url.partition("://")[2] or None, **options)
+
+    async def setup(self) -> None:
+        return None
+
+    def _live(self, run_id: str) -> _Run | None:
+        run = self._runs.get(run_id)
+        if run is not None and run.expires_at is not None and run.expires_at <= time.time():
+            del self._runs[run_id]
+            return None
+        return run
+
+    async def _write(self, w: Write) -> tuple[int, ChainStats]:
+        with self._lock:
+            run = self._live(w.run_id)
+            current = run.info.version if run else 0
+            if w.expected_version is not None and w.expected_version != current:
+                raise VersionConflict(w.run_id, expected=w.expected_version, actual=current)
+            if w.require_status is not None and (run is None or run.info.status is not w.require_status):
+                raise RunNotPaused(w.run_id, str(run.info.status) if run else "missing")
+            if run is None and w.kind != "full":
+                raise RunNotFound(w.run_id)
+            version = current + 1
+            chain = w.chain_after(run.info.chain if run else ChainStats(), version)
+            row = StoredRow(
+                run_id=w.run_id,
+                version=version,
+                kind=w.kind,
+                node_id=w.node_id,
+                status=w.status,
+                created_at=w.created_at,
+                payload=w.payload,
+            )
+            now = _utc(w.created_at)
+            if run is None:
+                info = RunInfo(
+                    run_id=w.run_id,
+                    status=w.status,
+                    version=version,
+                    node_id=w.node_id,
+                    created_at=now,
+                    updated_at=now,
+                    expires_at=None,
+                    chain=chain,
+                )
+                run = self._runs[w.run_id] = _Run(info=info, expires_at=None)
+            run.info = replace(
+                run.info, status=w.status, version=version, node_id=w.node_id, updated_at=now, chain=chain,
+                expires_at=None if w.expires_at is None else _utc(w.expires_at),
+            )
+            run.expires_at = w.expires_at
+            run.rows[version] = row
+            return version, chain
+
+    async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
+        with self._lock:
+            run = self._live(run_id)
+            if run is None:
+                return None, []
+            target = run.info.version if version is None else version
+            if target not in run.rows:
+                return run.info, []
+            base = max(v for v, r in run.rows.items() if v <= target and r.kind == "full")
+            return run.info, [run.rows[v] for v in range(base, target + 1)]
+
+    async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
+        with self._lock:
+            run = self._live(run_id)
+            if run is None:
+                return []
+            versions = sorted((v for v in run.rows if before is None or v < before), reverse=True)
+            if limit is not None:
+                versions = versions[:limit]
+            return [_info(run.rows[v]) for v in versions]
+
+    async def get_run(self, run_id: str) -> RunInfo | None:
+        with self._lock:
+            run = self._live(run_id)
+            return None if run is None else run.info
+
+    async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
+        with self._lock:
+            run = self._live(run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            run.expires_at = expires_at
+            run.info = replace(
+                run.info, status=status, updated_at=_utc(time.time()),
+                expires_at=None if expires_at is None else _utc(expires_at),
+            )
+
+    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0) -> list[RunInfo]:
+        with self._lock:
+            infos = [r.info for rid in list(self._runs) if (r := self._live(rid)) is not None]
+        if status is not None:
+            infos = [i for i in infos if i.status is RunStatus(status)]
+        infos.sort(key=lambda i: (i.updated_at, i.run_id), reverse=True)
+        return infos[offset : offset + limit]
+
+    async def delete(self, run_id: str) -> bool:
+        with self._lock:
+            return self._runs.pop(run_id, None) is not None
+
+    async def _rebase(self, run_id: str, version: int, payload: bytes) -> int:
+        with self._lock:
+            run = self._live(run_id)
+            if run is None or version not in run.rows:
+                raise RunNotFound(run_id, version)
+            run.rows[version] = replace(run.rows[version], kind="full", payload=payload)
+            dropped = [v for v in run.rows if v < version]
+            for v in dropped:
+                del run.rows[v]
+            chain = run.info.chain
+            if chain.base_version < version:
+                chain = replace(
+                    chain, base_version=version, base_bytes=len(payload), length=run.info.version - version
+                )
+                run.info = replace(run.info, chain=chain)
+            return len(dropped)
+
+    async def purge_expired(self) -> int:
+        with self._lock:
+            now = time.time()
+            gone = [rid for rid, r in self._runs.items() if r.expires_at is not None and r.expires_at <= now]
+            for rid in gone:
+                del self._runs[rid]
+            return len(gone)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _info(row: StoredRow) -> CheckpointInfo:
+    return CheckpointInfo(
+        run_id=row.run_id,
+        version=row.version,
+        node_id=row.node_id,
+        status=row.status,
+        timestamp=_utc(row.created_at),
+        kind=row.kind,
+        size=len(row.payload),
+    )

@@ -1,0 +1,167 @@
+"""MySQL / MariaDB store (asyncmy).
+
+Payloads are LONGBLOBs read row by row: nothing is aggregated into one string, so the
+1 MiB ``GROUP_CONCAT`` cut that breaks other MySQL savers cannot happen. Run ids use a
+binary collation, so ``Run-1`` and ``run-1`` are different runs, as on every backend.
+The server's ``max_allowed_packet`` bounds one payload (16 MiB by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from tether.errors import ConfigError, StoreError, StoreUnavailable, TetherError
+from tether.stores._sql import Dialect, SqlStore, Tx
+
+__all__ = ["MySQLStore"]
+
+_DIALECT = Dialect(
+    text_key="VARCHAR(191)",
+    text="TEXT",
+    real="DOUBLE",
+    bigint="BIGINT",
+    blob="LONGBLOB",
+    lock="FOR UPDATE",
+    table_suffix=" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+    inline_indexes=True,
+)
+
+_UNAVAILABLE = {2002, 2003, 2006, 2013, 2055, 1040, 1205, 1213}
+_DUPLICATE = 1062
+
+
+def _asyncmy() -> Any:
+    try:
+        import asyncmy
+    except ImportError:
+        raise ConfigError("MySQLStore needs asyncmy: pip install 'tether[mysql]'") from None
+    return asyncmy
+
+
+class _MyTx:
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    async def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        async with self._conn.cursor() as cur:
+            return int(await cur.execute(sql.replace("?", "%s"), tuple(params) or None))
+
+    async def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        async with self._conn.cursor() as cur:
+            await cur.execute(sql.replace("?", "%s"), tuple(params) or None)
+            return list(await cur.fetchall())
+
+    async def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        async with self._conn.cursor() as cur:
+            await cur.execute(sql.replace("?", "%s"), tuple(params) or None)
+            row = await cur.fetchone()
+            return None if row is None else tuple(row)
+
+
+class MySQLStore(SqlStore):
+    """Checkpoints in MySQL 8 / MariaDB ≥ 10.5 (InnoDB)."""
+
+    scheme = "mysql"
+    dialect = _DIALECT
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 3306,
+        user: str = "root",
+        password: str = "",
+        database: str = "test",
+        connect_timeout: float = 10.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        _asyncmy()
+        self._params = {
+            "host": host,
+            "port": port,
+            "user": user,
+            "password": password,
+            "db": database,
+            "autocommit": True,
+            "connect_timeout": connect_timeout,
+            "charset": "utf8mb4",
+        }
+        self._conn: Any = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> MySQLStore:
+        parts = urlsplit(url)
+        database = parts.path.lstrip("/")
+        if not database:
+            raise ConfigError(f"MySQL URL needs a database: mysql://user@host:3306/DB (got {url!r})")
+        return cls(
+            host=parts.hostname or "127.0.0.1",
+            port=parts.port or 3306,
+            user=unquote(parts.username or "root"),
+            password=unquote(parts.password or ""),
+            database=database,
+            **options,
+        )
+
+    async def _connection(self) -> Any:
+        if self._conn is None:
+            self._conn = await _asyncmy().connect(**self._params)
+        return self._conn
+
+    @asynccontextmanager
+    async def _tx(self, *, write: bool) -> AsyncIterator[Tx]:
+        errors = _asyncmy().errors
+        async with self._lock:
+            try:
+                conn = await self._connection()
+                await conn.begin()
+                try:
+                    yield _MyTx(conn)
+                except BaseException:
+                    await asyncio.shield(conn.rollback())
+                    raise
+                await conn.commit()
+            except TetherError:
+                raise
+            except errors.IntegrityError:
+                raise
+            except errors.Error as exc:
+                code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+                if code in _UNAVAILABLE or isinstance(exc, errors.OperationalError | errors.InterfaceError):
+                    await self._reset()
+                    raise StoreUnavailable(f"mysql: {exc}") from exc
+                raise StoreError(f"mysql: {exc}") from exc
+            except OSError as exc:
+                await self._reset()
+                raise StoreUnavailable(f"mysql: {exc}") from exc
+
+    async def _reset(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def _is_duplicate(self, exc: BaseException) -> bool:
+        errors = _asyncmy().errors
+        return isinstance(exc, errors.IntegrityError) and bool(exc.args) and exc.args[0] == _DUPLICATE
+
+    async def setup(self) -> None:
+        conn_lock = "SELECT GET_LOCK('tether_migrate', 60)"
+        async with self._tx(write=True) as tx:
+            await tx.all(conn_lock)
+        try:
+            await self._apply_migrations()
+        finally:
+            async with self._tx(write=True) as tx:
+                await tx.all("SELECT RELEASE_LOCK('tether_migrate')")
+
+    async def aclose(self) -> None:
+        await self._reset()

@@ -1,0 +1,74 @@
+"""``open_store(url)``: pick a backend from the URL scheme, importing only that one.
+
+    memory://[name]                    InMemoryStore (same name: shared in-process)
+    sqlite:///relative/path.db         SqliteStore (sqlite:////abs/path.db for absolute)
+    redis://host:6379/0                RedisStore          (pip install 'tether[redis]')
+    postgresql://user@host/db          PostgresStore       (pip install 'tether[postgres]')
+    mysql://user:pw@host/db            MySQLStore          (pip install 'tether[mysql]')
+    tiered+redis://host/0?sql=<url>    TieredStore: Redis primary, SQL persistence
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from tether.errors import ConfigError
+from tether.stores.base import CheckpointStore
+
+__all__ = ["BACKENDS", "create_store", "open_store"]
+
+BACKENDS: dict[str, str] = {
+    "memory": "tether.stores.memory:InMemoryStore",
+    "sqlite": "tether.stores.sqlite:SqliteStore",
+    "redis": "tether.stores.redis:RedisStore",
+    "rediss": "tether.stores.redis:RedisStore",
+    "postgres": "tether.stores.postgres:PostgresStore",
+    "postgresql": "tether.stores.postgres:PostgresStore",
+    "mysql": "tether.stores.mysql:MySQLStore",
+    "mariadb": "tether.stores.mysql:MySQLStore",
+    "tiered+redis": "tether.stores.tiered:TieredStore",
+}
+
+
+def _load(target: str) -> type[CheckpointStore]:
+    module, _, name = target.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    if not (isinstance(cls, type) and issubclass(cls, CheckpointStore)):
+        raise ConfigError(f"{target} is not a CheckpointStore")
+    return cls
+
+
+def create_store(url: str, **options: Any) -> CheckpointStore:
+    """Build (but do not set up) the store for ``url``; options go to the backend."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ConfigError(f"store URL {url!r} has no scheme; e.g. sqlite:///tether.db")
+    target = BACKENDS.get(scheme.lower())
+    if target is None:
+        raise ConfigError(f"unknown store scheme {scheme!r}; known: {', '.join(sorted(BACKENDS))}")
+    cls = _load(target)
+    if scheme == "sqlite":
+        path = rest[1:] if rest.startswith("/") else rest
+        if not path:
+            raise ConfigError("sqlite URL needs a path: sqlite:///tether.db")
+        return cls(path, **options)  # type: ignore[call-arg]
+    return cls.from_url(url, **options)  # type: ignore[attr-defined,no-any-return]
+
+
+@asynccontextmanager
+async def open_store(url: str, *, setup: bool = True, **options: Any) -> AsyncIterator[CheckpointStore]:
+    """Open a store from a URL, set it up (idempotent), and close it afterwards.
+
+    >>> async with open_store("sqlite:///tether.db") as store:  # doctest: +SKIP
+    ...     await store.commit(ctx)
+    """
+    store = create_store(url, **options)
+    try:
+        if setup:
+            await store.setup()
+        yield store
+    finally:
+        await store.aclose()

@@ -1,0 +1,127 @@
+"""SQLite store: the embedded default (stdlib ``sqlite3``, WAL, durable commits).
+
+All database work runs on one dedicated thread per store, so the event loop never
+blocks on disk and the connection is only ever touched by one thread. Several
+processes may share one file: writers take SQLite's write lock with ``BEGIN
+IMMEDIATE`` and wait up to ``busy_timeout`` for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tether.errors import ConfigError, StoreError, StoreUnavailable, TetherError
+from tether.stores._sql import Dialect, SqlStore, Tx
+
+__all__ = ["SqliteStore"]
+
+T = TypeVar("T")
+
+_DIALECT = Dialect(
+    text_key="TEXT", text="TEXT", real="REAL", bigint="INTEGER", blob="BLOB", lock=""
+)
+
+
+class _SqliteTx:
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    async def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return await self._store._call(lambda c: c.execute(sql, params).rowcount)
+
+    async def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return await self._store._call(lambda c: c.execute(sql, params).fetchall())
+
+    async def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        return await self._store._call(lambda c: c.execute(sql, params).fetchone())
+
+
+class SqliteStore(SqlStore):
+    """Checkpoints in one SQLite file.
+
+    Args:
+        path: the database file (created with its directory), or ``":memory:"``.
+        synchronous: ``FULL`` (default) makes a save durable when it returns, even
+            on power loss; ``NORMAL`` is faster and durable against process crashes
+            only (WAL's documented trade).
+        busy_timeout: seconds to wait for another process's write lock.
+    """
+
+    scheme = "sqlite"
+    dialect = _DIALECT
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
+            raise ConfigError("synchronous must be FULL, NORMAL or EXTRA")
+        self.path = str(path)
+        self._synchronous = synchronous.upper()
+        self._busy_ms = int(busy_timeout * 1000)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sqlite")
+        self._conn: sqlite3.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        return conn
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def job() -> T:
+            if self._conn is None:
+                self._conn = self._connect()
+            return fn(self._conn)
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, job)
+        except TetherError:
+            raise
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc) or "unable to open" in str(exc):
+                raise StoreUnavailable(f"sqlite {self.path}: {exc}") from exc
+            raise StoreError(f"sqlite {self.path}: {exc}") from exc
+        except sqlite3.IntegrityError:
+            raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite {self.path}: {exc}") from exc
+
+    @asynccontextmanager
+    async def _tx(self, *, write: bool) -> AsyncIterator[Tx]:
+        async with self._lock:  # one transaction at a time on this connection
+            await self._call(lambda c: c.execute("BEGIN IMMEDIATE" if write else "BEGIN"))
+            try:
+                yield _SqliteTx(self)
+            except BaseException:
+                await asyncio.shield(self._call(lambda c: c.execute("ROLLBACK")))
+                raise
+            await self._call(lambda c: c.execute("COMMIT"))
+
+    def _is_duplicate(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.IntegrityError)
+
+    async def setup(self) -> None:
+        await self._apply_migrations()
+
+    async def aclose(self) -> None:
+        conn = self._conn
+        if conn is not None:
+            await asyncio.get_running_loop().run_in_executor(self._pool, conn.close)
+            self._conn = None
+        self._pool.shutdown(wait=True)

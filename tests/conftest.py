@@ -1,0 +1,15 @@
+"""Shared test setup: a clean TETHER_* environment for every test."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Library code must not depend on the caller's TETHER_* variables (httpx clean_environ)."""
+    for name in list(os.environ):
+        if name.startswith("TETHER_") and not name.startswith("TETHER_TEST_"):
+            monkeypatch.delenv(name, raising=False)
