@@ -1,0 +1,190 @@
+"""ExecutionContext: reducers, validation, deltas, snapshots, threads."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tether.errors import ConfigError, InvalidStateValue
+from tether.state import ExecutionContext, ReducerRegistry, default_registry, upsert_by
+from tether.state.reducers import apply_op
+from tether.state.values import copy_value
+
+
+def test_default_reducers_follow_seed_003():
+    """messages and execution_history append; *_output and other keys overwrite."""
+    ctx = ExecutionContext("r")
+    ctx.merge({"messages": [1], "execution_history": ["a"], "plan_output": 1, "x": 1})
+    ctx.merge({"messages": [2, 3], "execution_history": "b", "plan_output": 2, "x": 2})
+    assert ctx.get("messages") == [1, 2, 3]
+    assert ctx.get("execution_history") == ["a", "b"]
+    assert ctx.get("plan_output") == 2
+    assert ctx.get("x") == 2
+
+
+def test_user_reducers_by_key_and_pattern_override_defaults():
+    """A registered key or glob wins over the defaults; later patterns win over earlier."""
+    reg = default_registry().register("messages", "overwrite").register("*_count", "counter")
+    reg.register("tool_*", "merge").register("tool_special_*", "append")
+    ctx = ExecutionContext("r", reducers=reg)
+    ctx.merge({"messages": [1], "a_count": 2, "tool_cfg": {"a": 1}, "tool_special_x": 1})
+    ctx.merge({"messages": [2], "a_count": 3, "tool_cfg": {"b": 2}, "tool_special_x": 2})
+    assert ctx.get("messages") == [2]
+    assert ctx.get("a_count") == 5
+    assert ctx.get("tool_cfg") == {"a": 1, "b": 2}
+    assert ctx.get("tool_special_x") == [1, 2]
+
+
+def test_upsert_by_id_replaces_in_place_and_appends_new():
+    ctx = ExecutionContext("r")
+    ctx.register_reducer("items", upsert_by("key"))
+    ctx.merge({"items": [{"key": 1, "v": "a"}, {"key": 2, "v": "b"}]})
+    ctx.merge({"items": {"key": 1, "v": "A"}})
+    ctx.merge({"items": [{"key": 3, "v": "c"}]})
+    assert ctx.get("items") == [{"key": 1, "v": "A"}, {"key": 2, "v": "b"}, {"key": 3, "v": "c"}]
+    with pytest.raises(InvalidStateValue, match="needs dicts with 'key'"):
+        ctx.merge({"items": [{"nokey": 1}]})
+
+
+def test_unknown_reducer_name_is_a_config_error():
+    with pytest.raises(ConfigError, match="unknown reducer 'apend'"):
+        ReducerRegistry().register("x", "apend")
+
+
+class Color(enum.Enum):
+    RED = 1
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ((1, 2), "use a list"),
+        ({1, 2}, "sorted list"),
+        (object(), "allowed: str"),
+        (Color.RED, "allowed: str"),
+        (2**64, "64 bits"),
+        ({"a": {1: "x"}}, "dict keys must be str"),
+        ([1, [2, bytearray(b"x")]], "use bytes"),
+    ],
+)
+def test_values_that_cannot_round_trip_are_refused_at_put_and_merge(value, fragment):
+    """The error names the key and path, and the state is unchanged."""
+    ctx = ExecutionContext("r", {"keep": 1})
+    with pytest.raises(InvalidStateValue, match=fragment) as err:
+        ctx.put("bad", value)
+    assert err.value.key == "bad" and "'bad'" in str(err.value)
+    with pytest.raises(InvalidStateValue):
+        ctx.merge({"ok": 1, "bad": value})
+    assert ctx.snapshot() == {"keep": 1}  # merge is all-or-nothing
+
+
+def test_datetime_with_foreign_tzinfo_is_refused():
+    class Odd(dt.tzinfo):
+        def utcoffset(self, d):
+            return dt.timedelta(0)
+
+    with pytest.raises(InvalidStateValue, match="tzinfo"):
+        ExecutionContext("r").put("t", dt.datetime(2020, 1, 1, tzinfo=Odd()))
+
+
+def test_snapshot_is_a_deep_copy_and_restore_replaces():
+    ctx = ExecutionContext("r", {"messages": [{"a": [1]}]})
+    snap = ctx.snapshot()
+    snap["messages"][0]["a"].append(2)
+    assert ctx.get("messages") == [{"a": [1]}]
+    ctx.restore({"other": 1})
+    assert ctx.snapshot() == {"other": 1}
+    assert ctx.pending().full
+
+
+def test_delta_records_reducer_ops_and_overwrites_drop_earlier_ops():
+    ctx = ExecutionContext("r")
+    ctx._mark_saved(1, ctx.chain)
+    ctx._take()  # pretend the first full save happened
+    ctx.merge({"messages": ["a"], "x": 1})
+    ctx.merge({"messages": ["b"], "x": 2})
+    ctx.put("messages", ["z"])
+    ops = ctx.pending().ops
+    assert ("x", "set", 1) not in ops
+    assert ops == [("x", "set", 2), ("messages", "set", ["z"])]
+
+
+def test_failed_save_gives_the_delta_back():
+    ctx = ExecutionContext("r")
+    ctx._take()
+    ctx.merge({"messages": ["a"]})
+    taken = ctx._take()
+    ctx.merge({"messages": ["b"]})
+    ctx._give_back(taken)
+    assert ctx.pending().ops == [("messages", "append", ["a"]), ("messages", "append", ["b"])]
+
+
+def test_threads_merging_at_once_lose_nothing():
+    """ExecutionContext is safe to share between threads."""
+    ctx = ExecutionContext("r", reducers=default_registry().register("n", "counter"))
+
+    def work(tag: int) -> None:
+        for i in range(500):
+            ctx.merge({"messages": [f"{tag}-{i}"], "n": 1})
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(ctx.get("messages")) == 4000 and len(set(ctx.get("messages"))) == 4000
+    assert ctx.get("n") == 4000
+
+
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63), st.text(max_size=5))
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=8,
+)
+updates = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "messages": st.lists(json_value, max_size=3),
+            "cfg": st.dictionaries(st.text(max_size=3), json_value, max_size=3),
+            "n": st.integers(-100, 100),
+            "todo": st.lists(st.fixed_dictionaries({"id": st.integers(0, 4), "v": json_value}), max_size=3),
+            "x_output": json_value,
+        },
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(updates)
+def test_replaying_recorded_ops_rebuilds_the_state(batch):
+    """The delta comes from the reducers: replaying its ops on the old state gives the new one."""
+    reg = default_registry().register("cfg", "merge").register("n", "counter").register("todo", upsert_by("id"))
+    ctx = ExecutionContext("r", {"messages": ["start"]}, reducers=reg)
+    ctx._take()
+    before = ctx.snapshot()
+    for update in batch:
+        ctx.merge(update)
+    state = copy_value(before)
+    for key, op, arg in ctx.pending().ops:
+        state[key] = apply_op(state.get(key), op, copy_value(arg))
+    assert state == ctx.snapshot()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(json_value, max_size=4), max_size=6))
+def test_append_in_batches_equals_one_at_a_time(chunks):
+    one = ExecutionContext("a")
+    many = ExecutionContext("b")
+    for chunk in chunks:
+        one.merge({"messages": chunk})
+        for item in chunk:
+            many.merge({"messages": [item]})
+    assert one.get("messages", []) == many.get("messages", [])

@@ -1,0 +1,51 @@
+"""Payload bytes: exact round trips, authenticated encryption, clear corruption errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from tether.errors import CheckpointCorrupt, ConfigError, DecryptionError
+from tether.state import Codec, generate_key
+
+
+def payload(**extra):
+    return {"v": 1, "kind": "full", "state": {"t": dt.datetime(2026, 3, 29, 1, 30, tzinfo=ZoneInfo("Europe/Paris")), **extra}}
+
+
+def test_zone_aware_datetimes_keep_their_zone():
+    out = Codec().decode(Codec().encode(payload()))
+    assert out == payload()
+    assert out["state"]["t"].tzinfo == ZoneInfo("Europe/Paris")
+
+
+def test_encryption_hides_the_plaintext_and_detects_tampering():
+    codec = Codec(encryption_key=generate_key())
+    data = codec.encode(payload(secret="hunter2"))
+    assert b"hunter2" not in data
+    assert codec.decode(data) == payload(secret="hunter2")
+    tampered = data[:-1] + bytes([data[-1] ^ 1])
+    with pytest.raises(DecryptionError, match="altered"):
+        codec.decode(tampered, run_id="r", version=3)
+
+
+def test_compression_only_when_it_pays():
+    codec = Codec(compress_min_bytes=100)
+    text = codec.encode(payload(blob="abc" * 10_000))
+    assert len(text) < 2_000
+    random_bytes = codec.encode(payload(blob=__import__("os").urandom(10_000)))
+    assert random_bytes[3] & 1 == 0  # incompressible: stored raw
+    assert codec.decode(text) == payload(blob="abc" * 10_000)
+
+
+@pytest.mark.parametrize("data", [b"", b"TT", b"XX\x01\x00abc", b"TT\x09\x00abc", b"TT\x01\x00\xc1"])
+def test_garbage_is_reported_as_corrupt(data):
+    with pytest.raises(CheckpointCorrupt, match="run 'r' version 9"):
+        Codec().decode(data, run_id="r", version=9)
+
+
+def test_bad_keys_are_config_errors():
+    with pytest.raises(ConfigError, match="32 bytes"):
+        Codec(encryption_key="c2hvcnQ=")
