@@ -69,8 +69,7 @@ class RunNotPaused(StateError):
 
     def __init__(self, run_id: str, status: str) -> None:
         super().__init__(
-            f"run {run_id!r} is {status}; its state can be updated only while PAUSED "
-            "(pause it first)"
+            f"run {run_id!r} is {status}; its state can be updated only while PAUSED (pause it first)"
         )
         self.run_id = run_id
         self.status = status

@@ -166,7 +166,9 @@ updates = st.lists(
 @given(updates)
 def test_replaying_recorded_ops_rebuilds_the_state(batch):
     """The delta comes from the reducers: replaying its ops on the old state gives the new one."""
-    reg = default_registry().register("cfg", "merge").register("n", "counter").register("todo", upsert_by("id"))
+    reg = (
+        default_registry().register("cfg", "merge").register("n", "counter").register("todo", upsert_by("id"))
+    )
     ctx = ExecutionContext("r", {"messages": ["start"]}, reducers=reg)
     ctx._take()
     before = ctx.snapshot()

@@ -12,7 +12,11 @@ from tether.state import Codec, generate_key
 
 
 def payload(**extra):
-    return {"v": 1, "kind": "full", "state": {"t": dt.datetime(2026, 3, 29, 1, 30, tzinfo=ZoneInfo("Europe/Paris")), **extra}}
+    return {
+        "v": 1,
+        "kind": "full",
+        "state": {"t": dt.datetime(2026, 3, 29, 1, 30, tzinfo=ZoneInfo("Europe/Paris")), **extra},
+    }
 
 
 def test_zone_aware_datetimes_keep_their_zone():

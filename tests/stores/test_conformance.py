@@ -258,7 +258,9 @@ async def test_second_writer_gets_a_version_conflict(store):
     fresh.merge({"messages": [msg(2)]})
     assert await store.commit(fresh) == 3
     assert [m["content"][:9] for m in (await store.load(ctx.run_id)).state["messages"]] == [
-        "message 0", "message 1", "message 2"
+        "message 0",
+        "message 1",
+        "message 2",
     ]
 
 

@@ -85,17 +85,14 @@ def _merge(old: Any, update: Any) -> dict[str, Any]:
 def _count(old: Any, update: Any) -> int | float:
     if type(update) not in (int, float):
         raise InvalidStateValue(f"counter needs a number, got {type(update).__name__}")
-    return (old or 0) + update
+    total: int | float = (old or 0) + update
+    return total
 
 
 def _upsert(id_key: str) -> Callable[[Any, Any], list[Any]]:
     def upsert(old: Any, update: list[Any]) -> list[Any]:
         items = [] if old is None else list(old)
-        where = {
-            item.get(id_key): i
-            for i, item in enumerate(items)
-            if type(item) is dict and id_key in item
-        }
+        where = {item.get(id_key): i for i, item in enumerate(items) if type(item) is dict and id_key in item}
         for item in update:
             if type(item) is not dict or id_key not in item:
                 raise InvalidStateValue(f"upsert_by({id_key!r}) needs dicts with {id_key!r}")

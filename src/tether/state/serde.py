@@ -85,9 +85,7 @@ class Codec:
             try:
                 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
             except ImportError:  # pragma: no cover - depends on the environment
-                raise ConfigError(
-                    "encryption needs cryptography: pip install 'tether[crypto]'"
-                ) from None
+                raise ConfigError("encryption needs cryptography: pip install 'tether[crypto]'") from None
             self._aes = AESGCM(raw)
             self._key_id = hashlib.sha256(b"tether-key-id" + raw).digest()[:4]
         self.compress_min_bytes = compress_min_bytes
@@ -106,7 +104,7 @@ class Codec:
         return self._aes is not None
 
     def encode(self, payload: dict[str, Any]) -> bytes:
-        body = ormsgpack.packb(payload, default=_default, option=_PACK_OPTS)
+        body: bytes = ormsgpack.packb(payload, default=_default, option=_PACK_OPTS)
         flags = 0
         if self._zc is not None and len(body) >= (self.compress_min_bytes or 0):
             packed = self._zc.compress(body)
@@ -116,21 +114,21 @@ class Codec:
             return _MAGIC + bytes((_FORMAT, flags)) + body
         nonce = os.urandom(12)
         header = _MAGIC + bytes((_FORMAT, flags | _F_AES)) + self._key_id + nonce
-        return header + self._aes.encrypt(nonce, body, header)
+        sealed: bytes = self._aes.encrypt(nonce, body, header)
+        return header + sealed
 
     def decode(self, data: bytes, *, run_id: str = "", version: int | None = None) -> dict[str, Any]:
         def corrupt(why: str) -> CheckpointCorrupt:
             return CheckpointCorrupt(why, run_id=run_id, version=version)
 
-        data = bytes(data)
-        if len(data) < 4 or data[:2] != _MAGIC:
+        if len(data) < 4 or bytes(data[:2]) != _MAGIC:
             raise corrupt("not a tether payload (bad header; truncated or overwritten row)")
         fmt, flags = data[2], data[3]
         if fmt != _FORMAT:
             raise corrupt(f"payload format {fmt} is not supported by this tether (format 1)")
-        body = data[4:]
+        body: bytes | memoryview = memoryview(data)[4:]  # no copy of a 10 MB body
         if flags & _F_AES:
-            body = self._decrypt(data, run_id=run_id, version=version)
+            body = self._decrypt(bytes(data), run_id=run_id, version=version)
         if flags & _F_ZSTD:
             if self._zd is None:
                 try:

@@ -19,7 +19,7 @@ __all__ = ["check_value", "copy_value"]
 _SCALARS = (str, int, float, bool, type(None), bytes)
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
-_HINTS = {
+_HINTS: dict[type, str] = {
     tuple: "use a list (a tuple would come back as a list)",
     set: "use a sorted list",
     frozenset: "use a sorted list",

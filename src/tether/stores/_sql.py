@@ -203,13 +203,37 @@ class SqlStore(CheckpointStore):
         await tx.run(
             "INSERT INTO tether_checkpoints (run_id, version, kind, node_id, status, created_at, "
             "nbytes, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (w.run_id, version, w.kind, w.node_id, str(w.status), w.created_at, len(w.payload), w.payload),
+            (
+                w.run_id,
+                version,
+                w.kind,
+                w.node_id,
+                str(w.status),
+                w.created_at,
+                len(w.payload),
+                w.payload,
+            ),
         )
-        stats = (chain.base_version, chain.base_bytes, chain.growth_bytes, chain.rewrite_bytes, chain.length)
+        stats = (
+            chain.base_version,
+            chain.base_bytes,
+            chain.growth_bytes,
+            chain.rewrite_bytes,
+            chain.length,
+        )
         if info is None:
             await tx.run(
                 f"INSERT INTO tether_runs ({_RUN_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (w.run_id, str(w.status), version, w.node_id, *stats, w.created_at, w.created_at, w.expires_at),
+                (
+                    w.run_id,
+                    str(w.status),
+                    version,
+                    w.node_id,
+                    *stats,
+                    w.created_at,
+                    w.created_at,
+                    w.expires_at,
+                ),
             )
         else:
             await tx.run(
@@ -305,7 +329,9 @@ class SqlStore(CheckpointStore):
         async with self._tx(write=False) as tx:
             return await self._live_run(tx, run_id)
 
-    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0) -> list[RunInfo]:
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
+    ) -> list[RunInfo]:
         sql = f"SELECT {_RUN_COLS} FROM tether_runs WHERE (expires_at IS NULL OR expires_at > ?)"
         params: list[Any] = [time.time()]
         if status is not None:
@@ -334,7 +360,8 @@ class SqlStore(CheckpointStore):
     async def _rebase(self, run_id: str, version: int, payload: bytes) -> int:
         async with self._tx(write=True) as tx:
             row = await tx.one(
-                f"SELECT {_RUN_COLS} FROM tether_runs WHERE run_id = ? {self.dialect.lock}", (run_id,)
+                f"SELECT {_RUN_COLS} FROM tether_runs WHERE run_id = ? {self.dialect.lock}",
+                (run_id,),
             )
             if row is None or _expired(row[11], time.time()):
                 raise RunNotFound(run_id)
@@ -363,4 +390,3 @@ class SqlStore(CheckpointStore):
             for (run_id,) in rows:
                 await self._drop(tx, run_id)
         return len(rows)
-

@@ -199,9 +199,7 @@ class CheckpointStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def _history(
-        self, run_id: str, *, before: int | None, limit: int | None
-    ) -> list[CheckpointInfo]:
+    async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
         """Versions newest first, only those < ``before`` when given."""
 
     @abc.abstractmethod
@@ -292,7 +290,11 @@ class CheckpointStore(abc.ABC):
             raise
         ctx._mark_saved(version, chain)
         logger.debug(
-            "checkpoint %s v%d %s %dB", ctx.run_id, version, kind, len(payload),
+            "checkpoint %s v%d %s %dB",
+            ctx.run_id,
+            version,
+            kind,
+            len(payload),
             extra={"run_id": ctx.run_id},
         )
         return version
@@ -408,13 +410,17 @@ class CheckpointStore(abc.ABC):
         first = rows[0]
         head = self.codec.decode(first.payload, run_id=run_id, version=first.version)
         if head.get("kind") != "full" or type(head.get("state")) is not dict:
-            raise CheckpointCorrupt("chain does not start with a full state", run_id=run_id, version=first.version)
+            raise CheckpointCorrupt(
+                "chain does not start with a full state", run_id=run_id, version=first.version
+            )
         rep = _Replayed(state=head["state"], executed=list(head.get("executed") or []), last=head)
         expect = first.version + 1
         for row in rows[1:]:
             if row.version != expect:
                 raise CheckpointCorrupt(
-                    f"version {expect} is missing from the chain", run_id=run_id, version=row.version
+                    f"version {expect} is missing from the chain",
+                    run_id=run_id,
+                    version=row.version,
                 )
             expect += 1
             body = self.codec.decode(row.payload, run_id=run_id, version=row.version)
@@ -423,7 +429,9 @@ class CheckpointStore(abc.ABC):
             except CheckpointCorrupt:
                 raise
             except Exception as exc:
-                raise CheckpointCorrupt(f"cannot apply delta ({exc})", run_id=run_id, version=row.version) from exc
+                raise CheckpointCorrupt(
+                    f"cannot apply delta ({exc})", run_id=run_id, version=row.version
+                ) from exc
         return rep
 
     async def history(

@@ -89,7 +89,12 @@ class InMemoryStore(CheckpointStore):
                 )
                 run = self._runs[w.run_id] = _Run(info=info, expires_at=None)
             run.info = replace(
-                run.info, status=w.status, version=version, node_id=w.node_id, updated_at=now, chain=chain,
+                run.info,
+                status=w.status,
+                version=version,
+                node_id=w.node_id,
+                updated_at=now,
+                chain=chain,
                 expires_at=None if w.expires_at is None else _utc(w.expires_at),
             )
             run.expires_at = w.expires_at
@@ -129,11 +134,15 @@ class InMemoryStore(CheckpointStore):
                 raise RunNotFound(run_id)
             run.expires_at = expires_at
             run.info = replace(
-                run.info, status=status, updated_at=_utc(time.time()),
+                run.info,
+                status=status,
+                updated_at=_utc(time.time()),
                 expires_at=None if expires_at is None else _utc(expires_at),
             )
 
-    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0) -> list[RunInfo]:
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
+    ) -> list[RunInfo]:
         with self._lock:
             infos = [r.info for rid in list(self._runs) if (r := self._live(rid)) is not None]
         if status is not None:
@@ -157,7 +166,10 @@ class InMemoryStore(CheckpointStore):
             chain = run.info.chain
             if chain.base_version < version:
                 chain = replace(
-                    chain, base_version=version, base_bytes=len(payload), length=run.info.version - version
+                    chain,
+                    base_version=version,
+                    base_bytes=len(payload),
+                    length=run.info.version - version,
                 )
                 run.info = replace(run.info, chain=chain)
             return len(dropped)

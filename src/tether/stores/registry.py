@@ -1,11 +1,11 @@
 """``open_store(url)``: pick a backend from the URL scheme, importing only that one.
 
-    memory://[name]                    InMemoryStore (same name: shared in-process)
-    sqlite:///relative/path.db         SqliteStore (sqlite:////abs/path.db for absolute)
-    redis://host:6379/0                RedisStore          (pip install 'tether[redis]')
-    postgresql://user@host/db          PostgresStore       (pip install 'tether[postgres]')
-    mysql://user:pw@host/db            MySQLStore          (pip install 'tether[mysql]')
-    tiered+redis://host/0?sql=<url>    TieredStore: Redis primary, SQL persistence
+memory://[name]                    InMemoryStore (same name: shared in-process)
+sqlite:///relative/path.db         SqliteStore (sqlite:////abs/path.db for absolute)
+redis://host:6379/0                RedisStore          (pip install 'tether[redis]')
+postgresql://user@host/db          PostgresStore       (pip install 'tether[postgres]')
+mysql://user:pw@host/db            MySQLStore          (pip install 'tether[mysql]')
+tiered+redis://host/0?sql=<url>    TieredStore: Redis primary, SQL persistence
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def create_store(url: str, **options: Any) -> CheckpointStore:
         path = rest[1:] if rest.startswith("/") else rest
         if not path:
             raise ConfigError("sqlite URL needs a path: sqlite:///tether.db")
-        return cls(path, **options)  # type: ignore[call-arg]
+        return cls(path, **options)  # type: ignore[call-arg,arg-type]
     return cls.from_url(url, **options)  # type: ignore[attr-defined,no-any-return]
 
 

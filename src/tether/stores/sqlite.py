@@ -23,9 +23,7 @@ __all__ = ["SqliteStore"]
 
 T = TypeVar("T")
 
-_DIALECT = Dialect(
-    text_key="TEXT", text="TEXT", real="REAL", bigint="INTEGER", blob="BLOB", lock=""
-)
+_DIALECT = Dialect(text_key="TEXT", text="TEXT", real="REAL", bigint="INTEGER", blob="BLOB", lock="")
 
 
 class _SqliteTx:

@@ -1,0 +1,117 @@
+"""The CLI: the demo end to end in real processes, and run operations through CliRunner."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tether.cli.app import app
+from tether.state import ExecutionContext, RunStatus
+from tether.stores import open_store
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+def test_demo_is_killed_mid_node_and_resumes_every_node_once(tmp_path):
+    """The README's main job: SIGKILL inside 'deploy', resume runs only what was left."""
+    url = f"sqlite:///{tmp_path}/demo.db"
+    out = subprocess.run(
+        [sys.executable, "-m", "tether.cli.app", "demo", "--store", url, "--crash-in", "deploy"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "SIGKILL" in text and "COMPLETED" in text
+    assert "executed     plan, analyze, configure, build" in text
+    assert "resumed: deploy" in text and "resumed: verify" in text
+    assert "resumed: build" not in text  # done before the kill: never re-run
+
+    async def check() -> None:
+        async with open_store(url) as store:
+            (run,) = await store.list_runs()
+            cp = await store.load(run.run_id)
+            assert run.status is RunStatus.COMPLETED
+            assert cp.executed_node_ids == ["plan", "analyze", "configure", "build", "deploy", "verify"]
+            assert [h["node"] for h in cp.state["execution_history"]] == cp.executed_node_ids
+            assert len(await store.history(run.run_id)) == 6
+
+    asyncio.run(check())
+
+
+def test_quickstart_example_continues_across_processes(tmp_path):
+    """examples/quickstart.py: the second process resumes the first one's run."""
+    for expected in ("1 {", "2 {"):
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "quickstart.py")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            check=True,
+        )
+        assert out.stdout.startswith(expected)
+    assert out.stdout.count("deploy my app") == 2
+
+
+@pytest.fixture
+def paused_run(tmp_path):
+    url = f"sqlite:///{tmp_path}/cli.db"
+
+    async def make() -> None:
+        async with open_store(url) as store:
+            ctx = ExecutionContext("r1", {"goal": "ship", "messages": ["a"]})
+            await store.commit(ctx, node_id="plan")
+            ctx.merge({"messages": ["b"]})
+            await store.commit(ctx, node_id="build")
+
+    asyncio.run(make())
+    return url
+
+
+def test_pause_update_show_round_trip(paused_run):
+    """update is refused while RUNNING, accepted once PAUSED, and merges through reducers."""
+    refused = runner.invoke(app, ["update", "r1", '{"goal": "x"}', "--store", paused_run])
+    assert refused.exit_code == 1 and "PAUSED" in refused.output
+    assert runner.invoke(app, ["status", "r1", "paused", "--store", paused_run]).exit_code == 0
+    done = runner.invoke(app, ["update", "r1", '{"goal": "x", "messages": ["c"]}', "--store", paused_run])
+    assert done.exit_code == 0 and "version 3" in done.output
+    shown = json.loads(runner.invoke(app, ["show", "r1", "--store", paused_run]).output)
+    assert shown["status"] == "PAUSED"
+    assert shown["state"] == {"goal": "x", "messages": ["a", "b", "c"]}
+    old = json.loads(runner.invoke(app, ["show", "r1", "--version", "1", "--store", paused_run]).output)
+    assert old["state"]["messages"] == ["a"]
+
+
+def test_history_copy_prune_delete(paused_run):
+    hist = runner.invoke(app, ["history", "r1", "--store", paused_run])
+    assert hist.exit_code == 0 and "delta" in hist.output and "full" in hist.output
+    assert runner.invoke(app, ["copy", "r1", "r2", "--version", "1", "--store", paused_run]).exit_code == 0
+    assert (
+        "removed 1 versions"
+        in runner.invoke(app, ["prune", "r1", "--keep", "1", "--store", paused_run]).output
+    )
+    listed = runner.invoke(app, ["runs", "--store", paused_run]).output
+    assert "r1" in listed and "r2" in listed
+    assert "deleted" in runner.invoke(app, ["delete", "r2", "--store", paused_run]).output
+    missing = runner.invoke(app, ["show", "r2", "--store", paused_run])
+    assert missing.exit_code == 1 and "not found" in missing.output
+
+
+def test_bad_input_gets_clear_errors(paused_run):
+    assert runner.invoke(app, ["update", "r1", "{not json", "--store", paused_run]).exit_code == 2
+    assert runner.invoke(app, ["status", "r1", "sleeping", "--store", paused_run]).exit_code == 2
+    bad_url = runner.invoke(app, ["runs", "--store", "nosuch://x"])
+    assert bad_url.exit_code == 1 and "unknown store scheme" in bad_url.output
+    key = runner.invoke(app, ["keygen"]).output.strip()
+    assert len(key) == 44
