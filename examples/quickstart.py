@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+
 from tether.state import ExecutionContext
 from tether.stores import open_store
 
