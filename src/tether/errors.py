@@ -13,6 +13,7 @@ Split by who is at fault, so callers can decide what to do without parsing messa
     + RunNotFound            the run (or the version asked for) is not stored
     + CheckpointCorrupt      undecodable payload, truncated row or unknown schema version
       + DecryptionError      encrypted with another key, or tampered with
+  x RunInProgress            another live runner holds the run's lease
   x ContextError             the context engine was asked something impossible
     + BudgetExceeded         pinned content alone does not fit the budget
 
@@ -29,6 +30,7 @@ __all__ = [
     "ContextError",
     "DecryptionError",
     "InvalidStateValue",
+    "RunInProgress",
     "RunNotFound",
     "RunNotPaused",
     "StateError",
@@ -127,6 +129,18 @@ class CheckpointCorrupt(StoreError):
 
 class DecryptionError(CheckpointCorrupt):
     """Encrypted with another key, or altered since it was written."""
+
+
+class RunInProgress(TetherError):
+    """A second runner tried to execute a run that a live runner holds."""
+
+    def __init__(self, run_id: str, owner: str, detail: str = "") -> None:
+        super().__init__(
+            f"run {run_id!r} is being executed by {owner}{detail}; refusing to run it twice "
+            "(wait for it, or resume with force=True if you know it is dead)"
+        )
+        self.run_id = run_id
+        self.owner = owner
 
 
 class ContextError(TetherError):

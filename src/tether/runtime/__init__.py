@@ -1,0 +1,51 @@
+"""Durable execution: workflows, the runner, failure classes, reports and decisions."""
+
+from __future__ import annotations
+
+from tether.runtime.events import Event
+from tether.runtime.failures import (
+    Classifier,
+    DataError,
+    FailureKind,
+    LogicError,
+    PermissionDenied,
+    Rule,
+    TransientError,
+    classify,
+)
+from tether.runtime.report import (
+    CallbackDecisions,
+    Decision,
+    DecisionHandler,
+    FailureReport,
+    PolicyDecisions,
+)
+from tether.runtime.runner import RunResult, Runner, StepTimeout, runtime_reducers
+from tether.runtime.workflow import Compensation, Phase, RetryPolicy, Step, StepContext, Workflow
+
+__all__ = [
+    "CallbackDecisions",
+    "Classifier",
+    "Compensation",
+    "DataError",
+    "Decision",
+    "DecisionHandler",
+    "Event",
+    "FailureKind",
+    "FailureReport",
+    "LogicError",
+    "PermissionDenied",
+    "Phase",
+    "PolicyDecisions",
+    "RetryPolicy",
+    "Rule",
+    "RunResult",
+    "Runner",
+    "Step",
+    "StepContext",
+    "StepTimeout",
+    "TransientError",
+    "Workflow",
+    "classify",
+    "runtime_reducers",
+]

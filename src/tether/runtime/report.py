@@ -1,0 +1,157 @@
+"""Failure reports (seed 004 §4.5, template "失败报告模板") and the decisions they offer."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from tether.runtime.failures import FailureKind
+
+__all__ = [
+    "CallbackDecisions",
+    "Decision",
+    "DecisionHandler",
+    "FailureReport",
+    "PolicyDecisions",
+    "possible_causes",
+]
+
+
+class Decision(enum.StrEnum):
+    """What to do after a failure (seed 004 §4.6: 重试/跳过/重规划/放弃)."""
+
+    RETRY = "retry"
+    SKIP = "skip"
+    REPLAN = "replan"
+    ABORT = "abort"
+
+
+_OPTIONS = {
+    Decision.RETRY: "run the failed item again from the restored state",
+    Decision.SKIP: "mark the item skipped and continue with the next one",
+    Decision.REPLAN: "ask the re-planner for new remaining steps",
+    Decision.ABORT: "stop the run (status CANCELLED)",
+}
+
+_CAUSES = {
+    FailureKind.TRANSIENT: [
+        "the service is temporarily unavailable or overloaded",
+        "a network timeout or dropped connection",
+    ],
+    FailureKind.DATA: [
+        "a name or id is misspelled",
+        "the resource was deleted or never created",
+        "the input does not pass validation",
+    ],
+    FailureKind.LOGIC: [
+        "a precondition of this item is not met yet",
+        "the plan no longer matches the environment",
+    ],
+    FailureKind.PERMISSION: [
+        "the current user or credentials lack the permission",
+        "the credentials expired or were revoked",
+    ],
+    FailureKind.SYSTEM: [
+        "a crash of the service or of the step's code",
+        "a database or infrastructure error",
+    ],
+}
+
+
+def possible_causes(kind: FailureKind) -> list[str]:
+    return list(_CAUSES[kind])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailureReport:
+    """Where, why, what was rolled back and what can be done next."""
+
+    run_id: str
+    item_id: str
+    item_name: str
+    phase: str
+    position: int
+    total: int
+    kind: FailureKind
+    error_type: str
+    error: str
+    attempts: int
+    possible_causes: list[str] = field(default_factory=list)
+    rolled_back: list[str] = field(default_factory=list)
+    """Compensations that ran, and the state restore."""
+    rollback_failures: list[str] = field(default_factory=list)
+    """Compensations that themselves failed: never hidden."""
+    restored_version: int | None = None
+    options: list[Decision] = field(default_factory=list)
+    timestamp: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-like form, stored in the run's state and shown by the API."""
+        data = asdict(self)
+        data["kind"] = str(self.kind)
+        data["options"] = [str(o) for o in self.options]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FailureReport:
+        fields = dict(data)
+        fields["kind"] = FailureKind(fields["kind"])
+        fields["options"] = [Decision(o) for o in fields.get("options", [])]
+        return cls(**fields)
+
+    def render(self) -> str:
+        """The seed 004 template as plain text."""
+        lines = [
+            "⚠️ Task failed",
+            "",
+            "📍 Where",
+            f'   TODO item: "{self.item_name}" ({self.item_id})',
+            f"   Phase: {self.phase} (item {self.position} of {self.total})",
+            "",
+            f"❌ Why ({self.kind} failure, {self.attempts} attempt{'s' if self.attempts != 1 else ''})",
+            f"   {self.error_type}: {self.error}",
+            "   Possible causes:",
+            *(f"   • {c}" for c in self.possible_causes),
+            "",
+            "🔄 Rolled back",
+            *(f"   • {r}" for r in self.rolled_back or ["nothing needed rolling back"]),
+        ]
+        if self.rollback_failures:
+            lines += ["", "‼️ Rollback problems (check by hand)", *(f"   • {r}" for r in self.rollback_failures)]
+        lines += ["", "💡 Options", *(f"   [{o}] {_OPTIONS[o]}" for o in self.options)]
+        return "\n".join(lines)
+
+
+class DecisionHandler(Protocol):
+    """Chooses what happens after a failure; None leaves the run PAUSED for a human."""
+
+    async def decide(self, report: FailureReport) -> Decision | None: ...
+
+
+@dataclass(slots=True)
+class PolicyDecisions:
+    """For unattended runs: one decision per failure class (None: pause)."""
+
+    policy: dict[FailureKind, Decision | None] = field(default_factory=dict)
+    default: Decision | None = None
+
+    async def decide(self, report: FailureReport) -> Decision | None:
+        choice = self.policy.get(report.kind, self.default)
+        return choice if choice is None or choice in report.options else self.default
+
+
+@dataclass(slots=True)
+class CallbackDecisions:
+    """Asks a function (sync or async) for the decision."""
+
+    fn: Callable[[FailureReport], Decision | None | Awaitable[Decision | None]]
+
+    async def decide(self, report: FailureReport) -> Decision | None:
+        result = self.fn(report)
+        if inspect.isawaitable(result):
+            result = await result
+        return None if result is None else Decision(result)

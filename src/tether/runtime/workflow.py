@@ -1,0 +1,206 @@
+"""Workflows: steps with dependencies, grouped in phases (seed 004's TODO list).
+
+A step is a plain Python callable, sync or async, that receives a
+:class:`StepContext` and returns a state update (a mapping merged through the
+reducers) or None. Steps must be idempotent or register compensations: a step that
+was running when its process died runs again on resume.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tether.state import ExecutionContext
+
+__all__ = [
+    "Compensation",
+    "Phase",
+    "RetryPolicy",
+    "Step",
+    "StepContext",
+    "StepFn",
+    "Workflow",
+]
+
+StepFn = Callable[["StepContext"], Mapping[str, Any] | None | Awaitable[Mapping[str, Any] | None]]
+ErrorHandler = Callable[[BaseException, "StepContext"], Mapping[str, Any] | None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """Retries of TRANSIENT failures: exponential backoff with jitter."""
+
+    attempts: int = 3
+    """Total tries, the first included (seed 004: at most 3)."""
+    initial: float = 0.5
+    maximum: float = 10.0
+    jitter: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ConfigError("RetryPolicy.attempts must be >= 1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    """One node of a workflow (one TODO item)."""
+
+    id: str
+    fn: StepFn
+    name: str = ""
+    deps: tuple[str, ...] = ()
+    phase: str = "main"
+    compressible: bool = True
+    """False: its outputs are pinned in the context window (seed 004: "不可压缩")."""
+    retry: RetryPolicy | None = None
+    timeout: float | None = None
+    """Seconds the whole step may take (per attempt)."""
+    idle_timeout: float | None = None
+    """Seconds without ``StepContext.heartbeat()`` before the step is cancelled."""
+    on_error: ErrorHandler | None = None
+    """May turn a failure into a state update (returning None re-raises)."""
+    pause_after: bool = False
+    """Pause the run for a human once this step is done."""
+
+    @property
+    def title(self) -> str:
+        return self.name or self.id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Phase:
+    id: str
+    name: str = ""
+
+
+@dataclass(slots=True)
+class Compensation:
+    """An action that undoes part of a step, run in reverse order on rollback."""
+
+    description: str
+    fn: Callable[[], Any]
+    kind: str = "undo_create"
+    """undo_create | restore_modified | restore_deleted | restore_ui (seed 004 §4.3)."""
+
+
+@dataclass(slots=True)
+class StepContext:
+    """What a running step sees and can ask for."""
+
+    run_id: str
+    step: Step
+    state: ExecutionContext
+    attempt: int = 1
+    compensations: list[Compensation] = field(default_factory=list)
+    pause_requested: str | None = None
+    last_heartbeat: float = field(default_factory=time.monotonic)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.state.get(key, default)
+
+    def heartbeat(self) -> None:
+        """Tell the runner the step is alive (resets ``idle_timeout``)."""
+        self.last_heartbeat = time.monotonic()
+
+    def compensate(self, description: str, fn: Callable[[], Any], *, kind: str = "undo_create") -> None:
+        """Register how to undo something this step did, should the step fail later."""
+        self.compensations.append(Compensation(description, fn, kind))
+
+    def pause(self, reason: str) -> None:
+        """Ask for a human review once this step is done."""
+        self.pause_requested = reason
+
+
+class Workflow:
+    """Steps with dependencies; ``Workflow.plan(...)`` for a plain ordered list."""
+
+    def __init__(self, steps: Iterable[Step], *, name: str = "workflow", phases: Sequence[Phase] = ()) -> None:
+        self.name = name
+        self.steps: list[Step] = list(steps)
+        self._by_id: dict[str, Step] = {}
+        for step in self.steps:
+            if not step.id:
+                raise ConfigError("every step needs a non-empty id")
+            if step.id in self._by_id:
+                raise ConfigError(f"duplicate step id {step.id!r}")
+            self._by_id[step.id] = step
+        for step in self.steps:
+            for dep in step.deps:
+                if dep not in self._by_id:
+                    raise ConfigError(f"step {step.id!r} depends on unknown step {dep!r}")
+        self._check_acyclic()
+        names = {p.id: p for p in phases}
+        self.phases: list[Phase] = []
+        for step in self.steps:
+            if step.phase not in {p.id for p in self.phases}:
+                self.phases.append(names.get(step.phase, Phase(id=step.phase)))
+
+    @classmethod
+    def plan(cls, steps: Iterable[Step], *, name: str = "plan", phases: Sequence[Phase] = ()) -> Workflow:
+        """Each step depends on the one before it."""
+        chained: list[Step] = []
+        for step in steps:
+            deps = step.deps or ((chained[-1].id,) if chained else ())
+            chained.append(_with_deps(step, deps))
+        return cls(chained, name=name, phases=phases)
+
+    def _check_acyclic(self) -> None:
+        state: dict[str, int] = {}
+
+        def visit(sid: str, path: list[str]) -> None:
+            if state.get(sid) == 2:
+                return
+            if state.get(sid) == 1:
+                raise ConfigError(f"dependency cycle: {' -> '.join([*path, sid])}")
+            state[sid] = 1
+            for dep in self._by_id[sid].deps:
+                visit(dep, [*path, sid])
+            state[sid] = 2
+
+        for step in self.steps:
+            visit(step.id, [])
+
+    def __getitem__(self, step_id: str) -> Step:
+        return self._by_id[step_id]
+
+    def __contains__(self, step_id: object) -> bool:
+        return step_id in self._by_id
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def next_step(self, done: set[str], skipped: set[str] = frozenset()) -> Step | None:  # type: ignore[assignment]
+        """The first step (in declaration order) whose dependencies are all settled."""
+        settled = done | skipped
+        for step in self.steps:
+            if step.id not in settled and all(d in settled for d in step.deps):
+                return step
+        return None
+
+    def position(self, step_id: str) -> tuple[int, int]:
+        """1-based position of a step and the total (for "3 of 12")."""
+        ids = [s.id for s in self.steps]
+        return ids.index(step_id) + 1, len(ids)
+
+    def replace_remaining(self, done: set[str], new_steps: Iterable[Step]) -> Workflow:
+        """A new workflow: the settled steps as they were, the rest replaced (re-plan)."""
+        kept = [s for s in self.steps if s.id in done]
+        fresh = list(new_steps)
+        settled = {s.id for s in kept}
+        chained: list[Step] = []
+        for step in fresh:
+            deps = tuple(d for d in step.deps if d in settled or d in {c.id for c in chained})
+            chained.append(_with_deps(step, deps))
+        return Workflow([*kept, *chained], name=self.name, phases=self.phases)
+
+
+def _with_deps(step: Step, deps: tuple[str, ...]) -> Step:
+    from dataclasses import replace
+
+    return replace(step, deps=deps)
