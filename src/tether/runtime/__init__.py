@@ -20,7 +20,7 @@ from tether.runtime.report import (
     FailureReport,
     PolicyDecisions,
 )
-from tether.runtime.runner import RunResult, Runner, StepTimeout, runtime_reducers
+from tether.runtime.runner import Runner, RunResult, StepTimeout, runtime_reducers
 from tether.runtime.workflow import Compensation, Phase, RetryPolicy, Step, StepContext, Workflow
 
 __all__ = [

@@ -100,7 +100,10 @@ _DEFAULT_RULES: tuple[Rule, ...] = (
         pattern=r"timed? ?out|temporar(y|ily) unavailable|service unavailable|\b50[234]\b|"
         r"connection (reset|refused)|rate limit|too many requests|\b429\b|try again",
     ),
-    Rule(kind=FailureKind.PERMISSION, pattern=r"permission denied|forbidden|\b403\b|unauthori[sz]ed|\b401\b|not allowed"),
+    Rule(
+        kind=FailureKind.PERMISSION,
+        pattern=r"permission denied|forbidden|\b403\b|unauthori[sz]ed|\b401\b|not allowed",
+    ),
     Rule(kind=FailureKind.DATA, pattern=r"not found|no such|does not exist|\b404\b|invalid|validation"),
     Rule(kind=FailureKind.LOGIC, pattern=r"precondition|must first|requires? .* first|not ready"),
 )

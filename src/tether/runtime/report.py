@@ -121,7 +121,11 @@ class FailureReport:
             *(f"   • {r}" for r in self.rolled_back or ["nothing needed rolling back"]),
         ]
         if self.rollback_failures:
-            lines += ["", "‼️ Rollback problems (check by hand)", *(f"   • {r}" for r in self.rollback_failures)]
+            lines += [
+                "",
+                "‼️ Rollback problems (check by hand)",
+                *(f"   • {r}" for r in self.rollback_failures),
+            ]
         lines += ["", "💡 Options", *(f"   [{o}] {_OPTIONS[o]}" for o in self.options)]
         return "\n".join(lines)
 

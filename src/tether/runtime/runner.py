@@ -45,8 +45,12 @@ logger = logging.getLogger(__name__)
 
 Replanner = Callable[[FailureReport, ExecutionContext], "list[Step] | None | Awaitable[list[Step] | None]"]
 Alert = Callable[[FailureReport], Any]
-PhaseHook = Callable[[Phase, ExecutionContext], "Mapping[str, Any] | None | Awaitable[Mapping[str, Any] | None]"]
-CheckpointHook = Callable[[int, ExecutionContext], "Mapping[str, Any] | None | Awaitable[Mapping[str, Any] | None]"]
+PhaseHook = Callable[
+    [Phase, ExecutionContext], "Mapping[str, Any] | None | Awaitable[Mapping[str, Any] | None]"
+]
+CheckpointHook = Callable[
+    [int, ExecutionContext], "Mapping[str, Any] | None | Awaitable[Mapping[str, Any] | None]"
+]
 
 
 class StepTimeout(TimeoutError):
@@ -136,7 +140,9 @@ class Runner:
         self._emit("run_started", run_id, steps=len(self.workflow))
         return await self._drive(ctx)
 
-    async def resume(self, run_id: str, *, decision: Decision | str | None = None, force: bool = False) -> RunResult:
+    async def resume(
+        self, run_id: str, *, decision: Decision | str | None = None, force: bool = False
+    ) -> RunResult:
         """Continue a paused, failed-over or crashed run from its latest checkpoint."""
         ctx = await self.store.load_context(run_id, reducers=self.reducers)
         info = await self.store.get_run(run_id)
@@ -147,7 +153,9 @@ class Runner:
         self._check_lease(run_id, ctx.get("_lease"), force=force)
         ctx.put("_lease", self._lease())
         try:
-            await self.store.commit(ctx, node_id=ctx.node_id, status=RunStatus.RUNNING, metadata={"resumed": True})
+            await self.store.commit(
+                ctx, node_id=ctx.node_id, status=RunStatus.RUNNING, metadata={"resumed": True}
+            )
         except VersionConflict as exc:
             raise RunInProgress(run_id, "another runner", " (it resumed first)") from exc
         self._emit("run_resumed", run_id, version=ctx.version, executed=ctx.executed_node_ids)
@@ -195,8 +203,13 @@ class Runner:
             {
                 "todo": [self._todo(step, "done", sc.attempt)],
                 "execution_history": [
-                    {"node": step.id, "name": step.title, "status": "done", "attempts": sc.attempt,
-                     "seconds": round(time.monotonic() - began, 3)}
+                    {
+                        "node": step.id,
+                        "name": step.title,
+                        "status": "done",
+                        "attempts": sc.attempt,
+                        "seconds": round(time.monotonic() - began, 3),
+                    }
                 ],
             }
         )
@@ -222,7 +235,7 @@ class Runner:
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(policy.attempts),
-            wait=wait_exponential_jitter(initial=policy.initial, max=policy.maximum, jitter=policy.jitter),
+            wait=wait_exponential_jitter(multiplier=policy.initial, max=policy.maximum, jitter=policy.jitter),
             retry=retry_if_exception(transient),
             before_sleep=before_sleep,
             reraise=True,
@@ -235,7 +248,7 @@ class Runner:
                     return await self._call(step, sc)
                 except Exception as exc:
                     if step.on_error is not None:
-                        handled = await _maybe_await(step.on_error(exc, sc))
+                        handled: Mapping[str, Any] | None = await _maybe_await(step.on_error(exc, sc))
                         if handled is not None:
                             return handled
                     raise
@@ -275,7 +288,9 @@ class Runner:
     ) -> None:
         kind = self.classifier.classify(exc)
         logger.info("step %s failed (%s): %r", step.id, kind, exc, extra={"run_id": ctx.run_id})
-        self._emit("step_failed", ctx.run_id, step.id, failure=str(kind), error=repr(exc), attempts=sc.attempt)
+        self._emit(
+            "step_failed", ctx.run_id, step.id, failure=str(kind), error=repr(exc), attempts=sc.attempt
+        )
         events: list[dict[str, Any]] = []
         rolled, failures = await self._compensate(ctx, step, sc, events)
         rolled.append(await self._restore(ctx, step, start_version, events))
@@ -283,8 +298,15 @@ class Runner:
         ctx.merge(
             {
                 "todo": [self._todo(step, "failed", sc.attempt)],
-                "execution_history": [{"node": step.id, "name": step.title, "status": "failed",
-                                       "kind": str(kind), "error": repr(exc)}],
+                "execution_history": [
+                    {
+                        "node": step.id,
+                        "name": step.title,
+                        "status": "failed",
+                        "kind": str(kind),
+                        "error": repr(exc),
+                    }
+                ],
                 "event_log": events,
             }
         )
@@ -312,41 +334,73 @@ class Runner:
                 await _maybe_await(comp.fn())
             except Exception as exc:
                 failures.append(f"{label} FAILED: {exc!r}")
-                events.append(Event(kind="rollback_failed", run_id=ctx.run_id, step=step.id,
-                                    detail={"action": label, "error": repr(exc)}).to_dict())
+                events.append(
+                    Event(
+                        kind="rollback_failed",
+                        run_id=ctx.run_id,
+                        step=step.id,
+                        detail={"action": label, "error": repr(exc)},
+                    ).to_dict()
+                )
                 self._emit("rollback_failed", ctx.run_id, step.id, action=label, error=repr(exc))
                 continue
             rolled.append(label)
-            events.append(Event(kind="rollback_action", run_id=ctx.run_id, step=step.id,
-                                detail={"action": label}).to_dict())
+            events.append(
+                Event(
+                    kind="rollback_action", run_id=ctx.run_id, step=step.id, detail={"action": label}
+                ).to_dict()
+            )
             self._emit("rollback_action", ctx.run_id, step.id, action=label)
         return rolled, failures
 
-    async def _restore(self, ctx: ExecutionContext, step: Step, start_version: int, events: list[dict[str, Any]]) -> str:
+    async def _restore(
+        self, ctx: ExecutionContext, step: Step, start_version: int, events: list[dict[str, Any]]
+    ) -> str:
         """Seed 004 §4.2: back to the snapshot taken before this item (else the last one)."""
         target = start_version if start_version > 0 else ctx.version
-        if ctx.version != target:
+        if ctx.version != target or ctx.dirty:  # the step may have written to the context
             cp = await self.store.load(ctx.run_id, target)
             if cp is not None:
                 ctx.restore(cp.state)
+                ctx.version = cp.version if ctx.version == target else ctx.version
         after = ctx.node_id or "start"
         label = f"state restored to version {target} (as after '{after}')"
-        events.append(Event(kind="state_restored", run_id=ctx.run_id, step=step.id,
-                            detail={"version": target}).to_dict())
+        events.append(
+            Event(
+                kind="state_restored", run_id=ctx.run_id, step=step.id, detail={"version": target}
+            ).to_dict()
+        )
         self._emit("state_restored", ctx.run_id, step.id, version=target)
         return label
 
     def _report(
-        self, ctx: ExecutionContext, step: Step, exc: BaseException, kind: FailureKind, attempts: int,
-        rolled: list[str], failures: list[str],
+        self,
+        ctx: ExecutionContext,
+        step: Step,
+        exc: BaseException,
+        kind: FailureKind,
+        attempts: int,
+        rolled: list[str],
+        failures: list[str],
     ) -> FailureReport:
         pos, total = self.workflow.position(step.id)
         options = [Decision.RETRY, Decision.SKIP, *([Decision.REPLAN] if self.replan else []), Decision.ABORT]
         return FailureReport(
-            run_id=ctx.run_id, item_id=step.id, item_name=step.title, phase=step.phase,
-            position=pos, total=total, kind=kind, error_type=type(exc).__name__, error=str(exc)[:2000],
-            attempts=attempts, possible_causes=possible_causes(kind), rolled_back=rolled,
-            rollback_failures=failures, restored_version=ctx.version, options=[] if failures else options,
+            run_id=ctx.run_id,
+            item_id=step.id,
+            item_name=step.title,
+            phase=step.phase,
+            position=pos,
+            total=total,
+            kind=kind,
+            error_type=type(exc).__name__,
+            error=str(exc)[:2000],
+            attempts=attempts,
+            possible_causes=possible_causes(kind),
+            rolled_back=rolled,
+            rollback_failures=failures,
+            restored_version=ctx.version,
+            options=[] if failures else options,
         )
 
     async def _decide(self, report: FailureReport) -> Decision | None:
@@ -355,9 +409,19 @@ class Runner:
         return await self.decisions.decide(report)
 
     async def _apply_decision(self, ctx: ExecutionContext, report: FailureReport, choice: Decision) -> None:
-        step = self.workflow[report.item_id] if report.item_id in self.workflow else None
-        ctx.merge({"event_log": [Event(kind="decision", run_id=ctx.run_id, step=report.item_id,
-                                       detail={"decision": str(choice)}).to_dict()]})
+        step = self.workflow.get(report.item_id)
+        ctx.merge(
+            {
+                "event_log": [
+                    Event(
+                        kind="decision",
+                        run_id=ctx.run_id,
+                        step=report.item_id,
+                        detail={"decision": str(choice)},
+                    ).to_dict()
+                ]
+            }
+        )
         self._emit("decision", ctx.run_id, report.item_id, decision=str(choice))
         ctx.put("pending_decision", None)
         if choice is Decision.ABORT:
@@ -379,8 +443,18 @@ class Runner:
         done, _ = self._settled(ctx)
         self.workflow = self.workflow.replace_remaining(done, steps)
         ctx.merge({"todo": [self._todo(s, "pending") for s in self.workflow.steps if s.id not in done]})
-        ctx.merge({"event_log": [Event(kind="replanned", run_id=ctx.run_id, step=report.item_id,
-                                       detail={"steps": [s.id for s in steps]}).to_dict()]})
+        ctx.merge(
+            {
+                "event_log": [
+                    Event(
+                        kind="replanned",
+                        run_id=ctx.run_id,
+                        step=report.item_id,
+                        detail={"steps": [s.id for s in steps]},
+                    ).to_dict()
+                ]
+            }
+        )
         ctx.put("pending_decision", None)
         await self.store.commit(ctx, node_id=ctx.node_id, metadata={"replanned": True})
         self._emit("replanned", ctx.run_id, report.item_id, steps=[s.id for s in steps])
@@ -405,20 +479,32 @@ class Runner:
     async def _pause(self, ctx: ExecutionContext, report: FailureReport | None) -> RunResult:
         return await self._finish(ctx, RunStatus.PAUSED, report)
 
-    async def _finish(self, ctx: ExecutionContext, status: RunStatus, report: FailureReport | None = None) -> RunResult:
+    async def _finish(
+        self, ctx: ExecutionContext, status: RunStatus, report: FailureReport | None = None
+    ) -> RunResult:
         ctx.put("_lease", None)
         version = await self.store.commit(ctx, node_id=ctx.node_id, status=status)
         self._emit(
-            {RunStatus.COMPLETED: "completed", RunStatus.PAUSED: "paused", RunStatus.CANCELLED: "cancelled"}.get(
-                status, "failed"
-            ),
+            {
+                RunStatus.COMPLETED: "completed",
+                RunStatus.PAUSED: "paused",
+                RunStatus.CANCELLED: "cancelled",
+            }.get(status, "failed"),
             ctx.run_id,
             version=version,
         )
-        return RunResult(run_id=ctx.run_id, status=status, version=version, state=ctx.snapshot(), report=report)
+        return RunResult(
+            run_id=ctx.run_id, status=status, version=version, state=ctx.snapshot(), report=report
+        )
 
     def _todo(self, step: Step, status: str, attempts: int = 0) -> dict[str, Any]:
-        return {"id": step.id, "name": step.title, "phase": step.phase, "status": status, "attempts": attempts}
+        return {
+            "id": step.id,
+            "name": step.title,
+            "phase": step.phase,
+            "status": status,
+            "attempts": attempts,
+        }
 
     def _lease(self) -> dict[str, Any]:
         return {

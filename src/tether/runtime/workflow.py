@@ -120,7 +120,9 @@ class StepContext:
 class Workflow:
     """Steps with dependencies; ``Workflow.plan(...)`` for a plain ordered list."""
 
-    def __init__(self, steps: Iterable[Step], *, name: str = "workflow", phases: Sequence[Phase] = ()) -> None:
+    def __init__(
+        self, steps: Iterable[Step], *, name: str = "workflow", phases: Sequence[Phase] = ()
+    ) -> None:
         self.name = name
         self.steps: list[Step] = list(steps)
         self._by_id: dict[str, Step] = {}
@@ -168,6 +170,9 @@ class Workflow:
 
     def __getitem__(self, step_id: str) -> Step:
         return self._by_id[step_id]
+
+    def get(self, step_id: str) -> Step | None:
+        return self._by_id.get(step_id)
 
     def __contains__(self, step_id: object) -> bool:
         return step_id in self._by_id
