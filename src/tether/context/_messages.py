@@ -44,18 +44,14 @@ def openai_messages(items: Sequence[ContextItem]) -> list[dict[str, Any]]:
                 {
                     "role": "assistant",
                     "content": None,
-                    "tool_calls": [
-                        {"id": item.tool_call_id, "type": "function", "function": function}
-                    ],
+                    "tool_calls": [{"id": item.tool_call_id, "type": "function", "function": function}],
                 }
             )
             continue
         role = item.effective_role
         if role == "tool":
             if item.tool_call_id in calls:
-                out.append(
-                    {"role": "tool", "tool_call_id": item.tool_call_id, "content": item.text}
-                )
+                out.append({"role": "tool", "tool_call_id": item.tool_call_id, "content": item.text})
                 continue
             role = "user"
         out.append({"role": role, "content": item.text})

@@ -141,9 +141,7 @@ class _Plan:
     request: SummaryRequest | None = None
 
 
-def _request(
-    plan: _Plan, lines: Sequence[str], archive_id: str | None, max_tokens: int
-) -> SummaryRequest:
+def _request(plan: _Plan, lines: Sequence[str], archive_id: str | None, max_tokens: int) -> SummaryRequest:
     items = plan.items
     goal = next((i.content for i in items if i.kind == "goal"), "")
     todos = [i for i in items if i.kind == "todo"]
@@ -160,9 +158,7 @@ def _request(
         current_state=tuple(current),
         decisions=tuple(_clip(_first_line(i.content), 120) for i in items if i.kind == "decision"),
         next_step=_clip(_first_line(pending.content), 200) if pending else "",
-        constraints=tuple(
-            _clip(_first_line(i.content), 150) for i in items if i.kind == "constraint"
-        ),
+        constraints=tuple(_clip(_first_line(i.content), 150) for i in items if i.kind == "constraint"),
         details=tuple("\n".join(i.text for i in unit) for unit in plan.fold),
         archive_id=archive_id,
         max_tokens=max_tokens,
@@ -196,7 +192,7 @@ def _plan(
     )
     for unit in reversed(units):  # newest first, so the last copy of a repeat survives
         key = tuple((i.kind, i.content) for i in unit)
-        if _protected(unit) or (before_seq is not None and unit[0].seq > before_seq):
+        if _protected(unit) or (before_seq is not None and unit[-1].seq > before_seq):
             plan.keep_ids.update(i.id for i in unit)
         elif key in seen or (unit[0].kind == "state" and unit[0].seq != latest_state):
             plan.dropped.extend(i.id for i in unit)
@@ -230,7 +226,7 @@ def _plan(
     while plan.fold:
         unit = plan.fold[-1]
         delta = _unit_cost(unit, counter) - tokenize(lines[unit[0].id]) - 3
-        if cost + delta > target:
+        if cost + delta > target * 0.98:  # margin: the final summary text may differ a little
             break
         cost += delta
         plan.fold.pop()
@@ -245,9 +241,7 @@ def _protected(unit: Unit) -> bool:
     return any(i.protected for i in unit) or any(i.id == SUMMARY_ID and i.pinned for i in unit)
 
 
-def _finish(
-    plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None
-) -> CompressionResult:
+def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None) -> CompressionResult:
     kept = [i for i in plan.items if i.id in plan.keep_ids]
     summary_id: str | None = None
     assert plan.request is not None
@@ -387,9 +381,7 @@ def compress_phase(
                 if str(art) not in artifacts:
                     artifacts.append(str(art))
     if not folded:
-        return CompressionResult(
-            items=tuple(items), level="phase", before_tokens=before, after_tokens=before
-        )
+        return CompressionResult(items=tuple(items), level="phase", before_tokens=before, after_tokens=before)
     request = SummaryRequest(
         level="phase",
         phase=phase,
@@ -443,9 +435,7 @@ def fit(
     items = [counter.counted(i) for i in items]
     before = counter.total(items)
     if before <= budget:
-        return CompressionResult(
-            items=tuple(items), level="none", before_tokens=before, after_tokens=before
-        )
+        return CompressionResult(items=tuple(items), level="none", before_tokens=before, after_tokens=before)
     pinned = counter.total(i for i in items if i.pinned)
     if pinned > budget:
         raise BudgetExceeded(
@@ -468,9 +458,7 @@ def fit(
     return _squeeze(result, budget, counter, before)
 
 
-def _squeeze(
-    result: CompressionResult, budget: int, counter: ItemCounter, before: int
-) -> CompressionResult:
+def _squeeze(result: CompressionResult, budget: int, counter: ItemCounter, before: int) -> CompressionResult:
     items = list(result.items)
     total = counter.total(items)
     dropped = list(result.dropped_ids)

@@ -259,20 +259,22 @@ class ItemCounter:
         self._cache: dict[tuple[str, str], int] = {}
         self._role_cost: dict[str, int] = {}
 
-    def tokens(self, item: ContextItem) -> int:
+    @staticmethod
+    def _key(item: ContextItem) -> tuple[str, str]:
         if is_structured_call(item):  # billed as name + arguments, not as the text
             name = str(item.metadata["name"])
-            args = arguments_text(item.metadata.get("arguments", {}))
-            key = ("tool_call\0", f"{name}\0{args}")
-            n = self._cache.get(key)
-            if n is None:
-                n = self.tokenizer.count(name) + self.tokenizer.count(args)
-                self._cache[key] = n
-            return n
-        key = (item.kind, item.content)
+            return ("tool_call\0", f"{name}\0{arguments_text(item.metadata.get('arguments', {}))}")
+        return (item.kind, item.content)
+
+    def tokens(self, item: ContextItem) -> int:
+        key = self._key(item)
         n = self._cache.get(key)
         if n is None:
-            n = self.tokenizer.count(item.text)
+            if key[0] == "tool_call\0":
+                name, _, args = key[1].partition("\0")
+                n = self.tokenizer.count(name) + self.tokenizer.count(args)
+            else:
+                n = self.tokenizer.count(item.text)
             self._cache[key] = n
         return n
 
@@ -283,8 +285,8 @@ class ItemCounter:
 
     def seed(self, item: ContextItem) -> None:
         """Trust an already-counted item (a restore by the same tokenizer)."""
-        if item.tokens >= 0 and not is_structured_call(item):
-            self._cache.setdefault((item.kind, item.content), item.tokens)
+        if item.tokens >= 0:
+            self._cache.setdefault(self._key(item), item.tokens)
 
     def cost(self, item: ContextItem) -> int:
         """Prompt tokens of ``item`` as one chat message: content plus framing."""
@@ -302,8 +304,8 @@ class ItemCounter:
 
     def prune(self, live: Iterable[ContextItem]) -> None:
         """Forget text no longer in use, so a long run's cache does not grow without bound."""
-        keep = {(i.kind, i.content) for i in live}
-        self._cache = {k: v for k, v in self._cache.items() if k in keep or k[0] == "tool_call\0"}
+        keep = {self._key(i) for i in live}
+        self._cache = {k: v for k, v in self._cache.items() if k in keep}
 
     def __len__(self) -> int:
         return len(self._cache)

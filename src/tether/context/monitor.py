@@ -122,9 +122,7 @@ class UsageMonitor:
                 if self._armed[kind]:
                     self._armed[kind] = False
                     events.append(
-                        UsageEvent(
-                            kind=kind, ratio=ratio, tokens=tokens, budget=budget, source=source
-                        )
+                        UsageEvent(kind=kind, ratio=ratio, tokens=tokens, budget=budget, source=source)
                     )
             else:
                 self._armed[kind] = True

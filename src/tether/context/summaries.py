@@ -97,10 +97,7 @@ class ExecutionSummary:
             ("Artifacts", [f"- {a}" for a in self.artifacts]),
             (
                 "Resolved Issues",
-                [
-                    f"- {i.get('issue', '?')} → {i.get('resolution', '?')}"
-                    for i in self.resolved_issues
-                ],
+                [f"- {i.get('issue', '?')} → {i.get('resolution', '?')}" for i in self.resolved_issues],
             ),
         ]
         for title, body in sections:
@@ -255,9 +252,7 @@ def parse_step_outputs(data: object, *, fallback_summary: str = FALLBACK_SUMMARY
     outputs = StepOutputs(
         summary=summary.strip(),
         environment_changes=_dict(data, "environment_changes", problems),
-        new_configurations={
-            k: str(v) for k, v in _dict(data, "new_configurations", problems).items()
-        },
+        new_configurations={k: str(v) for k, v in _dict(data, "new_configurations", problems).items()},
         artifacts=tuple(str(a) for a in _list(data, "artifacts", problems)),
         services_started=tuple(
             dict(s) if isinstance(s, Mapping) else {"name": str(s)}

@@ -160,8 +160,7 @@ def generate_transcript(
         status = "in_progress" if p == 0 else "pending"
         g.add(
             "todo",
-            f"#{p + 1} {rng.choice(_TOPICS).split(' ')[0]} phase {p + 1} "
-            f"({g.marker('todo', todo_id)})",
+            f"#{p + 1} {rng.choice(_TOPICS).split(' ')[0]} phase {p + 1} ({g.marker('todo', todo_id)})",
             metadata={"status": status},
             todo_id=f"#{p + 1}",
         )
@@ -186,8 +185,7 @@ def generate_transcript(
         marker = g.marker("operation", result_id)
         g.add(
             "tool_result",
-            f"exit 0 ({marker}): {g.fill(rng.choice(_TOPICS))}\n"
-            + g.log(rng.randrange(*log_lines)),
+            f"exit 0 ({marker}): {g.fill(rng.choice(_TOPICS))}\n" + g.log(rng.randrange(*log_lines)),
             tool_call_id=call_id,
             phase=phase,
             metadata={"artifact_id": f"log-{op:05d}"} if op % 10 == 0 else {},

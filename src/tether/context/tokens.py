@@ -98,9 +98,7 @@ class TiktokenTokenizer:
 
     def __init__(self, encoding: str = ENCODING_NAME) -> None:
         if encoding not in _OFFLINE_ENCODINGS:
-            raise ConfigError(
-                f"encoding {encoding!r} is not available offline; use {ENCODING_NAME!r}"
-            )
+            raise ConfigError(f"encoding {encoding!r} is not available offline; use {ENCODING_NAME!r}")
         self._encoding_name = encoding
         self._encode: Callable[[str], list[int]] | None = None
 
@@ -185,9 +183,7 @@ class Calibration:
         if self.samples == 0:
             return Calibration(ratio=sample, samples=1)
         weight = 1.0 / min(self.samples + 1, self.WINDOW)
-        return Calibration(
-            ratio=self.ratio + (sample - self.ratio) * weight, samples=self.samples + 1
-        )
+        return Calibration(ratio=self.ratio + (sample - self.ratio) * weight, samples=self.samples + 1)
 
     def apply(self, tokens: int) -> int:
         return tokens if self.ratio == 1.0 else round(tokens * self.ratio)
@@ -237,18 +233,14 @@ class MessageFormat:
     """Whether the role string itself is counted (OpenAI: yes, 1 token)."""
 
 
-OPENAI_FORMAT = MessageFormat(
-    name="openai", per_message=3, per_name=1, reply_priming=3, count_role=True
-)
+OPENAI_FORMAT = MessageFormat(name="openai", per_message=3, per_name=1, reply_priming=3, count_role=True)
 """Exactly what OpenAI's cookbook counts for gpt-3.5/gpt-4/gpt-4o chat prompts."""
 ANTHROPIC_FORMAT = MessageFormat(
     name="anthropic", per_message=4, per_name=0, reply_priming=4, count_role=False
 )
 """An approximation: Anthropic does not publish its framing; calibration absorbs the rest."""
 
-Family = Literal[
-    "o200k", "cl100k", "claude", "gemini", "llama3", "sentencepiece", "qwen", "deepseek"
-]
+Family = Literal["o200k", "cl100k", "claude", "gemini", "llama3", "sentencepiece", "qwen", "deepseek"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -342,9 +342,7 @@ class ContextWindow:
         }
 
     @classmethod
-    def from_state(
-        cls, data: Mapping[str, Any], *, tokenizer: Tokenizer | None = None
-    ) -> ContextWindow:
+    def from_state(cls, data: Mapping[str, Any], *, tokenizer: Tokenizer | None = None) -> ContextWindow:
         """Rebuild a window; cached counts are trusted only from the same tokenizer."""
         try:
             if int(data.get("version", 0)) > STATE_VERSION:
