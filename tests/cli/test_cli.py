@@ -34,8 +34,11 @@ def test_demo_is_killed_mid_node_and_resumes_every_node_once(tmp_path):
     text = out.stdout
     assert "SIGKILL" in text and "COMPLETED" in text
     assert "executed     plan, analyze, configure, build" in text
-    assert "resumed: deploy" in text and "resumed: verify" in text
-    assert "resumed: build" not in text  # done before the kill: never re-run
+    before, after = text.split("3. resuming")
+    assert "step_started    deploy" in before  # it was running when it died...
+    assert "step_done       deploy" not in before
+    assert "step_done       deploy" in after and "step_done       verify" in after  # ...and ran again
+    assert "step_started    build" not in after  # done before the kill: never re-run
 
     async def check() -> None:
         async with open_store(url) as store:
@@ -44,7 +47,7 @@ def test_demo_is_killed_mid_node_and_resumes_every_node_once(tmp_path):
             assert run.status is RunStatus.COMPLETED
             assert cp.executed_node_ids == ["plan", "analyze", "configure", "build", "deploy", "verify"]
             assert [h["node"] for h in cp.state["execution_history"]] == cp.executed_node_ids
-            assert len(await store.history(run.run_id)) == 6
+            assert len(await store.history(run.run_id)) == 9  # start, 6 steps, resume, finish
 
     asyncio.run(check())
 
@@ -115,3 +118,24 @@ def test_bad_input_gets_clear_errors(paused_run):
     assert bad_url.exit_code == 1 and "unknown store scheme" in bad_url.output
     key = runner.invoke(app, ["keygen"]).output.strip()
     assert len(key) == 44
+
+
+def test_run_report_and_resume_with_a_decision(tmp_path):
+    """A failing step pauses the run with a report; resume --decision skip finishes it."""
+    url = f"sqlite:///{tmp_path}/flows.db"
+    first = runner.invoke(
+        app, ["run", "tests.cli._flows:flaky_plan", "--run-id", "f1", "--store", url, "--plain"]
+    )
+    assert first.exit_code == 0, first.output
+    assert "status: PAUSED" in first.output and 'TODO item: "Find dataset"' in first.output
+    rep = runner.invoke(app, ["report", "f1", "--store", url])
+    assert "item 2 of 3" in rep.output and "data failure" in rep.output
+    as_json = json.loads(runner.invoke(app, ["report", "f1", "--store", url, "--json"]).output)
+    assert as_json["kind"] == "data" and as_json["item_id"] == "find"
+    done = runner.invoke(
+        app, ["resume", "tests.cli._flows:flaky_plan", "f1", "--decision", "skip", "--store", url, "--plain"]
+    )
+    assert done.exit_code == 0 and "status: COMPLETED" in done.output, done.output
+    assert "step_done       report" in done.output
+    bad = runner.invoke(app, ["run", "tests.cli._flows:nothing", "--store", url])
+    assert bad.exit_code == 2 and "cannot load workflow" in bad.output

@@ -68,62 +68,180 @@ def _console() -> Any:
 @app.command()
 def demo(
     store: StoreOpt = None,
-    crash_in: Annotated[str, typer.Option(help="Node inside which the worker kills itself.")] = "build",
+    crash_in: Annotated[str, typer.Option(help="Step inside which the worker kills itself.")] = "build",
 ) -> None:
-    """Run a 6-node workflow in a worker that is SIGKILLed mid-node, then resume it here."""
+    """Run a 6-step workflow in a worker that is SIGKILLed mid-step, then resume it here."""
     from tether.cli import demo as d
 
     url, options = _settings(store)
-    if crash_in not in {n.id for n in d.NODES}:
-        raise typer.BadParameter(f"--crash-in must be one of {', '.join(n.id for n in d.NODES)}")
+    if crash_in not in d.STEPS:
+        raise typer.BadParameter(f"--crash-in must be one of {', '.join(d.STEPS)}")
     console = _console()
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10_000:04d}"
     console.print(f"[bold]tether demo[/] run [cyan]{run_id}[/] on [cyan]{url}[/]")
-    console.print(f"1. worker process runs the workflow and is killed inside node '{crash_in}':")
+    console.print(f"1. a worker process runs the workflow and is killed inside step '{crash_in}':")
     proc = d.spawn_worker(url, run_id, crash_in)
     console.print(proc.stdout.rstrip())
     if proc.returncode != -9:
         console.print(f"[red]worker exited with {proc.returncode}, expected SIGKILL[/]\n{proc.stderr}")
         raise typer.Exit(1)
-    console.print(f"   worker died: [red]SIGKILL[/] (exit {proc.returncode}) while running '{crash_in}'")
+    console.print(f"   worker died: [red]SIGKILL[/] (exit {proc.returncode}) inside '{crash_in}'")
 
     async def resume() -> None:
+        from tether.cli.progress import LiveView
+        from tether.runtime import Runner
         from tether.stores import open_store
 
         async with open_store(url, **options) as s:
             ctx = await s.load_context(run_id)
             if ctx is None:
                 raise TetherError(f"nothing was checkpointed for {run_id}")
-            console.print("2. resumed from the latest checkpoint:")
-            console.print(f"   version      v{ctx.version} (after node '{ctx.node_id}')")
+            console.print("2. the latest checkpoint holds:")
+            console.print(f"   version      v{ctx.version} (after step '{ctx.node_id}')")
             console.print(f"   executed     {', '.join(ctx.executed_node_ids)}")
             console.print(f"   messages     {len(ctx.get('messages', []))} restored")
-            console.print(f"   state keys   {', '.join(sorted(ctx.keys()))}")
-            console.print("3. continuing, skipping what already ran:")
-
-            def report(node: d.Node, version: int) -> None:
-                console.print(f"  resumed: {node.id:<10} done, checkpoint v{version}")
-
-            await d.run_nodes(s, ctx, on_step=report)
-            final = await s.load(run_id)
-            assert final is not None
-            ran = [h["node"] for h in final.state["execution_history"]]
             console.print(
-                f"4. [green]{await s.get_status(run_id)}[/]: each node ran once "
-                f"({', '.join(ran)}); {len(await s.history(run_id))} checkpoints stored"
+                f"   state keys   {', '.join(sorted(k for k in ctx if not k.startswith('_')))}"
             )
-            if sorted(ran) != sorted(n.id for n in d.NODES) or len(ran) != len(set(ran)):
-                raise TetherError(f"resume went wrong: nodes ran {ran}")
+            console.print("3. resuming in this process (steps already executed are skipped):")
+            view = LiveView(d.demo_workflow(), console, plain=True)
+            result = await Runner(d.demo_workflow(), s, on_event=view).resume(run_id)
+            ran = [h["node"] for h in result.state["execution_history"]]
+            console.print(
+                f"4. [green]{result.status}[/]: each step ran once ({', '.join(ran)}); "
+                f"{len(await s.history(run_id))} checkpoints stored"
+            )
+            if ran != d.STEPS:
+                raise TetherError(f"resume went wrong: steps ran {ran}")
 
     _run(resume)
 
 
-@app.command("demo-worker", hidden=True)
-def demo_worker(store_url: str, run_id: str, crash_in: Annotated[str, typer.Option()] = "build") -> None:
-    from tether.cli import demo as d
+@app.command()
+def run(
+    workflow: Annotated[
+        str, typer.Argument(help="module:attribute of a Workflow (or a function returning one).")
+    ],
+    store: StoreOpt = None,
+    run_id: Annotated[str | None, typer.Option(help="Run id (default: generated).")] = None,
+    inputs: Annotated[str, typer.Option("--input", help="Initial state as a JSON object.")] = "{}",
+    plain: Annotated[bool, typer.Option(help="Print events as lines instead of a live table.")] = False,
+) -> None:
+    """Start a run of a workflow with a live progress view."""
+    data = _json_object(inputs, "--input")
+    wf = _workflow(workflow)
+    url, options = _settings(store)
+    rid = run_id or f"{wf.name}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10_000:04d}"
+    _drive(wf, url, options, lambda r: r.start(rid, data), plain=plain, title=f"run {rid}")
 
-    _, options = _settings(store_url)
-    _run(lambda: d.run_worker(store_url, run_id, crash_in, options))
+
+@app.command()
+def resume(
+    workflow: Annotated[str, typer.Argument(help="module:attribute of the run's Workflow.")],
+    run_id: str,
+    store: StoreOpt = None,
+    decision: Annotated[
+        str | None, typer.Option(help="Answer a pending failure: retry, skip, replan or abort.")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Take over a lease even if its holder looks alive.")] = False,
+    plain: bool = False,
+) -> None:
+    """Continue a paused or crashed run (and decide on a pending failure)."""
+    from tether.runtime import Decision
+
+    if decision is not None and decision not in {d.value for d in Decision}:
+        raise typer.BadParameter("--decision must be retry, skip, replan or abort")
+    wf = _workflow(workflow)
+    url, options = _settings(store)
+    _drive(
+        wf,
+        url,
+        options,
+        lambda r: r.resume(run_id, decision=decision, force=force),
+        plain=plain,
+        title=f"resume {run_id}",
+        run_id=run_id,
+    )
+
+
+def _workflow(target: str) -> Any:
+    from tether.cli.progress import load_workflow
+
+    try:
+        return load_workflow(target)
+    except TetherError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _drive(
+    wf: Any,
+    url: str,
+    options: dict[str, Any],
+    call: Any,
+    *,
+    plain: bool,
+    title: str,
+    run_id: str | None = None,
+) -> None:
+    console = _console()
+    console.print(f"[bold]{title}[/] on {url}")
+
+    async def go() -> Any:
+        from tether.cli.progress import LiveView
+        from tether.runtime import Runner
+        from tether.stores import open_store
+
+        async with open_store(url, **options) as s:
+            view = LiveView(wf, console, plain=plain)
+            if run_id is not None and (ctx := await s.load_context(run_id)) is not None:
+                view.seed(ctx.get("todo", []))
+            with view:
+                return await call(Runner(wf, s, on_event=view))
+
+    result = _run(go)
+    console.print(f"status: [bold]{result.status}[/] at version {result.version}")
+    if result.report is not None:
+        console.print(result.report.render(), highlight=False)
+    if str(result.status) in {"FAILED", "CANCELLED"}:
+        raise typer.Exit(3)
+
+
+@app.command()
+def report(
+    run_id: str, store: StoreOpt = None, as_json: Annotated[bool, typer.Option("--json")] = False
+) -> None:
+    """Show a run's last failure report (seed 004 template, or --json)."""
+    from tether.runtime import FailureReport
+
+    url, options = _settings(store)
+
+    async def go() -> dict[str, Any] | None:
+        from tether.stores import open_store
+
+        async with open_store(url, **options) as s:
+            cp = await s.load(run_id)
+            if cp is None:
+                raise TetherError(f"run {run_id!r} not found")
+            found = cp.state.get("failure_report")
+            return found if isinstance(found, dict) else None
+
+    data = _run(go)
+    if data is None:
+        typer.echo(f"{run_id}: no failure report")
+        return
+    typer.echo(
+        json.dumps(data, indent=2, ensure_ascii=False) if as_json else FailureReport.from_dict(data).render()
+    )
+
+
+def _json_object(text: str, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"{what} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise typer.BadParameter(f"{what} must be a JSON object")
+    return data
 
 
 @app.command()
@@ -255,12 +373,7 @@ def update(
     store: StoreOpt = None,
 ) -> None:
     """Merge a JSON update into a PAUSED run's state."""
-    try:
-        patch = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"not JSON: {exc}") from None
-    if not isinstance(patch, dict):
-        raise typer.BadParameter("the update must be a JSON object")
+    patch = _json_object(data, "the update")
     url, options = _settings(store)
 
     async def go() -> int:
