@@ -40,7 +40,7 @@ def url(backend: str, store_url: str) -> str:
 def comparable(state: dict) -> dict:
     out = {k: v for k, v in state.items() if k not in VOLATILE}
     out["history"] = [h["node"] for h in state["execution_history"]]
-    out["todo"] = [(t["id"], t["status"]) for t in state["todo"]]
+    out["todo"] = [(sid, t["status"]) for sid, t in state["todo"].items()]
     return out
 
 

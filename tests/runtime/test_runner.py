@@ -43,7 +43,7 @@ async def test_a_plan_runs_in_order_with_a_checkpoint_after_every_step(store):
     hist = await store.history(result.run_id)
     assert [h.node_id for h in reversed(hist)][1:4] == ["plan", "build", "ship"]
     assert result.state["messages"] == ["plan", "build", "ship"]
-    assert [t["status"] for t in result.state["todo"]] == ["done"] * 3
+    assert [t["status"] for t in result.state["todo"].values()] == ["done"] * 3
     assert [h["node"] for h in result.state["execution_history"]] == ["plan", "build", "ship"]
     assert await store.get_status(result.run_id) is RunStatus.COMPLETED
     assert [e.kind for e in events].count("step_done") == 3
@@ -62,7 +62,7 @@ async def test_transient_fault_succeeds_on_the_third_try(store):
     result = await r.start(new_id())
     assert result.status is RunStatus.COMPLETED and tries == [1, 2, 3]
     assert [e.kind for e in events].count("step_retry") == 2
-    assert result.state["todo"][0]["attempts"] == 3
+    assert result.state["todo"]["call"]["attempts"] == 3
 
 
 async def test_transient_fault_that_never_recovers_is_reported_after_three_tries(store):
@@ -79,7 +79,7 @@ async def test_transient_fault_that_never_recovers_is_reported_after_three_tries
     assert result.report.kind is FailureKind.TRANSIENT and result.report.attempts == 3
     snap = await store.snapshot(result.run_id)
     assert snap.state["pending_decision"]["item_id"] == "call"
-    assert snap.state["todo"][1]["status"] == "failed"
+    assert snap.state["todo"]["call"]["status"] == "failed"
 
 
 @pytest.mark.parametrize(
@@ -134,7 +134,7 @@ async def test_logic_failure_replans_the_remaining_steps(store):
     assert result.status is RunStatus.COMPLETED
     assert result.state["messages"] == ["plan", "build", "deploy2"]
     assert "replanned" in [e.kind for e in events]
-    assert {t["id"]: t["status"] for t in result.state["todo"]}["deploy"] == "failed"
+    assert result.state["todo"]["deploy"]["status"] == "failed"
 
 
 async def test_rollback_restores_the_pre_item_state_and_compensates_in_reverse(store):
@@ -205,7 +205,7 @@ async def test_retry_and_skip_decisions(store):
     )
     result = await r2.start(new_id())
     assert result.status is RunStatus.COMPLETED
-    assert [(t["id"], t["status"]) for t in result.state["todo"]] == [("x", "skipped"), ("y", "done")]
+    assert [(k, t["status"]) for k, t in result.state["todo"].items()] == [("x", "skipped"), ("y", "done")]
 
 
 async def test_paused_failure_is_decided_later_from_another_runner(store):

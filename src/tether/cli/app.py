@@ -100,9 +100,7 @@ def demo(
             console.print(f"   version      v{ctx.version} (after step '{ctx.node_id}')")
             console.print(f"   executed     {', '.join(ctx.executed_node_ids)}")
             console.print(f"   messages     {len(ctx.get('messages', []))} restored")
-            console.print(
-                f"   state keys   {', '.join(sorted(k for k in ctx if not k.startswith('_')))}"
-            )
+            console.print(f"   state keys   {', '.join(sorted(k for k in ctx if not k.startswith('_')))}")
             console.print("3. resuming in this process (steps already executed are skipped):")
             view = LiveView(d.demo_workflow(), console, plain=True)
             result = await Runner(d.demo_workflow(), s, on_event=view).resume(run_id)
@@ -194,7 +192,7 @@ def _drive(
         async with open_store(url, **options) as s:
             view = LiveView(wf, console, plain=plain)
             if run_id is not None and (ctx := await s.load_context(run_id)) is not None:
-                view.seed(ctx.get("todo", []))
+                view.seed(ctx.get("todo") or {})
             with view:
                 return await call(Runner(wf, s, on_event=view))
 

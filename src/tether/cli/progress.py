@@ -39,10 +39,10 @@ class LiveView:
         self.attempts = {s.id: 0 for s in workflow.steps}
         self.live: Any = None
 
-    def seed(self, todo: list[dict[str, Any]]) -> None:
-        for item in todo:
-            self.status[item["id"]] = item.get("status", "pending")
-            self.attempts[item["id"]] = item.get("attempts", 0)
+    def seed(self, todo: dict[str, dict[str, Any]]) -> None:
+        for sid, item in todo.items():
+            self.status[sid] = item.get("status", "pending")
+            self.attempts[sid] = item.get("attempts", 0)
 
     def __enter__(self) -> LiveView:
         if not self.plain:

@@ -2,7 +2,8 @@
 
 State keys it keeps (all checkpointed with the run):
 
-    todo              [{id, name, phase, status, attempts}]  pending|running|done|failed|skipped
+    todo              {step id: {name, phase, status, attempts}} in plan order;
+                      status pending|done|failed|skipped (dict-merged: cheap per step)
     execution_history one entry per finished step (append)
     event_log         retries, rollback actions, decisions (append)
     failure_report    the last FailureReport (dict) or None
@@ -36,7 +37,7 @@ from tether.runtime.events import Event
 from tether.runtime.failures import Classifier, FailureKind
 from tether.runtime.report import Decision, DecisionHandler, FailureReport, possible_causes
 from tether.runtime.workflow import Phase, RetryPolicy, Step, StepContext, Workflow
-from tether.state import ExecutionContext, ReducerRegistry, RunStatus, default_registry, upsert_by
+from tether.state import ExecutionContext, ReducerRegistry, RunStatus, default_registry
 from tether.stores.base import CheckpointStore
 
 __all__ = ["RunResult", "Runner", "StepTimeout", "runtime_reducers"]
@@ -59,6 +60,9 @@ class StepTimeout(TimeoutError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunResult:
+    """How a ``start``/``resume`` call ended. ``state`` is the run's final state itself
+    (not a copy: a 10 MB state is not duplicated just to be returned)."""
+
     run_id: str
     status: RunStatus
     version: int
@@ -69,7 +73,7 @@ class RunResult:
 def runtime_reducers(base: ReducerRegistry | None = None) -> ReducerRegistry:
     """The reducers the runner's own keys need, on top of ``base`` (or the defaults)."""
     reg = (base or default_registry()).copy()
-    return reg.register("todo", upsert_by("id")).register("event_log", "append")
+    return reg.register("todo", "merge").register("event_log", "append")
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -126,13 +130,16 @@ class Runner:
         self.on_checkpoint = on_checkpoint
         self.on_event = on_event
         self.lease_ttl = lease_ttl
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._hint = 0
+        """Steps before this index are settled: next_step need not rescan them."""
+        self._settled_cache: tuple[set[str], set[str]] | None = None
 
     # == entry points ===============================================================
     async def start(self, run_id: str, inputs: Mapping[str, Any] | None = None) -> RunResult:
         """Start a new run; raises VersionConflict if ``run_id`` already exists."""
         ctx = ExecutionContext(run_id, dict(inputs or {}), reducers=self.reducers)
-        ctx.merge({"todo": [self._todo(s, "pending") for s in self.workflow.steps]})
+        ctx.merge({"todo": self._todos(self.workflow.steps, "pending")})
         ctx.put("_lease", self._lease())
         ctx.put("failure_report", None)
         ctx.put("pending_decision", None)
@@ -149,7 +156,7 @@ class Runner:
         if ctx is None or info is None:
             raise RunNotFound(run_id)
         if info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
-            return RunResult(run_id=run_id, status=info.status, version=ctx.version, state=ctx.snapshot())
+            return RunResult(run_id=run_id, status=info.status, version=ctx.version, state=ctx._state_ref())
         self._check_lease(run_id, ctx.get("_lease"), force=force)
         ctx.put("_lease", self._lease())
         try:
@@ -173,10 +180,12 @@ class Runner:
 
     # == the loop ===================================================================
     async def _drive(self, ctx: ExecutionContext) -> RunResult:
+        self._hint, self._settled_cache = 0, None
         try:
             while True:
                 settled, skipped = self._settled(ctx)
-                step = self.workflow.next_step(settled, skipped)
+                self._hint = self.workflow.settled_prefix(settled | skipped, self._hint)
+                step = self.workflow.next_step(settled, skipped, hint=self._hint)
                 if step is None:
                     return await self._finish(ctx, RunStatus.COMPLETED)
                 await self._run_item(ctx, step)
@@ -184,9 +193,12 @@ class Runner:
             return await self._finish(ctx, stop.status, stop.report)
 
     def _settled(self, ctx: ExecutionContext) -> tuple[set[str], set[str]]:
-        done = set(ctx.executed_node_ids)
-        skipped = {t["id"] for t in ctx.get("todo", []) if t.get("status") == "skipped"}
-        return done, skipped
+        """Executed and skipped step ids, cached until a step or a decision changes them."""
+        if self._settled_cache is None:
+            todo = ctx.get("todo") or {}
+            skipped = {sid for sid, t in todo.items() if t.get("status") == "skipped"}
+            self._settled_cache = (set(ctx.executed_node_ids), skipped)
+        return self._settled_cache
 
     async def _run_item(self, ctx: ExecutionContext, step: Step) -> None:
         start_version = ctx.version
@@ -201,7 +213,7 @@ class Runner:
         ctx.merge(dict(update or {}))
         ctx.merge(
             {
-                "todo": [self._todo(step, "done", sc.attempt)],
+                "todo": self._todos([step], "done", sc.attempt),
                 "execution_history": [
                     {
                         "node": step.id,
@@ -214,7 +226,11 @@ class Runner:
             }
         )
         ctx.mark_executed(step.id)
-        ctx.put("_lease", self._lease())
+        lease = ctx.get("_lease")
+        if not isinstance(lease, dict) or lease.get("expires_at", 0) - time.time() < self.lease_ttl / 2:
+            ctx.put("_lease", self._lease())
+        if self._settled_cache is not None:
+            self._settled_cache[0].add(step.id)
         version = await self.store.commit(ctx, node_id=step.id, metadata={"node_name": step.title})
         self._emit("step_done", ctx.run_id, step.id, version=version, attempts=sc.attempt)
         await self._after_checkpoint(ctx, step, version)
@@ -224,41 +240,56 @@ class Runner:
             raise _Stop(RunStatus.PAUSED)
 
     async def _attempts(self, step: Step, sc: StepContext) -> Mapping[str, Any] | None:
+        """The first try runs directly (the common case costs nothing extra); only a
+        TRANSIENT failure sets up tenacity for the remaining tries."""
         policy = step.retry or self.retry
-
-        def transient(exc: BaseException) -> bool:
-            return self.classifier.classify(exc) is FailureKind.TRANSIENT and step.on_error is None
+        try:
+            return await self._once(step, sc, 1)
+        except Exception as exc:
+            if policy.attempts <= 1 or not self._transient(step, exc):
+                raise
+            self._emit("step_retry", sc.run_id, step.id, attempt=1, error=repr(exc))
 
         def before_sleep(state: Any) -> None:
             exc = state.outcome.exception() if state.outcome else None
-            self._emit("step_retry", sc.run_id, step.id, attempt=state.attempt_number, error=repr(exc))
+            self._emit("step_retry", sc.run_id, step.id, attempt=state.attempt_number + 1, error=repr(exc))
 
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(policy.attempts),
+            stop=stop_after_attempt(policy.attempts - 1),
             wait=wait_exponential_jitter(multiplier=policy.initial, max=policy.maximum, jitter=policy.jitter),
-            retry=retry_if_exception(transient),
+            retry=retry_if_exception(lambda e: self._transient(step, e)),
             before_sleep=before_sleep,
             reraise=True,
         )
+        await asyncio.sleep(min(policy.maximum, policy.initial))
         async for attempt in retrying:
             with attempt:
-                sc.attempt = attempt.retry_state.attempt_number
-                sc.compensations.clear()
-                try:
-                    return await self._call(step, sc)
-                except Exception as exc:
-                    if step.on_error is not None:
-                        handled: Mapping[str, Any] | None = await _maybe_await(step.on_error(exc, sc))
-                        if handled is not None:
-                            return handled
-                    raise
+                return await self._once(step, sc, attempt.retry_state.attempt_number + 1)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _transient(self, step: Step, exc: BaseException) -> bool:
+        return step.on_error is None and self.classifier.classify(exc) is FailureKind.TRANSIENT
+
+    async def _once(self, step: Step, sc: StepContext, attempt: int) -> Mapping[str, Any] | None:
+        sc.attempt = attempt
+        sc.compensations.clear()
+        try:
+            return await self._call(step, sc)
+        except Exception as exc:
+            if step.on_error is not None:
+                handled: Mapping[str, Any] | None = await _maybe_await(step.on_error(exc, sc))
+                if handled is not None:
+                    return handled
+            raise
 
     async def _call(self, step: Step, sc: StepContext) -> Mapping[str, Any] | None:
         if inspect.iscoroutinefunction(step.fn):
             work: Awaitable[Any] = step.fn(sc)
         else:
             work = asyncio.to_thread(step.fn, sc)
+        if step.timeout is None and step.idle_timeout is None:  # no watchdog needed
+            result: Mapping[str, Any] | None = await _maybe_await(await work)
+            return result
         task = asyncio.ensure_future(work)
         deadline = None if step.timeout is None else time.monotonic() + step.timeout
         sc.heartbeat()
@@ -271,8 +302,8 @@ class Runner:
                     waits.append(sc.last_heartbeat + step.idle_timeout - time.monotonic())
                 done, _ = await asyncio.wait({task}, timeout=max(0.0, min(waits)))
                 if done:
-                    result = await _maybe_await(task.result())
-                    return result  # type: ignore[no-any-return]
+                    finished: Mapping[str, Any] | None = await _maybe_await(task.result())
+                    return finished
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     raise StepTimeout(f"step {step.id!r} timed out after {step.timeout}s")
@@ -297,7 +328,7 @@ class Runner:
         report = self._report(ctx, step, exc, kind, sc.attempt, rolled, failures)
         ctx.merge(
             {
-                "todo": [self._todo(step, "failed", sc.attempt)],
+                "todo": self._todos([step], "failed", sc.attempt),
                 "execution_history": [
                     {
                         "node": step.id,
@@ -365,6 +396,7 @@ class Runner:
                 ctx.version = cp.version if ctx.version == target else ctx.version
         after = ctx.node_id or "start"
         label = f"state restored to version {target} (as after '{after}')"
+        self._settled_cache = None
         events.append(
             Event(
                 kind="state_restored", run_id=ctx.run_id, step=step.id, detail={"version": target}
@@ -432,7 +464,8 @@ class Runner:
             return
         status = "skipped" if choice is Decision.SKIP else "pending"
         if step is not None:
-            ctx.merge({"todo": [self._todo(step, status)]})
+            ctx.merge({"todo": self._todos([step], status)})
+            self._settled_cache = None
         await self.store.commit(ctx, node_id=ctx.node_id, metadata={"decision": str(choice)})
 
     async def _replan(self, ctx: ExecutionContext, report: FailureReport) -> bool:
@@ -442,7 +475,9 @@ class Runner:
             return False
         done, _ = self._settled(ctx)
         self.workflow = self.workflow.replace_remaining(done, steps)
-        ctx.merge({"todo": [self._todo(s, "pending") for s in self.workflow.steps if s.id not in done]})
+        ctx.merge({"todo": self._todos([s for s in self.workflow.steps if s.id not in done], "pending")})
+        self._hint = 0
+        self._settled_cache = None
         ctx.merge(
             {
                 "event_log": [
@@ -466,8 +501,7 @@ class Runner:
         if self.on_checkpoint is not None:
             update.update(await _maybe_await(self.on_checkpoint(version, ctx)) or {})
         done, skipped = self._settled(ctx)
-        phase_steps = [s for s in self.workflow.steps if s.phase == step.phase]
-        if all(s.id in done | skipped for s in phase_steps):
+        if self.workflow.phase_settled(step.phase, done, skipped):
             phase = next(p for p in self.workflow.phases if p.id == step.phase)
             self._emit("phase_done", ctx.run_id, step.id, phase=phase.id)
             if self.on_phase_complete is not None:
@@ -494,22 +528,18 @@ class Runner:
             version=version,
         )
         return RunResult(
-            run_id=ctx.run_id, status=status, version=version, state=ctx.snapshot(), report=report
+            run_id=ctx.run_id, status=status, version=version, state=ctx._state_ref(), report=report
         )
 
-    def _todo(self, step: Step, status: str, attempts: int = 0) -> dict[str, Any]:
+    def _todos(self, steps: list[Step], status: str, attempts: int = 0) -> dict[str, Any]:
         return {
-            "id": step.id,
-            "name": step.title,
-            "phase": step.phase,
-            "status": status,
-            "attempts": attempts,
+            s.id: {"name": s.title, "phase": s.phase, "status": status, "attempts": attempts} for s in steps
         }
 
     def _lease(self) -> dict[str, Any]:
         return {
             "owner": self.owner,
-            "host": socket.gethostname(),
+            "host": _HOST,
             "pid": os.getpid(),
             "expires_at": time.time() + self.lease_ttl,
         }
@@ -519,7 +549,7 @@ class Runner:
             return
         if lease.get("expires_at", 0) <= time.time():
             return  # its holder stopped renewing it
-        if lease.get("host") == socket.gethostname() and not _pid_alive(int(lease.get("pid", 0))):
+        if lease.get("host") == _HOST and not _pid_alive(int(lease.get("pid", 0))):
             return  # same machine, process gone: a crash
         left = lease.get("expires_at", 0) - time.time()
         raise RunInProgress(run_id, str(lease.get("owner")), f" (lease expires in {left:.0f}s)")
@@ -527,6 +557,9 @@ class Runner:
     def _emit(self, event: str, run_id: str, step: str | None = None, **detail: Any) -> None:
         if self.on_event is not None:
             self.on_event(Event(kind=event, run_id=run_id, step=step, detail=detail))
+
+
+_HOST = socket.gethostname()
 
 
 def _pid_alive(pid: int) -> bool:

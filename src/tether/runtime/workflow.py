@@ -126,6 +126,7 @@ class Workflow:
         self.name = name
         self.steps: list[Step] = list(steps)
         self._by_id: dict[str, Step] = {}
+        self._phase_cache: dict[str, list[Step]] | None = None
         for step in self.steps:
             if not step.id:
                 raise ConfigError("every step needs a non-empty id")
@@ -171,6 +172,20 @@ class Workflow:
     def __getitem__(self, step_id: str) -> Step:
         return self._by_id[step_id]
 
+    def phase_steps(self, phase: str) -> list[Step]:
+        """The steps of one phase (cached: the workflow does not change)."""
+        if self._phase_cache is None:
+            cache: dict[str, list[Step]] = {}
+            for step in self.steps:
+                cache.setdefault(step.phase, []).append(step)
+            self._phase_cache = cache
+        return self._phase_cache.get(phase, [])
+
+    def phase_settled(self, phase: str, done: set[str], skipped: set[str]) -> bool:
+        """Every step of ``phase`` is done or skipped (checked from its last step back,
+        where an unsettled one is most likely: one comparison in the common case)."""
+        return all(s.id in done or s.id in skipped for s in reversed(self.phase_steps(phase)))
+
     def get(self, step_id: str) -> Step | None:
         return self._by_id.get(step_id)
 
@@ -180,13 +195,26 @@ class Workflow:
     def __len__(self) -> int:
         return len(self.steps)
 
-    def next_step(self, done: set[str], skipped: set[str] = frozenset()) -> Step | None:  # type: ignore[assignment]
-        """The first step (in declaration order) whose dependencies are all settled."""
+    def next_step(
+        self, done: set[str], skipped: set[str] | frozenset[str] = frozenset(), *, hint: int = 0
+    ) -> Step | None:
+        """The first step (in declaration order) whose dependencies are all settled.
+
+        ``hint``: an index before which every step is known to be settled (settled sets
+        only grow during a run), so a long plan is not rescanned from the top each step.
+        """
         settled = done | skipped
-        for step in self.steps:
+        for step in self.steps[hint:]:
             if step.id not in settled and all(d in settled for d in step.deps):
                 return step
         return None
+
+    def settled_prefix(self, settled: set[str], start: int = 0) -> int:
+        """Index of the first step at or after ``start`` that is not settled."""
+        i = start
+        while i < len(self.steps) and self.steps[i].id in settled:
+            i += 1
+        return i
 
     def position(self, step_id: str) -> tuple[int, int]:
         """1-based position of a step and the total (for "3 of 12")."""

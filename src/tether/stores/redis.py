@@ -1,0 +1,788 @@
+"""Redis store: checkpoints in plain Redis (>= 5: no modules, no Redis 7 functions).
+
+Key layout per run (``P`` is the prefix, ``tether:`` by default)::
+
+    P run:<id>     hash: status, version, node_id, chain stats, created/updated/expires_at
+                   (+ epoch and lease:<token> fields when it is a TieredStore's cache)
+    P rows:<id>    hash: version -> payload bytes
+    P hist:<id>    sorted set scored by version; member "v|kind|nbytes|status|ts|node"
+    P full:<id>    sorted set of the versions stored as full states
+    P runs         sorted set of run ids scored by updated_at (``list_runs``)
+    P gen:<id>     fence counter of a tiered cache copy (see tiered.py); expires in 1 h
+
+Every change is one Lua script (EVALSHA), so it is atomic: a write checks the
+expected version and status, appends the row, updates the run record and sets the
+TTLs in one step, and two processes racing on one version cannot both win. A save
+is one round trip; loading the latest state is one too (two for chains over 1 MiB,
+whose payloads skip the copy Lua makes of every string it returns).
+
+Expiry is Redis's own: every key of a run gets ``PEXPIREAT`` at the run's
+``expires_at`` (``PERSIST`` when None). Expired runs leave stale ids in ``P runs``;
+``list_runs`` skips and removes them, ``purge_expired`` sweeps them all.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from tether.errors import (
+    CheckpointCorrupt,
+    ConfigError,
+    RunNotFound,
+    RunNotPaused,
+    StoreError,
+    StoreUnavailable,
+    TetherError,
+    VersionConflict,
+)
+from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
+from tether.stores.base import CheckpointStore, StoredRow, Write, _utc
+
+try:
+    import redis.asyncio as aioredis
+    from redis import exceptions as rexc
+    from redis.commands.core import AsyncScript
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ConfigError("RedisStore needs redis: pip install 'tether[redis]'") from exc
+
+__all__ = ["RedisStore"]
+
+logger = logging.getLogger(__name__)
+
+INLINE_BYTES = 1 << 20
+"""Chains up to this size load in one round trip; bigger ones skip Lua's extra copy."""
+
+GEN_TTL_MS = 3_600_000
+"""How long a ``gen`` fence outlives its last bump: far longer than any cache refill."""
+
+# Helpers every script starts with. A run hash holds the run record and, in tiered
+# mode, one ``lease:<token>`` field (value: deadline in ms) per writer in flight.
+_PRELUDE = """
+if redis.replicate_commands then redis.replicate_commands() end
+local function server_epoch()  -- changes on every restart: a snapshot may be stale
+  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
+end
+local function set_ttl(keys, ms)
+  for _, k in ipairs(keys) do
+    if ms == '' then redis.call('PERSIST', k) else redis.call('PEXPIREAT', k, ms) end
+  end
+end
+local function fence(gen)
+  redis.call('INCR', gen)
+  redis.call('PEXPIRE', gen, GEN_TTL_MS)
+end
+local function read_run(run)
+  local flat = redis.call('HGETALL', run)
+  local info, leases, fields = {}, {}, {}
+  for i = 1, #flat, 2 do
+    if string.sub(flat[i], 1, 6) == 'lease:' then
+      leases[flat[i]] = tonumber(flat[i + 1])
+    else
+      info[flat[i]] = flat[i + 1]
+      fields[#fields + 1] = flat[i]
+      fields[#fields + 1] = flat[i + 1]
+    end
+  end
+  return info, leases, fields
+end
+local function drop(keys)  -- forget a cached copy, keeping the leases of writers in flight
+  local _, leases = read_run(keys[1])
+  redis.call('DEL', keys[1], keys[2], keys[3], keys[4])
+  local last = 0
+  for f, d in pairs(leases) do
+    redis.call('HSET', keys[1], f, d)
+    if d > last then last = d end
+  end
+  if last > 0 then redis.call('PEXPIREAT', keys[1], last) end
+end
+""".replace("GEN_TTL_MS", str(GEN_TTL_MS))
+
+# KEYS: run rows hist full index gen
+# ARGV: 1 mode (write|mirror) 2 run_id 3 expected ('' = any) 4 require_status 5 kind
+#       6 payload 7 member tail 8 status 9 node_set 10 node 11 created_at 12 expires_ms
+#       13 expires_at 14 growth 15 rewrite 16 indexed; mirror: 17 token, 18..22 chain
+_WRITE = (
+    _PRELUDE
+    + """
+local run, rows, hist, full = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local mode = ARGV[1]
+local info = read_run(run)
+local current = tonumber(info['version']) or 0
+local epoch = ''
+if mode == 'mirror' then
+  redis.call('HDEL', run, 'lease:' .. ARGV[17])
+  epoch = server_epoch()
+  if tonumber(ARGV[3]) ~= current or (current > 0 and info['epoch'] ~= epoch) then
+    drop(KEYS)
+    fence(KEYS[6])
+    return {'dropped', current}
+  end
+elseif ARGV[3] ~= '' and tonumber(ARGV[3]) ~= current then
+  return {'conflict', current}
+end
+if ARGV[4] ~= '' and info['status'] ~= ARGV[4] then
+  return {'status', info['status'] or 'missing'}
+end
+local kind, payload = ARGV[5], ARGV[6]
+if current == 0 and kind ~= 'full' then return {'missing', 0} end
+local v = current + 1
+local bv, bb, gb, rb, len
+if mode == 'mirror' then
+  bv, bb, gb, rb, len = ARGV[18], ARGV[19], ARGV[20], ARGV[21], ARGV[22]
+elseif kind == 'full' then
+  bv, bb, gb, rb, len = v, #payload, 0, 0, 0
+else
+  bv, bb = tonumber(info['base_version']), tonumber(info['base_bytes'])
+  gb = tonumber(info['growth_bytes']) + tonumber(ARGV[14])
+  rb = tonumber(info['rewrite_bytes']) + tonumber(ARGV[15])
+  len = tonumber(info['chain_len']) + 1
+end
+if current == 0 or (mode == 'mirror' and kind == 'full') then
+  -- a new run; or a cache, which only needs the chain from its last full row on
+  redis.call('DEL', rows, hist, full)
+end
+if current == 0 then
+  if mode ~= 'mirror' then redis.call('DEL', run) end
+  redis.call('HSET', run, 'created_at', ARGV[11])
+end
+redis.call('HSET', rows, v, payload)
+redis.call('ZADD', hist, v, string.format('%d|%s|%d|', v, kind, #payload) .. ARGV[7])
+if kind == 'full' then redis.call('ZADD', full, v, v) end
+redis.call('HSET', run, 'version', v, 'status', ARGV[8], 'updated_at', ARGV[11],
+  'base_version', bv, 'base_bytes', bb, 'growth_bytes', gb, 'rewrite_bytes', rb,
+  'chain_len', len, 'epoch', epoch)
+if ARGV[9] == '1' then redis.call('HSET', run, 'node_id', ARGV[10])
+else redis.call('HDEL', run, 'node_id') end
+if ARGV[13] == '' then redis.call('HDEL', run, 'expires_at')
+else redis.call('HSET', run, 'expires_at', ARGV[13]) end
+set_ttl({run, rows, hist, full}, ARGV[12])
+if ARGV[16] == '1' then redis.call('ZADD', KEYS[5], ARGV[11], ARGV[2]) end
+return {'ok', v, bv, bb, gb, rb, len}
+"""
+)
+
+# KEYS: run rows hist full gen.  ARGV: version ('' = latest), tiered, record only,
+# inline limit.  -> {0, gen} on a miss, else {1, run fields, members, payloads, inline}.
+# In tiered mode a copy with a writer in flight, or from before the server's last
+# start, is a miss. Chains bigger than the limit come without payloads (inline = 0):
+# Lua copies every string it returns, which doubles the cost of a 10 MB read.
+_READ = (
+    _PRELUDE
+    + """
+local info, leases, fields = read_run(KEYS[1])
+local miss = {0, redis.call('GET', KEYS[5]) or '0'}
+if not info['version'] then return miss end
+if ARGV[2] == '1' and (next(leases) ~= nil or info['epoch'] ~= server_epoch()) then
+  return miss
+end
+if ARGV[3] == '1' then return {1, fields, {}, {}} end
+local latest = tonumber(info['version'])
+local target, base
+if ARGV[1] == '' then
+  target, base = latest, tonumber(info['base_version'])
+else
+  target = tonumber(ARGV[1])
+  if target < 1 or target > latest then return {1, fields, {}, {}} end
+  local f = redis.call('ZREVRANGEBYSCORE', KEYS[4], target, '-inf', 'LIMIT', 0, 1)
+  if #f == 0 then return {1, fields, {}, {}} end
+  base = tonumber(f[1])
+end
+local members = redis.call('ZRANGEBYSCORE', KEYS[3], base, target)
+local total = 0
+for i = 1, #members do total = total + tonumber(string.match(members[i], '^%d+|%a+|(%d+)|')) end
+if ARGV[4] ~= '' and total > tonumber(ARGV[4]) then return {1, fields, members, {}, 0} end
+local payloads = {}
+for i = 1, #members do
+  local p = redis.call('HGET', KEYS[2], string.match(members[i], '^(%d+)|'))
+  if not p then return {1, fields, {}, {}, 1} end
+  payloads[i] = p
+end
+return {1, fields, members, payloads, 1}
+"""
+)
+
+# KEYS: run rows hist full index gen
+# ARGV: status updated_at expires_ms expires_at run_id indexed mode; mirror: version token
+_STATUS = (
+    _PRELUDE
+    + """
+local info = read_run(KEYS[1])
+if ARGV[7] == 'mirror' then
+  redis.call('HDEL', KEYS[1], 'lease:' .. ARGV[9])
+  if info['version'] ~= ARGV[8] or info['epoch'] ~= server_epoch() then
+    drop(KEYS)
+    fence(KEYS[6])
+    return 0
+  end
+end
+if not info['version'] then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'updated_at', ARGV[2])
+if ARGV[4] == '' then redis.call('HDEL', KEYS[1], 'expires_at')
+else redis.call('HSET', KEYS[1], 'expires_at', ARGV[4]) end
+set_ttl({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, ARGV[3])
+if ARGV[6] == '1' then redis.call('ZADD', KEYS[5], ARGV[2], ARGV[5]) end
+return 1
+"""
+)
+
+# KEYS: run rows hist full index gen.  ARGV: run_id mode (delete|invalidate) token keep
+# delete: remove the run, 1 if it existed. invalidate (tiered): release ``token`` and
+# drop the copy unless it is at version ``keep``; fences out refills read before now.
+_DELETE = (
+    _PRELUDE
+    + """
+if ARGV[2] == 'delete' then
+  local existed = redis.call('EXISTS', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+  redis.call('ZREM', KEYS[5], ARGV[1])
+  return existed
+end
+if ARGV[3] ~= '' then redis.call('HDEL', KEYS[1], 'lease:' .. ARGV[3]) end
+local info = read_run(KEYS[1])
+if ARGV[4] ~= '' and info['version'] == ARGV[4] and info['epoch'] == server_epoch() then
+  return 0
+end
+drop(KEYS)
+fence(KEYS[6])
+return 1
+"""
+)
+
+# KEYS: run gen.  ARGV: token deadline_ms.  A tiered writer announces itself before its
+# SQL commit, so no reader trusts (or refills) the copy until the writer is done.
+_BEGIN = (
+    _PRELUDE
+    + """
+fence(KEYS[2])
+redis.call('HSET', KEYS[1], 'lease:' .. ARGV[1], ARGV[2])
+local info, leases = read_run(KEYS[1])
+if not info['version'] then
+  local last = 0
+  for _, d in pairs(leases) do if d > last then last = d end end
+  redis.call('PEXPIREAT', KEYS[1], last)
+end
+return 1
+"""
+)
+
+# KEYS: run rows hist full.  ARGV: version payload.  -> dropped rows, -1 no run, -2 no row
+_REBASE = """
+local v = tonumber(ARGV[1])
+local h = redis.call('HMGET', KEYS[1], 'version', 'base_version')
+if not h[1] then return -1 end
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0 then return -2 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], v, v)) do
+  redis.call('ZREM', KEYS[3], m)
+  local rest = string.match(m, '^%d+|%a+|%d+|(.*)$')
+  redis.call('ZADD', KEYS[3], v, string.format('%d|full|%d|', v, #ARGV[2]) .. rest)
+end
+redis.call('ZADD', KEYS[4], v, v)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[1])
+for i = 1, #gone, 500 do
+  local batch = {}
+  for j = i, math.min(i + 499, #gone) do batch[#batch + 1] = string.match(gone[j], '^(%d+)|') end
+  redis.call('HDEL', KEYS[2], unpack(batch))
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[1])
+if tonumber(h[2]) < v then
+  redis.call('HSET', KEYS[1], 'base_version', v, 'base_bytes', #ARGV[2],
+    'chain_len', tonumber(h[1]) - v)
+end
+return #gone
+"""
+
+# KEYS: run rows hist full gen.  ARGV: token now_ms expires_ms nfields field value...
+# then (version member payload is_full)...  Refills a tiered copy from SQL rows, unless
+# a writer began since the miss (``gen`` moved), one is still in flight, or another
+# reader already refilled it.
+_WARM = (
+    _PRELUDE
+    + """
+if (redis.call('GET', KEYS[5]) or '0') ~= ARGV[1] then return 0 end
+local info, leases = read_run(KEYS[1])
+local now = tonumber(ARGV[2])
+for _, d in pairs(leases) do if d > now then return 0 end end
+local epoch = server_epoch()
+if info['version'] and info['epoch'] == epoch and next(leases) == nil then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+local n = tonumber(ARGV[4])
+redis.call('HSET', KEYS[1], 'epoch', epoch, unpack(ARGV, 5, 4 + 2 * n))
+for i = 5 + 2 * n, #ARGV, 4 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])
+  redis.call('ZADD', KEYS[3], ARGV[i], ARGV[i + 1])
+  if ARGV[i + 3] == '1' then redis.call('ZADD', KEYS[4], ARGV[i], ARGV[i]) end
+end
+set_ttl({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, ARGV[3])
+return 1
+"""
+)
+
+# KEYS: index, run keys...  ARGV: run ids.  Drops index entries whose run is gone.
+_UNINDEX = """
+local n = 0
+for i = 1, #ARGV do
+  if redis.call('EXISTS', KEYS[i + 1]) == 0 then n = n + redis.call('ZREM', KEYS[1], ARGV[i]) end
+end
+return n
+"""
+
+_RUN_FIELDS = (
+    "status",
+    "version",
+    "base_version",
+    "base_bytes",
+    "growth_bytes",
+    "rewrite_bytes",
+    "chain_len",
+    "created_at",
+    "updated_at",
+)
+
+
+class RedisStore(CheckpointStore):
+    """Checkpoints in Redis, with key TTLs as the expiry policy.
+
+    Args:
+        client: a ``redis.asyncio.Redis`` created with ``decode_responses=False``.
+            The store does not close a client it was given (``from_url`` does).
+        prefix: prepended to every key, so several apps or tests can share a db.
+        codec, expiry, compaction: see :class:`CheckpointStore`.
+    """
+
+    scheme = "redis"
+
+    def __init__(self, client: aioredis.Redis, *, prefix: str = "tether:", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._r = client
+        self.prefix = prefix
+        self._owns_client = False
+        self._indexed = True  # TieredStore turns this off: its SQL side lists the runs
+        self._index_key = f"{prefix}runs"
+        reg = client.register_script
+        self._s_write, self._s_read, self._s_status = reg(_WRITE), reg(_READ), reg(_STATUS)
+        self._s_delete, self._s_begin, self._s_rebase = reg(_DELETE), reg(_BEGIN), reg(_REBASE)
+        self._s_warm, self._s_unindex = reg(_WARM), reg(_UNINDEX)
+
+    @classmethod
+    def from_url(cls, url: str, *, prefix: str | None = None, **options: Any) -> RedisStore:
+        """A store on a new client for ``redis://host:port/db`` (or ``rediss://``).
+
+        ``?prefix=`` in the URL sets the key prefix. ``codec``, ``expiry`` and
+        ``compaction`` go to the store, any other option to ``redis.asyncio.from_url``.
+        """
+        store_opts = {k: options.pop(k) for k in ("codec", "expiry", "compaction") if k in options}
+        if options.pop("decode_responses", False):
+            raise ConfigError("RedisStore stores bytes: do not set decode_responses")
+        url, query = _pop_query(url, "prefix")
+        options.setdefault("socket_connect_timeout", 5.0)
+        try:
+            client = aioredis.Redis.from_url(url, decode_responses=False, **options)
+        except ValueError as exc:
+            raise ConfigError(f"bad Redis URL {url!r}: {exc}") from exc
+        store = cls(client, prefix=prefix or query or "tether:", **store_opts)
+        store._owns_client = True
+        return store
+
+    # -- plumbing -------------------------------------------------------------------
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Translate driver exceptions once, here; our own errors pass through."""
+        try:
+            yield
+        except TetherError:
+            raise
+        except (rexc.ConnectionError, rexc.TimeoutError, TimeoutError, ConnectionError) as exc:
+            raise StoreUnavailable(f"redis: {exc}") from exc
+        except rexc.RedisError as exc:
+            raise StoreError(f"redis: {exc}") from exc
+
+    def _keys(self, run_id: str) -> list[str]:
+        """run, rows, hist and full keys of a run, the order every script expects."""
+        p = self.prefix
+        return [f"{p}run:{run_id}", f"{p}rows:{run_id}", f"{p}hist:{run_id}", f"{p}full:{run_id}"]
+
+    def _all_keys(self, run_id: str) -> list[str]:
+        return [*self._keys(run_id), self._index_key, f"{self.prefix}gen:{run_id}"]
+
+    async def setup(self) -> None:
+        """Check the server is reachable and new enough, and preload the scripts."""
+        with self._errors():
+            info = await self._r.info("server")
+            version = str(info.get("redis_version", "0"))
+            if int(version.split(".")[0]) < 5:
+                raise ConfigError(f"RedisStore needs Redis >= 5, the server runs {version}")
+            scripts: list[AsyncScript] = [
+                self._s_write, self._s_read, self._s_status, self._s_delete, self._s_begin,
+                self._s_rebase, self._s_warm, self._s_unindex,
+            ]  # fmt: skip
+            for script in scripts:
+                await self._r.script_load(script.script)
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            with self._errors():
+                await self._r.aclose()
+
+    # -- writes ---------------------------------------------------------------------
+    def _write_args(self, w: Write, mode: str, expected: int | None) -> list[Any]:
+        tail = f"{w.status}|{w.created_at!r}|{_node_text(w.node_id)}"
+        return [
+            mode,
+            w.run_id,
+            "" if expected is None else expected,
+            "" if w.require_status is None else str(w.require_status),
+            w.kind,
+            w.payload,
+            tail,
+            str(w.status),
+            "0" if w.node_id is None else "1",
+            w.node_id or "",
+            repr(w.created_at),
+            _ms(w.expires_at),
+            "" if w.expires_at is None else repr(w.expires_at),
+            w.growth_bytes,
+            w.rewrite_bytes,
+            "1" if self._indexed else "0",
+        ]
+
+    async def _write(self, w: Write) -> tuple[int, ChainStats]:
+        args = self._write_args(w, "write", w.expected_version)
+        with self._errors():
+            reply = await self._s_write(keys=self._all_keys(w.run_id), args=args)
+        tag = bytes(reply[0])
+        if tag == b"conflict":
+            raise VersionConflict(w.run_id, expected=w.expected_version, actual=int(reply[1]))
+        if tag == b"status":
+            raise RunNotPaused(w.run_id, bytes(reply[1]).decode())
+        if tag == b"missing":
+            raise RunNotFound(w.run_id)
+        return int(reply[1]), _chain(reply[2:7])
+
+    async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
+        args = _status_args(run_id, status, time.time(), expires_at, self._indexed, "set")
+        with self._errors():
+            done = await self._s_status(keys=self._all_keys(run_id), args=args)
+        if not done:
+            raise RunNotFound(run_id)
+
+    async def delete(self, run_id: str) -> bool:
+        with self._errors():
+            existed = await self._s_delete(keys=self._all_keys(run_id), args=[run_id, "delete"])
+        return bool(existed)
+
+    async def _rebase(self, run_id: str, version: int, payload: bytes) -> int:
+        with self._errors():
+            dropped = int(await self._s_rebase(keys=self._keys(run_id), args=[version, payload]))
+        if dropped == -1:
+            raise RunNotFound(run_id)
+        if dropped == -2:
+            raise RunNotFound(run_id, version)
+        return dropped
+
+    # -- the cache side of TieredStore ------------------------------------------------
+    # A tiered writer calls _begin (a lease: readers stop trusting the copy), commits to
+    # SQL, then _mirror/_mirror_status/_invalidate, which release the lease. A crash in
+    # between leaves the lease: the copy stays untrusted until it expires and a reader
+    # refills it from SQL. Copies older than the server's last start are never trusted.
+    async def _begin(self, run_id: str, token: str, deadline: float) -> None:
+        keys = [self._keys(run_id)[0], self._all_keys(run_id)[5]]
+        with self._errors():
+            await self._s_begin(keys=keys, args=[token, _ms(deadline)])
+
+    async def _mirror(self, w: Write, version: int, chain: ChainStats, token: str) -> bool:
+        """Append a row SQL committed as ``version``; drop the copy unless it is at v - 1."""
+        args = [*self._write_args(w, "mirror", version - 1), token, chain.base_version]
+        args += [chain.base_bytes, chain.growth_bytes, chain.rewrite_bytes, chain.length]
+        with self._errors():
+            reply = await self._s_write(keys=self._all_keys(w.run_id), args=args)
+        return bytes(reply[0]) == b"ok"
+
+    async def _mirror_status(self, info: RunInfo, token: str) -> bool:
+        """Copy the run record after a status change; drop a copy not at ``info.version``."""
+        expires = None if info.expires_at is None else info.expires_at.timestamp()
+        now = info.updated_at.timestamp()
+        args = _status_args(info.run_id, info.status, now, expires, False, "mirror")
+        with self._errors():
+            done = await self._s_status(keys=self._all_keys(info.run_id), args=[*args, info.version, token])
+        return bool(done)
+
+    async def _invalidate(self, run_id: str, token: str | None = None, *, keep: int | None = None) -> None:
+        """Release ``token`` and drop the copy (unless it is at version ``keep``)."""
+        args = [run_id, "invalidate", token or "", "" if keep is None else keep]
+        with self._errors():
+            await self._s_delete(keys=self._all_keys(run_id), args=args)
+
+    async def _warm(self, info: RunInfo, rows: Sequence[StoredRow], token: bytes) -> bool:
+        """Refill the copy from SQL rows, unless a writer touched the run since ``token``.
+
+        ``token`` is the fence value :meth:`_fetch` returned with the miss; every
+        writer bumps it before its SQL commit, so data read before a commit never lands.
+        """
+        fields = _hash_fields(info)
+        expires = None if info.expires_at is None else info.expires_at.timestamp()
+        args: list[Any] = [token, _ms(time.time()), _ms(expires), len(fields) // 2, *fields]
+        for row in rows:
+            args += [row.version, _member(row), row.payload, "1" if row.kind == "full" else "0"]
+        keys = [*self._keys(info.run_id), self._all_keys(info.run_id)[5]]
+        with self._errors():
+            return bool(await self._s_warm(keys=keys, args=args))
+
+    # -- reads ----------------------------------------------------------------------
+    async def _fetch(
+        self, run_id: str, version: int | None, *, tiered: bool = False, record: bool = False
+    ) -> tuple[RunInfo | None, list[StoredRow], bytes]:
+        """The run, the rows for ``version``, and the fence value on a miss.
+
+        One round trip, or two for chains over ``INLINE_BYTES`` (their payloads then come
+        by plain HMGET). ``record`` reads the run record only; ``tiered`` treats
+        untrusted copies as misses. Reads are idempotent, so a dropped connection is
+        retried once.
+        """
+        keys = [*self._keys(run_id), self._all_keys(run_id)[5]]
+        flags = ["1" if tiered else "0", "1" if record else "0"]
+        for attempt in range(3):
+            limit = INLINE_BYTES if attempt < 2 else ""
+            args = ["" if version is None else version, *flags, limit]
+            try:
+                with self._errors():
+                    reply = await self._s_read(keys=keys, args=args)
+            except StoreUnavailable:  # a pooled connection died (server restart): once more
+                with self._errors():
+                    reply = await self._s_read(keys=keys, args=args)
+            if not int(reply[0]):
+                return None, [], bytes(reply[1])
+            fields = _pairs(reply[1])
+            info = _run_info(run_id, fields)
+            payloads = reply[3]
+            if reply[2] and not int(reply[4]):
+                payloads = await self._payloads(run_id, reply[2], fields[b"created_at"])
+                if payloads is None:
+                    continue  # the run changed between the two round trips
+            rows = [_row(run_id, m, p) for m, p in zip(reply[2], payloads, strict=True)]
+            target = info.version if version is None else version
+            if rows and rows[-1].version != target:
+                rows = []
+            return info, rows, b""
+        raise AssertionError("unreachable: the last attempt reads inline")
+
+    async def _payloads(self, run_id: str, members: list[bytes], created_at: bytes) -> list[bytes] | None:
+        """Payloads of a big chain; None if a row went or the run was re-created meanwhile."""
+        run_key, rows_key, _, _ = self._keys(run_id)
+        versions = [m.split(b"|", 1)[0] for m in members]
+        with self._errors():
+            async with self._r.pipeline(transaction=True) as pipe:
+                pipe.hmget(rows_key, versions)
+                pipe.hget(run_key, "created_at")
+                payloads, now_created = await pipe.execute()
+        if now_created != created_at or any(p is None for p in payloads):
+            return None
+        return list(payloads)
+
+    async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
+        info, rows, _ = await self._fetch(run_id, version)
+        return info, rows
+
+    async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
+        if limit == 0:
+            return []
+        run_key, _, hist_key, _ = self._keys(run_id)
+        top = "+inf" if before is None else f"({before}"
+        with self._errors():
+            async with self._r.pipeline(transaction=True) as pipe:
+                pipe.exists(run_key)
+                pipe.zrevrangebyscore(hist_key, top, "-inf", start=0, num=limit or -1)
+                exists, members = await pipe.execute()
+        if not exists:
+            return []
+        return [_checkpoint_info(run_id, m) for m in members]
+
+    async def get_run(self, run_id: str) -> RunInfo | None:
+        info, _, _ = await self._fetch(run_id, None, record=True)
+        return info
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
+    ) -> list[RunInfo]:
+        if limit <= 0:
+            return []
+        want = None if status is None else RunStatus(status)
+        found: list[RunInfo] = []
+        stale: list[str] = []
+        start, batch = 0, max(offset + limit, 50)
+        with self._errors():
+            while len(found) < offset + limit:
+                ids: list[bytes] = await self._r.zrevrange(  # type: ignore[assignment]
+                    self._index_key, start, start + batch - 1
+                )
+                if not ids:
+                    break
+                async with self._r.pipeline(transaction=False) as pipe:
+                    for rid in ids:
+                        pipe.hgetall(self._keys(rid.decode())[0])
+                    hashes = await pipe.execute()
+                for rid, h in zip(ids, hashes, strict=True):
+                    if b"version" not in h:
+                        stale.append(rid.decode())
+                    elif want is None or h.get(b"status") == want.encode():
+                        found.append(_run_info(rid.decode(), h))
+                start, batch = start + batch, batch * 2
+            if stale:
+                await self._unindex(stale)
+        return found[offset : offset + limit]
+
+    async def _unindex(self, run_ids: list[str]) -> int:
+        keys = [self._index_key, *(self._keys(rid)[0] for rid in run_ids)]
+        return int(await self._s_unindex(keys=keys, args=run_ids))
+
+    async def purge_expired(self) -> int:
+        """Redis expires the runs itself; this sweeps their ids out of the run index."""
+        removed = 0
+        batch: list[str] = []
+        with self._errors():
+            async for member, _score in self._r.zscan_iter(self._index_key, count=500):
+                batch.append(member.decode())
+                if len(batch) >= 500:
+                    removed += await self._unindex(batch)
+                    batch = []
+            if batch:
+                removed += await self._unindex(batch)
+        if removed:
+            logger.info("redis: removed %d expired runs from the index", removed)
+        return removed
+
+
+# -- encoding helpers -------------------------------------------------------------------
+def _status_args(
+    run_id: str, status: RunStatus, now: float, expires_at: float | None, indexed: bool, mode: str
+) -> list[Any]:
+    exp = "" if expires_at is None else repr(expires_at)
+    return [str(status), repr(now), _ms(expires_at), exp, run_id, "1" if indexed else "0", mode]
+
+
+def _ms(ts: float | None) -> str:
+    return "" if ts is None else str(math.ceil(ts * 1000))
+
+
+def _node_text(node_id: str | None) -> str:
+    return "-" if node_id is None else "+" + node_id
+
+
+def _member(row: StoredRow) -> str:
+    node = _node_text(row.node_id)
+    return f"{row.version}|{row.kind}|{len(row.payload)}|{row.status}|{row.created_at!r}|{node}"
+
+
+def _parse_member(member: bytes) -> tuple[int, str, int, RunStatus, float, str | None]:
+    v, kind, size, status, created, node = member.decode().split("|", 5)
+    return (
+        int(v),
+        kind,
+        int(size),
+        RunStatus(status),
+        float(created),
+        node[1:] if node != "-" else None,
+    )
+
+
+def _row(run_id: str, member: bytes, payload: bytes) -> StoredRow:
+    try:
+        v, kind, _size, status, created, node = _parse_member(member)
+    except ValueError as exc:
+        raise CheckpointCorrupt(f"bad history entry {member[:80]!r}", run_id=run_id) from exc
+    return StoredRow(
+        run_id=run_id,
+        version=v,
+        kind=kind,
+        node_id=node,
+        status=status,
+        created_at=created,
+        payload=payload,
+    )
+
+
+def _checkpoint_info(run_id: str, member: bytes) -> CheckpointInfo:
+    try:
+        v, kind, size, status, created, node = _parse_member(member)
+    except ValueError as exc:
+        raise CheckpointCorrupt(f"bad history entry {member[:80]!r}", run_id=run_id) from exc
+    return CheckpointInfo(
+        run_id=run_id,
+        version=v,
+        node_id=node,
+        status=status,
+        timestamp=_utc(created),
+        kind=kind,
+        size=size,
+    )
+
+
+def _pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _chain(values: Sequence[Any]) -> ChainStats:
+    bv, bb, gb, rb, length = (int(x) for x in values)
+    return ChainStats(base_version=bv, base_bytes=bb, growth_bytes=gb, rewrite_bytes=rb, length=length)
+
+
+def _run_info(run_id: str, h: dict[bytes, bytes]) -> RunInfo:
+    try:
+        node, exp = h.get(b"node_id"), h.get(b"expires_at")
+        return RunInfo(
+            run_id=run_id,
+            status=RunStatus(h[b"status"].decode()),
+            version=int(h[b"version"]),
+            node_id=None if node is None else node.decode(),
+            created_at=_utc(float(h[b"created_at"])),
+            updated_at=_utc(float(h[b"updated_at"])),
+            expires_at=None if exp is None else _utc(float(exp)),
+            chain=_chain([h[f.encode()] for f in _RUN_FIELDS[2:7]]),
+        )
+    except (KeyError, ValueError) as exc:
+        raise CheckpointCorrupt(f"damaged run record ({exc})", run_id=run_id) from exc
+
+
+def _hash_fields(info: RunInfo) -> list[Any]:
+    c = info.chain
+    fields: list[Any] = [
+        "status",
+        str(info.status),
+        "version",
+        info.version,
+        "base_version",
+        c.base_version,
+        "base_bytes",
+        c.base_bytes,
+        "growth_bytes",
+        c.growth_bytes,
+        "rewrite_bytes",
+        c.rewrite_bytes,
+        "chain_len",
+        c.length,
+        "created_at",
+        repr(info.created_at.timestamp()),
+        "updated_at",
+        repr(info.updated_at.timestamp()),
+    ]
+    if info.node_id is not None:
+        fields += ["node_id", info.node_id]
+    if info.expires_at is not None:
+        fields += ["expires_at", repr(info.expires_at.timestamp())]
+    return fields
+
+
+def _pop_query(url: str, name: str) -> tuple[str, str | None]:
+    """Remove ``name`` from the URL's query (redis-py would reject it); return its value."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    value = next((v for k, v in query if k == name), None)
+    rest = urlencode([(k, v) for k, v in query if k != name])
+    return urlunsplit(parts._replace(query=rest)), value

@@ -1,0 +1,272 @@
+"""RedisStore quirks the conformance suite does not see: key TTLs, layout, index, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from tether.errors import ConfigError, StoreError, StoreUnavailable, VersionConflict
+from tether.state import Checkpoint, ExecutionContext, RunStatus
+from tether.stores import ExpiryPolicy, create_store
+from tether.stores.redis import RedisStore
+
+from .conftest import IN_CI, new_id, require_url
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> str:
+    return require_url("redis", tmp_path)
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"tether-test-{uuid.uuid4().hex[:8]}:"
+
+
+@pytest.fixture
+async def client(redis_url: str, prefix: str) -> AsyncIterator[aioredis.Redis]:
+    """A raw client on the test db; removes this test's keys afterwards."""
+    c = aioredis.Redis.from_url(redis_url, socket_connect_timeout=5)
+    try:
+        await c.ping()
+    except (OSError, aioredis.ConnectionError) as exc:
+        await c.aclose()
+        if IN_CI:
+            pytest.fail(f"CI=true but Redis is unreachable: {exc}")
+        pytest.skip(f"Redis unreachable: {exc}")
+    yield c
+    keys = [k async for k in c.scan_iter(match=f"{prefix}*", count=500)]
+    if keys:
+        await c.delete(*keys)
+    await c.aclose()
+
+
+def _url(redis_url: str, prefix: str) -> str:
+    return f"{redis_url}{'&' if '?' in redis_url else '?'}prefix={prefix}"
+
+
+@pytest.fixture
+async def store(client: aioredis.Redis, redis_url: str, prefix: str) -> AsyncIterator[RedisStore]:
+    s = RedisStore.from_url(_url(redis_url, prefix))
+    await s.setup()
+    yield s
+    await s.aclose()
+
+
+def _keys(prefix: str, run_id: str) -> list[str]:
+    return [f"{prefix}{kind}:{run_id}" for kind in ("run", "rows", "hist", "full")]
+
+
+async def test_keys_use_the_prefix_from_the_url(store, client, prefix):
+    """Every key of a run lives under the store's prefix, and nothing else is written."""
+    ctx = ExecutionContext(new_id(), {"a": 1})
+    await store.commit(ctx)
+    ctx.put("a", 2)
+    await store.commit(ctx)
+    found = sorted([k.decode() async for k in client.scan_iter(match=f"*{ctx.run_id}*")])
+    assert found == sorted(_keys(prefix, ctx.run_id))
+    assert await client.zscore(f"{prefix}runs", ctx.run_id) is not None
+    assert await client.hlen(f"{prefix}rows:{ctx.run_id}") == 2
+
+
+async def test_every_key_of_a_run_carries_the_checkpoint_ttl(store, client, prefix):
+    """Saves set PEXPIREAT = expires_at on all the run's keys; COMPLETED shortens it."""
+    store.expiry = ExpiryPolicy(checkpoint_ttl=dt.timedelta(days=7), completed_ttl=dt.timedelta(hours=24))
+    ctx = ExecutionContext(new_id(), {"a": 1})
+    await store.commit(ctx)
+    ctx.put("a", 2)
+    await store.commit(ctx)
+    week, day = 7 * 86400 * 1000, 86400 * 1000
+    for key in _keys(prefix, ctx.run_id):
+        assert week - 60_000 < await client.pttl(key) <= week + 1000, key
+    info = await store.get_run(ctx.run_id)
+    assert info.expires_at is not None
+    await store.set_status(ctx.run_id, RunStatus.COMPLETED)
+    for key in _keys(prefix, ctx.run_id):
+        assert day - 60_000 < await client.pttl(key) <= day + 1000, key
+
+
+async def test_no_ttl_persists_the_keys(store, client, prefix):
+    """ExpiryPolicy(None) removes earlier TTLs: the run is kept forever."""
+    ctx = ExecutionContext(new_id(), {"a": 1})
+    await store.commit(ctx)
+    assert await client.pttl(_keys(prefix, ctx.run_id)[0]) > 0
+    store.expiry = ExpiryPolicy(checkpoint_ttl=None, completed_ttl=None)
+    ctx.put("a", 2)
+    await store.commit(ctx)
+    for key in _keys(prefix, ctx.run_id):
+        assert await client.pttl(key) == -1, key
+    assert (await store.get_run(ctx.run_id)).expires_at is None
+
+
+async def test_expired_runs_leave_the_index(store, client, prefix):
+    """Redis drops expired keys; list_runs skips their ids and purge_expired sweeps them."""
+    store.expiry = ExpiryPolicy(checkpoint_ttl=dt.timedelta(milliseconds=200))
+    gone = [ExecutionContext(new_id(), {"a": i}) for i in range(3)]
+    for ctx in gone:
+        await store.commit(ctx)
+    await asyncio.sleep(0.4)
+    assert await client.zcard(f"{prefix}runs") == 3
+    assert await store.purge_expired() == 3
+    assert await client.zcard(f"{prefix}runs") == 0
+    for ctx in gone:
+        await store.commit(ExecutionContext(ctx.run_id, {"again": 1}))
+    await asyncio.sleep(0.4)
+    assert await store.list_runs() == []
+    assert await client.zcard(f"{prefix}runs") == 0  # list_runs cleaned them lazily
+
+
+async def test_list_runs_pages_past_stale_and_filtered_entries(store):
+    """offset/limit count only live runs of the asked status, newest first."""
+    ids = []
+    for i in range(7):
+        cp = Checkpoint(run_id=new_id(), node_id=None, state={"i": i})
+        await store.save(cp)
+        if i % 2:
+            await store.set_status(cp.run_id, RunStatus.PAUSED)
+        ids.append(cp.run_id)
+    store.expiry = ExpiryPolicy(checkpoint_ttl=dt.timedelta(milliseconds=1))
+    await store.save(Checkpoint(run_id=new_id(), node_id=None, state={}, status=RunStatus.PAUSED))
+    await asyncio.sleep(0.05)
+    paused = await store.list_runs(status=RunStatus.PAUSED, limit=2, offset=1)
+    assert [r.run_id for r in paused] == [ids[3], ids[1]]
+    assert [r.run_id for r in await store.list_runs(limit=3)] == [ids[6], ids[5], ids[4]]
+    assert [r.run_id for r in await store.list_runs(limit=2, offset=6)] == [ids[0]]
+
+
+async def test_racing_writers_on_separate_connections(store, redis_url, prefix):
+    """Many writers with the same expected version at once: exactly one wins."""
+    run_id = new_id()
+    await store.save(Checkpoint(run_id=run_id, node_id=None, state={"n": 0}))
+    stores = [RedisStore.from_url(_url(redis_url, prefix)) for _ in range(8)]
+    try:
+        results = await asyncio.gather(
+            *(
+                s.save(Checkpoint(run_id=run_id, node_id=None, state={"n": i}), expected_version=1)
+                for i, s in enumerate(stores)
+            ),
+            return_exceptions=True,
+        )
+    finally:
+        for s in stores:
+            await s.aclose()
+    wins = [r for r in results if isinstance(r, int)]
+    conflicts = [r for r in results if isinstance(r, VersionConflict)]
+    assert wins == [2] and len(conflicts) == 7, results
+    assert (await store.load(run_id)).version == 2
+
+
+async def test_a_given_client_is_not_closed(client, prefix):
+    """RedisStore(client) leaves the caller's client open on aclose()."""
+    store = RedisStore(client, prefix=prefix)
+    await store.setup()
+    await store.save(Checkpoint(run_id=new_id(), node_id=None, state={}))
+    await store.aclose()
+    assert await client.ping()
+
+
+async def test_unreachable_server_is_store_unavailable():
+    """A refused connection becomes StoreUnavailable, not a redis exception."""
+    store = create_store("redis://127.0.0.1:1/0")
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.setup()
+        with pytest.raises(StoreUnavailable):
+            await store.load(new_id())
+    finally:
+        await store.aclose()
+
+
+async def test_server_errors_are_store_errors(store, client, prefix):
+    """A key of the wrong type (someone else's data) gives StoreError naming redis."""
+    run_id = new_id()
+    await client.set(f"{prefix}run:{run_id}", b"not a hash")
+    with pytest.raises(StoreError, match="redis"):
+        await store.load(run_id)
+
+
+async def test_bad_options_are_config_errors():
+    """decode_responses would corrupt payloads; a bad URL says so."""
+    with pytest.raises(ConfigError, match="decode_responses"):
+        RedisStore.from_url("redis://127.0.0.1:6379/0", decode_responses=True)
+    with pytest.raises(ConfigError):
+        RedisStore.from_url("http://127.0.0.1/0")
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+
+
+def test_importing_tether_stores_does_not_import_redis():
+    """The driver is imported only when a Redis store is asked for."""
+    out = _python("import sys, tether.stores; print('redis' in sys.modules)")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_missing_driver_is_a_config_error_with_the_fix():
+    """Without the redis package, opening a redis:// store says what to install."""
+    out = _python(
+        "import sys; sys.modules['redis'] = None\n"
+        "from tether.stores import create_store\n"
+        "try:\n    create_store('redis://127.0.0.1:6379/0')\n"
+        "except Exception as e:\n    print(type(e).__name__, e)\n"
+    )
+    assert out.stdout.strip() == ("ConfigError RedisStore needs redis: pip install 'tether[redis]'"), (
+        out.stderr
+    )
+
+
+class _CountingConnection(aioredis.Connection):
+    """Counts what the client sends: one send is one round trip (pipelines included)."""
+
+    sent = 0
+
+    async def send_packed_command(self, command, check_health=True):
+        type(self).sent += 1
+        await super().send_packed_command(command, check_health)
+
+
+async def test_a_save_and_a_load_are_one_round_trip_each(client, redis_url, prefix):
+    """commit() of a delta is one EVALSHA; loading the latest chain one (two if > 1 MiB)."""
+    store = RedisStore.from_url(_url(redis_url, prefix), connection_class=_CountingConnection)
+    try:
+        await store.setup()  # connects and loads the scripts
+        ctx = ExecutionContext(new_id(), {"messages": []})
+        await store.commit(ctx)
+        for i in range(20):
+            ctx.merge({"messages": [f"m{i}"]})
+            before = _CountingConnection.sent
+            await store.commit(ctx)
+            assert _CountingConnection.sent - before == 1
+        before = _CountingConnection.sent
+        loaded = await store.load(ctx.run_id)
+        assert _CountingConnection.sent - before == 1
+        assert loaded.state == ctx.snapshot()
+        # a chain over INLINE_BYTES skips Lua's copy: its payloads come by plain HMGET
+        ctx.put("blob", b"x" * (2 << 20))
+        await store.commit(ctx)
+        before = _CountingConnection.sent
+        loaded = await store.load(ctx.run_id)
+        assert _CountingConnection.sent - before == 2
+        assert loaded.state == ctx.snapshot()
+    finally:
+        await store.aclose()
