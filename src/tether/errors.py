@@ -14,6 +14,15 @@ Split by who is at fault, so callers can decide what to do without parsing messa
     + CheckpointCorrupt      undecodable payload, truncated row or unknown schema version
       + DecryptionError      encrypted with another key, or tampered with
   x RunInProgress            another live runner holds the run's lease
+  x ModelError               a model call failed
+    + ModelUnavailable       network, 5xx, rate limit after retries: transient
+    + ModelOutputError       unparsable or invalid reply: fed back to the model
+    + PromptTooLong          the provider refused the prompt's size (reported_tokens)
+    + ModelRequestsBlocked   a real provider was called while requests are disallowed (tests)
+  x ToolError                a command could not be run as asked
+    + CommandTimeout         it ran past its timeout and was killed
+    + CommandRefused         the command policy refused it (destructive or unconfirmed)
+    + SessionError           the local or SSH session failed (connect, auth, lost)
   x ContextError             the context engine was asked something impossible
     + BudgetExceeded         pinned content alone does not fit the budget
     + ArtifactNotFound       (tether.context.artifacts) no artefact with that id
@@ -31,7 +40,16 @@ __all__ = [
     "ContextError",
     "DecryptionError",
     "InvalidStateValue",
+    "CommandRefused",
+    "CommandTimeout",
+    "ModelError",
+    "ModelOutputError",
+    "ModelRequestsBlocked",
+    "ModelUnavailable",
+    "PromptTooLong",
     "RunInProgress",
+    "SessionError",
+    "ToolError",
     "RunNotFound",
     "RunNotPaused",
     "StateError",
@@ -142,6 +160,61 @@ class RunInProgress(TetherError):
         )
         self.run_id = run_id
         self.owner = owner
+
+
+class ModelError(TetherError):
+    """A model call failed."""
+
+
+class ModelUnavailable(ModelError):
+    """Network error, 5xx or rate limit that outlasted the retries: transient."""
+
+
+class ModelOutputError(ModelError):
+    """The reply could not be parsed or validated; the loop sends the error back."""
+
+    def __init__(self, message: str, *, raw: str = "") -> None:
+        super().__init__(message)
+        self.raw = raw
+
+
+class PromptTooLong(ModelError):
+    """The provider refused the prompt as too long; compress and retry."""
+
+    def __init__(self, message: str, *, reported_tokens: int | None = None, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.reported_tokens = reported_tokens
+        self.limit = limit
+
+
+class ModelRequestsBlocked(ModelError):
+    """A real provider was asked while ``tether.models.ALLOW_MODEL_REQUESTS`` is False."""
+
+
+class ToolError(TetherError):
+    """A command could not be run as asked."""
+
+
+class CommandTimeout(ToolError, TimeoutError):
+    """The command ran past its timeout; its whole process group was killed."""
+
+    def __init__(self, command: str, timeout: float) -> None:
+        super().__init__(f"command timed out after {timeout:g}s and was killed: {command}")
+        self.command = command
+        self.timeout = timeout
+
+
+class CommandRefused(ToolError, PermissionError):
+    """The command policy refused the command (destructive, or not confirmed)."""
+
+    def __init__(self, command: str, reason: str) -> None:
+        super().__init__(f"refused by the command policy ({reason}): {command}")
+        self.command = command
+        self.reason = reason
+
+
+class SessionError(ToolError):
+    """The session itself failed: cannot connect, authentication, connection lost."""
 
 
 class ContextError(TetherError):
