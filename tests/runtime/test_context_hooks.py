@@ -13,8 +13,11 @@ def op_step(step_id: str, phase: str):
     def fn(sc):
         window = load_window(sc.state)
         for i in range(5):
-            window.add(new_item("operation", f"{step_id} op {i}: " + "ran a command with long output " * 20,
-                                phase=phase))
+            window.add(
+                new_item(
+                    "operation", f"{step_id} op {i}: " + "ran a command with long output " * 20, phase=phase
+                )
+            )
         return {"context_window": window.to_state()}
 
     return Step(id=step_id, fn=fn, phase=phase)

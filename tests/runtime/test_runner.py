@@ -309,3 +309,22 @@ async def test_phase_and_checkpoint_hooks(store):
     result = await r.start(new_id())
     assert phases == ["p1", "p2"] and len(versions) == 3
     assert result.state["p1_summary"] == "2 messages"
+
+
+async def test_a_step_can_finish_the_run_early(store):
+    def decide(sc):
+        sc.finish("COMPLETED", "deployed at http://127.0.0.1:8000")
+        return {"answer": 42}
+
+    r, _ = runner(store, [Step(id="a", fn=out(1)), Step(id="b", fn=decide), Step(id="c", fn=out(3))])
+    result = await r.start(new_id())
+    assert result.status is RunStatus.COMPLETED
+    assert result.state["final_output"] == "deployed at http://127.0.0.1:8000"
+    assert result.state["todo"]["c"]["status"] == "skipped" and "c_output" not in result.state
+
+    def give_up(sc):
+        sc.finish("FAILED", "no database configured")
+
+    r2, _ = runner(store, [Step(id="x", fn=give_up), Step(id="y", fn=out(3))])
+    failed = await r2.start(new_id())
+    assert failed.status is RunStatus.FAILED and await store.get_status(failed.run_id) is RunStatus.FAILED

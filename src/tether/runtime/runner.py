@@ -150,12 +150,17 @@ class Runner:
     async def resume(
         self, run_id: str, *, decision: Decision | str | None = None, force: bool = False
     ) -> RunResult:
-        """Continue a paused, failed-over or crashed run from its latest checkpoint."""
+        """Continue a paused or crashed run from its latest checkpoint.
+
+        A FAILED run is left as it is unless a ``decision`` is given (after a human
+        fixed what its failure report asked for); COMPLETED and CANCELLED runs are final.
+        """
         ctx = await self.store.load_context(run_id, reducers=self.reducers)
         info = await self.store.get_run(run_id)
         if ctx is None or info is None:
             raise RunNotFound(run_id)
-        if info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+        finished = info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
+        if finished or (info.status is RunStatus.FAILED and decision is None):
             return RunResult(run_id=run_id, status=info.status, version=ctx.version, state=ctx._state_ref())
         self._check_lease(run_id, ctx.get("_lease"), force=force)
         ctx.put("_lease", self._lease())
@@ -234,6 +239,8 @@ class Runner:
         version = await self.store.commit(ctx, node_id=step.id, metadata={"node_name": step.title})
         self._emit("step_done", ctx.run_id, step.id, version=version, attempts=sc.attempt)
         await self._after_checkpoint(ctx, step, version)
+        if sc.finish_requested is not None:
+            await self._finish_early(ctx, step, *sc.finish_requested)
         if sc.pause_requested or step.pause_after:
             reason = sc.pause_requested or f"review after {step.title}"
             self._emit("pause_requested", ctx.run_id, step.id, reason=reason)
@@ -312,6 +319,15 @@ class Runner:
         finally:
             if not task.done():
                 task.cancel()
+
+    async def _finish_early(self, ctx: ExecutionContext, step: Step, status: str, message: str) -> None:
+        done, skipped = self._settled(ctx)
+        rest = [s for s in self.workflow.steps if s.id not in done and s.id not in skipped]
+        if rest:
+            ctx.merge({"todo": self._todos(rest, "skipped")})
+        ctx.put("final_output", message)
+        self._emit("finish_requested", ctx.run_id, step.id, status=status, message=message)
+        raise _Stop(RunStatus(status))
 
     # == failures ===================================================================
     async def _fail(

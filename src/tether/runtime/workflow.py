@@ -99,6 +99,7 @@ class StepContext:
     attempt: int = 1
     compensations: list[Compensation] = field(default_factory=list)
     pause_requested: str | None = None
+    finish_requested: tuple[str, str] | None = None
     last_heartbeat: float = field(default_factory=time.monotonic)
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -115,6 +116,13 @@ class StepContext:
     def pause(self, reason: str) -> None:
         """Ask for a human review once this step is done."""
         self.pause_requested = reason
+
+    def finish(self, status: str = "COMPLETED", message: str = "") -> None:
+        """End the run after this step (an agent said done or failed): the steps left
+        are marked skipped and the run ends COMPLETED or FAILED."""
+        if status not in ("COMPLETED", "FAILED"):
+            raise ConfigError("finish() status must be COMPLETED or FAILED")
+        self.finish_requested = (status, message)
 
 
 class Workflow:
