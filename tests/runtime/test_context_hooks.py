@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from tests.stores.conftest import new_id
 from tether.context import ContextWindow, new_item
 from tether.runtime import Runner, Step, Workflow
 from tether.runtime.context_hooks import load_window, phase_compression, save_window
 from tether.state import RunStatus
-from tests.stores.conftest import new_id
 
 
 def op_step(step_id: str, phase: str):
