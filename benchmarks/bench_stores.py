@@ -1,0 +1,1636 @@
+#!/usr/bin/env python
+"""Checkpoint-store benchmark: tether's stores beside the raw floor and LangGraph's savers.
+
+Run from the repository root (the package must be importable)::
+
+    .venv/bin/python benchmarks/bench_stores.py                  # every available backend
+    .venv/bin/python benchmarks/bench_stores.py --quick          # smoke run, about a minute
+    .venv/bin/python benchmarks/bench_stores.py --backends sqlite,postgresql --json out.json
+
+Sections (see benchmarks/README.md for what each column means):
+
+1. save (``store.commit`` of a new run) and load latest (``store.load``) at 1 KB, 100 KB,
+   1 MB, 10 MB of chat messages, against the raw floor: the same state serialised once
+   with ormsgpack plus one round trip of those bytes to the same server;
+2. the append step: one ~1 KB message appended to a 10 MB run and committed;
+3. storage growth of a 1,000-step append-only run.
+
+Tables 1b, 2b and 3b run LangGraph's saver for the same backend (where installed) on the
+same states.
+
+Every ratio compares numbers measured in this run, on this machine; the subjects are
+interleaved rep by rep so that noise from a shared host hits them alike.
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import math
+import os
+import platform
+import random
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import ormsgpack
+
+from tether.state.context import ExecutionContext
+from tether.stores.base import CheckpointStore
+from tether.stores.registry import create_store
+
+Msg = dict[str, Any]
+KB = 1024
+MB = 1024 * 1024
+
+DEFAULT_URLS: dict[str, str] = {
+    "memory": "memory://",
+    "sqlite": "",  # a fresh file in the work directory
+    "redis": "redis://127.0.0.1:6379/0",
+    "postgresql": "postgresql://127.0.0.1:5432/test",
+    "mysql": "mysql://root@127.0.0.1:3306/test",
+    "tiered": "tiered+redis://127.0.0.1:6379/2?sql=" + quote("mysql://root@127.0.0.1:3306/test", safe=""),
+}
+ALIASES = {"postgres": "postgresql", "pg": "postgresql", "mariadb": "mysql", "sqlite3": "sqlite"}
+APPEND_TARGET_MS = 5.0
+APPEND_TARGET_BACKENDS = ("sqlite", "redis", "postgresql")
+LOAD_TARGET = 1.5
+ALL_SIZES = {"1KB": KB, "100KB": 100 * KB, "1MB": MB, "10MB": 10 * MB}
+FULL_REPS = {"1KB": 40, "100KB": 25, "1MB": 15, "10MB": 9}
+SECTIONS = ("latency", "append", "growth")
+GROWTH_TARGET = 2.0
+
+
+# == configuration ===================================================================
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    quick: bool
+    sizes: dict[str, int]
+    reps: dict[str, int]
+    warmup: int
+    append_base: str
+    append_steps: int
+    append_msg: int
+    load_reps: int
+    growth_steps: int
+    growth_msg: int
+    lg_growth_steps: int
+    langgraph: bool
+    workdir: Path
+    urls: dict[str, str]
+    sections: tuple[str, ...] = SECTIONS
+    seed: int = 20240601
+
+
+def make_config(args: argparse.Namespace, workdir: Path) -> Config:
+    if args.quick:
+        sizes = {"1KB": KB, "100KB": 100 * KB, "1MB": MB}
+        reps = {"1KB": 12, "100KB": 8, "1MB": 5}
+        base, steps, gsteps, gmsg, lgsteps, load_reps, warmup = "1MB", 30, 300, KB, 50, 3, 1
+    else:
+        sizes = dict(ALL_SIZES)
+        reps = dict(FULL_REPS)
+        base, steps, gsteps, gmsg, lgsteps, load_reps, warmup = "10MB", 100, 1000, 10 * KB, 100, 7, 2
+    if args.sizes:
+        wanted = [x.strip().upper() for x in args.sizes.split(",") if x.strip()]
+        unknown = [x for x in wanted if x not in ALL_SIZES]
+        if unknown:
+            raise SystemExit(f"unknown size {unknown[0]!r}; known: {', '.join(ALL_SIZES)}")
+        sizes = {x: ALL_SIZES[x] for x in wanted}
+        reps = {x: reps.get(x, FULL_REPS[x]) for x in wanted}
+    sections = tuple(x.strip() for x in args.sections.split(",") if x.strip())
+    if any(x not in SECTIONS for x in sections):
+        raise SystemExit(f"--sections takes {', '.join(SECTIONS)}")
+    urls = dict(DEFAULT_URLS)
+    urls["sqlite"] = f"sqlite:///{workdir / 'tether.db'}"
+    for name in ("redis", "postgresql", "mysql", "tiered"):
+        override = getattr(args, f"{name}_url")
+        if override:
+            urls[name] = override
+    return Config(
+        quick=args.quick,
+        sizes=sizes,
+        reps=reps,
+        warmup=warmup,
+        append_base=base,
+        append_steps=args.append_steps or steps,
+        append_msg=KB,
+        load_reps=load_reps,
+        growth_steps=args.growth_steps or gsteps,
+        growth_msg=gmsg,
+        lg_growth_steps=args.lg_growth_steps or lgsteps,
+        langgraph=not args.no_langgraph,
+        workdir=workdir,
+        urls=urls,
+        sections=sections,
+    )
+
+
+# == realistic chat messages ========================================================
+_WORD_TEXT = (
+    "the a to of and in for is on that with this it be as are was by an at from or can "
+    "will not have we you our your if but all they more when which their there has been "
+    "deploy build cluster service request response latency error retry timeout config "
+    "database index query table migration schema cache token prompt model agent tool "
+    "result summary context window message user assistant function argument value list "
+    "file path line test failure pass check review branch commit merge release version "
+    "customer invoice order payment refund account balance report quarter revenue growth "
+    "search document page section paragraph source citation answer question reason step "
+    "plan execute verify observe update state checkpoint resume pause approve reject"
+)
+_WORDS = tuple(_WORD_TEXT.split())
+_TOOLS = ("search_docs", "run_sql", "read_file", "http_get", "list_orders", "run_tests", "grep")
+_LEVELS = ("INFO", "INFO", "INFO", "DEBUG", "WARN", "ERROR")
+
+
+def _prose(rng: random.Random, n_chars: int) -> str:
+    out: list[str] = []
+    size = 0
+    while size < n_chars:
+        words = rng.choices(_WORDS, k=rng.randint(6, 22))
+        sentence = " ".join(words).capitalize() + rng.choice((".", ".", ".", "?", "!"))
+        if rng.random() < 0.15:
+            sentence += f" (see #{rng.randint(10, 9999)})"
+        if rng.random() < 0.1:
+            sentence += "\n\n"
+        out.append(sentence)
+        size += len(sentence) + 1
+    return " ".join(out)[:n_chars]
+
+
+def _tool_output(rng: random.Random, n_chars: int) -> str:
+    kind = rng.randrange(3)
+    parts: list[str] = []
+    size = 0
+    i = 0
+    while size < n_chars:
+        if kind == 0:  # JSON rows
+            part = json.dumps(
+                {
+                    "id": rng.randint(1, 10**6),
+                    "name": " ".join(rng.choices(_WORDS, k=3)),
+                    "score": round(rng.random(), 4),
+                    "tags": rng.sample(_WORDS, 3),
+                    "ok": rng.random() < 0.9,
+                }
+            )
+        elif kind == 1:  # log lines
+            part = (
+                f"2024-05-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:"
+                f"{rng.randint(0, 59):02d}Z {rng.choice(_LEVELS)} worker[{rng.randint(1, 8)}] "
+                + " ".join(rng.choices(_WORDS, k=rng.randint(5, 14)))
+            )
+        else:  # code
+            part = (
+                f"def {rng.choice(_WORDS)}_{i}(x, y={rng.randint(0, 9)}):\n"
+                f"    # {' '.join(rng.choices(_WORDS, k=6))}\n"
+                f"    return x * {rng.randint(2, 99)} + y\n"
+            )
+        parts.append(part)
+        size += len(part) + 1
+        i += 1
+    return "\n".join(parts)[:n_chars]
+
+
+def _message(rng: random.Random, idx: int, n_chars: int | None, *, fill: bool = False) -> Msg:
+    """Message ``idx`` of a conversation; ``fill`` makes it a kind whose size is exact."""
+    kind = idx % 4 if not fill else (0 if idx % 2 == 0 else 2)
+    if kind == 0:
+        return {"role": "user", "content": _prose(rng, n_chars or rng.randint(80, 1200))}
+    if kind == 1:
+        args = {"query": " ".join(rng.choices(_WORDS, k=rng.randint(3, 9))), "limit": rng.randint(5, 50)}
+        return {
+            "role": "assistant",
+            "content": _prose(rng, n_chars or rng.randint(40, 400)),
+            "tool_calls": [
+                {
+                    "id": f"call_{idx:06d}",
+                    "type": "function",
+                    "function": {"name": rng.choice(_TOOLS), "arguments": json.dumps(args)},
+                }
+            ],
+        }
+    if kind == 2:
+        return {
+            "role": "tool",
+            "tool_call_id": f"call_{idx - 1:06d}",
+            "name": rng.choice(_TOOLS),
+            "content": _tool_output(rng, n_chars or rng.randint(400, 6000)),
+        }
+    return {"role": "assistant", "content": _prose(rng, n_chars or rng.randint(150, 2500))}
+
+
+def _packed(obj: Any) -> int:
+    return len(ormsgpack.packb(obj))
+
+
+def message_of_size(rng: random.Random, idx: int, nbytes: int) -> Msg:
+    """A message whose MessagePack encoding is ``nbytes`` long (± a couple of bytes)."""
+    msg = _message(rng, idx, max(1, nbytes), fill=True)
+    for _ in range(3):
+        over = _packed(msg) - nbytes
+        if over == 0:
+            break
+        content: str = msg["content"]
+        if over > 0:
+            msg["content"] = content[: max(1, len(content) - over)]
+        else:
+            msg["content"] = content + _prose(rng, -over + 8)[:-over]
+    return msg
+
+
+def conversation(rng: random.Random, total: int) -> list[Msg]:
+    """Messages whose state ``{"messages": [...]}`` packs to about ``total`` bytes."""
+    msgs: list[Msg] = []
+    size = _packed({"messages": []}) + 4  # map + key + list header (array32 worst case)
+    while True:
+        remaining = total - size
+        if remaining <= 0:
+            break
+        msg = _message(rng, len(msgs), None)
+        n = _packed(msg)
+        if n + 64 >= remaining:
+            msg = message_of_size(rng, len(msgs), max(24, remaining))
+            n = _packed(msg)
+        msgs.append(msg)
+        size += n
+    return msgs
+
+
+@dataclass(slots=True)
+class Data:
+    states: dict[str, list[Msg]]
+    append_msgs: list[Msg]
+    growth_msgs: list[Msg]
+
+
+def make_data(cfg: Config) -> Data:
+    rng = random.Random(cfg.seed)
+    states = {name: conversation(rng, size) for name, size in cfg.sizes.items()}
+    if cfg.append_base not in states:
+        states[cfg.append_base] = conversation(rng, ALL_SIZES[cfg.append_base])
+    append = [message_of_size(rng, 10_000 + i, cfg.append_msg) for i in range(cfg.append_steps)]
+    growth = [message_of_size(rng, i, cfg.growth_msg) for i in range(cfg.growth_steps + 1)]
+    return Data(states=states, append_msgs=append, growth_msgs=growth)
+
+
+def state_bytes(messages: list[Msg]) -> int:
+    return _packed({"messages": messages})
+
+
+# == statistics and formatting =========================================================
+def median(xs: Sequence[float]) -> float:
+    return statistics.median(xs) if xs else math.nan
+
+
+def p95(xs: Sequence[float]) -> float:
+    if not xs:
+        return math.nan
+    s = sorted(xs)
+    return s[max(0, math.ceil(0.95 * len(s)) - 1)]
+
+
+def summary(xs: Sequence[float]) -> dict[str, Any]:
+    return {"median_ms": median(xs), "p95_ms": p95(xs), "n": len(xs), "samples_ms": list(xs)}
+
+
+def fms(x: float | None) -> str:
+    if x is None or math.isnan(x):
+        return "-"
+    if x < 1:
+        return f"{x:.3f}"
+    if x < 10:
+        return f"{x:.2f}"
+    if x < 1000:
+        return f"{x:.1f}"
+    return f"{x:,.0f}"
+
+
+def fx(x: float | None) -> str:
+    if x is None or math.isnan(x) or math.isinf(x):
+        return "-"
+    return f"{x:.2f}x"
+
+
+def fbytes(n: float | None) -> str:
+    if n is None or math.isnan(n):
+        return "-"
+    for unit, scale in (("GB", 1024**3), ("MB", MB), ("KB", KB)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def ratio(a: float | None, b: float | None) -> float:
+    if a is None or b is None or math.isnan(a) or math.isnan(b) or b <= 0:
+        return math.nan
+    return a / b
+
+
+def table(
+    title: str, header: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str] = ()
+) -> None:
+    print()
+    print(title)
+    if not rows:
+        print("  (no rows)")
+    else:
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+
+        def line(cells: Sequence[str]) -> str:
+            first = cells[0].ljust(widths[0])
+            rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
+            return "  " + "  ".join((first, *rest))
+
+        print(line(header))
+        print("  " + "  ".join("-" * w for w in widths))
+        for r in rows:
+            print(line(r))
+    for note in notes:
+        print(f"  {note}")
+    sys.stdout.flush()
+
+
+# == subjects: tether, the raw floor, LangGraph =====================================
+class Subject(abc.ABC):
+    """Something that stores a ``{"messages": [...]}`` state under a key."""
+
+    label = ""
+
+    def __init__(self) -> None:
+        self.live: set[str] = set()
+
+    @abc.abstractmethod
+    async def open(self) -> None: ...
+
+    async def close(self) -> None:
+        for key in list(self.live):
+            with contextlib.suppress(Exception):
+                await self.delete(key)
+
+    def prepare(self, key: str, messages: list[Msg]) -> Any:
+        """Untimed setup before a full save (building the context, for tether)."""
+        return (key, messages)
+
+    @abc.abstractmethod
+    async def save(self, prepared: Any) -> None:
+        """Write a new run's whole state (timed)."""
+
+    @abc.abstractmethod
+    async def load(self, key: str) -> int:
+        """Read the latest state back as Python objects (timed); returns its message count."""
+
+    async def step(self, key: str, msg: Msg) -> None:
+        """Append one message and checkpoint (timed)."""
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    async def stored_bytes(self, key: str) -> int: ...
+
+    @abc.abstractmethod
+    async def delete(self, key: str) -> None: ...
+
+
+class TetherSubject(Subject):
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+        self.label = "tether"
+        self.store: CheckpointStore | None = None
+        self._ctx: dict[str, ExecutionContext] = {}
+
+    @property
+    def s(self) -> CheckpointStore:
+        assert self.store is not None
+        return self.store
+
+    async def open(self) -> None:
+        self.store = create_store(self.url)
+        await asyncio.wait_for(self.store.setup(), 30)
+
+    async def close(self) -> None:
+        await super().close()
+        if self.store is not None:
+            with contextlib.suppress(Exception):
+                await self.store.aclose()
+            self.store = None
+
+    def prepare(self, key: str, messages: list[Msg]) -> Any:
+        return ExecutionContext(key, {"messages": messages})
+
+    async def save(self, prepared: Any) -> None:
+        ctx: ExecutionContext = prepared
+        self.live.add(ctx.run_id)
+        await self.s.commit(ctx)
+        self._ctx[ctx.run_id] = ctx
+
+    async def load(self, key: str) -> int:
+        cp = await self.s.load(key)
+        assert cp is not None, key
+        return len(cp.state["messages"])
+
+    async def step(self, key: str, msg: Msg) -> None:
+        ctx = self._ctx[key]
+        ctx.merge({"messages": [msg]})
+        await self.s.commit(ctx)
+
+    async def stored_bytes(self, key: str) -> int:
+        return sum(h.size for h in await self.s.history(key))
+
+    async def history_stats(self, key: str, upto: int | None = None) -> dict[str, int]:
+        hist = await self.s.history(key)
+        if upto is not None:
+            hist = [h for h in hist if h.version <= upto]
+        return {
+            "versions": len(hist),
+            "full_rows": sum(1 for h in hist if h.kind == "full"),
+            "bytes": sum(h.size for h in hist),
+        }
+
+    async def delete(self, key: str) -> None:
+        self._ctx.pop(key, None)
+        self.live.discard(key)
+        await self.s.delete(key)
+
+
+class Floor(Subject):
+    """Serialise once with ormsgpack + one round trip of the bytes; nothing else."""
+
+    label = "floor"
+    detail = ""
+
+    async def save(self, prepared: Any) -> None:
+        key, messages = prepared
+        self.live.add(key)
+        await self.put(key, ormsgpack.packb({"messages": messages}))
+
+    async def load(self, key: str) -> int:
+        data = await self.get(key)
+        return len(ormsgpack.unpackb(data)["messages"])
+
+    async def stored_bytes(self, key: str) -> int:
+        return len(await self.get(key))
+
+    async def delete(self, key: str) -> None:
+        self.live.discard(key)
+        await self.remove(key)
+
+    @abc.abstractmethod
+    async def put(self, key: str, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    async def get(self, key: str) -> bytes: ...
+
+    @abc.abstractmethod
+    async def remove(self, key: str) -> None: ...
+
+    async def server_facts(self) -> str:
+        return ""
+
+
+class MemoryFloor(Floor):
+    detail = "ormsgpack packb / unpackb of the state (no I/O)"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._d: dict[str, bytes] = {}
+
+    async def open(self) -> None:
+        return None
+
+    async def put(self, key: str, data: bytes) -> None:
+        self._d[key] = data
+
+    async def get(self, key: str) -> bytes:
+        return self._d[key]
+
+    async def remove(self, key: str) -> None:
+        self._d.pop(key, None)
+
+
+class SqliteFloor(Floor):
+    detail = "INSERT a BLOB in a scratch DB file (WAL, synchronous=FULL), SELECT it back"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self._c: sqlite3.Connection | None = None
+
+    @property
+    def c(self) -> sqlite3.Connection:
+        assert self._c is not None
+        return self._c
+
+    async def open(self) -> None:
+        self._c = sqlite3.connect(self.path, isolation_level=None)
+        self.c.execute("PRAGMA journal_mode = WAL")
+        self.c.execute("PRAGMA synchronous = FULL")
+        self.c.execute("CREATE TABLE IF NOT EXISTS bench_floor (k TEXT PRIMARY KEY, v BLOB NOT NULL)")
+
+    async def close(self) -> None:
+        await super().close()
+        if self._c is not None:
+            self._c.execute("DROP TABLE IF EXISTS bench_floor")
+            self._c.close()
+            self._c = None
+
+    async def put(self, key: str, data: bytes) -> None:
+        self.c.execute("INSERT INTO bench_floor (k, v) VALUES (?, ?)", (key, data))
+
+    async def get(self, key: str) -> bytes:
+        row = self.c.execute("SELECT v FROM bench_floor WHERE k = ?", (key,)).fetchone()
+        return bytes(row[0])
+
+    async def remove(self, key: str) -> None:
+        self.c.execute("DELETE FROM bench_floor WHERE k = ?", (key,))
+
+    async def server_facts(self) -> str:
+        return f"sqlite {sqlite3.sqlite_version}"
+
+
+class PgFloor(Floor):
+    detail = "psycopg3 async, binary: INSERT a bytea (lz4 column, as tether's) / SELECT it"
+
+    def __init__(self, url: str, tag: str) -> None:
+        super().__init__()
+        self.url = url
+        self.table = f"bench_floor_{tag}"
+        self._c: Any = None
+
+    async def open(self) -> None:
+        import psycopg
+
+        self._c = await psycopg.AsyncConnection.connect(self.url, autocommit=True, connect_timeout=5)
+        await self._c.execute(f"CREATE TABLE {self.table} (k TEXT PRIMARY KEY, v BYTEA NOT NULL)")
+        with contextlib.suppress(Exception):
+            await self._c.execute(f"ALTER TABLE {self.table} ALTER COLUMN v SET COMPRESSION lz4")
+
+    async def close(self) -> None:
+        await super().close()
+        if self._c is not None:
+            with contextlib.suppress(Exception):
+                await self._c.execute(f"DROP TABLE IF EXISTS {self.table}")
+            await self._c.close()
+            self._c = None
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self._c.execute(f"INSERT INTO {self.table} (k, v) VALUES (%s, %b)", (key, data))
+
+    async def get(self, key: str) -> bytes:
+        cur = await self._c.execute(f"SELECT v FROM {self.table} WHERE k = %s", (key,), binary=True)
+        row = await cur.fetchone()
+        return bytes(row[0])
+
+    async def remove(self, key: str) -> None:
+        await self._c.execute(f"DELETE FROM {self.table} WHERE k = %s", (key,))
+
+    async def server_facts(self) -> str:
+        cur = await self._c.execute("SHOW server_version")
+        version = (await cur.fetchone())[0]
+        cur = await self._c.execute("SHOW synchronous_commit")
+        sync = (await cur.fetchone())[0]
+        return f"PostgreSQL {version} (synchronous_commit={sync})"
+
+
+class MyFloor(Floor):
+    detail = "asyncmy: INSERT a LONGBLOB (InnoDB) / SELECT it"
+
+    def __init__(self, url: str, tag: str) -> None:
+        super().__init__()
+        parts = urlsplit(url)
+        self.params: dict[str, Any] = {
+            "host": parts.hostname or "127.0.0.1",
+            "port": parts.port or 3306,
+            "user": parts.username or "root",
+            "password": parts.password or "",
+            "db": parts.path.lstrip("/") or "test",
+            "autocommit": True,
+            "connect_timeout": 5,
+        }
+        self.table = f"bench_floor_{tag}"
+        self._c: Any = None
+
+    async def _run(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        async with self._c.cursor() as cur:
+            await cur.execute(sql, params)
+            return await cur.fetchall()
+
+    async def open(self) -> None:
+        import asyncmy
+
+        self._c = await asyncmy.connect(**self.params)
+        await self._run(
+            f"CREATE TABLE {self.table} (k VARCHAR(100) PRIMARY KEY, v LONGBLOB NOT NULL) ENGINE=InnoDB"
+        )
+
+    async def close(self) -> None:
+        await super().close()
+        if self._c is not None:
+            with contextlib.suppress(Exception):
+                await self._run(f"DROP TABLE IF EXISTS {self.table}")
+            self._c.close()
+            self._c = None
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self._run(f"INSERT INTO {self.table} (k, v) VALUES (%s, %s)", (key, data))
+
+    async def get(self, key: str) -> bytes:
+        rows = await self._run(f"SELECT v FROM {self.table} WHERE k = %s", (key,))
+        return bytes(rows[0][0])
+
+    async def remove(self, key: str) -> None:
+        await self._run(f"DELETE FROM {self.table} WHERE k = %s", (key,))
+
+    async def server_facts(self) -> str:
+        rows = await self._run("SELECT VERSION(), @@innodb_flush_log_at_trx_commit, @@max_allowed_packet")
+        v, flush, packet = rows[0]
+        return f"MariaDB/MySQL {v} (innodb_flush_log_at_trx_commit={flush}, max_allowed_packet={packet})"
+
+
+class RedisFloor(Floor):
+    detail = "redis.asyncio: SET / GET of the bytes"
+
+    def __init__(self, url: str, tag: str) -> None:
+        super().__init__()
+        self.url = url
+        self.prefix = f"bench:floor:{tag}:"
+        self._r: Any = None
+
+    async def open(self) -> None:
+        import redis.asyncio as aioredis
+
+        self._r = aioredis.Redis.from_url(self.url, socket_connect_timeout=5)
+        await self._r.ping()
+
+    async def close(self) -> None:
+        await super().close()
+        if self._r is not None:
+            await self._r.aclose()
+            self._r = None
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self._r.set(self.prefix + key, data)
+
+    async def get(self, key: str) -> bytes:
+        data = await self._r.get(self.prefix + key)
+        return bytes(data)
+
+    async def remove(self, key: str) -> None:
+        await self._r.delete(self.prefix + key)
+
+    async def server_facts(self) -> str:
+        info = await self._r.info("server")
+        facts = f"Redis {info.get('redis_version')}"
+        with contextlib.suppress(Exception):
+            aof = (await self._r.config_get("appendonly")).get("appendonly")
+            fsync = (await self._r.config_get("appendfsync")).get("appendfsync")
+            save = (await self._r.config_get("save")).get("save")
+            facts += f" (appendonly={aof}, appendfsync={fsync}, save={save!r})"
+        return facts
+
+
+class TieredFloor(Floor):
+    """Redis SET + SQL INSERT (what a write-through tier must do); load = Redis GET."""
+
+    def __init__(self, primary: Floor, durable: Floor) -> None:
+        super().__init__()
+        self.primary = primary
+        self.durable = durable
+        self.detail = f"save: Redis SET then SQL INSERT; load: Redis GET ({durable.detail})"
+
+    async def open(self) -> None:
+        await self.primary.open()
+        await self.durable.open()
+
+    async def close(self) -> None:
+        await super().close()
+        await self.primary.close()
+        await self.durable.close()
+
+    async def put(self, key: str, data: bytes) -> None:
+        await self.primary.put(key, data)
+        await self.durable.put(key, data)
+
+    async def get(self, key: str) -> bytes:
+        return await self.primary.get(key)
+
+    async def remove(self, key: str) -> None:
+        await self.primary.remove(key)
+        await self.durable.remove(key)
+
+    async def server_facts(self) -> str:
+        return f"{await self.primary.server_facts()}; {await self.durable.server_facts()}"
+
+
+@dataclass(slots=True)
+class _Thread:
+    messages: list[Msg] = field(default_factory=list)
+    version: str | None = None
+    step: int = -1
+    config: dict[str, Any] | None = None
+
+
+class LangGraphSubject(Subject):
+    """A LangGraph saver storing the same list in a ``messages`` channel.
+
+    Each checkpoint is a proper ``Checkpoint`` (from ``empty_checkpoint()``) whose
+    ``channel_values`` hold the whole list and whose ``channel_versions`` bump the
+    channel, exactly what a graph with an ``operator.add`` channel hands its saver
+    after every step (plain dicts: LangGraph's best case; ``add_messages`` would
+    build message objects, which decode far slower). Only ``aput`` is timed, not
+    the graph around it nor ``aput_writes``.
+    """
+
+    def __init__(self, kind: str, target: str, tag: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.target = target
+        self.tag = tag
+        self.saver: Any = None
+        self.label = {
+            "sqlite": "AsyncSqliteSaver",
+            "postgresql": "AsyncPostgresSaver",
+            "memory": "InMemorySaver",
+        }[kind]
+        self._threads: dict[str, _Thread] = {}
+        self._stack = contextlib.AsyncExitStack()
+        self._conn: Any = None
+        self._schema = f"bench_lg_{tag}"
+
+    async def open(self) -> None:
+        from langgraph.checkpoint.base import empty_checkpoint
+        from langgraph.checkpoint.base.id import uuid6
+
+        self._empty = empty_checkpoint
+        self._uuid6 = uuid6
+        if self.kind == "sqlite":
+            import aiosqlite
+            from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+            self._conn = await aiosqlite.connect(self.target)
+            await self._conn.execute("PRAGMA journal_mode = WAL")
+            await self._conn.execute("PRAGMA synchronous = FULL")
+            self.saver = AsyncSqliteSaver(self._conn)
+            await self.saver.setup()
+        elif self.kind == "postgresql":
+            import psycopg
+            from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+            # LangGraph's tables go to a scratch schema dropped at the end.
+            async with await psycopg.AsyncConnection.connect(self.target, autocommit=True) as c:
+                await c.execute(f"CREATE SCHEMA {self._schema}")
+            sep = "&" if "?" in self.target else "?"
+            url = f"{self.target}{sep}options=-csearch_path%3D{self._schema}"
+            self.saver = await self._stack.enter_async_context(AsyncPostgresSaver.from_conn_string(url))
+            await self.saver.setup()
+        else:
+            from langgraph.checkpoint.memory import InMemorySaver
+
+            self.saver = InMemorySaver()
+
+    async def close(self) -> None:
+        await super().close()
+        await self._stack.aclose()
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+        if self.kind == "postgresql":
+            import psycopg
+
+            with contextlib.suppress(Exception):
+                async with await psycopg.AsyncConnection.connect(self.target, autocommit=True) as c:
+                    await c.execute(f"DROP SCHEMA IF EXISTS {self._schema} CASCADE")
+
+    async def _put(self, key: str, messages: list[Msg]) -> None:
+        th = self._threads.setdefault(key, _Thread())
+        version = self.saver.get_next_version(th.version, None)
+        th.step += 1
+        cp = self._empty()
+        cp["id"] = str(self._uuid6(clock_seq=th.step))
+        cp["channel_values"] = {"messages": messages}
+        cp["channel_versions"] = {"messages": version}
+        cp["versions_seen"] = {"agent": {"messages": th.version}} if th.version else {}
+        cp["updated_channels"] = ["messages"]
+        config: dict[str, Any] = th.config or {"configurable": {"thread_id": key, "checkpoint_ns": ""}}
+        meta = {"source": "loop", "step": th.step, "parents": {}}
+        th.config = await self.saver.aput(config, cp, meta, {"messages": version})
+        th.version = version
+        th.messages = messages
+
+    async def save(self, prepared: Any) -> None:
+        key, messages = prepared
+        self.live.add(key)
+        await self._put(key, list(messages))
+
+    async def step(self, key: str, msg: Msg) -> None:
+        th = self._threads[key]
+        await self._put(key, th.messages + [msg])  # what an operator.add channel produces
+
+    async def load(self, key: str) -> int:
+        tup = await self.saver.aget_tuple({"configurable": {"thread_id": key, "checkpoint_ns": ""}})
+        assert tup is not None, key
+        return len(tup.checkpoint["channel_values"]["messages"])
+
+    async def stored_bytes(self, key: str) -> int:
+        if self.kind == "sqlite":
+            total = 0
+            for sql in (
+                "SELECT COALESCE(SUM(LENGTH(checkpoint) + LENGTH(metadata)), 0) FROM checkpoints "
+                "WHERE thread_id = ?",
+                "SELECT COALESCE(SUM(LENGTH(value)), 0) FROM writes WHERE thread_id = ?",
+            ):
+                async with self._conn.execute(sql, (key,)) as cur:
+                    row = await cur.fetchone()
+                    total += int(row[0])
+            return total
+        if self.kind == "postgresql":
+            total = 0
+            for sql in (
+                "SELECT COALESCE(SUM(octet_length(blob)), 0) AS n FROM checkpoint_blobs WHERE thread_id = %s",
+                "SELECT COALESCE(SUM(octet_length(checkpoint::text) + octet_length(metadata::text)), 0) "
+                "AS n FROM checkpoints WHERE thread_id = %s",
+                "SELECT COALESCE(SUM(octet_length(blob)), 0) AS n FROM checkpoint_writes "
+                "WHERE thread_id = %s",
+            ):
+                cur = await self.saver.conn.execute(sql, (key,))
+                row = await cur.fetchone()
+                total += int(row["n"])
+            return total
+        blobs = sum(len(v[1]) for k, v in self.saver.blobs.items() if k[0] == key)
+        cps = sum(
+            len(c[1]) + len(m[1])
+            for ns in self.saver.storage.get(key, {}).values()
+            for c, m, _parent in ns.values()
+        )
+        return blobs + cps
+
+    async def delete(self, key: str) -> None:
+        self.live.discard(key)
+        self._threads.pop(key, None)
+        await self.saver.adelete_thread(key)
+
+
+# == backends =========================================================================
+@dataclass(slots=True)
+class Backend:
+    name: str
+    url: str
+    tether: TetherSubject
+    floor: Floor
+    lg: LangGraphSubject | None
+    lg_note: str
+    sqlite_path: Path | None = None
+    facts: str = ""
+
+
+def _tag() -> str:
+    return f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
+
+
+def floor_for(name: str, cfg: Config, tag: str) -> Floor:
+    urls = cfg.urls
+    if name == "memory":
+        return MemoryFloor()
+    if name == "sqlite":
+        return SqliteFloor(cfg.workdir / "floor.db")
+    if name == "redis":
+        return RedisFloor(urls["redis"], tag)
+    if name == "postgresql":
+        return PgFloor(urls["postgresql"], tag)
+    if name == "mysql":
+        return MyFloor(urls["mysql"], tag)
+    if name == "tiered":
+        parts = urlsplit(urls["tiered"])
+        from urllib.parse import parse_qs
+
+        sql = parse_qs(parts.query).get("sql", [urls["mysql"]])[0]
+        redis_url = f"redis://{parts.netloc}{parts.path}"
+        durable: Floor = PgFloor(sql, tag) if sql.startswith("postgres") else MyFloor(sql, tag)
+        return TieredFloor(RedisFloor(redis_url, tag + "t"), durable)
+    raise ValueError(name)
+
+
+def langgraph_for(
+    name: str, cfg: Config, tag: str, path: Path | None = None
+) -> tuple[LangGraphSubject | None, str]:
+    if not cfg.langgraph:
+        return None, "disabled (--no-langgraph)"
+    package = {
+        "sqlite": "langgraph-checkpoint-sqlite",
+        "postgresql": "langgraph-checkpoint-postgres",
+        "memory": "langgraph-checkpoint",
+    }.get(name)
+    if package is None:
+        why = {
+            "redis": "langgraph-checkpoint-redis needs RedisJSON + RediSearch (absent from plain Redis)",
+            "mysql": "no LangGraph MySQL saver in the bench environment",
+            "tiered": "LangGraph has no tiered saver",
+        }
+        return None, why.get(name, "no LangGraph saver")
+    module = {
+        "sqlite": "langgraph.checkpoint.sqlite.aio",
+        "postgresql": "langgraph.checkpoint.postgres.aio",
+        "memory": "langgraph.checkpoint.memory",
+    }[name]
+    try:
+        __import__(module)
+    except ImportError as exc:
+        return None, f"{package} not installed ({exc.name})"
+    target = str(path or cfg.workdir / "langgraph.db") if name == "sqlite" else cfg.urls.get(name, "")
+    return LangGraphSubject(name, target, tag), ""
+
+
+async def open_backend(name: str, cfg: Config) -> tuple[Backend | None, str]:
+    tag = _tag()
+    url = cfg.urls[name]
+    tether = TetherSubject(url)
+    try:
+        await tether.open()
+    except Exception as exc:
+        await tether.close()
+        return None, f"tether store unavailable: {type(exc).__name__}: {exc}"
+    floor = floor_for(name, cfg, tag)
+    try:
+        await asyncio.wait_for(floor.open(), 30)
+        facts = await floor.server_facts()
+    except Exception as exc:
+        await tether.close()
+        with contextlib.suppress(Exception):
+            await floor.close()
+        return None, f"raw floor unavailable: {type(exc).__name__}: {exc}"
+    lg, note = langgraph_for(name, cfg, tag)
+    if lg is not None:
+        try:
+            await asyncio.wait_for(lg.open(), 60)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await lg.close()
+            lg, note = None, f"LangGraph saver failed to open: {type(exc).__name__}: {exc}"
+    path = cfg.workdir / "tether.db" if name == "sqlite" else None
+    return Backend(name, url, tether, floor, lg, note, path, facts), ""
+
+
+async def close_backend(be: Backend) -> None:
+    for subject in (be.tether, be.floor, be.lg):
+        if subject is not None:
+            with contextlib.suppress(Exception):
+                await subject.close()
+
+
+# == measuring ========================================================================
+_counter = 0
+
+
+def new_key(prefix: str = "bench") -> str:
+    global _counter
+    _counter += 1
+    return f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:8]}-{_counter}"
+
+
+async def timed(fn: Callable[..., Awaitable[Any]], *args: Any, collect: bool = True) -> tuple[float, Any]:
+    if collect:
+        gc.collect()
+    t0 = time.perf_counter()
+    out = await fn(*args)
+    return (time.perf_counter() - t0) * 1000.0, out
+
+
+def _rotate(xs: list[Subject], n: int) -> list[Subject]:
+    k = n % len(xs)
+    return xs[k:] + xs[:k]
+
+
+async def measure_latency(be: Backend, cfg: Config, data: Data) -> dict[str, Any]:
+    """Section 1: save (full write of a new run) and load latest, per size."""
+    out: dict[str, Any] = {}
+    subjects: list[Subject] = [be.tether, be.floor] + ([be.lg] if be.lg else [])
+    for size_name in cfg.sizes:
+        msgs = data.states[size_name]
+        res: dict[str, Any] = {"state_bytes": state_bytes(msgs), "messages": len(msgs)}
+        saves: dict[str, list[float]] = {s.label: [] for s in subjects}
+        loads: dict[str, list[float]] = {s.label: [] for s in subjects}
+        errors: dict[str, str] = {}
+        for rep in range(-cfg.warmup, cfg.reps[size_name]):
+            for s in _rotate(subjects, rep):
+                if s.label in errors:
+                    continue
+                key = new_key()
+                try:
+                    prepared = s.prepare(key, msgs)
+                    t_save, _ = await timed(s.save, prepared)
+                    t_load, n = await timed(s.load, key)
+                    if n != len(msgs):
+                        raise AssertionError(f"loaded {n} messages, saved {len(msgs)}")
+                    await s.delete(key)
+                except Exception as exc:
+                    errors[s.label] = f"{type(exc).__name__}: {exc}"[:200]
+                    with contextlib.suppress(Exception):
+                        await s.delete(key)
+                    continue
+                if rep >= 0:
+                    saves[s.label].append(t_save)
+                    loads[s.label].append(t_load)
+        for s in subjects:
+            res[s.label] = {"save": summary(saves[s.label]), "load": summary(loads[s.label])}
+            if s.label in errors:
+                res[s.label]["error"] = errors[s.label]
+        out[size_name] = res
+        print(f"  [{be.name}] latency {size_name} done", file=sys.stderr, flush=True)
+    return out
+
+
+async def measure_append(be: Backend, cfg: Config, data: Data) -> dict[str, Any]:
+    """Section 2: N one-message append steps on a large run, then load latest."""
+    base = data.states[cfg.append_base]
+    steps = data.append_msgs[: cfg.append_steps]
+    final = base + steps
+    stepping: list[Subject] = [be.tether] + ([be.lg] if be.lg else [])
+    keys = {s.label: new_key("append") for s in stepping}
+    times: dict[str, list[float]] = {s.label: [] for s in stepping}
+    floor_steps: list[float] = []
+    errors: dict[str, str] = {}
+    before: dict[str, int] = {}
+    for s in stepping:
+        try:
+            await s.save(s.prepare(keys[s.label], base))
+            before[s.label] = await s.stored_bytes(keys[s.label])
+        except Exception as exc:
+            errors[s.label] = f"{type(exc).__name__}: {exc}"[:200]
+    for i, msg in enumerate(steps):
+        for s in _rotate(stepping, i):
+            if s.label in errors:
+                continue
+            try:
+                t, _ = await timed(s.step, keys[s.label], msg)
+                times[s.label].append(t)
+            except Exception as exc:
+                errors[s.label] = f"{type(exc).__name__}: {exc}"[:200]
+        fkey = new_key("appendfloor")
+        t, _ = await timed(be.floor.save, be.floor.prepare(fkey, [msg]))
+        floor_steps.append(t)
+        await be.floor.delete(fkey)
+    res: dict[str, Any] = {
+        "base": cfg.append_base,
+        "base_bytes": state_bytes(base),
+        "steps": len(steps),
+        "message_bytes": cfg.append_msg,
+        "final_bytes": state_bytes(final),
+        "floor_step": summary(floor_steps),
+    }
+    fkey = new_key("appendfloor")
+    await be.floor.save(be.floor.prepare(fkey, final))
+    floor_loads = []
+    for _ in range(cfg.load_reps):
+        t, _n = await timed(be.floor.load, fkey)
+        floor_loads.append(t)
+    await be.floor.delete(fkey)
+    res["floor_load_after"] = summary(floor_loads)
+    for s in stepping:
+        entry: dict[str, Any] = {"step": summary(times[s.label])}
+        if s.label not in errors:
+            try:
+                after = await s.stored_bytes(keys[s.label])
+                entry["bytes_per_step"] = (after - before[s.label]) / max(1, len(steps))
+                loads = []
+                for _ in range(cfg.load_reps):
+                    t, n = await timed(s.load, keys[s.label])
+                    if n != len(final):
+                        raise AssertionError(f"loaded {n} messages, expected {len(final)}")
+                    loads.append(t)
+                entry["load_after"] = summary(loads)
+            except Exception as exc:
+                errors[s.label] = f"{type(exc).__name__}: {exc}"[:200]
+        if s.label in errors:
+            entry["error"] = errors[s.label]
+        with contextlib.suppress(Exception):
+            await s.delete(keys[s.label])
+        res[s.label] = entry
+    print(f"  [{be.name}] append steps done", file=sys.stderr, flush=True)
+    return res
+
+
+def _sqlite_file_bytes(path: Path) -> int:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    total = 0
+    for suffix in ("", "-wal"):
+        p = Path(str(path) + suffix)
+        if p.exists():
+            total += p.stat().st_size
+    return total
+
+
+async def measure_growth(be: Backend, cfg: Config, data: Data) -> dict[str, Any]:
+    """Section 3: an append-only run of ``growth_steps`` commits; bytes stored vs state."""
+    msgs = data.growth_msgs[: cfg.growth_steps]
+    n = len(msgs)
+    # SQLite gets fresh files so that the file size is this run's alone.
+    tether = be.tether
+    own_tether = None
+    if be.name == "sqlite":
+        own_tether = TetherSubject(f"sqlite:///{cfg.workdir / 'growth-tether.db'}")
+        await own_tether.open()
+        tether = own_tether
+    key = new_key("growth")
+    lg_steps = min(cfg.lg_growth_steps, n)
+    res: dict[str, Any] = {"steps": n, "message_bytes": cfg.growth_msg}
+    try:
+        await tether.save(tether.prepare(key, msgs[:1]))
+        step_times: list[float] = []
+        t_start = time.perf_counter()
+        for msg in msgs[1:]:
+            t, _ = await timed(tether.step, key, msg, collect=False)
+            step_times.append(t)
+        res["total_s"] = time.perf_counter() - t_start
+        final_bytes = state_bytes(msgs)
+        stats = await tether.history_stats(key)
+        res["final_state_bytes"] = final_bytes
+        res["tether"] = {
+            "step": summary(step_times),
+            **stats,
+            "ratio": stats["bytes"] / final_bytes,
+        }
+        if own_tether is not None:
+            fb = _sqlite_file_bytes(cfg.workdir / "growth-tether.db")
+            res["tether"]["sqlite_file_bytes"] = fb
+            res["tether"]["sqlite_file_ratio"] = fb / final_bytes
+        loads = []
+        for _ in range(cfg.load_reps):
+            t, got = await timed(tether.load, key)
+            if got != n:
+                raise AssertionError(f"loaded {got} messages, expected {n}")
+            loads.append(t)
+        res["tether"]["load_final"] = summary(loads)
+        fkey = new_key("growthfloor")
+        await be.floor.save(be.floor.prepare(fkey, msgs))
+        floor_loads = []
+        for _ in range(cfg.load_reps):
+            t, _n = await timed(be.floor.load, fkey)
+            floor_loads.append(t)
+        await be.floor.delete(fkey)
+        res["floor_load_final"] = summary(floor_loads)
+        # LangGraph: the first lg_steps steps of the same run (it rewrites the whole list
+        # every step, so 1,000 steps would write gigabytes), plus an extrapolation.
+        res["tether"]["prefix"] = {
+            "steps": lg_steps,
+            "step": summary(step_times[: lg_steps - 1]),
+            **(await tether.history_stats(key, upto=lg_steps)),
+        }
+        # One commit more: shows where the compaction policy writes its next full state.
+        t_next, _ = await timed(tether.step, key, data.growth_msgs[n])
+        after = await tether.history_stats(key)
+        res["tether"]["next"] = {
+            **after,
+            "step_ms": t_next,
+            "ratio": after["bytes"] / state_bytes(data.growth_msgs[: n + 1]),
+        }
+    finally:
+        with contextlib.suppress(Exception):
+            await tether.delete(key)
+        if own_tether is not None:
+            await own_tether.close()
+    if be.lg is not None:
+        res["langgraph"] = await _lg_growth(be, cfg, msgs, lg_steps)
+    print(f"  [{be.name}] growth run done", file=sys.stderr, flush=True)
+    return res
+
+
+async def _lg_growth(be: Backend, cfg: Config, msgs: list[Msg], lg_steps: int) -> dict[str, Any]:
+    assert be.lg is not None
+    lg = be.lg
+    own = None
+    if be.name == "sqlite":
+        own, _ = langgraph_for("sqlite", cfg, _tag(), cfg.workdir / "growth-langgraph.db")
+        assert own is not None
+        await own.open()
+        lg = own
+    key = new_key("lggrowth")
+    out: dict[str, Any] = {"label": lg.label, "steps": lg_steps}
+    try:
+        await lg.save(lg.prepare(key, msgs[:1]))
+        times = []
+        for msg in msgs[1:lg_steps]:
+            t, _ = await timed(lg.step, key, msg, collect=False)
+            times.append(t)
+        measured = await lg.stored_bytes(key)
+        out["step"] = summary(times)
+        out["bytes"] = measured
+        # Each LangGraph checkpoint holds the whole list: bytes grow with the sum of
+        # the state sizes after every step. Scale the measured bytes by that sum.
+        sizes = _prefix_state_sizes(msgs)
+        out["extrapolated_steps"] = len(msgs)
+        out["extrapolated_bytes"] = measured * sum(sizes) / sum(sizes[:lg_steps])
+        if own is not None:
+            await own.close()
+            out["sqlite_file_bytes"] = _sqlite_file_bytes(cfg.workdir / "growth-langgraph.db")
+            own = None
+    except Exception as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"[:200]
+    finally:
+        if own is not None:
+            await own.close()
+        else:
+            with contextlib.suppress(Exception):
+                await lg.delete(key)
+    return out
+
+
+def _prefix_state_sizes(msgs: list[Msg]) -> list[int]:
+    base = state_bytes([])
+    sizes, total = [], base
+    for m in msgs:
+        total += _packed(m)
+        sizes.append(total)
+    return sizes
+
+
+# == reporting ========================================================================
+def _m(d: dict[str, Any] | None, op: str, stat: str = "median_ms") -> float:
+    if not d or op not in d:
+        return math.nan
+    v = d[op].get(stat)
+    return math.nan if v is None else float(v)
+
+
+class Targets:
+    """Every target check, kept for the summary and the JSON."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def add(self, target: str, backend: str, row: str, value: float, ok: bool | None) -> str:
+        if isinstance(value, float) and math.isnan(value):
+            ok = None
+        self.items.append({"target": target, "backend": backend, "row": row, "value": value, "ok": ok})
+        return "-" if ok is None else ("ok" if ok else "MISS")
+
+    def faster(self, backend: str, row: str, value: float) -> None:
+        self.add("faster than LangGraph", backend, row, value, value < 1.0)
+
+
+def _report_latency(ran: dict[str, Any], tg: Targets) -> None:
+    rows, lg_rows = [], []
+    for name, r in ran.items():
+        for size, x in r.get("latency", {}).items():
+            t, f = x.get("tether"), x.get("floor")
+            rl = ratio(_m(t, "load"), _m(f, "load"))
+            verdict = tg.add("load <= 1.5x floor", name, size, rl, rl <= LOAD_TARGET)
+            rows.append(
+                [name, size, fbytes(x["state_bytes"]), str(t["save"]["n"] if t else 0)]
+                + [fms(_m(t, "save")), fms(_m(t, "save", "p95_ms")), fms(_m(f, "save"))]
+                + [fx(ratio(_m(t, "save"), _m(f, "save")))]
+                + [fms(_m(t, "load")), fms(_m(t, "load", "p95_ms")), fms(_m(f, "load")), fx(rl), verdict]
+            )
+            lg_label = r.get("langgraph")
+            if not lg_label:
+                continue
+            g = x.get(lg_label)
+            rs, rl2 = ratio(_m(t, "save"), _m(g, "save")), ratio(_m(t, "load"), _m(g, "load"))
+            tg.faster(name, f"save {size}", rs)
+            tg.faster(name, f"load {size}", rl2)
+            lg_rows.append(
+                [name, size, lg_label, fms(_m(g, "save")), fms(_m(g, "save", "p95_ms"))]
+                + [fms(_m(g, "load")), fms(_m(g, "load", "p95_ms")), fx(rs), fx(rl2)]
+                + [(g or {}).get("error", "")[:60]]
+            )
+    table(
+        "== 1. Save (commit of a new run) and load latest, vs the raw floor (ms) ==",
+        ["backend", "size", "state", "reps", "save", "p95", "floor", "save/fl"]
+        + ["load", "p95", "floor", "load/fl", "<=1.5x"],
+        rows,
+        [
+            "save/load: medians over reps (p95 beside); floor = ormsgpack serialise (save) or deserialise",
+            "(load) of the same state + one write or read of those bytes on the same server (notes below).",
+        ],
+    )
+    table(
+        "== 1b. The same save/load with LangGraph's saver (ms; tether/LG below 1 = tether faster) ==",
+        ["backend", "size", "saver", "LG save", "p95", "LG load", "p95", "t/LG save", "t/LG load", "error"],
+        lg_rows,
+    )
+
+
+def _report_append(ran: dict[str, Any], tg: Targets, cfg: Config) -> None:
+    rows, lg_rows = [], []
+    for name, r in ran.items():
+        a = r.get("append")
+        if not a:
+            continue
+        t = a.get("tether", {})
+        step = _m(t, "step")
+        if name in APPEND_TARGET_BACKENDS and a["base"] == "10MB":
+            verdict = tg.add("append step <= 5 ms (10 MB)", name, "median", step, step <= APPEND_TARGET_MS)
+        else:
+            verdict = "(info)"
+        rl = ratio(_m(t, "load_after"), _m(a, "floor_load_after"))
+        tg.add("load <= 1.5x floor", name, f"after {a['steps']} appends", rl, rl <= LOAD_TARGET)
+        rows.append(
+            [name, fbytes(a["base_bytes"]), str(a["steps"]), fms(step), fms(_m(t, "step", "p95_ms"))]
+            + [fms(_m(a, "floor_step")), fbytes(t.get("bytes_per_step"))]
+            + [fms(_m(t, "load_after")), fms(_m(a, "floor_load_after")), fx(rl), verdict]
+        )
+        lg_label = r.get("langgraph")
+        if lg_label and lg_label in a:
+            g = a[lg_label]
+            rs, rl2 = ratio(step, _m(g, "step")), ratio(_m(t, "load_after"), _m(g, "load_after"))
+            tg.faster(name, "append step", rs)
+            tg.faster(name, "load after appends", rl2)
+            lg_rows.append(
+                [name, lg_label, fms(_m(g, "step")), fms(_m(g, "step", "p95_ms"))]
+                + [fbytes(g.get("bytes_per_step")), fms(_m(g, "load_after")), fx(rs), fx(rl2)]
+                + [g.get("error", "")[:60]]
+            )
+    table(
+        f"== 2. Append step: one ~{fbytes(cfg.append_msg)} message appended + commit, "
+        f"on a {cfg.append_base} run (ms) ==",
+        ["backend", "base", "steps", "step", "p95", "floor 1msg", "bytes/step"]
+        + ["load after", "floor", "load/fl", "<=5ms"],
+        rows,
+        [
+            "step = ctx.merge({'messages': [msg]}) + store.commit(ctx); floor 1msg = the raw floor's save",
+            "of a one-message state; bytes/step = bytes stored per step; load after = load latest after.",
+        ],
+    )
+    table(
+        "== 2b. The same append steps with LangGraph's saver (it rewrites the whole list every step) ==",
+        ["backend", "saver", "LG step", "p95", "bytes/step", "LG load after", "t/LG step", "t/LG load"]
+        + ["error"],
+        lg_rows,
+    )
+
+
+def _report_growth(ran: dict[str, Any], tg: Targets, cfg: Config) -> None:
+    rows, lg_rows = [], []
+    for name, r in ran.items():
+        g = r.get("growth")
+        if not g or "tether" not in g:
+            continue
+        t = g["tether"]
+        verdict = tg.add(
+            "stored bytes <= 2x state", name, f"{g['steps']} steps", t["ratio"], t["ratio"] <= GROWTH_TARGET
+        )
+        rl = ratio(_m(t, "load_final"), _m(g, "floor_load_final"))
+        tg.add("load <= 1.5x floor", name, "end of growth run", rl, rl <= LOAD_TARGET)
+        file_part = "-"
+        if "sqlite_file_bytes" in t:
+            file_part = f"{fbytes(t['sqlite_file_bytes'])} ({fx(t['sqlite_file_ratio'])})"
+        nxt = t.get("next")
+        next_part = f"{fx(nxt['ratio'])} ({nxt['full_rows']} full, {fms(nxt['step_ms'])} ms)" if nxt else "-"
+        rows.append(
+            [name, str(g["steps"]), fbytes(g["final_state_bytes"]), f"{t['versions']}/{t['full_rows']}"]
+            + [
+                fbytes(t["bytes"]),
+                fx(t["ratio"]),
+                file_part,
+                fms(_m(t, "step")),
+                fms(_m(t, "step", "p95_ms")),
+            ]
+            + [fms(_m(t, "load_final")), fms(_m(g, "floor_load_final")), fx(rl), verdict, next_part]
+        )
+        lgr = g.get("langgraph")
+        if not lgr:
+            continue
+        if "error" in lgr:
+            lg_rows.append([name, lgr["label"], str(lgr["steps"])] + ["-"] * 7 + [lgr["error"][:60]])
+            continue
+        pre = t["prefix"]
+        rs = ratio(_m(pre, "step"), _m(lgr, "step"))
+        tg.faster(name, f"growth step (first {lgr['steps']})", rs)
+        lg_file = fbytes(lgr["sqlite_file_bytes"]) if "sqlite_file_bytes" in lgr else "-"
+        lg_rows.append(
+            [name, lgr["label"], str(lgr["steps"]), fbytes(pre["bytes"]), fbytes(lgr["bytes"]), lg_file]
+            + [fx(ratio(pre["bytes"], lgr["bytes"])), fms(_m(pre, "step")), fms(_m(lgr, "step")), fx(rs)]
+            + [f"{fbytes(lgr['extrapolated_bytes'])} (tether measured: {fbytes(t['bytes'])})"]
+        )
+    table(
+        f"== 3. Storage growth: append-only run of {cfg.growth_steps} commits, one ~{fbytes(cfg.growth_msg)} "
+        "message each (the first creates the run) ==",
+        ["backend", "steps", "final state", "versions/full", "stored", "stored/state", "sqlite file"]
+        + ["step", "p95", "load final", "floor", "load/fl", "<=2x", "one commit later"],
+        rows,
+        [
+            "stored = sum of history() sizes (payload bytes); sqlite file = a file holding only this run,",
+            "after a WAL checkpoint (TRUNCATE); step times here are taken without a collection before each.",
+            "one commit later = stored/state after one more commit (full rows then, and that commit's time):",
+            "where the compaction policy writes its next full state.",
+        ],
+    )
+    table(
+        "== 3b. LangGraph on the first steps of the same run (measured), EXTRAPOLATED to the whole run ==",
+        ["backend", "saver", "steps", "tether bytes", "LG bytes", "LG file", "t/LG bytes", "tether step"]
+        + ["LG step", "t/LG step", f"LG bytes EXTRAPOLATED to {cfg.growth_steps} steps"],
+        lg_rows,
+        [
+            "EXTRAPOLATED, not measured: LangGraph stores the whole list in every checkpoint, so its bytes",
+            "scale with the sum of the state sizes after each step; measured bytes are scaled by that sum.",
+        ],
+    )
+
+
+def report(results: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
+    backends: dict[str, Any] = results["backends"]
+    ran = {k: v for k, v in backends.items() if "skipped" not in v}
+    tg = Targets()
+    if "latency" in cfg.sections:
+        _report_latency(ran, tg)
+    if "append" in cfg.sections:
+        _report_append(ran, tg, cfg)
+    if "growth" in cfg.sections:
+        _report_growth(ran, tg, cfg)
+
+    print()
+    print("Floors, servers and savers:")
+    for name, r in backends.items():
+        if "skipped" in r:
+            print(f"  {name:<10} SKIPPED: {r['skipped']}")
+            continue
+        print(f"  {name:<10} floor: {r['floor']}")
+        print(f"  {'':<10} server: {r['facts'] or '-'}")
+        print(f"  {'':<10} url: {r['url']}")
+        print(f"  {'':<10} LangGraph: {r.get('langgraph') or 'n/a: ' + r.get('langgraph_note', '')}")
+        if "error" in r:
+            print(f"  {'':<10} FAILED: {r['error']}")
+
+    print()
+    print("== Targets ==")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for item in tg.items:
+        groups.setdefault(item["target"], []).append(item)
+    for name, items in groups.items():
+        known = [t for t in items if t["ok"] is not None]
+        misses = [t for t in known if not t["ok"]]
+        verdict = "MET" if known and not misses else ("NOT MET" if misses else "n/a")
+        print(f"  {name}: {verdict} ({len(known) - len(misses)}/{len(known)} rows pass)")
+        for t in misses:
+            val = f"{fms(t['value'])} ms" if "ms" in name else fx(t["value"])
+            print(f"      miss: {t['backend']:<10} {t['row']}: {val}")
+    return tg.items
+
+
+# == main =============================================================================
+def _loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def machine_facts() -> dict[str, Any]:
+    versions: dict[str, str] = {}
+    from importlib import metadata
+
+    dists = ("tether", "ormsgpack", "psycopg", "asyncmy", "redis", "langgraph", "langgraph-checkpoint")
+    for dist in (*dists, "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[dist] = metadata.version(dist)
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = os.cpu_count() or 0
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": affinity,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "sqlite": sqlite3.sqlite_version,
+        "loadavg_start": os.getloadavg(),
+        "packages": versions,
+    }
+
+
+async def run(cfg: Config, names: list[str], json_path: str | None) -> int:
+    facts = machine_facts()
+    print(
+        f"machine: {facts['cpu_count']} CPUs ({facts['cpus_usable']} usable), Python {facts['python']}, "
+        f"{facts['platform']}, SQLite {facts['sqlite']}"
+    )
+    print("packages: " + ", ".join(f"{k} {v}" for k, v in facts["packages"].items()))
+    print(f"load average at start: {_loadavg()} (other work on the host shows here; compare within a run)")
+    print(
+        f"mode: {'quick' if cfg.quick else 'full'}; sizes {', '.join(cfg.sizes)}; reps "
+        f"{', '.join(f'{k}:{v}' for k, v in cfg.reps.items())} (+{cfg.warmup} warm-up); append "
+        f"{cfg.append_steps} x {fbytes(cfg.append_msg)} on {cfg.append_base}; growth {cfg.growth_steps} x "
+        f"{fbytes(cfg.growth_msg)} (LangGraph: first {cfg.lg_growth_steps}); work dir {cfg.workdir}"
+    )
+    t0 = time.perf_counter()
+    data = make_data(cfg)
+    print(
+        f"data: generated in {time.perf_counter() - t0:.1f} s; "
+        + ", ".join(f"{k}={fbytes(state_bytes(v))}/{len(v)} msgs" for k, v in data.states.items())
+    )
+    sys.stdout.flush()
+    results: dict[str, Any] = {"machine": facts, "config": _config_json(cfg), "backends": {}}
+    for name in names:
+        print(f"[{name}] opening...", file=sys.stderr, flush=True)
+        be, why = await open_backend(name, cfg)
+        if be is None:
+            print(f"[{name}] SKIPPED: {why}", file=sys.stderr, flush=True)
+            results["backends"][name] = {"skipped": why}
+            continue
+        entry: dict[str, Any] = {
+            "url": be.url,
+            "floor": be.floor.detail,
+            "facts": be.facts,
+            "langgraph": be.lg.label if be.lg else None,
+            "langgraph_note": be.lg_note,
+        }
+        results["backends"][name] = entry
+        started = time.perf_counter()
+        try:
+            if "latency" in cfg.sections:
+                entry["latency"] = await measure_latency(be, cfg, data)
+            if "append" in cfg.sections:
+                entry["append"] = await measure_append(be, cfg, data)
+            if "growth" in cfg.sections:
+                entry["growth"] = await measure_growth(be, cfg, data)
+        except Exception as exc:
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            print(f"[{name}] FAILED: {entry['error']}", file=sys.stderr, flush=True)
+        finally:
+            await close_backend(be)
+        entry["seconds"] = time.perf_counter() - started
+        print(f"[{name}] done in {entry['seconds']:.0f} s", file=sys.stderr, flush=True)
+    results["targets"] = report(results, cfg)
+    results["seconds"] = time.perf_counter() - t0
+    results["loadavg_end"] = os.getloadavg()
+    print(f"\ntotal: {results['seconds']:.0f} s; load average at end: {_loadavg()}")
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(results, indent=1, default=str, allow_nan=True))
+        print(f"numbers written to {json_path}")
+    return 0
+
+
+def _config_json(cfg: Config) -> dict[str, Any]:
+    return {
+        "quick": cfg.quick,
+        "sizes": cfg.sizes,
+        "reps": cfg.reps,
+        "warmup": cfg.warmup,
+        "append_base": cfg.append_base,
+        "append_steps": cfg.append_steps,
+        "append_msg_bytes": cfg.append_msg,
+        "growth_steps": cfg.growth_steps,
+        "growth_msg_bytes": cfg.growth_msg,
+        "langgraph_growth_steps": cfg.lg_growth_steps,
+        "load_reps": cfg.load_reps,
+        "seed": cfg.seed,
+    }
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    every = ",".join(DEFAULT_URLS)
+    p.add_argument("--backends", default=every, help=f"comma-separated, from {every} (default: all)")
+    p.add_argument("--quick", action="store_true", help="smoke run: fewer reps, sizes up to 1 MB")
+    p.add_argument("--json", metavar="PATH", help="write every number (with raw samples) as JSON")
+    p.add_argument("--sizes", default="", help="subset of 1KB,100KB,1MB,10MB for section 1")
+    p.add_argument("--sections", default=",".join(SECTIONS), help="subset of latency,append,growth")
+    p.add_argument("--no-langgraph", action="store_true", help="skip LangGraph's savers")
+    p.add_argument("--append-steps", type=int, default=0, help="append steps (default 100; quick 30)")
+    p.add_argument("--growth-steps", type=int, default=0, help="growth-run commits (default 1000; quick 300)")
+    p.add_argument(
+        "--lg-growth-steps", type=int, default=0, help="LangGraph growth steps (default 100; quick 50)"
+    )
+    p.add_argument("--dir", help="directory for SQLite files (default: a fresh temporary one)")
+    for name in ("redis", "postgresql", "mysql", "tiered"):
+        p.add_argument(f"--{name}-url", default="", help="default " + DEFAULT_URLS[name].replace("%", "%%"))
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    names: list[str] = []
+    for raw in args.backends.split(","):
+        n = ALIASES.get(raw.strip().lower(), raw.strip().lower())
+        if not n:
+            continue
+        if n not in DEFAULT_URLS:
+            print(f"unknown backend {raw!r}; known: {', '.join(DEFAULT_URLS)}", file=sys.stderr)
+            return 2
+        if n not in names:
+            names.append(n)
+    workdir = Path(tempfile.mkdtemp(prefix="tether-bench-", dir=args.dir))
+    try:
+        cfg = make_config(args, workdir)
+        return asyncio.run(run(cfg, names, args.json))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
