@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tether.errors import RunNotFound, RunNotPaused, VersionConflict
 from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
 from tether.stores.base import CheckpointStore, StoredRow, Write, _utc
 
 __all__ = ["Dialect", "SqlStore", "Tx"]
+
+T = TypeVar("T")
 
 
 class Tx(Protocol):
@@ -151,6 +153,17 @@ class SqlStore(CheckpointStore):
     def _tx(self, *, write: bool) -> AbstractAsyncContextManager[Tx]:
         """A transaction; drivers' exceptions leave it as StoreError subclasses."""
 
+    async def _in_tx(self, fn: Callable[[Tx], Awaitable[T]], *, write: bool) -> T:
+        """Run ``fn`` inside one transaction (SQLite overrides this to run it in one hop)."""
+        async with self._tx(write=write) as tx:
+            return await fn(tx)
+
+    async def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One read-only statement; a single statement is a consistent snapshot on every
+        engine, so backends override this to skip BEGIN/COMMIT round trips."""
+        async with self._tx(write=False) as tx:
+            return await tx.all(sql, params)
+
     @abc.abstractmethod
     def _is_duplicate(self, exc: BaseException) -> bool:
         """True when ``exc`` is a primary-key violation (two writers created one run)."""
@@ -174,8 +187,7 @@ class SqlStore(CheckpointStore):
         attempts = 3 if w.expected_version is None else 1
         for attempt in range(attempts):
             try:
-                async with self._tx(write=True) as tx:
-                    return await self._write_in(tx, w)
+                return await self._in_tx(lambda tx: self._write_in(tx, w), write=True)
             except Exception as exc:
                 if not self._is_duplicate(exc):
                     raise
@@ -249,7 +261,7 @@ class SqlStore(CheckpointStore):
         m = await tx.run("DELETE FROM tether_runs WHERE run_id = ?", (run_id,))
         return n + m
 
-    # -- reads --------------------------------------------------------------------
+    # -- reads (one statement each: one round trip) ----------------------------------
     async def _live_run(self, tx: Tx, run_id: str) -> RunInfo | None:
         row = await tx.one(f"SELECT {_RUN_COLS} FROM tether_runs WHERE run_id = ?", (run_id,))
         if row is None or _expired(row[11], time.time()):
@@ -257,61 +269,57 @@ class SqlStore(CheckpointStore):
         return _run_info(row)
 
     async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
-        async with self._tx(write=False) as tx:
-            info = await self._live_run(tx, run_id)
-            if info is None:
-                return None, []
-            if version is None:
-                target, base = info.version, info.chain.base_version
-            else:
-                if version < 1 or version > info.version:
-                    return info, []
-                target = version
-                found = await tx.one(
-                    "SELECT MAX(version) FROM tether_checkpoints WHERE run_id = ? AND version <= ? "
-                    "AND kind = 'full'",
-                    (run_id, version),
-                )
-                if found is None or found[0] is None:
-                    return info, []
-                base = int(found[0])
-            rows = await tx.all(
-                "SELECT version, kind, node_id, status, created_at, payload FROM tether_checkpoints "
-                "WHERE run_id = ? AND version >= ? AND version <= ? ORDER BY version",
-                (run_id, base, target),
+        cols = ", ".join(f"r.{c.strip()}" for c in _RUN_COLS.split(","))
+        if version is None:
+            on = "c.version >= r.base_version AND c.version <= r.version"
+            params: list[Any] = [run_id]
+        else:
+            on = (
+                "c.version <= ? AND c.version >= (SELECT MAX(f.version) FROM tether_checkpoints f "
+                "WHERE f.run_id = r.run_id AND f.version <= ? AND f.kind = 'full')"
             )
-        if not rows or int(rows[-1][0]) != target:
+            params = [version, version, run_id]
+        rows = await self._query(
+            f"SELECT {cols}, c.version, c.kind, c.node_id, c.status, c.created_at, c.payload "
+            f"FROM tether_runs r LEFT JOIN tether_checkpoints c ON c.run_id = r.run_id AND {on} "
+            "WHERE r.run_id = ? ORDER BY c.version",
+            params,
+        )
+        if not rows or _expired(rows[0][11], time.time()):
+            return None, []
+        info = _run_info(rows[0])
+        target = info.version if version is None else version
+        if rows[0][12] is None or int(rows[-1][12]) != target:
             return info, []
+        status_of = {s.value: s for s in RunStatus}
         return info, [
             StoredRow(
                 run_id=run_id,
-                version=int(r[0]),
-                kind=r[1],
-                node_id=r[2],
-                status=RunStatus(r[3]),
-                created_at=float(r[4]),
-                payload=bytes(r[5]),
+                version=int(r[12]),
+                kind=r[13],
+                node_id=r[14],
+                status=status_of[r[15]],
+                created_at=float(r[16]),
+                payload=r[17],
             )
             for r in rows
         ]
 
     async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
         sql = (
-            "SELECT version, kind, node_id, status, created_at, nbytes FROM tether_checkpoints "
-            "WHERE run_id = ?"
+            "SELECT c.version, c.kind, c.node_id, c.status, c.created_at, c.nbytes FROM tether_checkpoints c "
+            "JOIN tether_runs r ON r.run_id = c.run_id "
+            "WHERE c.run_id = ? AND (r.expires_at IS NULL OR r.expires_at > ?)"
         )
-        params: list[Any] = [run_id]
+        params: list[Any] = [run_id, time.time()]
         if before is not None:
-            sql += " AND version < ?"
+            sql += " AND c.version < ?"
             params.append(before)
-        sql += " ORDER BY version DESC"
+        sql += " ORDER BY c.version DESC"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        async with self._tx(write=False) as tx:
-            if await self._live_run(tx, run_id) is None:
-                return []
-            rows = await tx.all(sql, params)
+        rows = await self._query(sql, params)
         return [
             CheckpointInfo(
                 run_id=run_id,
@@ -326,8 +334,10 @@ class SqlStore(CheckpointStore):
         ]
 
     async def get_run(self, run_id: str) -> RunInfo | None:
-        async with self._tx(write=False) as tx:
-            return await self._live_run(tx, run_id)
+        rows = await self._query(f"SELECT {_RUN_COLS} FROM tether_runs WHERE run_id = ?", (run_id,))
+        if not rows or _expired(rows[0][11], time.time()):
+            return None
+        return _run_info(rows[0])
 
     async def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
@@ -339,13 +349,11 @@ class SqlStore(CheckpointStore):
             params.append(str(RunStatus(status)))
         sql += " ORDER BY updated_at DESC, run_id DESC LIMIT ? OFFSET ?"
         params += [limit, offset]
-        async with self._tx(write=False) as tx:
-            rows = await tx.all(sql, params)
-        return [_run_info(r) for r in rows]
+        return [_run_info(r) for r in await self._query(sql, params)]
 
     # -- other changes --------------------------------------------------------------
     async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
-        async with self._tx(write=True) as tx:
+        async def change(tx: Tx) -> None:
             if await self._live_run(tx, run_id) is None:
                 raise RunNotFound(run_id)
             await tx.run(
@@ -353,12 +361,13 @@ class SqlStore(CheckpointStore):
                 (str(status), time.time(), expires_at, run_id),
             )
 
+        await self._in_tx(change, write=True)
+
     async def delete(self, run_id: str) -> bool:
-        async with self._tx(write=True) as tx:
-            return await self._drop(tx, run_id) > 0
+        return await self._in_tx(lambda tx: self._drop(tx, run_id), write=True) > 0
 
     async def _rebase(self, run_id: str, version: int, payload: bytes) -> int:
-        async with self._tx(write=True) as tx:
+        async def rebase(tx: Tx) -> int:
             row = await tx.one(
                 f"SELECT {_RUN_COLS} FROM tether_runs WHERE run_id = ? {self.dialect.lock}",
                 (run_id,),
@@ -383,10 +392,15 @@ class SqlStore(CheckpointStore):
                 )
             return dropped
 
+        return await self._in_tx(rebase, write=True)
+
     async def purge_expired(self) -> int:
         now = time.time()
-        async with self._tx(write=True) as tx:
+
+        async def purge(tx: Tx) -> int:
             rows = await tx.all("SELECT run_id FROM tether_runs WHERE expires_at <= ?", (now,))
             for (run_id,) in rows:
                 await self._drop(tx, run_id)
-        return len(rows)
+            return len(rows)
+
+        return await self._in_tx(purge, write=True)

@@ -159,7 +159,7 @@ class InMemoryStore(CheckpointStore):
             run = self._live(run_id)
             if run is None or version not in run.rows:
                 raise RunNotFound(run_id, version)
-            run.rows[version] = replace(run.rows[version], kind="full", payload=payload)
+            run.rows[version] = run.rows[version]._replace(kind="full", payload=payload)
             dropped = [v for v in run.rows if v < version]
             for v in dropped:
                 del run.rows[v]

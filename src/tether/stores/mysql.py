@@ -115,18 +115,12 @@ class MySQLStore(SqlStore):
         return self._conn
 
     @asynccontextmanager
-    async def _tx(self, *, write: bool) -> AsyncIterator[Tx]:
+    async def _guard(self) -> AsyncIterator[Any]:
+        """The connection, one user at a time, with driver errors translated."""
         errors = _asyncmy().errors
         async with self._lock:
             try:
-                conn = await self._connection()
-                await conn.begin()
-                try:
-                    yield _MyTx(conn)
-                except BaseException:
-                    await asyncio.shield(conn.rollback())
-                    raise
-                await conn.commit()
+                yield await self._connection()
             except TetherError:
                 raise
             except errors.IntegrityError:
@@ -140,6 +134,21 @@ class MySQLStore(SqlStore):
             except OSError as exc:
                 await self._reset()
                 raise StoreUnavailable(f"mysql: {exc}") from exc
+
+    @asynccontextmanager
+    async def _tx(self, *, write: bool) -> AsyncIterator[Tx]:
+        async with self._guard() as conn:
+            await conn.begin()
+            try:
+                yield _MyTx(conn)
+            except BaseException:
+                await asyncio.shield(conn.rollback())
+                raise
+            await conn.commit()
+
+    async def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        async with self._guard() as conn:  # autocommit: one consistent read, one round trip
+            return await _MyTx(conn).all(sql, params)
 
     async def _reset(self) -> None:
         conn, self._conn = self._conn, None

@@ -104,15 +104,12 @@ class PostgresStore(SqlStore):
         return self._conn
 
     @asynccontextmanager
-    async def _tx(self, *, write: bool) -> AsyncIterator[Tx]:
+    async def _guard(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """The connection, one user at a time, with driver errors translated."""
         psycopg = _psycopg()
         async with self._lock:
             try:
-                conn = await self._connection()
-                async with conn.transaction():
-                    if not write:
-                        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    yield _PgTx(conn)
+                yield await self._connection()
             except TetherError:
                 raise
             except psycopg.errors.UniqueViolation:
@@ -123,6 +120,18 @@ class PostgresStore(SqlStore):
                 raise StoreUnavailable(f"postgresql: {exc}") from exc
             except psycopg.Error as exc:
                 raise StoreError(f"postgresql: {exc}") from exc
+
+    @asynccontextmanager
+    async def _tx(self, *, write: bool) -> AsyncIterator[Tx]:
+        async with self._guard() as conn, conn.transaction():
+            if not write:
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield _PgTx(conn)
+
+    async def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        async with self._guard() as conn:  # autocommit: one statement, one round trip
+            cur = await conn.execute(sql.replace("?", "%s"), params or None, binary=True)
+            return await cur.fetchall()
 
     def _is_duplicate(self, exc: BaseException) -> bool:
         return isinstance(exc, _psycopg().errors.UniqueViolation)

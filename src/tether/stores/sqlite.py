@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,6 +27,8 @@ _DIALECT = Dialect(text_key="TEXT", text="TEXT", real="REAL", bigint="INTEGER", 
 
 
 class _SqliteTx:
+    """Statements run on the DB thread one await at a time (migrations use this)."""
+
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
 
@@ -38,6 +40,37 @@ class _SqliteTx:
 
     async def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         return await self._store._call(lambda c: c.execute(sql, params).fetchone())
+
+
+class _InlineTx:
+    """Statements run synchronously, already on the DB thread.
+
+    Its coroutines never suspend, so a whole transaction body written as ``async``
+    (shared with the server backends) runs to completion in one ``send(None)``: one
+    thread hop per transaction instead of one per statement.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    async def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self._conn.execute(sql, params).rowcount
+
+    async def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._conn.execute(sql, params).fetchall()
+
+    async def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = self._conn.execute(sql, params).fetchone()
+        return row
+
+
+def _drive(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("a SQLite transaction body awaited something other than the database")
 
 
 class SqliteStore(SqlStore):
@@ -79,6 +112,9 @@ class SqliteStore(SqlStore):
         conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        # reads of big states: memory-map the file and keep hot pages (measured ~2x on 10 MB)
+        conn.execute("PRAGMA mmap_size = 268435456")
+        conn.execute("PRAGMA cache_size = -32768")
         return conn
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -110,6 +146,24 @@ class SqliteStore(SqlStore):
                 await asyncio.shield(self._call(lambda c: c.execute("ROLLBACK")))
                 raise
             await self._call(lambda c: c.execute("COMMIT"))
+
+    async def _in_tx(self, fn: Callable[[Tx], Awaitable[T]], *, write: bool) -> T:
+        def job(conn: sqlite3.Connection) -> T:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                result: T = _drive(fn(_InlineTx(conn)))  # type: ignore[arg-type]
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+        async with self._lock:
+            return await self._call(job)
+
+    async def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        async with self._lock:
+            return await self._call(lambda c: c.execute(sql, params).fetchall())
 
     def _is_duplicate(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError)
