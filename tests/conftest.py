@@ -13,3 +13,11 @@ def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("TETHER_") and not name.startswith("TETHER_TEST_"):
             monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_model_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test may reach a real model API (local test servers on loopback are allowed)."""
+    import tether.models
+
+    monkeypatch.setattr(tether.models, "ALLOW_MODEL_REQUESTS", False)

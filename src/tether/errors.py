@@ -26,6 +26,7 @@ Split by who is at fault, so callers can decide what to do without parsing messa
   x ContextError             the context engine was asked something impossible
     + BudgetExceeded         pinned content alone does not fit the budget
     + ArtifactNotFound       (tether.context.artifacts) no artefact with that id
+  x InvalidAnswer            (tether.agent.interaction) an answer that does not fit its question
 
 Exceptions carry data (``run_id``, ``version``) and never log; the code that handles
 an error logs it.

@@ -1,0 +1,254 @@
+"""Anthropic's Messages API through the official ``anthropic`` SDK.
+
+OpenAI-shaped messages are converted on the way in: system messages (wherever they are)
+become the ``system`` parameter, other roles fold into strictly alternating user /
+assistant turns that start with the user. There is no JSON mode: ``json_mode=True`` adds
+an instruction to the system prompt and the caller parses tolerantly
+(:func:`~tether.models.parse_json_reply`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import ConfigError, ModelError
+from tether.models._provider import (
+    Backoff,
+    check_allowed,
+    log_reply,
+    preview,
+    raise_mapped,
+    redact,
+    response_dict,
+    with_retries,
+)
+from tether.models.base import ModelReply, Usage
+from tether.models.config import LLMConfig
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from anthropic import AsyncAnthropic
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AnthropicChatModel", "to_anthropic_messages"]
+
+DEFAULT_MAX_TOKENS = 4096
+"""The Messages API requires ``max_tokens``; used when neither the call nor the config sets it."""
+
+JSON_INSTRUCTION = "Reply with one JSON object and nothing else: no prose, no code fences."
+
+_FINISH = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+
+def _import_anthropic() -> Any:
+    try:
+        import anthropic
+    except ImportError:
+        raise ConfigError(
+            "AnthropicChatModel needs the anthropic SDK: pip install 'tether[anthropic]'"
+        ) from None
+    return anthropic
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            str(block.get("text", ""))
+            for block in content
+            if isinstance(block, Mapping) and block.get("type", "text") == "text"
+        ]
+        return "\n".join(part for part in parts if part)
+    return "" if content is None else str(content)
+
+
+def to_anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Split OpenAI-shaped messages into Anthropic's ``system`` and alternating turns.
+
+    ``system`` (and ``developer``) messages join the system prompt in order; ``tool`` and
+    unknown roles count as the user. Consecutive turns of one role merge with a blank
+    line between them; a conversation that starts with the assistant gets a short user
+    turn first, because the API requires the user to speak first.
+    """
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        role = str(message.get("role", "user"))
+        text = _text(message.get("content"))
+        if role in ("system", "developer"):
+            if text:
+                system.append(text)
+            continue
+        role = "assistant" if role == "assistant" else "user"
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"] = f"{turns[-1]['content']}\n\n{text}" if text else turns[-1]["content"]
+        else:
+            turns.append({"role": role, "content": text})
+    if not turns or turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": "Continue."})
+    for turn in turns:
+        if not turn["content"]:
+            turn["content"] = "(empty)"  # the API refuses empty text blocks
+    return ("\n\n".join(system) or None), turns
+
+
+class AnthropicChatModel:
+    """A :class:`~tether.models.ChatModel` over Anthropic's Messages API.
+
+    Args:
+        config: provider, model, key, endpoint and limits.
+        allow_local: a loopback ``endpoint`` is allowed even when
+            ``tether.models.ALLOW_MODEL_REQUESTS`` is False (tests); False blocks it too.
+        backoff: waits between retries (the count is ``config.max_retries``).
+        client: an existing ``AsyncAnthropic`` (its own retries are switched off).
+    """
+
+    def __init__(
+        self,
+        config: LLMConfig,
+        *,
+        allow_local: bool = True,
+        backoff: Backoff | None = None,
+        client: AsyncAnthropic | None = None,
+    ) -> None:
+        self.config = config
+        self.model = config.require_model()
+        self.allow_local = allow_local
+        self.backoff = backoff or Backoff()
+        self._sdk = _import_anthropic()
+        self._base_url = config.base_url
+        self._secret = config.api_key_value()
+        if client is not None:
+            self._client: AsyncAnthropic = client.with_options(max_retries=0, timeout=config.timeout)
+        else:
+            self._client = self._sdk.AsyncAnthropic(
+                api_key=self._secret,
+                base_url=self._base_url,
+                timeout=config.timeout,
+                max_retries=0,
+            )
+        self._label = f"anthropic {self.model}"
+        # recent SDKs (2.x) dropped sampling parameters along with the API; older ones take them
+        self._takes_temperature = "temperature" in inspect.signature(self._client.messages.create).parameters
+
+    def __repr__(self) -> str:
+        return f"AnthropicChatModel(model={self.model!r}, base_url={self._base_url!r})"
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def __aenter__(self) -> AnthropicChatModel:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def _request(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        json_mode: bool,
+        max_tokens: int | None,
+        temperature: float | None,
+    ) -> dict[str, Any]:
+        system, turns = to_anthropic_messages(messages)
+        if json_mode:
+            system = f"{system}\n\n{JSON_INSTRUCTION}" if system else JSON_INSTRUCTION
+        cap = max_tokens or self.config.max_tokens or DEFAULT_MAX_TOKENS
+        body: dict[str, Any] = {"model": self.model, "messages": turns, "max_tokens": cap}
+        if system:
+            body["system"] = system
+        temp = temperature if temperature is not None else self.config.temperature
+        if temp is not None and self._takes_temperature:
+            body["temperature"] = min(temp, 1.0)  # Anthropic's range is 0–1
+        return body
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        json_mode: bool = False,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> ModelReply:
+        """One Messages API call, retried on 429/5xx/529/connection errors.
+
+        Raises:
+            ModelRequestsBlocked: requests are off and the endpoint is not a permitted loopback.
+            PromptTooLong: "prompt is too long" (``reported_tokens`` and ``limit`` parsed).
+            ModelUnavailable: transient failures outlasted ``max_retries``.
+            ModelError: any other refusal, or a malformed response.
+        """
+        check_allowed(self._base_url, allow_local=self.allow_local, what=self._label)
+        body = self._request(messages, json_mode=json_mode, max_tokens=max_tokens, temperature=temperature)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "%s prompt: %s",
+                self._label,
+                preview(redact(json.dumps(messages, ensure_ascii=False, default=str), self._secret)),
+            )
+        started = time.monotonic()
+
+        async def attempt() -> Any:
+            try:
+                return await self._client.messages.create(**body)
+            except Exception as exc:
+                raise_mapped(self._sdk, exc, label=self._label, secret=self._secret)
+
+        response = await with_retries(
+            attempt, max_retries=self.config.max_retries, backoff=self.backoff, label=self._label
+        )
+        reply = self._reply(response)
+        log_reply(logger, self._label, reply, started)
+        return reply
+
+    def _reply(self, response: Any) -> ModelReply:
+        content = getattr(response, "content", None)
+        if not isinstance(content, list):
+            what = f"text {preview(response, 200)!r}" if isinstance(response, str) else "no content"
+            raise ModelError(f"{self._label}: malformed message: {what}")
+        text = "".join(
+            block.text
+            for block in content
+            if getattr(block, "type", None) == "text" and isinstance(getattr(block, "text", None), str)
+        )
+        stop = getattr(response, "stop_reason", None)
+        return ModelReply(
+            text=text,
+            model=str(getattr(response, "model", None) or self.model),
+            usage=_usage(getattr(response, "usage", None)),
+            finish_reason=_FINISH.get(stop, stop) if isinstance(stop, str) else None,
+            raw=response_dict(response),
+        )
+
+
+def _usage(usage: Any) -> Usage | None:
+    """Prompt tokens include cache writes and reads: all of it was in the window."""
+    prompt = getattr(usage, "input_tokens", None)
+    if not isinstance(prompt, int):
+        return None
+    for extra in ("cache_creation_input_tokens", "cache_read_input_tokens"):
+        value = getattr(usage, extra, None)
+        if isinstance(value, int):
+            prompt += value
+    completion = getattr(usage, "output_tokens", None)
+    completion = completion if isinstance(completion, int) else 0
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
