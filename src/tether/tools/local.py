@@ -1,0 +1,320 @@
+"""``LocalSession``: shell commands on this machine, each in its own process group."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Self
+
+from tether.errors import CommandTimeout, ConfigError, SessionError
+from tether.tools._output import (
+    SENTINEL_RESERVE,
+    OutputBuffer,
+    add_note,
+    check_env_name,
+    exit_code_of,
+    new_marker,
+    preview,
+    timeout_note,
+    wrap_script,
+)
+from tether.tools.result import TIMEOUT_EXIT_CODE, CommandResult
+
+if TYPE_CHECKING:
+    from tether.tools.facts import HostFacts
+
+__all__ = ["LocalSession"]
+
+logger = logging.getLogger(__name__)
+
+PIPE_DRAIN_SECONDS = 0.5
+"""After the shell exits, how long to wait for background processes to release its pipes."""
+
+PIPES_HELD_NOTE = (
+    "[tether: the command exited but a background process still holds its output pipes; "
+    "they were closed, so that process may die on its next write: redirect its output, "
+    "e.g. nohup CMD > app.log 2>&1 &]"
+)
+
+
+class _Capture(asyncio.SubprocessProtocol):
+    """Reads stdout and stderr as they arrive, into capped buffers; notes exit and EOF."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int) -> None:
+        self.stdout = OutputBuffer(limit, reserve=SENTINEL_RESERVE)
+        self.stderr = OutputBuffer(limit)
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.finished: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        chunk = data.encode() if isinstance(data, str) else data
+        (self.stdout if fd == 1 else self.stderr).feed(chunk)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:  # exited and every pipe at EOF
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+
+class LocalSession:
+    """Runs shell lines on this machine through ``/bin/sh -c``.
+
+    Each command gets its own process group (``start_new_session``), its stdin is
+    ``/dev/null``, and stdout/stderr are read concurrently into buffers capped at
+    ``max_output_bytes`` each (head and tail kept). On timeout the whole group gets
+    SIGTERM, then SIGKILL after ``kill_grace`` seconds.
+
+    With ``persist_cwd`` (the default) a ``cd`` carries over: ``run("cd app")`` then
+    ``run("npm install")`` installs in ``app``, as an agent typing into a terminal
+    expects. Only the directory carries over; ``export`` and ``source`` do not (pass
+    ``env=``). Background processes (``nohup server &``) survive the command and the
+    session; their output should go to a file.
+
+    Args:
+        cwd: where commands start (default: the current directory, resolved now).
+        env: variables added to this process's environment for every command.
+        default_timeout: seconds before a command is killed, unless ``run`` says otherwise.
+        max_output_bytes: cap per stream; past it the middle of the output is cut.
+        shell: the POSIX shell that runs each line.
+        persist_cwd: let ``cd`` carry over between commands.
+        kill_grace: seconds between SIGTERM and SIGKILL on timeout.
+        raise_on_timeout: raise ``CommandTimeout`` instead of returning exit code 124.
+        redact: applied to commands and output before they reach DEBUG logs.
+    """
+
+    def __init__(
+        self,
+        cwd: str | os.PathLike[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        default_timeout: float = 600.0,
+        max_output_bytes: int = 1_000_000,
+        shell: str = "/bin/sh",
+        persist_cwd: bool = True,
+        kill_grace: float = 2.0,
+        raise_on_timeout: bool = False,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
+        base = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
+        if not os.path.isdir(base):
+            raise ConfigError(f"LocalSession cwd {base!r} is not a directory")
+        if default_timeout <= 0:
+            raise ConfigError("default_timeout must be positive")
+        for name in env or {}:
+            check_env_name(name)
+        self._base_cwd = base
+        self._cwd = base
+        self._env = dict(env or {})
+        self.default_timeout = default_timeout
+        self.max_output_bytes = max_output_bytes
+        self.shell = shell
+        self.persist_cwd = persist_cwd
+        self.kill_grace = kill_grace
+        self.raise_on_timeout = raise_on_timeout
+        self._redact = redact
+        self._sentinel = new_marker("cwd")
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"LocalSession(cwd={self._cwd!r})"
+
+    @property
+    def cwd(self) -> str:
+        """Where the next command starts."""
+        return self._cwd
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._closed = True
+
+    async def host_facts(self) -> HostFacts:
+        from tether.tools.facts import gather_host_facts
+
+        return await gather_host_facts(self)
+
+    async def run(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - a per-command limit, part of the Session API
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        """Run one shell line and return its result (see the class docstring)."""
+        if self._closed:
+            raise SessionError("LocalSession is closed")
+        limit = self.default_timeout if timeout is None else timeout
+        start_dir, note = self._start_dir(cwd)
+        merged = self._merged_env(env)
+        script = wrap_script(command, cwd_sentinel=self._sentinel if self.persist_cwd else None)
+        logger.debug("run %s (cwd=%s)", preview(command, self._redact), start_dir)
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        try:
+            transport, proto = await loop.subprocess_exec(
+                lambda: _Capture(loop, self.max_output_bytes),
+                self.shell,
+                "-c",
+                script,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=start_dir,
+                env=merged,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise SessionError(f"cannot start {self.shell}: {exc}") from exc
+        timed_out = False
+        pipes_held = False
+        pid = transport.get_pid()
+        try:
+            try:
+                await asyncio.wait_for(asyncio.shield(proto.exited), limit)
+            except TimeoutError:
+                timed_out = True
+                await _terminate_group(pid, proto.exited, self.kill_grace)
+            try:
+                await asyncio.wait_for(asyncio.shield(proto.finished), PIPE_DRAIN_SECONDS)
+            except TimeoutError:
+                pipes_held = not timed_out
+        finally:
+            if not proto.exited.done():  # cancelled: leave nothing running
+                _killpg(pid, signal.SIGKILL)
+                try:
+                    await asyncio.wait_for(asyncio.shield(proto.exited), 2.0)
+                except (TimeoutError, asyncio.CancelledError):
+                    pass
+            transport.close()
+        duration = time.monotonic() - started
+        returncode = transport.get_returncode()
+        stdout, out_cut, where = proto.stdout.finish(self._sentinel if self.persist_cwd else None)
+        stderr, err_cut, _ = proto.stderr.finish()
+        stderr = note + stderr
+        if pipes_held:
+            stderr = add_note(stderr, PIPES_HELD_NOTE)
+        if where is not None and not timed_out:
+            self._follow_cd(start_dir, os.fsdecode(where))
+        exit_code = TIMEOUT_EXIT_CODE if timed_out else exit_code_of(returncode or 0)
+        if timed_out:
+            stderr = add_note(stderr, timeout_note(limit))
+        result = CommandResult(
+            command=command,
+            success=exit_code == 0,
+            stdout=stdout,
+            stderr=stderr,
+            exit_code=exit_code,
+            duration=duration,
+            stdout_truncated=out_cut,
+            stderr_truncated=err_cut,
+            timed_out=timed_out,
+        )
+        _log_result(result, self._redact)
+        if timed_out and self.raise_on_timeout:
+            raise CommandTimeout(command, limit)
+        return result
+
+    def _start_dir(self, cwd: str | None) -> tuple[str, str]:
+        if cwd is not None:
+            path = os.path.join(self._cwd, os.path.expanduser(cwd))
+            if not os.path.isdir(path):
+                raise SessionError(f"cwd {path!r} is not a directory")
+            return os.path.normpath(path), ""
+        if os.path.isdir(self._cwd):
+            return self._cwd, ""
+        gone, self._cwd = self._cwd, self._base_cwd
+        logger.warning("working directory %s no longer exists; back to %s", gone, self._base_cwd)
+        return self._cwd, f"[tether: {gone} no longer exists; running in {self._base_cwd}]\n"
+
+    def _follow_cd(self, start_dir: str, where: str) -> None:
+        if where != start_dir and os.path.isdir(where):
+            self._cwd = where
+
+    def _merged_env(self, env: Mapping[str, str] | None) -> dict[str, str] | None:
+        if not self._env and not env:
+            return None  # inherit this process's environment unchanged
+        for name in env or {}:
+            check_env_name(name)
+        return {**os.environ, **self._env, **(env or {})}
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    """Signal a process group; False if it is already gone."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member changed user (setuid); nothing more we can do
+        return False
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is left in the group; zombies wait on a reaper."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return _killpg(pgid, 0)
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+async def _terminate_group(pgid: int, exited: asyncio.Future[None], grace: float) -> None:
+    """SIGTERM the group, give it ``grace`` seconds, then SIGKILL whatever is left."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    _killpg(pgid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(asyncio.shield(exited), grace)
+    except TimeoutError:
+        pass
+    # grandchildren may linger after the leader; poll: no event tells when a group empties
+    while loop.time() < deadline and _group_alive(pgid):  # noqa: ASYNC110
+        await asyncio.sleep(0.02)
+    _killpg(pgid, signal.SIGKILL)
+    try:
+        await asyncio.wait_for(asyncio.shield(exited), 5.0)
+    except TimeoutError:
+        logger.warning("process group %d did not exit after SIGKILL", pgid)
+
+
+def _log_result(result: CommandResult, redact: Callable[[str], str] | None) -> None:
+    logger.info(
+        "command exit=%d %.2fs stdout=%dB stderr=%dB%s",
+        result.exit_code,
+        result.duration,
+        len(result.stdout),
+        len(result.stderr),
+        " timed out" if result.timed_out else "",
+    )
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("stdout: %s", preview(result.stdout, redact))
+        logger.debug("stderr: %s", preview(result.stderr, redact))

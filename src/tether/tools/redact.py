@@ -1,0 +1,282 @@
+"""``Redactor``: remove secrets from text and JSON-like data before logs, prompts and stores.
+
+Two sources: patterns for well-known credential shapes (API keys, tokens, private key
+blocks, ``password=...`` assignments, credentials in URLs), and values declared by the
+caller (the SSH password, a secret answer), matched exactly and also URL-encoded or base64.
+Each pattern runs only when a cheap literal hint is present, so clean text costs a few
+substring scans.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+__all__ = ["REDACTED", "Redactor"]
+
+REDACTED = "[REDACTED]"
+"""What a declared secret becomes; pattern matches become ``[REDACTED:kind]``."""
+
+_KEY_WORDS = (
+    r"passwords?|passwd|passphrase|secrets?|secret[_-]?key|client[_-]?secret|token|"
+    r"api[_-]?key|apikey|access[_-]?key|private[_-]?key|credentials?|auth"
+)
+_SENSITIVE_KEY = re.compile(rf"(?:{_KEY_WORDS})$", re.IGNORECASE)
+"""A mapping key whose value ``redact_obj`` hides whatever it looks like."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Pattern:
+    kind: str
+    regex: re.Pattern[str]
+    hints: tuple[str, ...]
+    """Substrings one of which must be in the text (lower-cased if ``lower``) for a match."""
+    group: int = 0
+    """The group to replace (0: the whole match)."""
+    lower: bool = False
+    """Case-insensitive: ``regex`` (lower-case literals) runs on the lower-cased text."""
+    boundary: bool = False
+    """The match must not follow a word character (checked in Python: a leading ``\\b``
+    would cost the regex engine its fast literal-prefix search)."""
+
+
+def _p(
+    kind: str, pattern: str, *hints: str, group: int = 0, lower: bool = False, boundary: bool = True
+) -> _Pattern:
+    return _Pattern(kind, re.compile(pattern), hints, group, lower, boundary)
+
+
+PATTERNS: tuple[_Pattern, ...] = (
+    _p(
+        "private_key",
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----[\s\S]*?"
+        r"(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\Z)",
+        "PRIVATE KEY",
+        boundary=False,
+    ),
+    _p("anthropic_key", r"sk-ant-[A-Za-z0-9_\-]{20,}", "sk-ant-"),
+    _p("openai_key", r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}", "sk-"),
+    _p("aws_access_key", r"A(?:KIA|SIA|BIA|CCA)[0-9A-Z]{16}(?![0-9A-Za-z])", "AKIA", "ASIA", "ABIA", "ACCA"),
+    _p("github_token", r"gh[pousr]_[A-Za-z0-9]{30,}", "gh"),
+    _p("github_token", r"github_pat_[A-Za-z0-9_]{22,}", "github_pat_"),
+    _p("slack_token", r"xox[abposr]-[A-Za-z0-9\-]{10,}", "xox"),
+    _p("google_api_key", r"AIza[0-9A-Za-z_\-]{35,}", "AIza"),
+    _p("stripe_key", r"sk_(?:live|test)_[0-9A-Za-z]{16,}", "sk_live_", "sk_test_"),
+    _p("stripe_key", r"rk_(?:live|test)_[0-9A-Za-z]{16,}", "rk_live_", "rk_test_"),
+    _p("jwt", r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}", "eyJ"),
+    _p("url_password", r"://[^:/\s@]+:([^@\s/]+)@", "://", group=1, boundary=False),
+    _p(
+        "aws_secret_key",
+        r"aws_?secret_?access_?key[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+=]{40})",
+        "aws_secret",
+        "awssecret",
+        group=1,
+        lower=True,
+        boundary=False,
+    ),
+    _p(
+        "authorization",
+        r"\b(?:bearer|basic|token)\s+([A-Za-z0-9._~+/=\-]{8,})",
+        "bearer",
+        "basic",
+        "token",
+        group=1,
+        lower=True,
+        boundary=False,
+    ),
+    _p(
+        "assignment",
+        rf"(?:{_KEY_WORDS})[\"']?\s*[:=]\s*(\"[^\"\n]+\"|'[^'\n]+'|[^\s\"',;&]+)",
+        "pass",
+        "secret",
+        "token",
+        "key",
+        "credential",
+        "auth",
+        group=1,
+        lower=True,
+        boundary=False,
+    ),
+    _p(
+        "flag",
+        r"--(?:password|passwd|token|secret|api-key|access-key)[ =](\"[^\"\n]+\"|'[^'\n]+'|\S+)",
+        "--pass",
+        "--token",
+        "--secret",
+        "--api-key",
+        "--access-key",
+        group=1,
+        lower=True,
+        boundary=False,
+    ),
+)
+_EXACT = tuple(p for p in PATTERNS if not p.lower)
+_FOLDED = tuple(p for p in PATTERNS if p.lower)
+
+
+class Redactor:
+    """Replaces secrets in text (``redact``) and in JSON-like data (``redact_obj``).
+
+    Args:
+        secrets: values to remove wherever they appear (exactly, URL-encoded or base64).
+            Values shorter than ``min_length`` are ignored: they would match everywhere.
+        patterns: detect well-known credential shapes too (default True).
+        min_length: the shortest declared secret honoured.
+    """
+
+    def __init__(self, secrets: Iterable[str] = (), *, patterns: bool = True, min_length: int = 4) -> None:
+        self._secrets: set[str] = set()
+        self._min_length = min_length
+        self._patterns = patterns
+        self._variants: tuple[str, ...] = ()
+        self.add(*secrets)
+
+    def __repr__(self) -> str:
+        return f"Redactor({len(self._secrets)} declared secrets, patterns={self._patterns})"
+
+    def add(self, *secrets: str) -> None:
+        """Declare more secret values (e.g. an answer the user typed as secret)."""
+        fresh = {s for s in secrets if s and len(s) >= self._min_length} - self._secrets
+        if not fresh:
+            return
+        self._secrets |= fresh
+        variants: set[str] = set()
+        for secret in self._secrets:
+            variants |= _variants(secret, self._min_length)
+        self._variants = tuple(sorted(variants, key=len, reverse=True))
+
+    def __call__(self, text: str) -> str:
+        return self.redact(text)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret replaced; returned unchanged (same object) if none."""
+        if not text:
+            return text
+        for variant in self._variants:
+            if variant in text:
+                text = text.replace(variant, REDACTED)
+        for pat in _EXACT if self._patterns else ():
+            if any(h in text for h in pat.hints):
+                text = _apply(pat, text)
+        if self._patterns:
+            text = _apply_folded(text)
+        return text
+
+    def redact_obj(self, obj: Any) -> Any:
+        """A copy of dicts/lists/tuples with strings redacted and values of secret-named keys hidden."""
+        if isinstance(obj, str):
+            return self.redact(obj)
+        if isinstance(obj, Mapping):
+            out: dict[Any, Any] = {}
+            for key, value in obj.items():
+                if (
+                    isinstance(key, str)
+                    and _SENSITIVE_KEY.search(key)
+                    and isinstance(value, str | int | float)
+                ):
+                    out[key] = REDACTED if value != "" else value
+                else:
+                    out[key] = self.redact_obj(value)
+            return out
+        if isinstance(obj, list | tuple):
+            items = [self.redact_obj(v) for v in obj]
+            return items if isinstance(obj, list) else tuple(items)
+        return obj
+
+
+def _apply(pat: _Pattern, text: str, *, flags: int = 0) -> str:
+    label = f"[REDACTED:{pat.kind}]"
+    regex = re.compile(pat.regex.pattern, flags) if flags else pat.regex
+
+    def repl(match: re.Match[str]) -> str:
+        whole = match.group(0)
+        start = match.start()
+        if pat.boundary and start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_-"):
+            return whole
+        if pat.group == 0:
+            return label
+        value = match.group(pat.group)
+        if value.strip("\"'").startswith("[REDACTED"):
+            return whole
+        quoted = len(value) > 1 and value[0] in "'\"" and value[-1] == value[0]
+        mark = f"{value[0]}{label}{value[0]}" if quoted else label
+        lo, hi = match.start(pat.group) - start, match.end(pat.group) - start
+        return whole[:lo] + mark + whole[hi:]
+
+    return regex.sub(repl, text)
+
+
+_MAX_WINDOWS = 20_000
+
+
+def _apply_folded(text: str) -> str:
+    """Case-insensitive patterns: matched on ``text.lower()``, replaced in ``text``.
+
+    Only the lines holding a hint are scanned, unless there are so many that one pass over
+    the whole text is cheaper. Every edit is collected first, then applied once.
+    """
+    lowered = text.lower()
+    if len(lowered) != len(text):  # lower() moved offsets (rare Unicode): case-fold per pattern
+        for pat in _FOLDED:
+            text = _apply(pat, text, flags=re.IGNORECASE)
+        return text
+    hints = {h for pat in _FOLDED for h in pat.hints if h in lowered}
+    if not hints:
+        return text
+    windows = _hint_lines(lowered, hints)
+    edits: list[tuple[int, int, int, str]] = []
+    for start, end in windows:
+        for rank, pat in enumerate(_FOLDED):
+            if not any(h in hints and lowered.find(h, start, end) >= 0 for h in pat.hints):
+                continue
+            label = f"[REDACTED:{pat.kind}]"
+            for match in pat.regex.finditer(lowered, start, end):
+                lo, hi = match.span(pat.group)
+                value = text[lo:hi]
+                if value.strip("\"'").startswith("[REDACTED"):
+                    continue
+                quoted = len(value) > 1 and value[0] in "'\"" and value[-1] == value[0]
+                edits.append((lo, rank, hi, f"{value[0]}{label}{value[0]}" if quoted else label))
+    if not edits:
+        return text
+    edits.sort()
+    pieces: list[str] = []
+    pos = 0
+    for lo, _, hi, mark in edits:
+        if lo < pos:  # overlaps an earlier edit
+            continue
+        pieces += (text[pos:lo], mark)
+        pos = hi
+    pieces.append(text[pos:])
+    return "".join(pieces)
+
+
+def _hint_lines(lowered: str, hints: set[str]) -> list[tuple[int, int]]:
+    spans: set[tuple[int, int]] = set()
+    for hint in hints:
+        at = lowered.find(hint)
+        while at >= 0:
+            start = lowered.rfind("\n", 0, at) + 1
+            end = lowered.find("\n", at)
+            end = len(lowered) if end < 0 else end
+            spans.add((start, end))
+            if len(spans) > _MAX_WINDOWS:
+                return [(0, len(lowered))]
+            at = lowered.find(hint, end)
+    return sorted(spans)
+
+
+def _variants(secret: str, min_length: int) -> set[str]:
+    out = {secret, quote(secret, safe=""), quote(secret)}
+    raw = secret.encode()
+    for enc in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+        token = enc.decode().rstrip("=")
+        # a base64 prefix that stays stable wherever the secret sits is not knowable;
+        # match the encoding of the value alone (as in a Basic auth header or a k8s secret)
+        if len(token) >= min_length:
+            out.add(token)
+    return out
