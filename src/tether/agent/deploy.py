@@ -146,7 +146,8 @@ class DeploymentAgent:
         loop = self._loop(session, config)
         goal = (
             f"Deploy the repository {repo} into {deploy_dir} on {target}. Strategy preference: "
-            f"{ctx.suggested_strategy} (Docker Compose > Docker > traditional). Verify it runs before saying done."
+            f"{ctx.suggested_strategy} (Docker Compose > Docker > traditional). "
+            "Verify it runs before saying done."
         )
         started = dt.datetime.now(dt.UTC).isoformat()
         result = await loop.start(run_id, goal)

@@ -1,0 +1,98 @@
+"""What a model may answer (seed 002's ``AgentAction``), parsed leniently, validated strictly.
+
+Parsing tolerates what models do to JSON (code fences, prose around it, a trailing
+comma is not tolerated: that is invalid JSON and goes back to the model). Meaning is
+checked by pydantic: an ``execute`` without a command or an unknown action type is a
+:class:`ModelOutputError` whose message the loop sends back to the model.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tether.errors import ModelOutputError
+
+__all__ = ["ACTION_TYPES", "AgentAction", "extract_json", "parse_action"]
+
+ACTION_TYPES = ("execute", "done", "failed", "ask_user", "step_done")
+
+
+class AgentAction(BaseModel):
+    """One decision of the model (seed 002 fields; ``step_done`` from seed 000)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    action_type: Literal["execute", "done", "failed", "ask_user", "step_done"] = Field(alias="action")
+    command: str | None = None
+    reasoning: str | None = None
+    message: str | None = None
+    question: str | None = None
+    options: list[str] | None = None
+    input_type: Literal["choice", "text", "confirm", "secret"] = "choice"
+    category: Literal["decision", "confirmation", "information", "error_recovery"] = "decision"
+    context: str | None = None
+    default_option: str | None = None
+    outputs: dict[str, Any] | None = None
+    """``step_done`` only: the step's StepOutputs (seed 000)."""
+
+    @model_validator(mode="after")
+    def _required_fields(self) -> AgentAction:
+        need = {"execute": "command", "done": "message", "failed": "message", "ask_user": "question"}
+        field = need.get(self.action_type)
+        if field and not (getattr(self, field) or "").strip():
+            raise ValueError(f'"{self.action_type}" needs a non-empty "{field}"')
+        if self.action_type == "ask_user" and self.input_type == "choice" and not self.options:
+            raise ValueError('"ask_user" with input_type "choice" needs "options"')
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+def extract_json(text: str) -> dict[str, Any]:
+    """The first JSON object in ``text`` (inside a code fence or surrounded by prose)."""
+    start = text.find("{")
+    while start != -1:
+        depth, in_str, escaped = 0, False, False
+        for i in range(start, len(text)):
+            ch = text[i]
+            if in_str:
+                if escaped:
+                    escaped = False
+                elif ch == "\\":
+                    escaped = True
+                elif ch == '"':
+                    in_str = False
+            elif ch == '"':
+                in_str = True
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    try:
+                        value = json.loads(text[start : i + 1])
+                    except json.JSONDecodeError:
+                        break
+                    if isinstance(value, dict):
+                        return value
+                    break
+        start = text.find("{", start + 1)
+    raise ModelOutputError("no JSON object found in the reply; answer with one JSON object", raw=text)
+
+
+def parse_action(text: str) -> AgentAction:
+    """Parse and validate a model reply; ModelOutputError says what to fix."""
+    data = extract_json(text)
+    if "action" not in data and "action_type" in data:
+        data["action"] = data.pop("action_type")
+    try:
+        return AgentAction.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'reply'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ModelOutputError(f"invalid action ({problems})", raw=text) from None

@@ -1,0 +1,427 @@
+"""The agent loop (seed 002) as a durable workflow: one runtime step per iteration.
+
+Each iteration builds the prompt from the run's context window (system, session,
+working and instant layers), calls the model, parses an :class:`AgentAction`, acts,
+and returns a state update. The :class:`~tether.runtime.Runner` checkpoints after every
+iteration, so a crashed agent resumes with its whole history, and a question the agent
+asked can be answered later, from another process.
+
+State keys: ``goal``, ``context_window`` (the window, ``ContextWindow.to_state()``),
+``command_history`` and ``user_interactions`` (append), ``invalid_replies``,
+``pending_question`` (a question waiting for an answer), ``final_output``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tether.agent.actions import AgentAction, parse_action
+from tether.context import ContextWindow, InMemoryArtifactStore, Layer, new_item
+from tether.context.artifacts import ArtifactStore
+from tether.context.recovery import call_with_recovery
+from tether.context.trim import trim_output
+from tether.errors import CommandRefused, ModelOutputError, ToolError
+from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
+from tether.state import ExecutionContext, RunStatus, default_registry
+from tether.stores.base import CheckpointStore
+
+__all__ = ["AgentLoop", "LoopConfig"]
+
+logger = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = """You are an autonomous DevOps agent working through a shell session.
+Answer every turn with ONE JSON object and nothing else:
+  {"action": "execute", "command": "<one shell command>", "reasoning": "<why>"}
+  {"action": "ask_user", "question": "...", "options": ["..."], "input_type": "choice|text|confirm|secret"}
+  {"action": "done", "message": "<what was achieved, with URLs/ports>"}
+  {"action": "failed", "message": "<why it cannot be done>"}
+Rules: prefer Docker Compose > Docker > a traditional install; run non-interactive commands
+(-y, --no-input); never run destructive commands; start long-running services in the
+background and verify them (e.g. curl the health endpoint) before saying done; when a
+command fails, read its error and fix the cause instead of repeating it. Secrets the user
+gives you are in environment variables named in the conversation: use "$NAME", never the value."""
+
+
+class ChatModelLike(Protocol):
+    async def complete(self, messages: list[dict[str, Any]], *, json_mode: bool = False) -> Any: ...
+
+
+class SessionLike(Protocol):
+    async def run(self, command: str, *, timeout: float | None = None) -> Any: ...  # noqa: ASYNC109
+
+
+@dataclass(slots=True, kw_only=True)
+class LoopConfig:
+    max_iterations: int = 30
+    max_invalid_replies: int = 3
+    """Invalid replies in a row before the run fails."""
+    model_name: str = "gpt-4o"
+    """Picks the tokenizer and the default budget."""
+    budget: int = 24_000
+    """Prompt tokens the window may use."""
+    output_tokens: int = 600
+    """A command's output above this is trimmed to head + tail; the full text is an artefact."""
+    command_timeout: float = 600.0
+    system_prompt: str = SYSTEM_PROMPT
+    blocks: dict[str, str] = field(default_factory=dict)
+    """Session-layer context: repository analysis, host facts, experience, rolling summary."""
+
+
+class AgentLoop:
+    """Drives one agent run on a store; see the module docstring.
+
+    ``policy`` (``check(command)`` → verdict with ``action`` allow/confirm/deny and
+    ``reason``), ``redact`` (str → str) and ``interaction`` (``ask(request)``) are optional;
+    without an interaction handler a question pauses the run until :meth:`answer`.
+    """
+
+    def __init__(
+        self,
+        model: ChatModelLike,
+        session: SessionLike,
+        store: CheckpointStore,
+        *,
+        config: LoopConfig | None = None,
+        policy: Any = None,
+        redact: Callable[[str], str] | None = None,
+        interaction: Any = None,
+        artifacts: ArtifactStore | None = None,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.model = model
+        self.session = session
+        self.store = store
+        self.config = config or LoopConfig()
+        self.policy = policy
+        self.redact = redact or (lambda text: text)
+        self.interaction = interaction
+        self.artifacts = artifacts or InMemoryArtifactStore()
+        self.on_event = on_event
+        self.prompt_sizes: list[int] = []
+        """Prompt tokens sent at each iteration of this process (for measurements)."""
+        self._windows: dict[str, tuple[int, ContextWindow]] = {}
+        self._secret_env: dict[str, str] = {}
+
+    # == entry points ===============================================================
+    def workflow(self) -> Workflow:
+        n = self.config.max_iterations
+        return Workflow.plan(
+            [
+                Step(id=f"iteration-{i}", name=f"Iteration {i}", fn=self._iterate, phase="agent")
+                for i in range(1, n + 1)
+            ],
+            name="agent",
+        )
+
+    def runner(self) -> Runner:
+        reducers = (
+            default_registry().register("command_history", "append").register("user_interactions", "append")
+        )
+        return Runner(self.workflow(), self.store, reducers=reducers, on_event=self.on_event)
+
+    async def start(self, run_id: str, goal: str) -> RunResult:
+        window = self._new_window(goal)
+        inputs = {"goal": goal, "context_window": window.to_state(), "invalid_replies": 0}
+        return await self.runner().start(run_id, inputs)
+
+    async def resume(self, run_id: str) -> RunResult:
+        return await self.runner().resume(run_id)
+
+    async def answer(self, run_id: str, value: str) -> RunResult:
+        """Answer the question a paused run is waiting on, then resume it."""
+        await self.store.update_state(run_id, {"answer": value})
+        return await self.resume(run_id)
+
+    # == one iteration ==============================================================
+    async def _iterate(self, sc: StepContext) -> Mapping[str, Any]:
+        n = int(sc.step.id.rsplit("-", 1)[1])
+        window = self._window(sc.state)
+        update: dict[str, Any] = {}
+        if sc.get("pending_question"):
+            self._take_answer(sc, window, update)
+            if sc.pause_requested:
+                return update
+        self._instant(window, n, sc.get("last_error"))
+        reply = await call_with_recovery(window, self._call_model)
+        usage = getattr(reply, "usage", None)
+        if usage is not None and getattr(usage, "prompt_tokens", None):
+            window.observe_provider_usage(int(usage.prompt_tokens))
+        try:
+            action = parse_action(reply.text)
+        except ModelOutputError as exc:
+            return self._invalid(sc, window, n, exc, update)
+        update["invalid_replies"] = 0
+        update["last_error"] = None
+        await self._act(sc, window, n, action, update)
+        if sc.finish_requested is None and not sc.pause_requested and n >= self.config.max_iterations:
+            sc.finish("FAILED", f"stopped after {n} iterations without the agent saying done")
+        update["context_window"] = window.to_state()
+        self._windows[sc.run_id] = (sc.state.version + 1, window)
+        return update
+
+    async def _call_model(self, window: ContextWindow) -> Any:
+        self._fit(window)
+        messages = window.to_messages("openai")
+        self.prompt_sizes.append(window.usage().tokens)
+        return await self.model.complete(messages, json_mode=True)
+
+    def _fit(self, window: ContextWindow) -> None:
+        """Seed 004 thresholds: > 90% deep compression, > 85% standard, between calls."""
+        ratio = window.usage().ratio
+        if ratio > 0.90:
+            window.compress("deep", archive=self.artifacts)
+        elif ratio > 0.85:
+            window.compress("standard", archive=self.artifacts)
+        if window.usage().ratio > 1.0:
+            window.fit(archive=self.artifacts)
+
+    async def _act(
+        self, sc: StepContext, window: ContextWindow, n: int, action: AgentAction, update: dict[str, Any]
+    ) -> None:
+        call_id = f"it{n}"
+        shown = self.redact(json.dumps(action.to_dict(), ensure_ascii=False))
+        window.add(new_item("tool_call", shown, id=f"call-{n}", tool_call_id=call_id))
+        if action.action_type == "execute":
+            await self._execute(sc, window, n, action, update, call_id)
+        elif action.action_type == "ask_user":
+            await self._ask(sc, window, n, action, update)
+        elif action.action_type in ("done", "step_done"):
+            window.add(new_item("decision", f"done: {action.message}", id=f"done-{n}"))
+            update["final_output"] = action.message
+            if action.outputs is not None:
+                update["step_outputs"] = action.outputs
+            sc.finish("COMPLETED", action.message or "")
+        else:
+            window.add(new_item("decision", f"failed: {action.message}", id=f"failed-{n}"))
+            sc.finish("FAILED", action.message or "")
+
+    async def _execute(
+        self,
+        sc: StepContext,
+        window: ContextWindow,
+        n: int,
+        action: AgentAction,
+        update: dict[str, Any],
+        call_id: str,
+    ) -> None:
+        command = action.command or ""
+        try:
+            await self._check_policy(command)
+            result = await self.session.run(self._with_secrets(command), timeout=self.config.command_timeout)
+        except (CommandRefused, ToolError) as exc:
+            text = self.redact(f"{type(exc).__name__}: {exc}")
+            window.add(new_item("tool_result", text, id=f"result-{n}", tool_call_id=call_id))
+            update["command_history"] = [
+                {
+                    "iteration": n,
+                    "command": self.redact(command),
+                    "success": False,
+                    "exit_code": None,
+                    "stdout": "",
+                    "stderr": text,
+                    "reasoning": action.reasoning,
+                }
+            ]
+            update["last_error"] = text
+            return
+        stdout, stderr = self.redact(result.stdout or ""), self.redact(result.stderr or "")
+        body = f"exit code {result.exit_code}\n{stdout}" + (f"\n[stderr]\n{stderr}" if stderr.strip() else "")
+        trimmed = trim_output(
+            body, max_tokens=self.config.output_tokens, tokenizer=window.tokenizer, store=self.artifacts
+        )
+        window.add(new_item("tool_result", trimmed.text, id=f"result-{n}", tool_call_id=call_id))
+        update["command_history"] = [
+            {
+                "iteration": n,
+                "timestamp": dt.datetime.now(dt.UTC).isoformat(),
+                "command": self.redact(command),
+                "reasoning": action.reasoning,
+                "success": bool(result.success),
+                "exit_code": result.exit_code,
+                "stdout": stdout[-4000:],
+                "stderr": stderr[-4000:],
+                "artifact_id": trimmed.artifact_id,
+            }
+        ]
+        update["last_error"] = None if result.success else f"`{command}` exited {result.exit_code}"
+
+    async def _check_policy(self, command: str) -> None:
+        if self.policy is None:
+            return
+        verdict = self.policy.check(command, cwd=getattr(self.session, "cwd", None))
+        if verdict.action == "deny":
+            raise CommandRefused(command, verdict.reason)
+        if verdict.action == "confirm":
+            ok = False
+            if self.interaction is not None:
+                from tether.agent.interaction import InteractionRequest
+
+                response = await self.interaction.ask(
+                    InteractionRequest(
+                        question=f"Allow this command? {command}\n({verdict.reason})",
+                        options=["yes", "no"],
+                        input_type="confirm",
+                        category="confirmation",
+                        default_option="no",
+                    )
+                )
+                ok = not response.cancelled and str(response.value).lower() in {"yes", "y", "true"}
+            if not ok:
+                raise CommandRefused(command, f"needs confirmation: {verdict.reason}")
+
+    def _with_secrets(self, command: str) -> str:
+        if not self._secret_env:
+            return command
+        exports = " ".join(f"{k}={_shell_quote(v)}" for k, v in self._secret_env.items())
+        return f"export {exports}; {command}"
+
+    async def _ask(
+        self, sc: StepContext, window: ContextWindow, n: int, action: AgentAction, update: dict[str, Any]
+    ) -> None:
+        question = {
+            "question": action.question,
+            "options": action.options,
+            "input_type": action.input_type,
+            "category": action.category,
+            "context": action.context,
+            "default_option": action.default_option,
+            "iteration": n,
+        }
+        if self.interaction is None:
+            update["pending_question"] = question
+            sc.pause(f"waiting for an answer: {action.question}")
+            return
+        from tether.agent.interaction import InteractionRequest
+
+        response = await self.interaction.ask(
+            InteractionRequest(
+                question=action.question or "",
+                options=action.options or (),
+                input_type=action.input_type,
+                category=action.category,
+                context=action.context,
+                default_option=action.default_option,
+            )
+        )
+        if response.cancelled:
+            window.add(new_item("tool_result", "the user cancelled", id=f"result-{n}", tool_call_id=f"it{n}"))
+            sc.finish("FAILED", "cancelled by the user")
+            return
+        value = response.reveal() if action.input_type == "secret" else str(response.value)
+        self._record_answer(window, n, question, value, update)
+
+    def _take_answer(self, sc: StepContext, window: ContextWindow, update: dict[str, Any]) -> None:
+        question = dict(sc.get("pending_question"))
+        value = sc.get("answer")
+        if value is None:
+            sc.pause("still waiting for an answer")
+            return
+        update["pending_question"] = None
+        update["answer"] = None
+        self._record_answer(window, int(question.get("iteration", 0)), question, str(value), update)
+
+    def _record_answer(
+        self, window: ContextWindow, n: int, question: dict[str, Any], value: str, update: dict[str, Any]
+    ) -> None:
+        if question.get("input_type") == "secret":
+            name = f"TETHER_SECRET_{len(self._secret_env) + 1}"
+            self._secret_env[name] = value
+            if hasattr(self.redact, "add"):
+                self.redact.add(value)
+            shown = f'(secret stored in ${name}; use "${name}" in commands, never ask for the value)'
+        else:
+            shown = value
+        window.add(new_item("decision", f"Q: {question.get('question')}\nA: {shown}", id=f"answer-{n}"))
+        window.add(
+            new_item("tool_result", f"user answered: {shown}", id=f"result-{n}", tool_call_id=f"it{n}")
+        )
+        update["user_interactions"] = [
+            {"iteration": n, "question": question.get("question"), "answer": shown}
+        ]
+
+    def _invalid(
+        self, sc: StepContext, window: ContextWindow, n: int, exc: ModelOutputError, update: dict[str, Any]
+    ) -> dict[str, Any]:
+        count = int(sc.get("invalid_replies") or 0) + 1
+        update["invalid_replies"] = count
+        update["last_error"] = f"your last reply was invalid: {exc}. Answer with exactly one JSON object."
+        if count >= self.config.max_invalid_replies:
+            sc.finish("FAILED", f"the model sent {count} invalid replies in a row: {exc}")
+        update["context_window"] = window.to_state()
+        self._windows[sc.run_id] = (sc.state.version + 1, window)
+        return update
+
+    # == the window =================================================================
+    def _new_window(self, goal: str) -> ContextWindow:
+        cfg = self.config
+        window = ContextWindow(cfg.model_name, budget=cfg.budget)
+        window.add(new_item("system", cfg.system_prompt, id="system", pinned=True))
+        window.add(new_item("goal", f"Goal: {goal}", id="goal", pinned=True))
+        for name, text in cfg.blocks.items():
+            if text.strip():
+                window.add(new_item("state", self.redact(text), id=f"block-{name}", layer=Layer.SESSION))
+        return window
+
+    def _window(self, ctx: ExecutionContext) -> ContextWindow:
+        cached = self._windows.get(ctx.run_id)
+        if cached is not None and cached[0] == ctx.version:
+            return cached[1]
+        return ContextWindow.from_state(ctx.get("context_window"))
+
+    def _instant(self, window: ContextWindow, n: int, error: str | None) -> None:
+        left = self.config.max_iterations - n
+        window.upsert(
+            new_item(
+                "reminder",
+                f"Iteration {n} of {self.config.max_iterations} ({left} left).",
+                id="instant-iteration",
+            )
+        )
+        if error:
+            window.upsert(new_item("error", f"Last error: {error}", id="instant-error"))
+        elif window.get("instant-error") is not None:
+            window.remove("instant-error")
+
+    # == the run log (seed 002 format) ==============================================
+    async def run_log(self, run_id: str, **header: Any) -> dict[str, Any]:
+        cp = await self.store.load(run_id)
+        if cp is None:
+            return {}
+        info = await self.store.get_run(run_id)
+        status = {RunStatus.COMPLETED: "success", RunStatus.FAILED: "failed"}.get(
+            info.status if info else cp.status, str(info.status if info else cp.status).lower()
+        )
+        steps = [
+            {
+                "iteration": h["iteration"],
+                "timestamp": h.get("timestamp"),
+                "action": "execute",
+                "command": h["command"],
+                "reasoning": h.get("reasoning"),
+                "result": {k: h.get(k) for k in ("success", "exit_code", "stdout", "stderr")},
+            }
+            for h in cp.state.get("command_history", [])
+        ]
+        return {
+            **header,
+            "run_id": run_id,
+            "end_time": cp.timestamp.isoformat(),
+            "status": status,
+            "final_output": cp.state.get("final_output"),
+            "steps": steps,
+            "user_interactions": cp.state.get("user_interactions", []),
+        }
+
+
+def _shell_quote(value: str) -> str:
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+def _now() -> float:
+    return time.time()
