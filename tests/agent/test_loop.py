@@ -231,3 +231,47 @@ async def test_kill_9_mid_run_then_resume(tmp_path):
     assert (tmp_path / "steps.txt").read_text().split() == ["one", "two", "three"]
     prompt = json.dumps(model.calls[0])
     assert "echo two" in prompt  # the resumed model saw the history
+
+
+async def test_the_same_deployment_over_ssh(store, app_dir, tmp_path):
+    """deploy() through an SSH server started on loopback: host facts and commands over SSH."""
+    from tests.tools.sshserver import PASSWORD, USERNAME, loopback_ssh
+    from tether.tools import SSHCredentials, SSHSession
+
+    port = free_port()
+    health = f"{sys.executable} -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{port}/health').read().decode())\""
+    model = ScriptedModel(
+        [
+            execute(
+                f"cd {app_dir} && nohup {sys.executable} app.py {port} > app.log 2>&1 & echo $! > {app_dir}/app.pid"
+            ),
+            execute(f"sleep 0.7; {health}"),
+            execute(f"kill $(cat {app_dir}/app.pid) && echo stopped"),
+            {"action": "done", "message": "deployed over ssh"},
+        ]
+    )
+    agent = DeploymentAgent(model, store, log_dir=tmp_path / "logs")
+    async with loopback_ssh(tmp_path) as server:
+        creds = SSHCredentials(
+            host="127.0.0.1",
+            port=server.port,
+            username=USERNAME,
+            password=PASSWORD,
+            known_hosts=server.known_hosts_path,
+            connect_timeout=5.0,
+        )
+        async with SSHSession(creds) as session:
+            result = await agent.deploy(
+                str(app_dir),
+                session=session,
+                deploy_dir=str(app_dir),
+                target=f"{USERNAME}@127.0.0.1:{server.port}",
+            )
+    assert result.success, result.message
+    log = json.loads(result.log_file.read_text())
+    assert log["target"].startswith("deployer@127.0.0.1") and log["status"] == "success"
+    assert '{"status": "ok"}' in log["steps"][1]["result"]["stdout"]
+    assert "stopped" in log["steps"][2]["result"]["stdout"]
+    import platform
+
+    assert platform.machine() in json.dumps(model.calls[0])  # host facts gathered over SSH
