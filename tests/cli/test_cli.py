@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tether.cli.app import app
+from tether.cli.app import app as cli
 from tether.state import ExecutionContext, RunStatus
 from tether.stores import open_store
 
@@ -139,3 +140,28 @@ def test_run_report_and_resume_with_a_decision(tmp_path):
     assert "step_done       report" in done.output
     bad = runner.invoke(app, ["run", "tests.cli._flows:nothing", "--store", url])
     assert bad.exit_code == 2 and "cannot load workflow" in bad.output
+
+
+def test_deploy_with_a_scripted_model(tmp_path):
+    """tether deploy runs the agent offline from a script, printing commands and results."""
+    target = tmp_path / "app"
+    target.mkdir()
+    (target / "index.html").write_text("<h1>hi</h1>")
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {"action": "execute", "command": "ls"},
+                {"action": "done", "message": "served index.html"},
+            ]
+        )
+    )
+    url = f"sqlite:///{tmp_path}/d.db"
+    out = runner.invoke(
+        cli,
+        ["deploy", str(target), "--script", str(script), "--store", url, "--log-dir", str(tmp_path / "logs")],
+    )
+    assert out.exit_code == 0, out.output
+    assert "$ ls" in out.output and "index.html" in out.output and "COMPLETED" in out.output
+    logs = list((tmp_path / "logs").glob("*.json"))
+    assert len(logs) == 1 and json.loads(logs[0].read_text())["status"] == "success"

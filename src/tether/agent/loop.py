@@ -211,6 +211,7 @@ class AgentLoop:
         call_id: str,
     ) -> None:
         command = action.command or ""
+        self._emit("command", sc, command=self.redact(command), reasoning=action.reasoning)
         try:
             await self._check_policy(command)
             result = await self.session.run(self._with_secrets(command), timeout=self.config.command_timeout)
@@ -231,6 +232,8 @@ class AgentLoop:
             update["last_error"] = text
             return
         stdout, stderr = self.redact(result.stdout or ""), self.redact(result.stderr or "")
+        tail = (stdout.strip() or stderr.strip()).splitlines()[-1:] or [""]
+        self._emit("command_result", sc, exit_code=result.exit_code, tail=tail[0][:160])
         body = f"exit code {result.exit_code}\n{stdout}" + (f"\n[stderr]\n{stderr}" if stderr.strip() else "")
         trimmed = trim_output(
             body, max_tokens=self.config.output_tokens, tokenizer=window.tokenizer, store=self.artifacts
@@ -356,6 +359,10 @@ class AgentLoop:
         update["context_window"] = window.to_state()
         self._windows[sc.run_id] = (sc.state.version + 1, window)
         return update
+
+    def _emit(self, kind: str, sc: StepContext, **detail: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(Event(kind=kind, run_id=sc.run_id, step=sc.step.id, detail=detail))
 
     # == the window =================================================================
     def _new_window(self, goal: str) -> ContextWindow:

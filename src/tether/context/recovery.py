@@ -15,7 +15,7 @@ from typing import TypeVar
 from tether.context.artifacts import ArtifactStore
 from tether.context.summarizer import Summarizer
 from tether.context.window import ContextWindow
-from tether.errors import BudgetExceeded
+from tether.errors import BudgetExceeded, PromptTooLong
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,8 @@ _COUNTS = (
 
 def is_prompt_too_long(exc: BaseException) -> bool:
     """Whether an exception (of any SDK) says the prompt exceeded the context window."""
+    if isinstance(exc, PromptTooLong):
+        return True
     text = f"{type(exc).__name__}: {exc}"
     code = getattr(exc, "code", None)
     return code == "context_length_exceeded" or bool(_TOO_LONG.search(text))
@@ -45,6 +47,9 @@ def is_prompt_too_long(exc: BaseException) -> bool:
 
 def reported_prompt_tokens(exc: BaseException) -> int | None:
     """The prompt size the provider states in its refusal, when it states one."""
+    reported = getattr(exc, "reported_tokens", None)
+    if isinstance(reported, int):
+        return reported
     text = str(exc)
     for pattern in _COUNTS:
         if match := pattern.search(text):
