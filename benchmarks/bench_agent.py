@@ -44,7 +44,7 @@ class TimedSession:
         self.cwd = inner.cwd
         self.spent: list[float] = []
 
-    async def run(self, command: str, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+    async def run(self, command: str, *, timeout: float | None = None) -> Any:
         t = time.perf_counter()
         try:
             return await self.inner.run(command, timeout=timeout)
