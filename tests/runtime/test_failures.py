@@ -58,3 +58,11 @@ def test_user_rules_take_precedence_and_most_specific_type_wins():
     assert classify(QuotaExceeded("x")) is FailureKind.SYSTEM  # the default table is untouched
     c.add(Rule(kind=FailureKind.DATA, pattern=r"bucket .* missing"))
     assert c.classify(RuntimeError("bucket logs missing")) is FailureKind.DATA
+
+
+def test_tether_errors_of_the_edges_are_classified():
+    from tether.errors import CommandRefused, ModelUnavailable, SessionError
+
+    assert classify(ModelUnavailable("gave up after 5 attempts")) is FailureKind.TRANSIENT
+    assert classify(SessionError("connection lost")) is FailureKind.TRANSIENT
+    assert classify(CommandRefused("rm -rf /", "wipes the root")) is FailureKind.PERMISSION

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tether.errors import StoreUnavailable
+from tether.errors import CommandRefused, ModelUnavailable, SessionError, StoreUnavailable
 
 __all__ = [
     "ACTIONS",
@@ -86,7 +86,11 @@ class Rule:
 
 
 _DEFAULT_RULES: tuple[Rule, ...] = (
-    Rule(kind=FailureKind.TRANSIENT, types=(TimeoutError, ConnectionError, StoreUnavailable, TransientError)),
+    Rule(
+        kind=FailureKind.TRANSIENT,
+        types=(TimeoutError, ConnectionError, StoreUnavailable, ModelUnavailable, SessionError, TransientError),
+    ),
+    Rule(kind=FailureKind.PERMISSION, types=(CommandRefused,)),
     Rule(kind=FailureKind.DATA, types=(DataError, KeyError, LookupError, ValueError, FileNotFoundError)),
     Rule(kind=FailureKind.LOGIC, types=(LogicError, AssertionError, NotImplementedError)),
     Rule(kind=FailureKind.PERMISSION, types=(PermissionDenied, PermissionError)),
