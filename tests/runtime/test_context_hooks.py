@@ -6,7 +6,7 @@ from tests.stores.conftest import new_id
 from tether.context import ContextWindow, new_item
 from tether.runtime import Runner, Step, Workflow
 from tether.runtime.context_hooks import load_window, phase_compression, save_window
-from tether.state import RunStatus
+from tether.state import ExecutionContext, RunStatus
 
 
 def op_step(step_id: str, phase: str):
@@ -35,8 +35,6 @@ async def test_finished_phases_are_folded_and_the_window_survives_resume(store):
         return hook(phase, ctx)
 
     run_id = new_id()
-    from tether.state import ExecutionContext  # the initial state holds the window
-
     seed = ExecutionContext(run_id)
     save_window(seed, window)
     result = await Runner(wf, store, on_phase_complete=measuring).start(run_id, seed.snapshot())
@@ -48,3 +46,17 @@ async def test_finished_phases_are_folded_and_the_window_survives_resume(store):
     assert not any(t.startswith("a op") for t in texts)  # prepare's operations were folded
     stored = await store.load(run_id)
     assert ContextWindow.from_state(stored.state["context_window"]).to_state() == final.to_state()
+
+
+async def test_a_phase_with_a_non_compressible_step_is_left_whole(store):
+    window = ContextWindow("gpt-4o", budget=50_000)
+    wf = Workflow.plan([op_step("a", "keep"), op_step("b", "other")])
+    wf = Workflow.plan([Step(id="a", fn=wf["a"].fn, phase="keep", compressible=False), wf["b"]])
+    seed = ExecutionContext(new_id())
+    save_window(seed, window)
+    result = await Runner(wf, store, on_phase_complete=phase_compression(workflow=wf)).start(
+        seed.run_id, seed.snapshot()
+    )
+    texts = [item.content for item in ContextWindow.from_state(result.state["context_window"]).items()]
+    assert any(t.startswith("a op") for t in texts)  # kept verbatim
+    assert not any(t.startswith("b op") for t in texts)  # folded

@@ -12,7 +12,7 @@ from typing import Any
 
 from tether.context import ContextWindow
 from tether.context.artifacts import ArtifactStore
-from tether.runtime.workflow import Phase
+from tether.runtime.workflow import Phase, Workflow
 from tether.state import ExecutionContext
 
 __all__ = ["checkpoint_compression", "load_window", "phase_compression", "save_window"]
@@ -31,11 +31,17 @@ def save_window(ctx: ExecutionContext, window: ContextWindow, key: str = WINDOW_
 
 
 def phase_compression(
-    key: str = WINDOW_KEY, *, archive: ArtifactStore | None = None
+    key: str = WINDOW_KEY, *, archive: ArtifactStore | None = None, workflow: Workflow | None = None
 ) -> Callable[[Phase, ExecutionContext], Mapping[str, Any] | None]:
-    """A ``Runner(on_phase_complete=...)`` hook: fold the finished phase into one paragraph."""
+    """A ``Runner(on_phase_complete=...)`` hook: fold the finished phase into one paragraph.
+
+    With ``workflow``, a phase holding a step marked ``compressible=False`` (seed 004:
+    "不可压缩") is left as it is.
+    """
 
     def hook(phase: Phase, ctx: ExecutionContext) -> Mapping[str, Any] | None:
+        if workflow is not None and any(not s.compressible for s in workflow.phase_steps(phase.id)):
+            return None
         window = load_window(ctx, key)
         if window is None:
             return None

@@ -88,7 +88,14 @@ class Rule:
 _DEFAULT_RULES: tuple[Rule, ...] = (
     Rule(
         kind=FailureKind.TRANSIENT,
-        types=(TimeoutError, ConnectionError, StoreUnavailable, ModelUnavailable, SessionError, TransientError),
+        types=(
+            TimeoutError,
+            ConnectionError,
+            StoreUnavailable,
+            ModelUnavailable,
+            SessionError,
+            TransientError,
+        ),
     ),
     Rule(kind=FailureKind.PERMISSION, types=(CommandRefused,)),
     Rule(kind=FailureKind.DATA, types=(DataError, KeyError, LookupError, ValueError, FileNotFoundError)),
