@@ -53,3 +53,15 @@ def test_garbage_is_reported_as_corrupt(data):
 def test_bad_keys_are_config_errors():
     with pytest.raises(ConfigError, match="32 bytes"):
         Codec(encryption_key="c2hvcnQ=")
+
+
+def test_a_chain_decodes_in_one_call_and_damage_still_names_the_version():
+    codec = Codec()
+    payloads = [codec.encode({"v": 1, "kind": "delta", "ops": [["m", "append", [i]]]}) for i in range(5)]
+    assert [p["ops"][0][2] for p in codec.decode_many(payloads)] == [[0], [1], [2], [3], [4]]
+    broken = [*payloads[:3], payloads[3][:-3], payloads[4]]
+    with pytest.raises(CheckpointCorrupt, match="version 13"):
+        codec.decode_many(broken, run_id="r", versions=[10, 11, 12, 13, 14])
+    future = [*payloads[:2], codec.encode({"v": 9, "kind": "delta", "ops": []})]
+    with pytest.raises(CheckpointCorrupt, match="upgrade tether"):
+        codec.decode_many(future, run_id="r", versions=[1, 2, 3])

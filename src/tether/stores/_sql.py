@@ -158,9 +158,12 @@ class SqlStore(CheckpointStore):
         async with self._tx(write=write) as tx:
             return await fn(tx)
 
-    async def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    async def _query(
+        self, sql: str, params: Sequence[Any] = (), *, run_id: str | None = None
+    ) -> list[tuple[Any, ...]]:
         """One read-only statement; a single statement is a consistent snapshot on every
-        engine, so backends override this to skip BEGIN/COMMIT round trips."""
+        engine, so backends override this to skip BEGIN/COMMIT round trips. ``run_id``
+        marks a read of that run's chain (possibly megabytes)."""
         async with self._tx(write=False) as tx:
             return await tx.all(sql, params)
 
@@ -284,6 +287,7 @@ class SqlStore(CheckpointStore):
             f"FROM tether_runs r LEFT JOIN tether_checkpoints c ON c.run_id = r.run_id AND {on} "
             "WHERE r.run_id = ? ORDER BY c.version",
             params,
+            run_id=run_id,
         )
         if not rows or _expired(rows[0][11], time.time()):
             return None, []

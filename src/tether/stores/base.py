@@ -426,16 +426,18 @@ class CheckpointStore(abc.ABC):
                 "chain does not start with a full state", run_id=run_id, version=first.version
             )
         rep = _Replayed(state=head["state"], executed=list(head.get("executed") or []), last=head)
-        expect = first.version + 1
-        for row in rows[1:]:
+        deltas = rows[1:]
+        for expect, row in enumerate(deltas, start=first.version + 1):
             if row.version != expect:
                 raise CheckpointCorrupt(
                     f"version {expect} is missing from the chain",
                     run_id=run_id,
                     version=row.version,
                 )
-            expect += 1
-            body = self.codec.decode(row.payload, run_id=run_id, version=row.version)
+        bodies = self.codec.decode_many(
+            [row.payload for row in deltas], run_id=run_id, versions=[row.version for row in deltas]
+        )
+        for row, body in zip(deltas, bodies, strict=True):
             try:
                 _apply(rep, body)
             except CheckpointCorrupt:

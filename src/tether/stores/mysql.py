@@ -146,7 +146,9 @@ class MySQLStore(SqlStore):
                 raise
             await conn.commit()
 
-    async def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    async def _query(
+        self, sql: str, params: Sequence[Any] = (), *, run_id: str | None = None
+    ) -> list[tuple[Any, ...]]:
         async with self._guard() as conn:  # autocommit: one consistent read, one round trip
             return await _MyTx(conn).all(sql, params)
 

@@ -128,7 +128,9 @@ class PostgresStore(SqlStore):
                 await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             yield _PgTx(conn)
 
-    async def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    async def _query(
+        self, sql: str, params: Sequence[Any] = (), *, run_id: str | None = None
+    ) -> list[tuple[Any, ...]]:
         async with self._guard() as conn:  # autocommit: one statement, one round trip
             cur = await conn.execute(sql.replace("?", "%s"), params or None, binary=True)
             return await cur.fetchall()

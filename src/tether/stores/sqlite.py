@@ -104,6 +104,8 @@ class SqliteStore(SqlStore):
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sqlite")
         self._conn: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()
+        self.inline_read_bytes = 256 * 1024
+        """Chains up to this size are read without a thread hop."""
 
     def _connect(self) -> sqlite3.Connection:
         if self.path != ":memory:":
@@ -161,9 +163,35 @@ class SqliteStore(SqlStore):
         async with self._lock:
             return await self._call(job)
 
-    async def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    async def _query(
+        self, sql: str, params: Sequence[Any] = (), *, run_id: str | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Small reads run inline on the event loop: in WAL mode a reader never waits
+        for a writer, and a thread hop would cost more than the read. A run's chain
+        above ``inline_read_bytes`` is read on the DB thread so the loop never stalls."""
         async with self._lock:
-            return await self._call(lambda c: c.execute(sql, params).fetchall())
+            if run_id is not None:
+                size = self._inline(
+                    lambda c: c.execute(
+                        "SELECT base_bytes + growth_bytes + rewrite_bytes FROM tether_runs WHERE run_id = ?",
+                        (run_id,),
+                    ).fetchone()
+                )
+                if size is not None and int(size[0]) > self.inline_read_bytes:
+                    return await self._call(lambda c: c.execute(sql, params).fetchall())
+            return self._inline(lambda c: c.execute(sql, params).fetchall())
+
+    def _inline(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._conn is None:
+            self._conn = self._connect()
+        try:
+            return fn(self._conn)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc) or "unable to open" in str(exc):
+                raise StoreUnavailable(f"sqlite {self.path}: {exc}") from exc
+            raise StoreError(f"sqlite {self.path}: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite {self.path}: {exc}") from exc
 
     def _is_duplicate(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError)
