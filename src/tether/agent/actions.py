@@ -8,12 +8,12 @@ checked by pydantic: an ``execute`` without a command or an unknown action type 
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tether.errors import ModelOutputError
+from tether.models.replies import parse_json_reply
 
 __all__ = ["ACTION_TYPES", "AgentAction", "extract_json", "parse_action"]
 
@@ -54,34 +54,7 @@ class AgentAction(BaseModel):
 
 def extract_json(text: str) -> dict[str, Any]:
     """The first JSON object in ``text`` (inside a code fence or surrounded by prose)."""
-    start = text.find("{")
-    while start != -1:
-        depth, in_str, escaped = 0, False, False
-        for i in range(start, len(text)):
-            ch = text[i]
-            if in_str:
-                if escaped:
-                    escaped = False
-                elif ch == "\\":
-                    escaped = True
-                elif ch == '"':
-                    in_str = False
-            elif ch == '"':
-                in_str = True
-            elif ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    try:
-                        value = json.loads(text[start : i + 1])
-                    except json.JSONDecodeError:
-                        break
-                    if isinstance(value, dict):
-                        return value
-                    break
-        start = text.find("{", start + 1)
-    raise ModelOutputError("no JSON object found in the reply; answer with one JSON object", raw=text)
+    return parse_json_reply(text)
 
 
 def parse_action(text: str) -> AgentAction:
