@@ -8,12 +8,15 @@ pglz on 10 MB inserts.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import ConfigError, StoreError, StoreUnavailable, TetherError
+from tether.errors import ConfigError, StoreError, StoreUnavailable, TetherError, VersionConflict
+from tether.state.model import ChainStats
 from tether.stores._sql import Dialect, SqlStore, Tx
+from tether.stores.base import Write
 
 if TYPE_CHECKING:
     import psycopg
@@ -35,6 +38,51 @@ _DIALECT = Dialect(
         "END IF; EXCEPTION WHEN others THEN NULL; END $$",
     ),
 )
+
+
+_FAST_WRITE = """
+WITH cur AS (
+    SELECT version, base_version, base_bytes, growth_bytes, rewrite_bytes, chain_len
+    FROM tether_runs
+    WHERE run_id = %(run)s AND version = %(expected)s
+      AND (expires_at IS NULL OR expires_at > %(now)s)
+      AND (%(require)s::text IS NULL OR status = %(require)s::text)
+    FOR UPDATE
+), ins AS (
+    INSERT INTO tether_checkpoints (run_id, version, kind, node_id, status, created_at, nbytes, payload)
+    SELECT %(run)s, cur.version + 1, %(kind)s, %(node)s, %(status)s, %(created)s, %(nbytes)s, %(payload)s
+    FROM cur
+    RETURNING version
+)
+UPDATE tether_runs AS r SET
+    status = %(status)s, version = ins.version, node_id = %(node)s,
+    updated_at = %(created)s, expires_at = %(expires)s,
+    base_version = CASE WHEN %(full)s THEN ins.version ELSE cur.base_version END,
+    base_bytes = CASE WHEN %(full)s THEN %(nbytes)s::bigint ELSE cur.base_bytes END,
+    growth_bytes = CASE WHEN %(full)s THEN 0 ELSE cur.growth_bytes + %(growth)s::bigint END,
+    rewrite_bytes = CASE WHEN %(full)s THEN 0 ELSE cur.rewrite_bytes + %(rewrite)s::bigint END,
+    chain_len = CASE WHEN %(full)s THEN 0 ELSE cur.chain_len + 1 END
+FROM cur, ins
+WHERE r.run_id = %(run)s
+RETURNING r.version, r.base_version, r.base_bytes, r.growth_bytes, r.rewrite_bytes, r.chain_len
+"""
+_FAST_CREATE = """
+WITH run AS (
+    INSERT INTO tether_runs (run_id, status, version, node_id, base_version, base_bytes, growth_bytes,
+                             rewrite_bytes, chain_len, created_at, updated_at, expires_at)
+    VALUES (%(run)s, %(status)s, 1, %(node)s, 1, %(nbytes)s, 0, 0, 0, %(created)s, %(created)s, %(expires)s)
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING version
+), ins AS (
+    INSERT INTO tether_checkpoints (run_id, version, kind, node_id, status, created_at, nbytes, payload)
+    SELECT %(run)s, run.version, 'full', %(node)s, %(status)s, %(created)s, %(nbytes)s, %(payload)s FROM run
+    RETURNING version
+)
+SELECT version FROM ins
+"""
+"""The common write, a run at a known version, as one statement: one round trip instead of
+five (BEGIN, SELECT … FOR UPDATE, INSERT, UPDATE, COMMIT). When it changes nothing (a new
+or expired run, a conflict, a status mismatch) the general transaction runs and says why."""
 
 
 def _psycopg() -> Any:
@@ -134,6 +182,57 @@ class PostgresStore(SqlStore):
         async with self._guard() as conn:  # autocommit: one statement, one round trip
             cur = await conn.execute(sql.replace("?", "%s"), params or None, binary=True)
             return await cur.fetchall()
+
+    async def _write(self, w: Write) -> tuple[int, ChainStats]:
+        if w.expected_version == 0 and w.kind == "full" and w.require_status is None:
+            params = {
+                "run": w.run_id,
+                "status": str(w.status),
+                "node": w.node_id,
+                "nbytes": len(w.payload),
+                "created": w.created_at,
+                "expires": w.expires_at,
+                "payload": w.payload,
+            }
+            async with self._guard() as conn:
+                cur = await conn.execute(_FAST_CREATE, params)
+                created = await cur.fetchone()
+            if created is not None:
+                return 1, ChainStats(base_version=1, base_bytes=len(w.payload))
+        if w.expected_version:
+            params = {
+                "run": w.run_id,
+                "expected": w.expected_version,
+                "now": time.time(),
+                "require": None if w.require_status is None else str(w.require_status),
+                "kind": w.kind,
+                "full": w.kind == "full",
+                "node": w.node_id,
+                "status": str(w.status),
+                "created": w.created_at,
+                "nbytes": len(w.payload),
+                "payload": w.payload,
+                "expires": w.expires_at,
+                "growth": w.growth_bytes,
+                "rewrite": w.rewrite_bytes,
+            }
+            try:
+                async with self._guard() as conn:
+                    cur = await conn.execute(_FAST_WRITE, params)
+                    row = await cur.fetchone()
+            except Exception as exc:
+                if self._is_duplicate(exc):
+                    raise VersionConflict(w.run_id, expected=w.expected_version, actual=None) from exc
+                raise
+            if row is not None:
+                return int(row[0]), ChainStats(
+                    base_version=int(row[1]),
+                    base_bytes=int(row[2]),
+                    growth_bytes=int(row[3]),
+                    rewrite_bytes=int(row[4]),
+                    length=int(row[5]),
+                )
+        return await super()._write(w)
 
     def _is_duplicate(self, exc: BaseException) -> bool:
         return isinstance(exc, _psycopg().errors.UniqueViolation)
