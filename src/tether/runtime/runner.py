@@ -216,7 +216,7 @@ class Runner:
             await self._fail(ctx, step, exc, sc, start_version)
             return
         ctx.merge(dict(update or {}))
-        ctx.merge(
+        ctx._merge_checked(
             {
                 "todo": self._todos([step], "done", sc.attempt),
                 "execution_history": [

@@ -44,6 +44,7 @@ class ExecutionContext:
         "_chain",
         "_delta",
         "_executed",
+        "_executed_set",
         "_lock",
         "_reducers",
         "_state",
@@ -67,6 +68,7 @@ class ExecutionContext:
         self._lock = threading.RLock()
         self._state: dict[str, Any] = {}
         self._executed: list[str] = []
+        self._executed_set: set[str] = set()
         self._delta = Delta(full=True)
         self._chain = ChainStats()
         if state:
@@ -121,6 +123,11 @@ class ExecutionContext:
         for key, value in update.items():
             _check_key(key)
             check_value(value, key=key)
+        self._merge_checked(update)
+
+    def _merge_checked(self, update: Mapping[str, Any]) -> None:
+        """``merge`` for values already known to be valid (the runtime's own bookkeeping,
+        built from str/int/float only): skips the walk that ``merge`` does first."""
         with self._lock:
             new: dict[str, Any] = {}
             ops: list[Op] = []
@@ -152,8 +159,9 @@ class ExecutionContext:
     def mark_executed(self, node_id: str) -> None:
         """Record that a node finished; resume will skip it."""
         with self._lock:
-            if node_id not in self._executed:
+            if node_id not in self._executed_set:
                 self._executed.append(node_id)
+                self._executed_set.add(node_id)
                 self._delta.executed.append(node_id)
             self.node_id = node_id
 
@@ -244,6 +252,7 @@ class ExecutionContext:
         with self._lock:
             self._state = state
             self._executed = executed
+            self._executed_set = set(executed)
             self.version = version
             self.node_id = node_id
             self._chain = chain
