@@ -121,6 +121,10 @@ _RUN_COLS = (
 )
 
 
+_RUN_COLS_R = ", ".join(f"r.{c.strip()}" for c in _RUN_COLS.split(","))
+_STATUS_OF = {s.value: s for s in RunStatus}
+
+
 def _run_info(row: Sequence[Any]) -> RunInfo:
     return RunInfo(
         run_id=row[0],
@@ -272,7 +276,7 @@ class SqlStore(CheckpointStore):
         return _run_info(row)
 
     async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
-        cols = ", ".join(f"r.{c.strip()}" for c in _RUN_COLS.split(","))
+        cols = _RUN_COLS_R
         if version is None:
             on = "c.version >= r.base_version AND c.version <= r.version"
             params: list[Any] = [run_id]
@@ -295,7 +299,7 @@ class SqlStore(CheckpointStore):
         target = info.version if version is None else version
         if rows[0][12] is None or int(rows[-1][12]) != target:
             return info, []
-        status_of = {s.value: s for s in RunStatus}
+        status_of = _STATUS_OF
         return info, [
             StoredRow(
                 run_id=run_id,
