@@ -275,3 +275,29 @@ async def test_the_same_deployment_over_ssh(store, app_dir, tmp_path):
     import platform
 
     assert platform.machine() in json.dumps(model.calls[0])  # host facts gathered over SSH
+
+
+async def test_an_iteration_that_fails_half_way_is_retried_cleanly(store, tmp_path):
+    """A transient failure after the window was half-updated: the retry starts from the checkpoint."""
+    from tether.runtime import RetryPolicy, TransientError
+
+    question = {"action": "ask_user", "question": "Port?", "options": ["3000", "8080"]}
+    model = ScriptedModel([execute("echo one"), question, question, {"action": "done", "message": "ok"}])
+    calls = []
+
+    def flaky(req):
+        calls.append(req.question)
+        if len(calls) == 1:
+            raise TransientError("the UI went away")
+        return "3000"
+
+    loop = AgentLoop(model, LocalSession(cwd=tmp_path), store, interaction=CallbackInteractionHandler(flaky))
+    runner = loop.runner()
+    runner.retry = RetryPolicy(attempts=3, initial=0.001, maximum=0.002, jitter=0)
+    window = loop._new_window("g")
+    result = await runner.start(
+        new_id(), {"goal": "g", "context_window": window.to_state(), "invalid_replies": 0}
+    )
+    assert result.status is RunStatus.COMPLETED, result.report and result.report.render()
+    assert calls == ["Port?", "Port?"]
+    assert result.state["user_interactions"][0]["answer"] == "3000"

@@ -376,7 +376,9 @@ class AgentLoop:
         return window
 
     def _window(self, ctx: ExecutionContext) -> ContextWindow:
-        cached = self._windows.get(ctx.run_id)
+        # popped, not read: an iteration that fails half-way leaves no half-changed
+        # window behind, and its retry rebuilds the window from the restored state
+        cached = self._windows.pop(ctx.run_id, None)
         if cached is not None and cached[0] == ctx.version:
             return cached[1]
         return ContextWindow.from_state(ctx.get("context_window"))
