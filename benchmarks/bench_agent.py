@@ -44,10 +44,10 @@ class TimedSession:
         self.cwd = inner.cwd
         self.spent: list[float] = []
 
-    async def run(self, command: str, *, timeout: float | None = None) -> Any:
+    async def run(self, command: str, *, timeout: float | None = None, env: Any = None) -> Any:
         t = time.perf_counter()
         try:
-            return await self.inner.run(command, timeout=timeout)
+            return await self.inner.run(command, timeout=timeout, env=env)
         finally:
             self.spent.append(time.perf_counter() - t)
 

@@ -75,7 +75,7 @@ async def test_local_deployment_of_the_sample_app(store, app_dir, tmp_path):
     first = json.dumps(model.calls[0])
     assert "Pre-Analyzed Repository Context" in first and "app.py" in first
     # later prompts carried the previous command's output
-    assert '\\"status\\": \\"ok\\"' in json.dumps(model.calls[3]) or "status" in json.dumps(model.calls[3])
+    assert any('{"status": "ok"}' in str(m["content"]) for m in model.calls[3])
 
 
 async def test_a_model_that_never_finishes_stops_at_max_iterations(store, tmp_path):
@@ -94,9 +94,7 @@ async def test_invalid_replies_go_back_to_the_model_then_fail(store, tmp_path):
     assert result.status is RunStatus.COMPLETED
     second_prompt = json.dumps(model.calls[1])
     assert "invalid" in second_prompt and "JSON" in second_prompt
-    assert 'needs a non-empty \\"command\\"' in json.dumps(model.calls[2]) or "command" in json.dumps(
-        model.calls[2]
-    )
+    assert any('needs a non-empty "command"' in str(m["content"]) for m in model.calls[2])
 
     bad = ScriptedModel(["x", "y", "z"])
     failed = await AgentLoop(bad, LocalSession(cwd=tmp_path), store).start(new_id(), "g")
@@ -229,8 +227,7 @@ async def test_kill_9_mid_run_then_resume(tmp_path):
         result = await AgentLoop(model, LocalSession(cwd=tmp_path), store).resume("crashy")
     assert result.status is RunStatus.COMPLETED
     assert (tmp_path / "steps.txt").read_text().split() == ["one", "two", "three"]
-    prompt = json.dumps(model.calls[0])
-    assert "echo two" in prompt  # the resumed model saw the history
+    assert any("echo two" in str(m["content"]) for m in model.calls[0])  # the resumed model saw the history
 
 
 async def test_the_same_deployment_over_ssh(store, app_dir, tmp_path):

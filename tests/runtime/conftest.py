@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.stores.conftest import IN_CI, require_url
-from tether.errors import StoreUnavailable
-from tether.stores import CheckpointStore, create_store
+from tests.stores.conftest import open_test_store, require_url
+from tether.stores import CheckpointStore
 
 RUNTIME_BACKENDS = ["memory", "sqlite", "postgresql", "redis"]
 
@@ -26,15 +25,5 @@ def store_url(backend: str, tmp_path: Path) -> str:
 
 @pytest.fixture
 async def store(backend: str, store_url: str) -> AsyncIterator[CheckpointStore]:
-    s = create_store(store_url)
-    try:
-        await s.setup()
-    except StoreUnavailable as exc:
-        await s.aclose()
-        if IN_CI:
-            pytest.fail(f"CI=true but the {backend} server is unreachable: {exc}")
-        pytest.skip(f"{backend} server unreachable: {exc}")
-    try:
+    async with open_test_store(backend, store_url) as s:
         yield s
-    finally:
-        await s.aclose()

@@ -58,26 +58,27 @@ def store_url(backend: str, tmp_path: Path) -> str:
     return require_url(backend, tmp_path)
 
 
+@asynccontextmanager
+async def open_test_store(backend: str, url: str, **options: Any) -> AsyncIterator[CheckpointStore]:
+    """A set-up store on ``url``; an unreachable server fails under CI, else skips."""
+    store = create_store(url, **options)
+    try:
+        await store.setup()
+    except StoreUnavailable as exc:
+        await store.aclose()
+        if IN_CI:
+            pytest.fail(f"CI=true but the {backend} server is unreachable: {exc}")
+        pytest.skip(f"{backend} server unreachable: {exc}")
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
 @pytest.fixture
 def make_store(backend: str, store_url: str) -> StoreFactory:
     """Open another store on the same backend (other options, or a second 'process')."""
-
-    @asynccontextmanager
-    async def factory(**options: Any) -> AsyncIterator[CheckpointStore]:
-        store = create_store(store_url, **options)
-        try:
-            await store.setup()
-        except StoreUnavailable as exc:
-            await store.aclose()
-            if IN_CI:
-                pytest.fail(f"CI=true but the {backend} server is unreachable: {exc}")
-            pytest.skip(f"{backend} server unreachable: {exc}")
-        try:
-            yield store
-        finally:
-            await store.aclose()
-
-    return factory
+    return lambda **options: open_test_store(backend, store_url, **options)
 
 
 @pytest.fixture

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from tether.agent.experience import ExperienceRetriever, ExperienceStore, lessons_from_run
-from tether.agent.loop import AgentLoop, ChatModelLike, LoopConfig
+from tether.agent.loop import AgentLoop, LoopConfig
 from tether.agent.repo import RepoContext, analyze_repo
+from tether.models.base import ChatModel
 from tether.runtime import Event, RunResult
 from tether.state import RunStatus
 from tether.stores.base import CheckpointStore
@@ -43,7 +44,7 @@ class DeploymentAgent:
 
     def __init__(
         self,
-        model: ChatModelLike,
+        model: ChatModel,
         store: CheckpointStore,
         *,
         model_name: str = "gpt-4o",

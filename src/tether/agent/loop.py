@@ -19,17 +19,20 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from tether.agent.actions import AgentAction, parse_action
 from tether.context import ContextWindow, InMemoryArtifactStore, Layer, new_item
 from tether.context.artifacts import ArtifactStore
 from tether.context.recovery import call_with_recovery
 from tether.context.trim import trim_output
-from tether.errors import CommandRefused, ModelOutputError, ToolError
+from tether.errors import ModelOutputError, ToolError
+from tether.models.base import ChatModel
 from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
 from tether.state import ExecutionContext, RunStatus, default_registry
 from tether.stores.base import CheckpointStore
+from tether.tools.base import Session
+from tether.tools.guard import GuardedSession
 
 __all__ = ["AgentLoop", "LoopConfig"]
 
@@ -46,14 +49,6 @@ Rules: prefer Docker Compose > Docker > a traditional install; run non-interacti
 background and verify them (e.g. curl the health endpoint) before saying done; when a
 command fails, read its error and fix the cause instead of repeating it. Secrets the user
 gives you are in environment variables named in the conversation: use "$NAME", never the value."""
-
-
-class ChatModelLike(Protocol):
-    async def complete(self, messages: list[dict[str, Any]], *, json_mode: bool = False) -> Any: ...
-
-
-class SessionLike(Protocol):
-    async def run(self, command: str, *, timeout: float | None = None) -> Any: ...  # noqa: ASYNC109
 
 
 @dataclass(slots=True, kw_only=True)
@@ -83,8 +78,8 @@ class AgentLoop:
 
     def __init__(
         self,
-        model: ChatModelLike,
-        session: SessionLike,
+        model: ChatModel,
+        session: Session,
         store: CheckpointStore,
         *,
         config: LoopConfig | None = None,
@@ -95,10 +90,13 @@ class AgentLoop:
         on_event: Callable[[Event], None] | None = None,
     ) -> None:
         self.model = model
-        self.session = session
         self.store = store
         self.config = config or LoopConfig()
         self.policy = policy
+        # the policy is enforced by GuardedSession, confirmations go to the interaction handler
+        self.session: Any = (
+            session if policy is None else GuardedSession(session, policy, confirm=self._confirm)
+        )
         self.redact = redact or (lambda text: text)
         self.interaction = interaction
         self.artifacts = artifacts or InMemoryArtifactStore()
@@ -213,9 +211,10 @@ class AgentLoop:
         command = action.command or ""
         self._emit("command", sc, command=self.redact(command), reasoning=action.reasoning)
         try:
-            await self._check_policy(command)
-            result = await self.session.run(self._with_secrets(command), timeout=self.config.command_timeout)
-        except (CommandRefused, ToolError) as exc:
+            result = await self.session.run(
+                command, timeout=self.config.command_timeout, env=dict(self._secret_env) or None
+            )
+        except ToolError as exc:  # CommandRefused included: the model reads why and adapts
             text = self.redact(f"{type(exc).__name__}: {exc}")
             window.add(new_item("tool_result", text, id=f"result-{n}", tool_call_id=call_id))
             update["command_history"] = [
@@ -254,35 +253,22 @@ class AgentLoop:
         ]
         update["last_error"] = None if result.success else f"`{command}` exited {result.exit_code}"
 
-    async def _check_policy(self, command: str) -> None:
-        if self.policy is None:
-            return
-        verdict = self.policy.check(command, cwd=getattr(self.session, "cwd", None))
-        if verdict.action == "deny":
-            raise CommandRefused(command, verdict.reason)
-        if verdict.action == "confirm":
-            ok = False
-            if self.interaction is not None:
-                from tether.agent.interaction import InteractionRequest
+    async def _confirm(self, command: str, reason: str) -> bool:
+        """GuardedSession's confirmation of a risky command, asked through the handler."""
+        if self.interaction is None:
+            return False
+        from tether.agent.interaction import InteractionRequest
 
-                response = await self.interaction.ask(
-                    InteractionRequest(
-                        question=f"Allow this command? {command}\n({verdict.reason})",
-                        options=["yes", "no"],
-                        input_type="confirm",
-                        category="confirmation",
-                        default_option="no",
-                    )
-                )
-                ok = not response.cancelled and str(response.value).lower() in {"yes", "y", "true"}
-            if not ok:
-                raise CommandRefused(command, f"needs confirmation: {verdict.reason}")
-
-    def _with_secrets(self, command: str) -> str:
-        if not self._secret_env:
-            return command
-        exports = " ".join(f"{k}={_shell_quote(v)}" for k, v in self._secret_env.items())
-        return f"export {exports}; {command}"
+        response = await self.interaction.ask(
+            InteractionRequest(
+                question=f"Allow this command? {self.redact(command)}\n({reason})",
+                options=["yes", "no"],
+                input_type="confirm",
+                category="confirmation",
+                default_option="no",
+            )
+        )
+        return not response.cancelled and str(response.value).lower() in {"yes", "y", "true"}
 
     async def _ask(
         self, sc: StepContext, window: ContextWindow, n: int, action: AgentAction, update: dict[str, Any]

@@ -52,6 +52,19 @@ def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
         raise typer.Exit(1) from None
 
 
+def _on_store(store: str | None, fn: Callable[[Any], Awaitable[T]]) -> T:
+    """Open the configured store, run ``fn(store)``, close it; TetherErrors as one line."""
+    url, options = _settings(store)
+
+    async def go() -> T:
+        from tether.stores import open_store
+
+        async with open_store(url, **options) as s:
+            return await fn(s)
+
+    return _run(go)
+
+
 def _settings(store: str | None) -> tuple[str, dict[str, Any]]:
     from tether.settings import Settings
 
@@ -349,17 +362,13 @@ def runs(
 
     from tether.state import RunStatus
 
-    url, options = _settings(store)
-
-    async def go() -> list[Any]:
-        from tether.stores import open_store
-
-        async with open_store(url, **options) as s:
-            return await s.list_runs(status=RunStatus(status.upper()) if status else None, limit=limit)
+    result = _on_store(
+        store, lambda s: s.list_runs(status=RunStatus(status.upper()) if status else None, limit=limit)
+    )
 
     table = Table("status", "version", "node", "updated")
     table.add_column("run", no_wrap=True)
-    for r in _run(go):
+    for r in result:
         table.add_row(
             str(r.status),
             str(r.version),
@@ -416,16 +425,10 @@ def history(run_id: str, store: StoreOpt = None, limit: int = 20, before: int | 
     """List a run's checkpoints, newest first."""
     from rich.table import Table
 
-    url, options = _settings(store)
-
-    async def go() -> list[Any]:
-        from tether.stores import open_store
-
-        async with open_store(url, **options) as s:
-            return await s.history(run_id, before=before, limit=limit)
+    result = _on_store(store, lambda s: s.history(run_id, before=before, limit=limit))
 
     table = Table("version", "node", "status", "kind", "bytes", "time")
-    for h in _run(go):
+    for h in result:
         table.add_row(
             str(h.version),
             h.node_id or "",
@@ -442,19 +445,13 @@ def status(run_id: str, new_status: str, store: StoreOpt = None) -> None:
     """Set a run's status (PAUSED to review and update it, RUNNING, CANCELLED…)."""
     from tether.state import RunStatus
 
-    url, options = _settings(store)
     try:
         st = RunStatus(new_status.upper())
     except ValueError:
         raise typer.BadParameter(f"status must be one of {', '.join(RunStatus)}") from None
 
-    async def go() -> None:
-        from tether.stores import open_store
+    _on_store(store, lambda s: s.set_status(run_id, st))
 
-        async with open_store(url, **options) as s:
-            await s.set_status(run_id, st)
-
-    _run(go)
     typer.echo(f"{run_id}: {st}")
 
 
@@ -468,15 +465,9 @@ def update(
 ) -> None:
     """Merge a JSON update into a PAUSED run's state."""
     patch = _json_object(data, "the update")
-    url, options = _settings(store)
+    result = _on_store(store, lambda s: s.update_state(run_id, patch))
 
-    async def go() -> int:
-        from tether.stores import open_store
-
-        async with open_store(url, **options) as s:
-            return await s.update_state(run_id, patch)
-
-    typer.echo(f"{run_id}: updated, version {_run(go)}")
+    typer.echo(f"{run_id}: updated, version {result}")
 
 
 @app.command()
@@ -486,58 +477,33 @@ def prune(
     store: StoreOpt = None,
 ) -> None:
     """Drop all but the latest KEEP versions of a run (safe with deltas)."""
-    url, options = _settings(store)
+    result = _on_store(store, lambda s: s.prune(run_id, keep=keep))
 
-    async def go() -> int:
-        from tether.stores import open_store
-
-        async with open_store(url, **options) as s:
-            return await s.prune(run_id, keep=keep)
-
-    typer.echo(f"{run_id}: removed {_run(go)} versions")
+    typer.echo(f"{run_id}: removed {result} versions")
 
 
 @app.command()
 def copy(run_id: str, new_run_id: str, store: StoreOpt = None, version: int | None = None) -> None:
     """Fork a run (at VERSION, default latest) into NEW_RUN_ID."""
-    url, options = _settings(store)
+    _on_store(store, lambda s: s.copy(run_id, new_run_id, version=version))
 
-    async def go() -> int:
-        from tether.stores import open_store
-
-        async with open_store(url, **options) as s:
-            return await s.copy(run_id, new_run_id, version=version)
-
-    _run(go)
     typer.echo(f"{new_run_id}: forked from {run_id}")
 
 
 @app.command()
 def delete(run_id: str, store: StoreOpt = None) -> None:
     """Delete a run and all its checkpoints."""
-    url, options = _settings(store)
+    result = _on_store(store, lambda s: s.delete(run_id))
 
-    async def go() -> bool:
-        from tether.stores import open_store
-
-        async with open_store(url, **options) as s:
-            return await s.delete(run_id)
-
-    typer.echo(f"{run_id}: {'deleted' if _run(go) else 'not found'}")
+    typer.echo(f"{run_id}: {'deleted' if result else 'not found'}")
 
 
 @app.command()
 def purge(store: StoreOpt = None) -> None:
     """Delete expired runs now (SQL stores; Redis expires keys by itself)."""
-    url, options = _settings(store)
+    result = _on_store(store, lambda s: s.purge_expired())
 
-    async def go() -> int:
-        from tether.stores import open_store
-
-        async with open_store(url, **options) as s:
-            return await s.purge_expired()
-
-    typer.echo(f"purged {_run(go)} expired runs")
+    typer.echo(f"purged {result} expired runs")
 
 
 @app.command()

@@ -176,7 +176,7 @@ class Runner:
             report = FailureReport.from_dict(pending)
             choice = Decision(decision) if decision else await self._decide(report)
             if choice is None:
-                return await self._pause(ctx, report)
+                return await self._finish(ctx, RunStatus.PAUSED, report)
             try:
                 await self._apply_decision(ctx, report, choice)
             except _Stop as stop:
@@ -525,9 +525,6 @@ class Runner:
         if update:
             ctx.merge(update)
             await self.store.commit(ctx, node_id=step.id, metadata={"context_hook": True})
-
-    async def _pause(self, ctx: ExecutionContext, report: FailureReport | None) -> RunResult:
-        return await self._finish(ctx, RunStatus.PAUSED, report)
 
     async def _finish(
         self, ctx: ExecutionContext, status: RunStatus, report: FailureReport | None = None

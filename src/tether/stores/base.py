@@ -40,7 +40,7 @@ from tether.state.model import (
     RunInfo,
     RunStatus,
 )
-from tether.state.reducers import ReducerRegistry
+from tether.state.reducers import ReducerRegistry, apply_op
 from tether.state.serde import SCHEMA_VERSION, Codec
 from tether.state.values import check_value
 
@@ -612,8 +612,6 @@ def _apply(rep: _Replayed, body: dict[str, Any]) -> None:
         elif op == "merge" and type(old) is dict:
             old.update(arg)
         else:
-            from tether.state.reducers import apply_op
-
             state[key] = apply_op(old, op, arg)
     rep.executed.extend(body.get("executed") or ())
     rep.last = body
