@@ -36,6 +36,9 @@ _FORMAT = 1
 _F_ZSTD = 1
 _F_AES = 2
 _EXT_DATETIME = 1
+_PLAIN = _MAGIC + bytes((_FORMAT, 0))
+_COPY_BELOW = 64 * 1024
+"""Smaller bodies are sliced (a copy is cheaper than a memoryview there); bigger ones are not copied."""
 _PACK_OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
 
 
@@ -118,6 +121,21 @@ class Codec:
         return header + sealed
 
     def decode(self, data: bytes, *, run_id: str = "", version: int | None = None) -> dict[str, Any]:
+        """The payload dict; :class:`CheckpointCorrupt` naming the run and version on damage."""
+        if data[:4] == _PLAIN:  # the common case, kept short: loads of small states are mostly overhead
+            try:
+                payload = ormsgpack.unpackb(
+                    data[4:] if len(data) < _COPY_BELOW else memoryview(data)[4:], ext_hook=_ext_hook
+                )
+            except Exception:
+                payload = None
+            if type(payload) is dict:
+                schema = payload.get("v")
+                if type(schema) is int and schema <= SCHEMA_VERSION:
+                    return payload
+        return self._decode_slow(data, run_id=run_id, version=version)
+
+    def _decode_slow(self, data: bytes, *, run_id: str, version: int | None) -> dict[str, Any]:
         def corrupt(why: str) -> CheckpointCorrupt:
             return CheckpointCorrupt(why, run_id=run_id, version=version)
 

@@ -123,6 +123,13 @@ _RUN_COLS = (
 
 _RUN_COLS_R = ", ".join(f"r.{c.strip()}" for c in _RUN_COLS.split(","))
 _STATUS_OF = {s.value: s for s in RunStatus}
+_CHAIN_SQL = (
+    "SELECT c.version, c.payload, r.version FROM tether_runs r "
+    "JOIN tether_checkpoints c ON c.run_id = r.run_id AND c.version >= r.base_version "
+    "AND c.version <= r.version "
+    "WHERE r.run_id = ? AND (r.expires_at IS NULL OR r.expires_at > ?) ORDER BY c.version"
+)
+"""The latest state's rows and nothing else: what ``load()`` reads."""
 
 
 def _run_info(row: Sequence[Any]) -> RunInfo:
@@ -312,6 +319,14 @@ class SqlStore(CheckpointStore):
             )
             for r in rows
         ]
+
+    async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
+        if version is not None:
+            return await super()._read_chain(run_id, version)
+        rows = await self._query(_CHAIN_SQL, (run_id, time.time()), run_id=run_id)
+        if not rows or int(rows[-1][0]) != int(rows[-1][2]):
+            return []  # absent, expired, or the latest row is gone
+        return [(int(r[0]), r[1]) for r in rows]
 
     async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
         sql = (

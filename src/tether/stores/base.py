@@ -18,8 +18,8 @@ import abc
 import datetime as dt
 import logging
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import ormsgpack
@@ -153,15 +153,11 @@ class StoredRow(NamedTuple):
     payload: bytes
 
 
-@dataclass(slots=True)
-class _Replayed:
-    state: dict[str, Any]
-    executed: list[str]
-    last: dict[str, Any] = field(default_factory=dict)
-
-
 def _utc(ts: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(ts, dt.UTC)
+
+
+_STATUS_OF: dict[Any, RunStatus] = {s.value: s for s in RunStatus}
 
 
 class CheckpointStore(abc.ABC):
@@ -209,6 +205,17 @@ class CheckpointStore(abc.ABC):
         delta after it up to the version. ``(None, [])`` when the run is absent or
         expired; ``(info, [])`` when the version is not stored.
         """
+
+    async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
+        """``(version, payload)`` of the rows that build ``version`` (latest if None).
+
+        All :meth:`load` needs, since every payload carries its node, status, time and
+        metadata: backends override it with their leanest read (no run record, no
+        per-row columns). ``[]`` when the run is absent or expired, or the version is not
+        stored. This default derives it from :meth:`_read`.
+        """
+        _info, rows = await self._read(run_id, version)
+        return [(r.version, r.payload) for r in rows]
 
     @abc.abstractmethod
     async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
@@ -379,20 +386,24 @@ class CheckpointStore(abc.ABC):
     # == reading ===================================================================
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         """The checkpoint at ``version`` (latest when None), or None if not stored."""
-        info, rows = await self._read(run_id, version)
-        if not rows:
+        chain = await self._read_chain(run_id, version)
+        if not chain:
             return None
-        rep = self._replay(run_id, rows)
-        last = rows[-1]
+        state, executed, last = self._replay(run_id, chain)
+        number = chain[-1][0]
+        status = _STATUS_OF.get(last.get("status"))  # every payload carries its own head
+        ts = last.get("ts")
+        if status is None or (type(ts) is not float and type(ts) is not int):
+            raise CheckpointCorrupt("payload head is damaged", run_id=run_id, version=number)
         return Checkpoint(
             run_id=run_id,
-            node_id=last.node_id,
-            state=rep.state,
-            executed_node_ids=rep.executed,
-            timestamp=_utc(last.created_at),
-            version=last.version,
-            status=last.status,
-            metadata=rep.last.get("meta") or {},
+            node_id=last.get("node"),
+            state=state,
+            executed_node_ids=executed,
+            timestamp=_utc(ts),
+            version=number,
+            status=status,
+            metadata=last.get("meta") or {},
         )
 
     async def load_context(
@@ -406,47 +417,53 @@ class CheckpointStore(abc.ABC):
         info, rows = await self._read(run_id, version)
         if not rows or info is None:
             return None
-        rep = self._replay(run_id, rows)
+        state, executed, _last = self._replay(run_id, [(r.version, r.payload) for r in rows])
         ctx = ExecutionContext(run_id, reducers=reducers)
         latest = rows[-1].version == info.version
         ctx._load(
-            state=rep.state,
-            executed=rep.executed,
+            state=state,
+            executed=executed,
             version=rows[-1].version,
             node_id=rows[-1].node_id,
             chain=info.chain if latest else ChainStats(length=self.compaction.max_chain),
         )
         return ctx
 
-    def _replay(self, run_id: str, rows: list[StoredRow]) -> _Replayed:
-        first = rows[0]
-        head = self.codec.decode(first.payload, run_id=run_id, version=first.version)
-        if head.get("kind") != "full" or type(head.get("state")) is not dict:
+    def _replay(
+        self, run_id: str, chain: Sequence[tuple[int, bytes]]
+    ) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+        """State, executed node ids and last payload, from ``(version, payload)`` rows:
+        a full state, then deltas applied in place (every object here is freshly
+        decoded, so it is ours to change)."""
+        first_version, first_payload = chain[0]
+        head = self.codec.decode(first_payload, run_id=run_id, version=first_version)
+        state = head.get("state")
+        if type(state) is not dict or head.get("kind") != "full":
             raise CheckpointCorrupt(
-                "chain does not start with a full state", run_id=run_id, version=first.version
+                "chain does not start with a full state", run_id=run_id, version=first_version
             )
-        rep = _Replayed(state=head["state"], executed=list(head.get("executed") or []), last=head)
-        deltas = rows[1:]
-        for expect, row in enumerate(deltas, start=first.version + 1):
-            if row.version != expect:
-                raise CheckpointCorrupt(
-                    f"version {expect} is missing from the chain",
-                    run_id=run_id,
-                    version=row.version,
-                )
-        bodies = self.codec.decode_many(
-            [row.payload for row in deltas], run_id=run_id, versions=[row.version for row in deltas]
-        )
-        for row, body in zip(deltas, bodies, strict=True):
+        executed = head.get("executed")
+        if type(executed) is not list:
+            executed = list(executed or ())
+        if len(chain) == 1:
+            return state, executed, head
+        versions = [v for v, _ in chain[1:]]
+        if versions != list(range(first_version + 1, first_version + len(chain))):
+            expect = next(e for e, v in enumerate(versions, start=first_version + 1) if v != e)
+            raise CheckpointCorrupt(
+                f"version {expect} is missing from the chain", run_id=run_id, version=expect
+            )
+        bodies = self.codec.decode_many([p for _, p in chain[1:]], run_id=run_id, versions=versions)
+        last = head
+        for number, body in zip(versions, bodies, strict=True):
             try:
-                _apply(rep, body)
+                _apply(state, executed, body)
             except CheckpointCorrupt:
                 raise
             except Exception as exc:
-                raise CheckpointCorrupt(
-                    f"cannot apply delta ({exc})", run_id=run_id, version=row.version
-                ) from exc
-        return rep
+                raise CheckpointCorrupt(f"cannot apply delta ({exc})", run_id=run_id, version=number) from exc
+            last = body
+        return state, executed, last
 
     async def history(
         self, run_id: str, *, before: int | None = None, limit: int | None = None
@@ -461,16 +478,16 @@ class CheckpointStore(abc.ABC):
         info, rows = await self._read(run_id, None)
         if info is None or not rows:
             return None
-        rep = self._replay(run_id, rows)
+        state, _executed, head = self._replay(run_id, [(r.version, r.payload) for r in rows])
         last = rows[-1]
-        meta = rep.last.get("meta") or {}
-        history = rep.state.get("execution_history")
+        meta = head.get("meta") or {}
+        history = state.get("execution_history")
         return ExecutionContextSnapshot(
             run_id=run_id,
             current_node_id=last.node_id,
             current_node_name=meta.get("node_name") or last.node_id,
             status=info.status,
-            state=rep.state,
+            state=state,
             execution_history=history if type(history) is list else [],
             timestamp=_utc(last.created_at),
             version=last.version,
@@ -600,11 +617,10 @@ def _no_default(obj: Any) -> Any:
     return str(obj)  # sizing only: a datetime's exact bytes do not matter here
 
 
-def _apply(rep: _Replayed, body: dict[str, Any]) -> None:
-    """Apply one delta in place: every object here was freshly decoded, so it is ours."""
+def _apply(state: dict[str, Any], executed: list[str], body: dict[str, Any]) -> None:
+    """Apply one delta in place."""
     if body.get("kind") != "delta":
         raise CheckpointCorrupt("expected a delta row")
-    state = rep.state
     for key, op, arg in body["ops"]:
         old = state.get(key)
         if op == "append" and type(old) is list:
@@ -613,5 +629,4 @@ def _apply(rep: _Replayed, body: dict[str, Any]) -> None:
             old.update(arg)
         else:
             state[key] = apply_op(old, op, arg)
-    rep.executed.extend(body.get("executed") or ())
-    rep.last = body
+    executed.extend(body.get("executed") or ())
