@@ -306,6 +306,41 @@ async def test_concurrent_writers_in_one_process_lose_nothing(make_store):
         assert cp.version == 25
 
 
+async def test_a_load_sees_what_another_store_wrote_since(make_store):
+    """Stores remember where a run's latest chain was (SQLite its size, Redis its versions)
+    to read it in one cheap step. Another connection's appends, a full row, a prune, and a
+    delete and re-create under the same id must all still load exactly."""
+    run_id = new_id()
+    async with make_store() as a, make_store() as b:
+        await committed(a, {"messages": [msg(0)]}, {"messages": [msg(1)]}, run_id=run_id)
+        assert (await a.load(run_id)).version == 2  # a has read (and remembered) the chain
+
+        async def append_in_b(i: int) -> None:
+            ctx = await b.load_context(run_id)
+            ctx.merge({"messages": [msg(i)]})
+            await b.commit(ctx)
+
+        await append_in_b(2)
+        assert (await a.load(run_id)).state["messages"] == [msg(0), msg(1), msg(2)]
+        await b.rollback(run_id, 1)  # a full row after the chain a knows
+        cp = await a.load(run_id)
+        assert (cp.version, cp.state["messages"]) == (4, [msg(0)])
+        await append_in_b(3)
+        assert (await a.load(run_id)).state["messages"] == [msg(0), msg(3)]
+        await b.prune(run_id, keep=1)
+        cp = await a.load(run_id)
+        assert (cp.version, cp.state["messages"]) == (5, [msg(0), msg(3)])
+        assert [h.version for h in await a.history(run_id)] == [5]
+
+        await b.delete(run_id)
+        again = ExecutionContext(run_id)
+        for i in range(5):  # as many versions as before, other content
+            again.merge({"messages": [msg(100 + i)]})
+            await b.commit(again)
+        cp = await a.load(run_id)
+        assert (cp.version, cp.state["messages"]) == (5, [msg(100 + i) for i in range(5)])
+
+
 # -- pause / update ------------------------------------------------------------------
 async def test_update_is_refused_unless_paused(store):
     """update_state on a RUNNING run raises RunNotPaused and changes nothing."""

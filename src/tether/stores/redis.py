@@ -4,7 +4,7 @@ Key layout per run (``P`` is the prefix, ``tether:`` by default)::
 
     P run:<id>     hash: status, version, node_id, chain stats, created/updated/expires_at
                    (+ epoch and lease:<token> fields when it is a TieredStore's cache)
-    P rows:<id>    hash: version -> payload bytes
+    P rows:<id>    hash: version -> payload bytes, and "_base": the latest chain's full row
     P hist:<id>    sorted set scored by version; member "v|kind|nbytes|status|ts|node"
     P full:<id>    sorted set of the versions stored as full states
     P runs         sorted set of run ids scored by updated_at (``list_runs``)
@@ -57,6 +57,10 @@ logger = logging.getLogger(__name__)
 
 INLINE_BYTES = 1 << 20
 """Chains up to this size load in one round trip; bigger ones skip Lua's extra copy."""
+
+CHAIN_INLINE_BYTES = 64 * 1024
+"""``load()``: chains up to this size come through Lua in one round trip; bigger ones by
+a plain HMGET (Lua's copies cost more than the second round trip above ~60 KB)."""
 
 GEN_TTL_MS = 3_600_000
 """How long a ``gen`` fence outlives its last bump: far longer than any cache refill."""
@@ -151,7 +155,7 @@ if current == 0 then
   if mode ~= 'mirror' then redis.call('DEL', run) end
   redis.call('HSET', run, 'created_at', ARGV[11])
 end
-redis.call('HSET', rows, v, payload)
+redis.call('HSET', rows, v, payload, '_base', bv)
 redis.call('ZADD', hist, v, string.format('%d|%s|%d|', v, kind, #payload) .. ARGV[7])
 if kind == 'full' then redis.call('ZADD', full, v, v) end
 redis.call('HSET', run, 'version', v, 'status', ARGV[8], 'updated_at', ARGV[11],
@@ -204,6 +208,33 @@ for i = 1, #members do
   payloads[i] = p
 end
 return {1, fields, members, payloads, 1}
+"""
+)
+
+# KEYS: run rows.  ARGV: tiered ('1'|'0'), inline limit (bytes).  What ``load()`` needs
+# and nothing else: {1, latest, base, payload...} for chains up to the limit, {1, latest,
+# base} above it (the client then fetches them by HMGET, skipping Lua's string copies,
+# measured at ~2 us per KB), {0} for no run, {-1} for a tiered copy not to be trusted.
+_CHAIN = (
+    _PRELUDE
+    + """
+local h = redis.call('HMGET', KEYS[1], 'version', 'base_version', 'base_bytes', 'growth_bytes',
+  'rewrite_bytes', 'epoch')
+if not h[1] then return {0} end
+if ARGV[1] == '1' then
+  local _, leases = read_run(KEYS[1])
+  if next(leases) ~= nil or h[6] ~= server_epoch() then return {-1} end
+end
+local latest, base = tonumber(h[1]), tonumber(h[2])
+local out = {1, latest, base}
+if tonumber(h[3]) + tonumber(h[4]) + tonumber(h[5]) > tonumber(ARGV[2]) then return out end
+for i = base, latest, 1000 do  -- batches keep unpack() within Lua's stack
+  local vs = {}
+  for j = i, math.min(i + 999, latest) do vs[#vs + 1] = j end
+  local ps = redis.call('HMGET', KEYS[2], unpack(vs))
+  for k = 1, #ps do out[#out + 1] = ps[k] end
+end
+return out
 """
 )
 
@@ -295,6 +326,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[1])
 if tonumber(h[2]) < v then
   redis.call('HSET', KEYS[1], 'base_version', v, 'base_bytes', #ARGV[2],
     'chain_len', tonumber(h[1]) - v)
+  redis.call('HSET', KEYS[2], '_base', v)
 end
 return #gone
 """
@@ -315,6 +347,7 @@ if info['version'] and info['epoch'] == epoch and next(leases) == nil then retur
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 local n = tonumber(ARGV[4])
 redis.call('HSET', KEYS[1], 'epoch', epoch, unpack(ARGV, 5, 4 + 2 * n))
+redis.call('HSET', KEYS[2], '_base', ARGV[5 + 2 * n])
 for i = 5 + 2 * n, #ARGV, 4 do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])
   redis.call('ZADD', KEYS[3], ARGV[i], ARGV[i + 1])
@@ -370,6 +403,10 @@ class RedisStore(CheckpointStore):
         self._s_write, self._s_read, self._s_status = reg(_WRITE), reg(_READ), reg(_STATUS)
         self._s_delete, self._s_begin, self._s_rebase = reg(_DELETE), reg(_BEGIN), reg(_REBASE)
         self._s_warm, self._s_unindex = reg(_WARM), reg(_UNINDEX)
+        self._s_chain = reg(_CHAIN)
+        self._hints: dict[str, tuple[int, int]] = {}
+        """(base, latest) of runs this store last wrote or read: ``load()`` then needs no
+        script, only one HMGET (see :func:`_present`)."""
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str | None = None, **options: Any) -> RedisStore:
@@ -421,7 +458,7 @@ class RedisStore(CheckpointStore):
                 raise ConfigError(f"RedisStore needs Redis >= 5, the server runs {version}")
             scripts: list[AsyncScript] = [
                 self._s_write, self._s_read, self._s_status, self._s_delete, self._s_begin,
-                self._s_rebase, self._s_warm, self._s_unindex,
+                self._s_rebase, self._s_warm, self._s_unindex, self._s_chain,
             ]  # fmt: skip
             for script in scripts:
                 await self._r.script_load(script.script)
@@ -464,7 +501,9 @@ class RedisStore(CheckpointStore):
             raise RunNotPaused(w.run_id, bytes(reply[1]).decode())
         if tag == b"missing":
             raise RunNotFound(w.run_id)
-        return int(reply[1]), _chain(reply[2:7])
+        version, chain = int(reply[1]), _chain(reply[2:7])
+        self._hint(w.run_id, (chain.base_version, version))
+        return version, chain
 
     async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
         args = _status_args(run_id, status, time.time(), expires_at, self._indexed, "set")
@@ -474,11 +513,13 @@ class RedisStore(CheckpointStore):
             raise RunNotFound(run_id)
 
     async def delete(self, run_id: str) -> bool:
+        self._hint(run_id, None)
         with self._errors():
             existed = await self._s_delete(keys=self._all_keys(run_id), args=[run_id, "delete"])
         return bool(existed)
 
     async def _rebase(self, run_id: str, version: int, payload: bytes) -> int:
+        self._hint(run_id, None)
         with self._errors():
             dropped = int(await self._s_rebase(keys=self._keys(run_id), args=[version, payload]))
         if dropped == -1:
@@ -585,6 +626,101 @@ class RedisStore(CheckpointStore):
         if now_created != created_at or any(p is None for p in payloads):
             return None
         return list(payloads)
+
+    async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
+        if version is None:
+            chain = await self._latest_chain(run_id, tiered=False)
+            if chain is not None:
+                return chain
+        return await super()._read_chain(run_id, version)
+
+    async def _latest_chain(self, run_id: str, *, tiered: bool) -> list[tuple[int, bytes]] | None:
+        """The latest chain's ``(version, payload)`` rows, [] for no run, None when the
+        full read path must decide (a tiered copy not trusted, a row missing, a run
+        changed between two round trips).
+
+        With a hint from this store's last write or read of the run: one HMGET (see
+        :func:`_present` for why its answer proves it is the latest chain), sent in a
+        tiered store together with the script that checks the copy is trusted.
+        Otherwise the ``_CHAIN`` script, then the HMGET if the chain is big.
+        """
+        hint = self._hints.get(run_id)
+        if hint is not None:
+            chain = await (self._rows_trusted(run_id, *hint) if tiered else self._rows(run_id, *hint))
+            if chain is not None:
+                return chain
+        with self._errors():
+            reply = await self._s_chain(
+                keys=self._keys(run_id)[:2], args=["1" if tiered else "0", CHAIN_INLINE_BYTES]
+            )
+        tag = int(reply[0])
+        if tag != 1:
+            return [] if tag == 0 and not tiered else None
+        latest, base = int(reply[1]), int(reply[2])
+        if len(reply) > 3:
+            payloads = reply[3:]
+            if len(payloads) != latest - base + 1 or any(p is None for p in payloads):
+                return None
+            chain = list(zip(range(base, latest + 1), payloads, strict=True))
+        else:
+            chain = await self._rows(run_id, base, latest)
+        if chain is not None:
+            self._hint(run_id, (base, latest))
+        return chain
+
+    async def _rows_trusted(self, run_id: str, base: int, latest: int) -> list[tuple[int, bytes]] | None:
+        """:meth:`_rows` and the tiered trust check in one round trip."""
+        run_key, rows_key = self._keys(run_id)[:2]
+        check = ("EVALSHA", self._s_chain.sha, 2, run_key, rows_key, "1", 0)
+        fetch = ("HMGET", rows_key, "_base", *range(base, latest + 2))
+        with self._errors():
+            try:
+                trusted, got = await self._send(check, fetch)
+            except rexc.NoScriptError:  # a restarted server: load the script, ask once more
+                await self._r.script_load(self._s_chain.script)
+                trusted, got = await self._send(check, fetch)
+        if trusted[:3] != [1, latest, base]:
+            return None
+        return _present(base, latest, got)
+
+    async def _send(self, *commands: tuple[Any, ...]) -> list[Any]:
+        """Several commands in one round trip on one pooled connection. (redis-py's
+        ``Pipeline`` costs ~60 us a call in bookkeeping, as much as a round trip here.)"""
+        pool = self._r.connection_pool
+        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            await conn.send_packed_command(conn.pack_commands(commands))
+            replies = []
+            error: Exception | None = None
+            for _ in commands:
+                try:
+                    replies.append(await conn.read_response())
+                except rexc.ResponseError as exc:  # read the rest: the connection stays usable
+                    error = error or exc
+            if error is not None:
+                raise error
+            return replies
+        except BaseException as exc:
+            if not isinstance(exc, rexc.ResponseError):
+                await conn.disconnect()  # half read: never hand it back to the pool as is
+            raise
+        finally:
+            await pool.release(conn)
+
+    async def _rows(self, run_id: str, base: int, latest: int) -> list[tuple[int, bytes]] | None:
+        """Rows base..latest if they are there and latest+1 is not, else None."""
+        with self._errors():
+            got: list[Any] = await self._r.hmget(self._keys(run_id)[1], ["_base", *range(base, latest + 2)])
+        return _present(base, latest, got)
+
+    def _hint(self, run_id: str, chain: tuple[int, int] | None) -> None:
+        hints = self._hints
+        if chain is None:
+            hints.pop(run_id, None)
+            return
+        if len(hints) >= 4096 and run_id not in hints:
+            hints.clear()  # a bounded hint, not a cache of every run ever seen
+        hints[run_id] = chain
 
     async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
         info, rows, _ = await self._fetch(run_id, version)
@@ -722,6 +858,18 @@ def _checkpoint_info(run_id: str, member: bytes) -> CheckpointInfo:
         kind=kind,
         size=size,
     )
+
+
+def _present(base: int, latest: int, got: Sequence[Any]) -> list[tuple[int, bytes]] | None:
+    """The chain from an HMGET of ``_base``, rows base..latest+1, if it proves to be the
+    latest: ``_base`` (the current chain's full row, kept in the rows hash by every
+    script that moves it) is ``base``, every row is there and the next one is not."""
+    if got[0] is None or int(got[0]) != base or got[-1] is not None:
+        return None
+    payloads = got[1:-1]
+    if any(p is None for p in payloads):
+        return None
+    return list(zip(range(base, latest + 1), payloads, strict=True))
 
 
 def _pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:

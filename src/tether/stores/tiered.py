@@ -164,8 +164,12 @@ class TieredStore(CheckpointStore):
             await self._release_after(w.run_id, token, exc)
             raise
         applied = await self._cache(w.run_id, "mirror", self.redis._mirror(w, version, chain, token))
-        if applied is False:
-            logger.debug("tiered: redis copy of %s was not at v%d; dropped", w.run_id, version - 1)
+        if applied:
+            self.redis._hint(w.run_id, (chain.base_version, version))
+        else:
+            self.redis._hint(w.run_id, None)
+            if applied is False:
+                logger.debug("tiered: redis copy of %s was not at v%d; dropped", w.run_id, version - 1)
         return version, chain
 
     async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
@@ -202,6 +206,15 @@ class TieredStore(CheckpointStore):
         return await self.sql.purge_expired()
 
     # -- reads ----------------------------------------------------------------------------
+    async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
+        """``load()``: the lean Redis read when the copy is trusted, else :meth:`_read`
+        (which goes to SQL and refills Redis)."""
+        if version is None and await self._trusted(run_id):
+            chain = await self._cache(run_id, "read", self.redis._latest_chain(run_id, tiered=True))
+            if chain:
+                return chain
+        return await super()._read_chain(run_id, version)
+
     async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
         if version is not None or not await self._trusted(run_id):
             return await self.sql._read(run_id, version)
