@@ -215,15 +215,18 @@ return {1, fields, members, payloads, 1}
 # and nothing else: {1, latest, base, payload...} for chains up to the limit, {1, latest,
 # base} above it (the client then fetches them by HMGET, skipping Lua's string copies,
 # measured at ~2 us per KB), {0} for no run, {-1} for a tiered copy not to be trusted.
-_CHAIN = (
-    _PRELUDE
-    + """
+_CHAIN = """
 local h = redis.call('HMGET', KEYS[1], 'version', 'base_version', 'base_bytes', 'growth_bytes',
   'rewrite_bytes', 'epoch')
 if not h[1] then return {0} end
-if ARGV[1] == '1' then
-  local _, leases = read_run(KEYS[1])
-  if next(leases) ~= nil or h[6] ~= server_epoch() then return {-1} end
+if ARGV[1] == '1' then  -- read-only, so no prelude: HSCAN finds leases without a Lua loop
+  local cursor = '0'
+  repeat
+    local page = redis.call('HSCAN', KEYS[1], cursor, 'MATCH', 'lease:*', 'COUNT', 1000)
+    if #page[2] > 0 then return {-1} end
+    cursor = page[1]
+  until cursor == '0'
+  if h[6] ~= string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') then return {-1} end
 end
 local latest, base = tonumber(h[1]), tonumber(h[2])
 local out = {1, latest, base}
@@ -236,7 +239,6 @@ for i = base, latest, 1000 do  -- batches keep unpack() within Lua's stack
 end
 return out
 """
-)
 
 # KEYS: run rows hist full index gen
 # ARGV: status updated_at expires_ms expires_at run_id indexed mode; mirror: version token
