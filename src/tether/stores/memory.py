@@ -106,11 +106,24 @@ class InMemoryStore(CheckpointStore):
             run = self._live(run_id)
             if run is None:
                 return None, []
-            target = run.info.version if version is None else version
-            if target not in run.rows:
+            rows = run.rows
+            if version is None:
+                version, base = run.info.version, run.info.chain.base_version
+            elif version not in rows:
                 return run.info, []
-            base = max(v for v, r in run.rows.items() if v <= target and r.kind == "full")
-            return run.info, [run.rows[v] for v in range(base, target + 1)]
+            else:
+                base = max(v for v, r in rows.items() if v <= version and r.kind == "full")
+            return run.info, [rows[v] for v in range(base, version + 1)]
+
+    async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
+        if version is not None:
+            return await super()._read_chain(run_id, version)
+        with self._lock:
+            run = self._live(run_id)
+            if run is None:
+                return []
+            rows = run.rows
+            return [(v, rows[v].payload) for v in range(run.info.chain.base_version, run.info.version + 1)]
 
     async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
         with self._lock:
