@@ -132,6 +132,13 @@ _CHAIN_SQL = (
 """The latest state's rows and nothing else: what ``load()`` reads."""
 
 
+def _chain_of(rows: list[tuple[Any, ...]]) -> list[tuple[int, bytes]]:
+    """``(version, payload)`` from rows of ``_CHAIN_SQL``."""
+    if not rows or rows[-1][0] != rows[-1][2]:
+        return []  # absent, expired, or the latest row is gone
+    return [(int(r[0]), r[1]) for r in rows]
+
+
 def _run_info(row: Sequence[Any]) -> RunInfo:
     return RunInfo(
         run_id=row[0],
@@ -323,10 +330,7 @@ class SqlStore(CheckpointStore):
     async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
         if version is not None:
             return await super()._read_chain(run_id, version)
-        rows = await self._query(_CHAIN_SQL, (run_id, time.time()), run_id=run_id)
-        if not rows or int(rows[-1][0]) != int(rows[-1][2]):
-            return []  # absent, expired, or the latest row is gone
-        return [(int(r[0]), r[1]) for r in rows]
+        return _chain_of(await self._query(_CHAIN_SQL, (run_id, time.time()), run_id=run_id))
 
     async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
         sql = (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 
 from tether.errors import ConfigError, StoreError, StoreUnavailable, TetherError
 from tether.state.model import ChainStats
-from tether.stores._sql import Dialect, SqlStore, Tx
+from tether.stores._sql import _CHAIN_SQL, Dialect, SqlStore, Tx, _chain_of
 from tether.stores.base import Write
 
 __all__ = ["SqliteStore"]
@@ -220,6 +221,20 @@ class SqliteStore(SqlStore):
         return version, chain
 
     async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
+        conn = self._conn
+        if version is None and conn is not None and not self._lock.locked():
+            size = self._chain_bytes.get(run_id)
+            if size is not None and size <= self.inline_read_bytes:
+                # the common load, written out: what _query would do, minus its layers
+                try:
+                    chain = _chain_of(conn.execute(_CHAIN_SQL, (run_id, time.time())).fetchall())
+                except sqlite3.Error:
+                    pass  # the general path below reports it
+                else:
+                    size = len(chain[0][1]) if len(chain) == 1 else sum(len(p) for _, p in chain)
+                    if size != self._chain_bytes.get(run_id):
+                        self._remember(run_id, size if chain else None)
+                    return chain
         chain = await super()._read_chain(run_id, version)
         if version is None:
             self._remember(run_id, sum(len(p) for _, p in chain) if chain else None)
