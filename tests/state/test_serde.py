@@ -39,12 +39,32 @@ def test_compression_only_when_it_pays():
     codec = Codec(compress_min_bytes=100)
     text = codec.encode(payload(blob="abc" * 10_000))
     assert len(text) < 2_000
-    random_bytes = codec.encode(payload(blob=__import__("os").urandom(10_000)))
-    assert random_bytes[3] & 1 == 0  # incompressible: stored raw
+    blob = __import__("os").urandom(10_000)
+    random_bytes = codec.encode(payload(blob=blob))
+    assert not random_bytes.startswith(b"TT")  # incompressible: stored raw, as a plain body
+    assert codec.decode(random_bytes) == payload(blob=blob)
     assert codec.decode(text) == payload(blob="abc" * 10_000)
 
 
-@pytest.mark.parametrize("data", [b"", b"TT", b"XX\x01\x00abc", b"TT\x09\x00abc", b"TT\x01\x00\xc1"])
+def test_a_plain_body_is_stored_without_a_frame_and_old_framed_ones_still_read():
+    """No header on plain payloads: a frame would copy a 10 MB body on every save."""
+    import ormsgpack
+
+    codec = Codec()
+    data = codec.encode(payload(n=1))
+    assert data[0] in range(0x80, 0x90)  # a MessagePack map, not b"TT"
+    assert codec.decode(data) == payload(n=1)
+    framed = b"TT\x01\x00" + data  # how earlier versions wrote the same payload
+    assert codec.decode(framed) == payload(n=1)
+    big = {"v": 1, **{f"k{i}": i for i in range(20)}}  # 16+ keys: a map16 (0xde) body
+    assert ormsgpack.packb(big)[0] == 0xDE
+    assert codec.decode(codec.encode(big)) == big
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"TT", b"XX\x01\x00abc", b"TT\x09\x00abc", b"TT\x01\x00\xc1", b"\x85garbage", b"\x81\xa1v"],
+)
 def test_garbage_is_reported_as_corrupt(data):
     with pytest.raises(CheckpointCorrupt, match="run 'r' version 9"):
         Codec().decode(data, run_id="r", version=9)
