@@ -159,6 +159,19 @@ def _utc(ts: float) -> dt.datetime:
 
 _STATUS_OF: dict[Any, RunStatus] = {s.value: s for s in RunStatus}
 
+_HINTS_MAX = 4096
+
+
+def _hint(hints: dict[str, Any], run_id: str, value: Any) -> None:
+    """Record (or with None forget) what a store last saw of a run's chain, so its next
+    read can skip a step. Bounded: a hint, not a cache of every run ever seen."""
+    if value is None:
+        hints.pop(run_id, None)
+        return
+    if len(hints) >= _HINTS_MAX and run_id not in hints:
+        hints.clear()
+    hints[run_id] = value
+
 
 class CheckpointStore(abc.ABC):
     """Durable, versioned checkpoints of runs. Async; one instance per event loop.

@@ -42,7 +42,7 @@ from tether.errors import (
     VersionConflict,
 )
 from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
-from tether.stores.base import CheckpointStore, StoredRow, Write, _utc
+from tether.stores.base import CheckpointStore, StoredRow, Write, _hint, _utc
 
 try:
     import redis.asyncio as aioredis
@@ -710,19 +710,13 @@ class RedisStore(CheckpointStore):
             await pool.release(conn)
 
     async def _rows(self, run_id: str, base: int, latest: int) -> list[tuple[int, bytes]] | None:
-        """Rows base..latest if they are there and latest+1 is not, else None."""
+        """Rows base..latest if they are the latest chain (see :func:`_present`), else None."""
         with self._errors():
             got: list[Any] = await self._r.hmget(self._keys(run_id)[1], ["_base", *range(base, latest + 2)])
         return _present(base, latest, got)
 
     def _hint(self, run_id: str, chain: tuple[int, int] | None) -> None:
-        hints = self._hints
-        if chain is None:
-            hints.pop(run_id, None)
-            return
-        if len(hints) >= 4096 and run_id not in hints:
-            hints.clear()  # a bounded hint, not a cache of every run ever seen
-        hints[run_id] = chain
+        _hint(self._hints, run_id, chain)
 
     async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
         info, rows, _ = await self._fetch(run_id, version)

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from tether.errors import ConfigError, StoreError, StoreUnavailable, TetherError
 from tether.state.model import ChainStats
 from tether.stores._sql import _CHAIN_SQL, Dialect, SqlStore, Tx, _chain_of
-from tether.stores.base import Write
+from tether.stores.base import Write, _hint
 
 __all__ = ["SqliteStore"]
 
@@ -202,22 +202,16 @@ class SqliteStore(SqlStore):
             size = 0 if row is None else int(row[0])
         return size
 
-    def _remember(self, run_id: str, size: int | None) -> None:
-        sizes = self._chain_bytes
-        if size is None:
-            sizes.pop(run_id, None)
-            return
-        if len(sizes) >= 4096 and run_id not in sizes:
-            sizes.clear()  # a bounded hint, not a cache of every run ever seen
-        sizes[run_id] = size
+    def _remember(self, run_id: str, chain: list[tuple[int, bytes]]) -> None:
+        _hint(self._chain_bytes, run_id, sum(len(p) for _, p in chain) if chain else None)
 
     async def _write(self, w: Write) -> tuple[int, ChainStats]:
         try:
             version, chain = await super()._write(w)
         except BaseException:
-            self._remember(w.run_id, None)
+            _hint(self._chain_bytes, w.run_id, None)
             raise
-        self._remember(w.run_id, chain.base_bytes + chain.growth_bytes + chain.rewrite_bytes)
+        _hint(self._chain_bytes, w.run_id, chain.base_bytes + chain.growth_bytes + chain.rewrite_bytes)
         return version, chain
 
     async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
@@ -231,17 +225,15 @@ class SqliteStore(SqlStore):
                 except sqlite3.Error:
                     pass  # the general path below reports it
                 else:
-                    size = len(chain[0][1]) if len(chain) == 1 else sum(len(p) for _, p in chain)
-                    if size != self._chain_bytes.get(run_id):
-                        self._remember(run_id, size if chain else None)
+                    self._remember(run_id, chain)
                     return chain
         chain = await super()._read_chain(run_id, version)
         if version is None:
-            self._remember(run_id, sum(len(p) for _, p in chain) if chain else None)
+            self._remember(run_id, chain)
         return chain
 
     async def delete(self, run_id: str) -> bool:
-        self._remember(run_id, None)
+        _hint(self._chain_bytes, run_id, None)
         return await super().delete(run_id)
 
     def _inline(self, fn: Callable[[sqlite3.Connection], T]) -> T:
