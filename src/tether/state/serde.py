@@ -32,7 +32,7 @@ import ormsgpack
 
 from tether.errors import CheckpointCorrupt, ConfigError, DecryptionError
 
-__all__ = ["SCHEMA_CHANGES", "SCHEMA_VERSION", "Codec", "generate_key"]
+__all__ = ["SCHEMA_CHANGES", "SCHEMA_VERSION", "Codec", "generate_key", "is_plain", "pack_plain"]
 
 SCHEMA_VERSION = 1
 SCHEMA_CHANGES = {1: "first layout: full and delta payloads, ops (key, op, arg)"}
@@ -62,6 +62,17 @@ def _ext_hook(tag: int, data: bytes) -> Any:
         value = dt.datetime.fromisoformat(text)
         return value.replace(tzinfo=ZoneInfo(zone)) if zone else value
     raise ValueError(f"unknown extension type {tag}")
+
+
+def is_plain(data: bytes) -> bool:
+    """Whether a stored payload is a bare body (readable by any codec, key or not)."""
+    return bool(data) and data[0] in _MAP_START
+
+
+def pack_plain(payload: dict[str, Any]) -> bytes:
+    """A payload as a plain body: what :meth:`Codec.encode` writes with no key or compression."""
+    body: bytes = ormsgpack.packb(payload, default=_default, option=_PACK_OPTS)
+    return body
 
 
 def generate_key() -> str:
@@ -112,7 +123,7 @@ class Codec:
         return self._aes is not None
 
     def encode(self, payload: dict[str, Any]) -> bytes:
-        body: bytes = ormsgpack.packb(payload, default=_default, option=_PACK_OPTS)
+        body = pack_plain(payload)
         flags = 0
         if self._zc is not None and len(body) >= (self.compress_min_bytes or 0):
             packed = self._zc.compress(body)

@@ -370,18 +370,7 @@ class CheckpointStore(abc.ABC):
         check_value(checkpoint.metadata, key="metadata")
         check_value(list(checkpoint.executed_node_ids), key="executed_node_ids")
         now = checkpoint.timestamp.timestamp()
-        payload = self.codec.encode(
-            {
-                "v": SCHEMA_VERSION,
-                "kind": "full",
-                "node": checkpoint.node_id,
-                "status": str(checkpoint.status),
-                "ts": now,
-                "meta": checkpoint.metadata,
-                "state": checkpoint.state,
-                "executed": list(checkpoint.executed_node_ids),
-            }
-        )
+        payload = self.codec.encode(_full_payload(checkpoint))
         version, _ = await self._write(
             Write(
                 run_id=checkpoint.run_id,
@@ -400,8 +389,10 @@ class CheckpointStore(abc.ABC):
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         """The checkpoint at ``version`` (latest when None), or None if not stored."""
         chain = await self._read_chain(run_id, version)
-        if not chain:
-            return None
+        return self._checkpoint_of(run_id, chain) if chain else None
+
+    def _checkpoint_of(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> Checkpoint:
+        """The checkpoint a non-empty ``(version, payload)`` chain ends at."""
         number = chain[-1][0]
         if len(chain) == 1:  # a lone full row, the common case, without the replay's frame
             last = self.codec.decode(chain[0][1], run_id=run_id, version=number)
@@ -614,19 +605,21 @@ class CheckpointStore(abc.ABC):
         cp = await self.load(run_id, cut)
         if cp is None:
             return 0
-        payload = self.codec.encode(
-            {
-                "v": SCHEMA_VERSION,
-                "kind": "full",
-                "node": cp.node_id,
-                "status": str(cp.status),
-                "ts": cp.timestamp.timestamp(),
-                "meta": cp.metadata,
-                "state": cp.state,
-                "executed": cp.executed_node_ids,
-            }
-        )
-        return await self._rebase(run_id, cut, payload)
+        return await self._rebase(run_id, cut, self.codec.encode(_full_payload(cp)))
+
+
+def _full_payload(cp: Checkpoint) -> dict[str, Any]:
+    """A checkpoint as a full row's payload, the form :meth:`CheckpointStore.load` reads back."""
+    return {
+        "v": SCHEMA_VERSION,
+        "kind": "full",
+        "node": cp.node_id,
+        "status": str(cp.status),
+        "ts": cp.timestamp.timestamp(),
+        "meta": cp.metadata,
+        "state": cp.state,
+        "executed": list(cp.executed_node_ids),
+    }
 
 
 _OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tether.errors import RunNotFound, RunNotPaused, VersionConflict
-from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
-from tether.stores.base import CheckpointStore, StoredRow, Write, _utc
+from tether.state.model import ChainStats, Checkpoint, CheckpointInfo, RunInfo, RunStatus
+from tether.state.serde import is_plain, pack_plain
+from tether.stores.base import CheckpointStore, StoredRow, Write, _full_payload, _utc
 
 __all__ = ["InMemoryStore"]
 
@@ -19,6 +21,10 @@ class _Run:
     info: RunInfo
     expires_at: float | None
     rows: dict[int, StoredRow] = field(default_factory=dict)
+    latest: tuple[int, bytes, dt.datetime, RunStatus] | None = None
+    """The latest version as one plain full payload with its time and status, when known:
+    the lone full row a save wrote, or the state a load replayed from a chain (a read
+    cache; history is untouched)."""
 
 
 _SHARED: dict[str, tuple[dict[str, _Run], threading.Lock]] = {}
@@ -99,6 +105,8 @@ class InMemoryStore(CheckpointStore):
             )
             run.expires_at = w.expires_at
             run.rows[version] = row
+            plain_full = w.kind == "full" and is_plain(w.payload)
+            run.latest = (version, w.payload, now, w.status) if plain_full else None
             return version, chain
 
     async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
@@ -115,15 +123,53 @@ class InMemoryStore(CheckpointStore):
                 base = max(v for v, r in rows.items() if v <= version and r.kind == "full")
             return run.info, [rows[v] for v in range(base, version + 1)]
 
+    async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
+        """As every store's, with the latest state kept decoded-ready.
+
+        With no I/O to hide behind, a load is all Python: the latest version is kept as one
+        plain full payload, so a load decodes one body whether the run ends in a full row or
+        in a chain of deltas (replayed once, by the first load after a delta save).
+        """
+        if version is not None:
+            return await super().load(run_id, version)
+        run = self._runs.get(run_id)  # one dict read, atomic: writers swap whole values
+        if run is None:
+            return None
+        hit = run.latest
+        if hit is not None and (run.expires_at is None or run.expires_at > time.time()):
+            number, blob, when, status = hit
+            last = self.codec.decode(blob, run_id=run_id, version=number)
+            state, executed = last.get("state"), last.get("executed")
+            if type(state) is dict and type(executed) is list and last.get("kind") == "full":
+                return Checkpoint(
+                    run_id=run_id,
+                    node_id=last.get("node"),
+                    state=state,
+                    executed_node_ids=executed,
+                    timestamp=when,
+                    version=number,
+                    status=status,
+                    metadata=last.get("meta") or {},
+                )
+        with self._lock:
+            run = self._live(run_id)
+            if run is None:
+                return None
+            chain = _latest_chain(run)
+        cp = self._checkpoint_of(run_id, chain)  # outside the lock: the replay is the slow part
+        if len(chain) > 1 and all(is_plain(p) for _, p in chain):  # never cache what a key guards
+            blob = pack_plain(_full_payload(cp))
+            with self._lock:
+                if self._runs.get(run_id) is run and run.info.version == cp.version:
+                    run.latest = (cp.version, blob, cp.timestamp, cp.status)
+        return cp
+
     async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
         if version is not None:
             return await super()._read_chain(run_id, version)
         with self._lock:
             run = self._live(run_id)
-            if run is None:
-                return []
-            rows = run.rows
-            return [(v, rows[v].payload) for v in range(run.info.chain.base_version, run.info.version + 1)]
+            return [] if run is None else _latest_chain(run)
 
     async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
         with self._lock:
@@ -197,6 +243,11 @@ class InMemoryStore(CheckpointStore):
 
     async def aclose(self) -> None:
         return None
+
+
+def _latest_chain(run: _Run) -> list[tuple[int, bytes]]:
+    rows = run.rows
+    return [(v, rows[v].payload) for v in range(run.info.chain.base_version, run.info.version + 1)]
 
 
 def _info(row: StoredRow) -> CheckpointInfo:

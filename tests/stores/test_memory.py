@@ -1,0 +1,148 @@
+"""The memory store's read cache of the latest state: what it must never change.
+
+The conformance suite checks that every store loads what was saved; these tests aim at
+the cache itself: a load after a chain of deltas fills it, and nothing may make a load
+see a stale, shared or unauthenticated state through it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tether.errors import CheckpointCorrupt, DecryptionError
+from tether.state import Codec, ExecutionContext, RunStatus, generate_key
+from tether.stores.memory import InMemoryStore
+
+from .conftest import new_id
+
+
+def msg(i: int) -> dict[str, Any]:
+    return {"role": "user", "content": f"message {i}", "id": i}
+
+
+async def chain(store: InMemoryStore, steps: int, run_id: str | None = None) -> ExecutionContext:
+    ctx = ExecutionContext(run_id or new_id(), {"messages": [msg(0)]})
+    await store.commit(ctx)
+    for i in range(1, steps):
+        ctx.merge({"messages": [msg(i)], "step_output": i})
+        ctx.mark_executed(f"n{i}")
+        await store.commit(ctx, node_id=f"n{i}", metadata={"step": i})
+    return ctx
+
+
+async def test_a_replayed_chain_is_cached_and_loads_the_same() -> None:
+    store = InMemoryStore()
+    ctx = await chain(store, 20)
+    assert [h.kind for h in await store.history(ctx.run_id)].count("delta") == 19
+    assert store._runs[ctx.run_id].latest is None  # a delta save leaves nothing cached
+    first = await store.load(ctx.run_id)
+    assert store._runs[ctx.run_id].latest is not None
+    second = await store.load(ctx.run_id)
+    assert first == second
+    assert second.state == ctx.snapshot()
+    assert second.version == 20 and second.node_id == "n19" and second.metadata == {"step": 19}
+    assert second.executed_node_ids == [f"n{i}" for i in range(1, 20)]
+    # the cache is a read cache: history still shows what was written
+    assert [h.kind for h in await store.history(ctx.run_id)].count("delta") == 19
+
+
+async def test_a_loaded_state_is_the_callers_to_change() -> None:
+    store = InMemoryStore()
+    ctx = await chain(store, 5)
+    for _ in range(3):  # a miss, then hits
+        cp = await store.load(ctx.run_id)
+        cp.state["messages"].append("scribble")
+        cp.state["extra"] = 1
+        cp.executed_node_ids.append("x")
+        cp.metadata["m"] = 1
+    again = await store.load(ctx.run_id)
+    assert again.state == ctx.snapshot()
+    assert "x" not in again.executed_node_ids and "m" not in again.metadata
+
+
+async def test_every_save_kind_moves_the_cache_on() -> None:
+    store = InMemoryStore()
+    ctx = await chain(store, 6)
+    assert (await store.load(ctx.run_id)).version == 6  # cached at 6
+    ctx.merge({"messages": [msg(99)]})
+    await store.commit(ctx, status=RunStatus.PAUSED)  # delta: the cache must not answer
+    cp = await store.load(ctx.run_id)
+    assert cp.version == 7 and cp.state == ctx.snapshot() and cp.status is RunStatus.PAUSED
+    await store.update_state(ctx.run_id, {"note": "from a human"})
+    assert (await store.load(ctx.run_id)).state["note"] == "from a human"
+    await store.rollback(ctx.run_id, 2)  # a full row
+    cp = await store.load(ctx.run_id)
+    assert cp.version == 9 and cp.state == (await store.load(ctx.run_id, 2)).state
+    assert await store.prune(ctx.run_id, keep=1) == 8
+    assert (await store.load(ctx.run_id)).state == cp.state
+    assert await store.delete(ctx.run_id)
+    assert await store.load(ctx.run_id) is None
+    fresh = await chain(store, 3, run_id=ctx.run_id)
+    assert (await store.load(ctx.run_id)).state == fresh.snapshot()
+
+
+async def test_a_recreated_run_never_sees_the_old_cache() -> None:
+    store = InMemoryStore()
+    old = await chain(store, 4)
+    assert (await store.load(old.run_id)).state == old.snapshot()
+    await store.delete(old.run_id)
+    new = ExecutionContext(old.run_id, {"messages": [msg(100)]})
+    for i in range(3):
+        await store.commit(new)
+        new.merge({"messages": [msg(101 + i)]})
+    await store.commit(new)
+    assert (await store.load(old.run_id)).state == new.snapshot()
+
+
+async def test_encrypted_chains_are_not_cached_in_the_clear() -> None:
+    """Stores sharing a name share data: a store with another key (or none) must keep
+    failing, however often the right key has loaded the run."""
+    name = new_id("shared")
+    right = InMemoryStore(name, codec=Codec(encryption_key=generate_key()))
+    ctx = await chain(right, 5)
+    for _ in range(2):
+        assert (await right.load(ctx.run_id)).state == ctx.snapshot()
+    assert right._runs[ctx.run_id].latest is None
+    with pytest.raises(DecryptionError, match="no key"):
+        await InMemoryStore(name).load(ctx.run_id)
+    with pytest.raises(DecryptionError, match="another key"):
+        await InMemoryStore(name, codec=Codec(encryption_key=generate_key())).load(ctx.run_id)
+
+
+async def test_an_expired_run_is_not_served_from_the_cache() -> None:
+    import datetime as dt
+
+    from tether.stores import ExpiryPolicy
+
+    store = InMemoryStore(expiry=ExpiryPolicy(checkpoint_ttl=dt.timedelta(seconds=-1)))
+    ctx = ExecutionContext(new_id(), {"a": 1})
+    await store.commit(ctx)  # a full plain row: cached at once, already past its expiry
+    assert store._runs[ctx.run_id].latest is not None
+    assert await store.load(ctx.run_id) is None
+
+
+async def test_a_full_row_from_a_newer_tether_fails_on_the_cached_path_too() -> None:
+    import time
+
+    from tether.stores.base import Write
+
+    store = InMemoryStore()
+    run_id = new_id()
+    future = Codec().encode({"v": 99, "kind": "full", "state": {}, "executed": []})
+    write = Write(
+        run_id=run_id,
+        kind="full",
+        payload=future,
+        node_id=None,
+        status=RunStatus.RUNNING,
+        created_at=time.time(),
+        expires_at=None,
+        expected_version=0,
+    )
+    await store._write(write)
+    assert store._runs[run_id].latest is not None
+    with pytest.raises(CheckpointCorrupt, match="upgrade tether") as err:
+        await store.load(run_id)
+    assert run_id in str(err.value)
