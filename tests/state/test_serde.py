@@ -85,3 +85,44 @@ def test_a_chain_decodes_in_one_call_and_damage_still_names_the_version():
     future = [*payloads[:2], codec.encode({"v": 9, "kind": "delta", "ops": []})]
     with pytest.raises(CheckpointCorrupt, match="upgrade tether"):
         codec.decode_many(future, run_id="r", versions=[1, 2, 3])
+
+
+def test_big_decodes_pause_the_collector_and_always_give_it_back():
+    """Big bodies decode with the cyclic GC paused (decoded data has no cycles); it must be
+    running again afterwards, after damage too, and stay off if someone else turned it off."""
+    import gc
+
+    codec = Codec()
+    big = codec.encode(payload(blob="x" * 300_000, items=[{"i": i} for i in range(2000)]))
+    seen: list[bool] = []
+    real_unpackb = __import__("ormsgpack").unpackb
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real_unpackb(*args, **kwargs)
+
+    import tether.state.serde as serde
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(serde.ormsgpack, "unpackb", spy)
+    try:
+        assert gc.isenabled()
+        assert codec.decode(big)["state"]["items"][1999] == {"i": 1999}
+        assert codec.decode(codec.encode(payload()))["kind"] == "full"
+        assert seen == [False, True]  # paused for the big body only
+        assert gc.isenabled()
+        with pytest.raises(CheckpointCorrupt):
+            codec.decode(big[:-10], run_id="r", version=1)
+        assert gc.isenabled()
+        chain = [codec.encode({"v": 1, "kind": "delta", "ops": [["m", "append", ["y" * 100_000]]]})] * 3
+        seen.clear()
+        assert len(codec.decode_many(chain)) == 3
+        assert seen == [False] * 3 and gc.isenabled()  # 300 KB in all: one pause for the chain
+        gc.disable()
+        try:
+            codec.decode(big)
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    finally:
+        mp.undo()
