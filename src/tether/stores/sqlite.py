@@ -31,6 +31,14 @@ _DIALECT = Dialect(text_key="TEXT", text="TEXT", real="REAL", bigint="INTEGER", 
 
 _SIZE_SQL = "SELECT base_bytes + growth_bytes + rewrite_bytes FROM tether_runs WHERE run_id = ?"
 
+_SIZE = "r.base_bytes + r.growth_bytes + r.rewrite_bytes"
+_CHAIN_IF_SMALL_SQL = _CHAIN_SQL.replace(
+    "SELECT c.version, c.payload, r.version",
+    f"SELECT c.version, CASE WHEN {_SIZE} <= ? THEN c.payload END, r.version, {_SIZE}",
+)
+"""``_CHAIN_SQL`` for a run of unknown size: payloads only if the chain is small enough to
+read on the event loop (a payload not selected is never read from disk), else the size."""
+
 
 class _SqliteTx:
     """Statements run on the DB thread one await at a time (migrations use this)."""
@@ -217,16 +225,26 @@ class SqliteStore(SqlStore):
     async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
         conn = self._conn
         if version is None and conn is not None and not self._lock.locked():
+            # the common load, written out: what _query would do, minus its layers
             size = self._chain_bytes.get(run_id)
-            if size is not None and size <= self.inline_read_bytes:
-                # the common load, written out: what _query would do, minus its layers
-                try:
-                    chain = _chain_of(conn.execute(_CHAIN_SQL, (run_id, time.time())).fetchall())
-                except sqlite3.Error:
-                    pass  # the general path below reports it
+            rows: list[Any] | None
+            try:
+                if size is None:  # a run this store has not seen: one query either way
+                    limit = self.inline_read_bytes
+                    rows = conn.execute(_CHAIN_IF_SMALL_SQL, (limit, run_id, time.time())).fetchall()
+                    if rows and rows[0][3] > limit:
+                        _hint(self._chain_bytes, run_id, int(rows[0][3]))  # big: on the DB thread
+                        rows = None
+                elif size <= self.inline_read_bytes:
+                    rows = conn.execute(_CHAIN_SQL, (run_id, time.time())).fetchall()
                 else:
-                    self._remember(run_id, chain)
-                    return chain
+                    rows = None
+            except sqlite3.Error:
+                rows = None  # the general path below reports it
+            if rows is not None:
+                chain = _chain_of(rows)
+                self._remember(run_id, chain)
+                return chain
         chain = await super()._read_chain(run_id, version)
         if version is None:
             self._remember(run_id, chain)
