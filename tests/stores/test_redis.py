@@ -283,3 +283,24 @@ async def test_a_save_and_a_load_are_one_round_trip_each(client, redis_url, pref
             await fresh.aclose()
     finally:
         await store.aclose()
+
+
+async def test_loads_survive_a_server_that_forgot_the_scripts(store, client, redis_url, prefix):
+    """A restarted (or SCRIPT FLUSHed) server has no scripts: a load by hash must load the
+    script and ask again, on the hinted path, the unhinted one and a big chain's."""
+    small = ExecutionContext(new_id(), {"messages": ["a"]})
+    big = ExecutionContext(new_id(), {"blob": b"y" * (200 << 10)})
+    for ctx in (small, big):
+        await store.commit(ctx)
+    fresh = RedisStore.from_url(_url(redis_url, prefix))
+    await fresh.setup()
+    try:
+        for reader in (fresh, store, fresh):  # unhinted, hinted, then hinted for the fresh store
+            for ctx in (small, big):
+                await client.script_flush()
+                loaded = await reader.load(ctx.run_id)
+                assert loaded is not None and loaded.state == ctx.snapshot()
+        await client.script_flush()
+        assert await fresh.load(new_id()) is None
+    finally:
+        await fresh.aclose()

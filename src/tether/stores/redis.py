@@ -651,10 +651,11 @@ class RedisStore(CheckpointStore):
             chain = await (self._rows_trusted(run_id, *hint) if tiered else self._rows(run_id, *hint))
             if chain is not None:
                 return chain
-        with self._errors():
-            reply = await self._s_chain(
-                keys=self._keys(run_id)[:2], args=["1" if tiered else "0", CHAIN_INLINE_BYTES]
-            )
+        run_key, rows_key = self._keys(run_id)[:2]
+        mode = "1" if tiered else "0"
+        (reply,) = await self._send_chain(
+            ("EVALSHA", self._s_chain.sha, 2, run_key, rows_key, mode, CHAIN_INLINE_BYTES)
+        )
         tag = int(reply[0])
         if tag != 1:
             return [] if tag == 0 and not tiered else None
@@ -675,12 +676,7 @@ class RedisStore(CheckpointStore):
         run_key, rows_key = self._keys(run_id)[:2]
         check = ("EVALSHA", self._s_chain.sha, 2, run_key, rows_key, "1", 0)
         fetch = ("HMGET", rows_key, "_base", *range(base, latest + 2))
-        with self._errors():
-            try:
-                trusted, got = await self._send(check, fetch)
-            except rexc.NoScriptError:  # a restarted server: load the script, ask once more
-                await self._r.script_load(self._s_chain.script)
-                trusted, got = await self._send(check, fetch)
+        trusted, got = await self._send_chain(check, fetch)
         if trusted[:3] != [1, latest, base]:
             return None
         return _present(base, latest, got)
@@ -709,10 +705,19 @@ class RedisStore(CheckpointStore):
         finally:
             await pool.release(conn)
 
+    async def _send_chain(self, *commands: tuple[Any, ...]) -> list[Any]:
+        """:meth:`_send` of commands that may run the ``_CHAIN`` script by its hash."""
+        with self._errors():
+            try:
+                return await self._send(*commands)
+            except rexc.NoScriptError:  # a restarted server: load the script, ask once more
+                await self._r.script_load(self._s_chain.script)
+                return await self._send(*commands)
+
     async def _rows(self, run_id: str, base: int, latest: int) -> list[tuple[int, bytes]] | None:
         """Rows base..latest if they are the latest chain (see :func:`_present`), else None."""
         with self._errors():
-            got: list[Any] = await self._r.hmget(self._keys(run_id)[1], ["_base", *range(base, latest + 2)])
+            (got,) = await self._send(("HMGET", self._keys(run_id)[1], "_base", *range(base, latest + 2)))
         return _present(base, latest, got)
 
     def _hint(self, run_id: str, chain: tuple[int, int] | None) -> None:
