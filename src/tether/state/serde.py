@@ -165,7 +165,10 @@ class Codec:
         """The payload dict; :class:`CheckpointCorrupt` naming the run and version on damage."""
         if data and data[0] in _MAP_START:  # the common case, kept short: small loads are mostly overhead
             try:
-                payload = _unpack(data)
+                if len(data) < _BULK_BYTES:
+                    payload = ormsgpack.unpackb(data, ext_hook=_ext_hook)
+                else:
+                    payload = _unpack(data)
             except Exception:
                 payload = None
             if type(payload) is dict:
