@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tether.errors import ConfigError, StoreError, StoreUnavailable, TetherError
-from tether.state.model import ChainStats
+from tether.state.model import ChainStats, Checkpoint
 from tether.stores._sql import _CHAIN_SQL, Dialect, SqlStore, Tx, _chain_of
 from tether.stores.base import Write, _hint
 
@@ -222,28 +222,45 @@ class SqliteStore(SqlStore):
         _hint(self._chain_bytes, w.run_id, chain.base_bytes + chain.growth_bytes + chain.rewrite_bytes)
         return version, chain
 
-    async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
+    def _inline_chain(self, run_id: str) -> list[tuple[int, bytes]] | None:
+        """The latest chain read right here on the event loop, or None when the general path
+        must read it: the chain is big (or unknown and big), a transaction holds the
+        connection, or an error the general path will report. What ``_query`` would do,
+        minus its layers: at 1 KB a load is all fixed costs."""
         conn = self._conn
-        if version is None and conn is not None and not self._lock.locked():
-            # the common load, written out: what _query would do, minus its layers
-            size = self._chain_bytes.get(run_id)
-            rows: list[Any] | None
-            try:
-                if size is None:  # a run this store has not seen: one query either way
-                    limit = self.inline_read_bytes
-                    rows = conn.execute(_CHAIN_IF_SMALL_SQL, (limit, run_id, time.time())).fetchall()
-                    if rows and rows[0][3] > limit:
-                        _hint(self._chain_bytes, run_id, int(rows[0][3]))  # big: on the DB thread
-                        rows = None
-                elif size <= self.inline_read_bytes:
-                    rows = conn.execute(_CHAIN_SQL, (run_id, time.time())).fetchall()
-                else:
-                    rows = None
-            except sqlite3.Error:
-                rows = None  # the general path below reports it
-            if rows is not None:
-                chain = _chain_of(rows)
-                self._remember(run_id, chain)
+        if conn is None or self._lock.locked():
+            return None
+        size = self._chain_bytes.get(run_id)
+        limit = self.inline_read_bytes
+        try:
+            if size is None:  # a run this store has not seen: one query either way
+                rows = conn.execute(_CHAIN_IF_SMALL_SQL, (limit, run_id, time.time())).fetchall()
+                if rows and rows[0][3] > limit:
+                    _hint(self._chain_bytes, run_id, int(rows[0][3]))  # big: on the DB thread
+                    return None
+            elif size <= limit:
+                rows = conn.execute(_CHAIN_SQL, (run_id, time.time())).fetchall()
+            else:
+                return None
+        except sqlite3.Error:
+            return None
+        chain = _chain_of(rows)
+        read = sum(len(p) for _, p in chain) if chain else None
+        if read != size:
+            _hint(self._chain_bytes, run_id, read)
+        return chain
+
+    async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
+        if version is None:
+            chain = self._inline_chain(run_id)
+            if chain is not None:
+                return self._checkpoint_of(run_id, chain) if chain else None
+        return await super().load(run_id, version)
+
+    async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
+        if version is None:
+            chain = self._inline_chain(run_id)
+            if chain is not None:
                 return chain
         chain = await super()._read_chain(run_id, version)
         if version is None:
