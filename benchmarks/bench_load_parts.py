@@ -97,7 +97,10 @@ async def main() -> None:
                 "tether: payload -> Checkpoint (decode, checks, both above)",
                 lambda: sqlite._checkpoint_of("r", [(1, payload)]),
             ),
-            ("tether: rows -> chain", lambda: _chain_of(conn.execute(_CHAIN_SQL, ("r", ts)).fetchall())),
+            (
+                "tether: chain statement + rows -> chain",
+                lambda: _chain_of(conn.execute(_CHAIN_SQL, ("r", ts)).fetchall()),
+            ),
             ("tether: SqliteStore.load (awaited)", lambda: drive(sqlite.load("r"))),
             ("tether: InMemoryStore.load (awaited)", lambda: drive(memory.load("r"))),
         ]
