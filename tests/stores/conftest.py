@@ -85,3 +85,37 @@ def make_store(backend: str, store_url: str) -> StoreFactory:
 async def store(make_store: StoreFactory) -> AsyncIterator[CheckpointStore]:
     async with make_store() as s:
         yield s
+
+
+def unavailable(what: str, exc: BaseException) -> None:
+    """A server the test needs is down: a failure under CI, a skip elsewhere."""
+    if IN_CI:
+        pytest.fail(f"CI=true but {what} is unreachable: {exc}")
+    pytest.skip(f"{what} unreachable: {exc}")
+
+
+async def delete_prefixed(client: Any, prefix: str) -> int:
+    """Delete every key under ``prefix`` (what FLUSHALL does to one test's keys)."""
+    keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=500)]
+    if keys:
+        await client.delete(*keys)
+    return len(keys)
+
+
+@asynccontextmanager
+async def redis_client(url: str, prefix: str) -> AsyncIterator[Any]:
+    """A raw redis.asyncio client for checking what a store left in Redis; removes the
+    test's keys (``prefix``) afterwards."""
+    import redis.asyncio as aioredis
+
+    c = aioredis.Redis.from_url(url, socket_connect_timeout=5)
+    try:
+        await c.ping()
+    except (OSError, aioredis.ConnectionError) as exc:
+        await c.aclose()
+        unavailable("Redis", exc)
+    try:
+        yield c
+    finally:
+        await delete_prefixed(c, prefix)
+        await c.aclose()

@@ -19,7 +19,7 @@ from tether.state import Checkpoint, ExecutionContext, RunStatus
 from tether.stores import ExpiryPolicy, create_store
 from tether.stores.redis import RedisStore
 
-from .conftest import IN_CI, new_id, require_url
+from .conftest import new_id, redis_client, require_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,19 +37,8 @@ def prefix() -> str:
 @pytest.fixture
 async def client(redis_url: str, prefix: str) -> AsyncIterator[aioredis.Redis]:
     """A raw client on the test db; removes this test's keys afterwards."""
-    c = aioredis.Redis.from_url(redis_url, socket_connect_timeout=5)
-    try:
-        await c.ping()
-    except (OSError, aioredis.ConnectionError) as exc:
-        await c.aclose()
-        if IN_CI:
-            pytest.fail(f"CI=true but Redis is unreachable: {exc}")
-        pytest.skip(f"Redis unreachable: {exc}")
-    yield c
-    keys = [k async for k in c.scan_iter(match=f"{prefix}*", count=500)]
-    if keys:
-        await c.delete(*keys)
-    await c.aclose()
+    async with redis_client(redis_url, prefix) as c:
+        yield c
 
 
 def _url(redis_url: str, prefix: str) -> str:

@@ -26,13 +26,7 @@ from tether.stores.memory import InMemoryStore
 from tether.stores.redis import RedisStore
 from tether.stores.tiered import TieredStore
 
-from .conftest import IN_CI, new_id, require_url
-
-
-def _unavailable(what: str, exc: BaseException) -> None:
-    if IN_CI:
-        pytest.fail(f"CI=true but {what} is unreachable: {exc}")
-    pytest.skip(f"{what} unreachable: {exc}")
+from .conftest import IN_CI, delete_prefixed, new_id, redis_client, require_url, unavailable
 
 
 @pytest.fixture
@@ -59,23 +53,11 @@ def prefix() -> str:
 @pytest.fixture
 async def client(redis_url: str, prefix: str) -> AsyncIterator[aioredis.Redis]:
     """A raw client on the tiered store's Redis db; removes this test's keys afterwards."""
-    c = aioredis.Redis.from_url(redis_url, socket_connect_timeout=5)
-    try:
-        await c.ping()
-    except (OSError, aioredis.ConnectionError) as exc:
-        await c.aclose()
-        _unavailable("Redis", exc)
-    yield c
-    await _flush(c, prefix)
-    await c.aclose()
+    async with redis_client(redis_url, prefix) as c:
+        yield c
 
 
-async def _flush(client: aioredis.Redis, prefix: str) -> int:
-    """What FLUSHALL does to this test: every key of its prefix is gone."""
-    keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=500)]
-    if keys:
-        await client.delete(*keys)
-    return len(keys)
+_flush = delete_prefixed
 
 
 async def _open(url: str, **options: object) -> TieredStore:
@@ -84,7 +66,7 @@ async def _open(url: str, **options: object) -> TieredStore:
         await store.setup()
     except StoreUnavailable as exc:
         await store.aclose()
-        _unavailable("a tiered server", exc)
+        unavailable("a tiered server", exc)
     return store
 
 
@@ -262,7 +244,7 @@ async def test_redis_down_saves_and_loads_through_sql(tiered_url, sql_url, caplo
         try:
             await sql.setup()
         except StoreUnavailable as exc:
-            _unavailable("the SQL server", exc)
+            unavailable("the SQL server", exc)
         ctx = await _grow(store, 3)
         assert (await store.load(ctx.run_id)).state == ctx.snapshot()
         await store.set_status(ctx.run_id, RunStatus.PAUSED)

@@ -7,6 +7,7 @@ shape (``APIStatusError`` with ``status_code``/``body``/``response``, ``APIConne
 
 from __future__ import annotations
 
+import abc
 import datetime as dt
 import email.utils
 import ipaddress
@@ -19,8 +20,8 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any, NoReturn, TypeVar
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any, NoReturn, Self, TypeVar
 from urllib.parse import urlsplit
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -29,11 +30,14 @@ from tenacity.wait import wait_exponential, wait_random
 from tether.errors import ModelError, ModelRequestsBlocked, ModelUnavailable, PromptTooLong
 from tether.models.base import ModelReply
 
+if TYPE_CHECKING:
+    from tether.models.config import LLMConfig
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-__all__ = ["Backoff", "is_loopback", "map_sdk_error", "with_retries"]
+__all__ = ["Backoff", "SdkChatModel", "is_loopback", "map_sdk_error", "with_retries"]
 
 _TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 
@@ -311,3 +315,119 @@ def log_reply(log: logging.Logger, label: str, reply: ModelReply, started: float
         time.monotonic() - started,
     )
     log.debug("%s reply: %s", label, preview(reply.text))
+
+
+class SdkChatModel(abc.ABC):
+    """What the clients over an official SDK share: the request guard, prompt logging,
+    retries, error mapping and the client's life cycle. A subclass says how to start its
+    SDK's client, build a request, send it and read the reply.
+
+    Args:
+        config: provider, model, key, endpoint and limits.
+        allow_local: requests to a loopback base URL (``localhost``, ``127.0.0.1``, ``::1``)
+            go through even when ``tether.models.ALLOW_MODEL_REQUESTS`` is False; pass
+            False to block them too.
+        backoff: waits between retries (the count is ``config.max_retries``).
+        client: an existing SDK client to use (its own retries are switched off).
+    """
+
+    def __init__(
+        self,
+        config: LLMConfig,
+        *,
+        allow_local: bool = True,
+        backoff: Backoff | None = None,
+        client: Any = None,
+    ) -> None:
+        self.config = config
+        self.model = config.require_model()
+        self.allow_local = allow_local
+        self.backoff = backoff or Backoff()
+        self._sdk = self._import_sdk()
+        self._base_url = config.base_url
+        self._secret = config.api_key_value()
+        if client is not None:
+            self._client = client.with_options(max_retries=0, timeout=config.timeout)
+        else:
+            self._client = self._new_client()
+        self._label = f"{config.provider} {self.model}"
+        self._log = logging.getLogger(type(self).__module__)
+
+    # -- what a provider says --------------------------------------------------------
+    @abc.abstractmethod
+    def _import_sdk(self) -> ModuleType:
+        """The SDK module (a ConfigError naming the extra to install if it is missing)."""
+
+    @abc.abstractmethod
+    def _new_client(self) -> Any:
+        """The SDK's async client, its own retries off (tether retries)."""
+
+    @abc.abstractmethod
+    def _request(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        json_mode: bool,
+        max_tokens: int | None,
+        temperature: float | None,
+    ) -> dict[str, Any]:
+        """The API request body for ``messages``."""
+
+    @abc.abstractmethod
+    async def _send(self, body: dict[str, Any]) -> Any:
+        """One call of the SDK with ``body`` (errors are mapped by the caller)."""
+
+    @abc.abstractmethod
+    def _reply(self, response: Any) -> ModelReply:
+        """The SDK's response as a :class:`ModelReply` (ModelError when it is malformed)."""
+
+    # -- shared ------------------------------------------------------------------------
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        json_mode: bool = False,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> ModelReply:
+        """One API call, retried on 429/5xx/connection errors (529 too, for Anthropic).
+
+        Raises:
+            ModelRequestsBlocked: requests are off and the endpoint is not a permitted loopback.
+            PromptTooLong: the server refused the prompt's size (``reported_tokens`` parsed).
+            ModelUnavailable: transient failures outlasted ``max_retries``.
+            ModelError: any other refusal, or a malformed response.
+        """
+        check_allowed(self._base_url, allow_local=self.allow_local, what=self._label)
+        body = self._request(messages, json_mode=json_mode, max_tokens=max_tokens, temperature=temperature)
+        if self._log.isEnabledFor(logging.DEBUG):
+            self._log.debug(
+                "%s prompt: %s",
+                self._label,
+                preview(redact(json.dumps(messages, ensure_ascii=False, default=str), self._secret)),
+            )
+        started = time.monotonic()
+
+        async def attempt() -> Any:
+            try:
+                return await self._send(body)
+            except Exception as exc:
+                raise_mapped(self._sdk, exc, label=self._label, secret=self._secret)
+
+        response = await with_retries(
+            attempt, max_retries=self.config.max_retries, backoff=self.backoff, label=self._label
+        )
+        reply = self._reply(response)
+        log_reply(self._log, self._label, reply, started)
+        return reply
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

@@ -10,32 +10,21 @@ an instruction to the system prompt and the caller parses tolerantly
 from __future__ import annotations
 
 import inspect
-import json
-import logging
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigError, ModelError
 from tether.models._provider import (
     Backoff,
-    check_allowed,
-    log_reply,
+    SdkChatModel,
     preview,
-    raise_mapped,
-    redact,
     response_dict,
-    with_retries,
 )
 from tether.models.base import ModelReply, Usage
 from tether.models.config import LLMConfig
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from anthropic import AsyncAnthropic
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["AnthropicChatModel", "to_anthropic_messages"]
 
@@ -108,16 +97,14 @@ def to_anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str | None, l
     return ("\n\n".join(system) or None), turns
 
 
-class AnthropicChatModel:
-    """A :class:`~tether.models.ChatModel` over Anthropic's Messages API.
+class AnthropicChatModel(SdkChatModel):
+    """A :class:`~tether.models.ChatModel` over Anthropic's Messages API (retried on 529
+    "overloaded" too).
 
-    Args:
-        config: provider, model, key, endpoint and limits.
-        allow_local: a loopback ``endpoint`` is allowed even when
-            ``tether.models.ALLOW_MODEL_REQUESTS`` is False (tests); False blocks it too.
-        backoff: waits between retries (the count is ``config.max_retries``).
-        client: an existing ``AsyncAnthropic`` (its own retries are switched off).
+    Args: as :class:`~tether.models._provider.SdkChatModel`; ``client`` is an ``AsyncAnthropic``.
     """
+
+    _client: AsyncAnthropic
 
     def __init__(
         self,
@@ -127,39 +114,24 @@ class AnthropicChatModel:
         backoff: Backoff | None = None,
         client: AsyncAnthropic | None = None,
     ) -> None:
-        self.config = config
-        self.model = config.require_model()
-        self.allow_local = allow_local
-        self.backoff = backoff or Backoff()
-        self._sdk = _import_anthropic()
-        self._base_url = config.base_url
-        self._secret = config.api_key_value()
-        if client is not None:
-            self._client: AsyncAnthropic = client.with_options(max_retries=0, timeout=config.timeout)
-        else:
-            self._client = self._sdk.AsyncAnthropic(
-                api_key=self._secret,
-                base_url=self._base_url,
-                timeout=config.timeout,
-                max_retries=0,
-            )
-        self._label = f"anthropic {self.model}"
+        super().__init__(config, allow_local=allow_local, backoff=backoff, client=client)
         # recent SDKs (2.x) dropped sampling parameters along with the API; older ones take them
         self._takes_temperature = "temperature" in inspect.signature(self._client.messages.create).parameters
 
+    def _import_sdk(self) -> Any:
+        return _import_anthropic()
+
+    def _new_client(self) -> AsyncAnthropic:
+        client: AsyncAnthropic = self._sdk.AsyncAnthropic(
+            api_key=self._secret,
+            base_url=self._base_url,
+            timeout=self.config.timeout,
+            max_retries=0,
+        )
+        return client
+
     def __repr__(self) -> str:
         return f"AnthropicChatModel(model={self.model!r}, base_url={self._base_url!r})"
-
-    async def aclose(self) -> None:
-        await self._client.close()
-
-    async def __aenter__(self) -> AnthropicChatModel:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     def _request(
         self,
@@ -181,44 +153,8 @@ class AnthropicChatModel:
             body["temperature"] = min(temp, 1.0)  # Anthropic's range is 0–1
         return body
 
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        json_mode: bool = False,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> ModelReply:
-        """One Messages API call, retried on 429/5xx/529/connection errors.
-
-        Raises:
-            ModelRequestsBlocked: requests are off and the endpoint is not a permitted loopback.
-            PromptTooLong: "prompt is too long" (``reported_tokens`` and ``limit`` parsed).
-            ModelUnavailable: transient failures outlasted ``max_retries``.
-            ModelError: any other refusal, or a malformed response.
-        """
-        check_allowed(self._base_url, allow_local=self.allow_local, what=self._label)
-        body = self._request(messages, json_mode=json_mode, max_tokens=max_tokens, temperature=temperature)
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "%s prompt: %s",
-                self._label,
-                preview(redact(json.dumps(messages, ensure_ascii=False, default=str), self._secret)),
-            )
-        started = time.monotonic()
-
-        async def attempt() -> Any:
-            try:
-                return await self._client.messages.create(**body)
-            except Exception as exc:
-                raise_mapped(self._sdk, exc, label=self._label, secret=self._secret)
-
-        response = await with_retries(
-            attempt, max_retries=self.config.max_retries, backoff=self.backoff, label=self._label
-        )
-        reply = self._reply(response)
-        log_reply(logger, self._label, reply, started)
-        return reply
+    async def _send(self, body: dict[str, Any]) -> Any:
+        return await self._client.messages.create(**body)
 
     def _reply(self, response: Any) -> ModelReply:
         content = getattr(response, "content", None)

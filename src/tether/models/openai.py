@@ -9,31 +9,20 @@ provider.
 
 from __future__ import annotations
 
-import json
-import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigError, ModelError
 from tether.models._provider import (
     Backoff,
-    check_allowed,
-    log_reply,
+    SdkChatModel,
     preview,
-    raise_mapped,
-    redact,
     response_dict,
-    with_retries,
 )
 from tether.models.base import ModelReply, Usage
 from tether.models.config import LLMConfig
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from openai import AsyncOpenAI
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["OpenAIChatModel"]
 
@@ -49,17 +38,13 @@ def _import_openai() -> Any:
     return openai
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(SdkChatModel):
     """A :class:`~tether.models.ChatModel` over the chat-completions API.
 
-    Args:
-        config: provider, model, key, endpoint and limits.
-        allow_local: requests to a loopback base URL (``localhost``, ``127.0.0.1``, ``::1``)
-            go through even when ``tether.models.ALLOW_MODEL_REQUESTS`` is False; pass
-            False to block them too.
-        backoff: waits between retries (the count is ``config.max_retries``).
-        client: an existing ``AsyncOpenAI`` to use (its own retries are switched off).
+    Args: as :class:`~tether.models._provider.SdkChatModel`; ``client`` is an ``AsyncOpenAI``.
     """
+
+    _client: AsyncOpenAI
 
     def __init__(
         self,
@@ -69,38 +54,23 @@ class OpenAIChatModel:
         backoff: Backoff | None = None,
         client: AsyncOpenAI | None = None,
     ) -> None:
-        self.config = config
-        self.model = config.require_model()
-        self.allow_local = allow_local
-        self.backoff = backoff or Backoff()
-        self._sdk = _import_openai()
-        self._base_url = config.base_url
-        self._secret = config.api_key_value()
-        if client is not None:
-            self._client: AsyncOpenAI = client.with_options(max_retries=0, timeout=config.timeout)
-        else:
-            self._client = self._sdk.AsyncOpenAI(
-                api_key=self._secret or _NO_KEY,
-                base_url=self._base_url,
-                timeout=config.timeout,
-                max_retries=0,
-            )
-        self._label = f"{config.provider} {self.model}"
+        super().__init__(config, allow_local=allow_local, backoff=backoff, client=client)
+
+    def _import_sdk(self) -> Any:
+        return _import_openai()
+
+    def _new_client(self) -> AsyncOpenAI:
+        client: AsyncOpenAI = self._sdk.AsyncOpenAI(
+            api_key=self._secret or _NO_KEY,
+            base_url=self._base_url,
+            timeout=self.config.timeout,
+            max_retries=0,
+        )
+        return client
 
     def __repr__(self) -> str:
         provider, model, url = self.config.provider, self.model, self._base_url
         return f"OpenAIChatModel(provider={provider!r}, model={model!r}, base_url={url!r})"
-
-    async def aclose(self) -> None:
-        await self._client.close()
-
-    async def __aenter__(self) -> OpenAIChatModel:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     def _request(
         self,
@@ -122,44 +92,8 @@ class OpenAIChatModel:
             body["response_format"] = {"type": "json_object"}
         return body
 
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        json_mode: bool = False,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> ModelReply:
-        """One chat completion, retried on 429/5xx/connection errors.
-
-        Raises:
-            ModelRequestsBlocked: requests are off and the endpoint is not a permitted loopback.
-            PromptTooLong: the server refused the prompt's size (``reported_tokens`` parsed).
-            ModelUnavailable: transient failures outlasted ``max_retries``.
-            ModelError: any other refusal, or a malformed response.
-        """
-        check_allowed(self._base_url, allow_local=self.allow_local, what=self._label)
-        body = self._request(messages, json_mode=json_mode, max_tokens=max_tokens, temperature=temperature)
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "%s prompt: %s",
-                self._label,
-                preview(redact(json.dumps(messages, ensure_ascii=False, default=str), self._secret)),
-            )
-        started = time.monotonic()
-
-        async def attempt() -> Any:
-            try:
-                return await self._client.chat.completions.create(**body)
-            except Exception as exc:
-                raise_mapped(self._sdk, exc, label=self._label, secret=self._secret)
-
-        response = await with_retries(
-            attempt, max_retries=self.config.max_retries, backoff=self.backoff, label=self._label
-        )
-        reply = self._reply(response)
-        log_reply(logger, self._label, reply, started)
-        return reply
+    async def _send(self, body: dict[str, Any]) -> Any:
+        return await self._client.chat.completions.create(**body)
 
     def _reply(self, response: Any) -> ModelReply:
         choices = getattr(response, "choices", None)

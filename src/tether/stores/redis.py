@@ -817,47 +817,24 @@ def _member(row: StoredRow) -> str:
     return f"{row.version}|{row.kind}|{len(row.payload)}|{row.status}|{row.created_at!r}|{node}"
 
 
-def _parse_member(member: bytes) -> tuple[int, str, int, RunStatus, float, str | None]:
-    v, kind, size, status, created, node = member.decode().split("|", 5)
-    return (
-        int(v),
-        kind,
-        int(size),
-        RunStatus(status),
-        float(created),
-        node[1:] if node != "-" else None,
-    )
+def _parse_member(run_id: str, member: bytes) -> tuple[int, str, int, RunStatus, float, str | None]:
+    """``(version, kind, size, status, created_at, node_id)`` of a ``hist`` member."""
+    try:
+        v, kind, size, status, created, node = member.decode().split("|", 5)
+        return int(v), kind, int(size), RunStatus(status), float(created), node[1:] if node != "-" else None
+    except ValueError as exc:
+        raise CheckpointCorrupt(f"bad history entry {member[:80]!r}", run_id=run_id) from exc
 
 
 def _row(run_id: str, member: bytes, payload: bytes) -> StoredRow:
-    try:
-        v, kind, _size, status, created, node = _parse_member(member)
-    except ValueError as exc:
-        raise CheckpointCorrupt(f"bad history entry {member[:80]!r}", run_id=run_id) from exc
-    return StoredRow(
-        run_id=run_id,
-        version=v,
-        kind=kind,
-        node_id=node,
-        status=status,
-        created_at=created,
-        payload=payload,
-    )
+    v, kind, _size, status, created, node = _parse_member(run_id, member)
+    return StoredRow(run_id, v, kind, node, status, created, payload)
 
 
 def _checkpoint_info(run_id: str, member: bytes) -> CheckpointInfo:
-    try:
-        v, kind, size, status, created, node = _parse_member(member)
-    except ValueError as exc:
-        raise CheckpointCorrupt(f"bad history entry {member[:80]!r}", run_id=run_id) from exc
+    v, kind, size, status, created, node = _parse_member(run_id, member)
     return CheckpointInfo(
-        run_id=run_id,
-        version=v,
-        node_id=node,
-        status=status,
-        timestamp=_utc(created),
-        kind=kind,
-        size=size,
+        run_id=run_id, version=v, node_id=node, status=status, timestamp=_utc(created), kind=kind, size=size
     )
 
 
