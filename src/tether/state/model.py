@@ -59,6 +59,44 @@ class Checkpoint:
     """Free-form JSON-like data (step timings, fork origin…)."""
 
 
+_new = object.__new__
+(
+    _set_run_id,
+    _set_node_id,
+    _set_state,
+    _set_executed,
+    _set_timestamp,
+    _set_version,
+    _set_status,
+    _set_metadata,
+) = (getattr(Checkpoint, f).__set__ for f in Checkpoint.__slots__)
+
+
+def _checkpoint(
+    run_id: str,
+    node_id: str | None,
+    state: dict[str, Any],
+    executed_node_ids: list[str],
+    timestamp: dt.datetime,
+    version: int,
+    status: RunStatus,
+    metadata: dict[str, Any],
+) -> Checkpoint:
+    """``Checkpoint(...)`` for a store's load, without the frozen dataclass's ``__init__``
+    (which sets each field through ``object.__setattr__``): 0.84 vs 1.96 us, and a 1 KB load
+    is all fixed costs. The arguments are the fields, in order; a test holds the two equal."""
+    cp: Checkpoint = _new(Checkpoint)
+    _set_run_id(cp, run_id)
+    _set_node_id(cp, node_id)
+    _set_state(cp, state)
+    _set_executed(cp, executed_node_ids)
+    _set_timestamp(cp, timestamp)
+    _set_version(cp, version)
+    _set_status(cp, status)
+    _set_metadata(cp, metadata)
+    return cp
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointInfo:
     """One line of a run's history: what ``history()`` lists, without the state."""

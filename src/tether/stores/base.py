@@ -39,6 +39,7 @@ from tether.state.model import (
     ExecutionContextSnapshot,
     RunInfo,
     RunStatus,
+    _checkpoint,
 )
 from tether.state.reducers import ReducerRegistry, apply_op
 from tether.state.serde import SCHEMA_VERSION, Codec
@@ -405,15 +406,8 @@ class CheckpointStore(abc.ABC):
         ts = last.get("ts")
         if status is None or (type(ts) is not float and type(ts) is not int):
             raise CheckpointCorrupt("payload head is damaged", run_id=run_id, version=number)
-        return Checkpoint(
-            run_id=run_id,
-            node_id=last.get("node"),
-            state=state,
-            executed_node_ids=executed,
-            timestamp=_utc(ts),
-            version=number,
-            status=status,
-            metadata=last.get("meta") or {},
+        return _checkpoint(
+            run_id, last.get("node"), state, executed, _utc(ts), number, status, last.get("meta") or {}
         )
 
     async def load_context(

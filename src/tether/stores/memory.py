@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tether.errors import RunNotFound, RunNotPaused, VersionConflict
-from tether.state.model import ChainStats, Checkpoint, CheckpointInfo, RunInfo, RunStatus
+from tether.state.model import ChainStats, Checkpoint, CheckpointInfo, RunInfo, RunStatus, _checkpoint
 from tether.state.serde import is_plain, pack_plain
 from tether.stores.base import CheckpointStore, StoredRow, Write, _full_payload, _utc
 
@@ -141,16 +141,8 @@ class InMemoryStore(CheckpointStore):
             last = self.codec.decode(blob, run_id=run_id, version=number)
             state, executed = last.get("state"), last.get("executed")
             if type(state) is dict and type(executed) is list and last.get("kind") == "full":
-                return Checkpoint(
-                    run_id=run_id,
-                    node_id=last.get("node"),
-                    state=state,
-                    executed_node_ids=executed,
-                    timestamp=when,
-                    version=number,
-                    status=status,
-                    metadata=last.get("meta") or {},
-                )
+                meta = last.get("meta") or {}
+                return _checkpoint(run_id, last.get("node"), state, executed, when, number, status, meta)
         with self._lock:
             run = self._live(run_id)
             if run is None:
