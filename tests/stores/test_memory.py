@@ -77,6 +77,13 @@ async def test_every_save_kind_moves_the_cache_on() -> None:
     assert cp.version == 9 and cp.state == (await store.load(ctx.run_id, 2)).state
     assert await store.prune(ctx.run_id, keep=1) == 8
     assert (await store.load(ctx.run_id)).state == cp.state
+    ctx = await store.load_context(ctx.run_id)
+    ctx.merge({"messages": [msg(100)]})
+    await store.commit(ctx)  # a delta after the pruned full row
+    assert await store.prune(ctx.run_id, keep=1) == 1  # now the lone full row, cache empty
+    assert store._runs[ctx.run_id].latest is None
+    assert (await store.load(ctx.run_id)).state == ctx.snapshot()
+    assert store._runs[ctx.run_id].latest is not None  # a lone plain full row is cached as it is
     assert await store.delete(ctx.run_id)
     assert await store.load(ctx.run_id) is None
     fresh = await chain(store, 3, run_id=ctx.run_id)

@@ -149,8 +149,8 @@ class InMemoryStore(CheckpointStore):
                 return None
             chain = _latest_chain(run)
         cp = self._checkpoint_of(run_id, chain)  # outside the lock: the replay is the slow part
-        if len(chain) > 1 and all(is_plain(p) for _, p in chain):  # never cache what a key guards
-            blob = pack_plain(_full_payload(cp))
+        if all(is_plain(p) for _, p in chain):  # never cache what a key guards
+            blob = chain[0][1] if len(chain) == 1 else pack_plain(_full_payload(cp))
             with self._lock:
                 if self._runs.get(run_id) is run and run.info.version == cp.version:
                     run.latest = (cp.version, blob, cp.timestamp, cp.status)
