@@ -33,7 +33,15 @@ import ormsgpack
 
 from tether.errors import CheckpointCorrupt, ConfigError, DecryptionError
 
-__all__ = ["SCHEMA_CHANGES", "SCHEMA_VERSION", "Codec", "generate_key", "is_plain", "pack_plain"]
+__all__ = [
+    "SCHEMA_CHANGES",
+    "SCHEMA_VERSION",
+    "Codec",
+    "decode_plain",
+    "generate_key",
+    "is_plain",
+    "pack_plain",
+]
 
 SCHEMA_VERSION = 1
 SCHEMA_CHANGES = {1: "first layout: full and delta payloads, ops (key, op, arg)"}
@@ -100,6 +108,25 @@ def pack_plain(payload: dict[str, Any]) -> bytes:
     return body
 
 
+def decode_plain(data: bytes) -> dict[str, Any] | None:
+    """The payload of a plain body this tether reads, else None (framed, damaged, a newer
+    schema: :meth:`Codec.decode` then says which). The common case, kept short: a small
+    load is mostly overhead. Needs no codec: a plain body reads the same with any key."""
+    if data and data[0] in _MAP_START:
+        try:
+            if len(data) < _BULK_BYTES:  # without _unpack's extra call
+                payload = ormsgpack.unpackb(data, ext_hook=_ext_hook)
+            else:
+                payload = _unpack(data)
+        except Exception:
+            return None
+        if type(payload) is dict:
+            schema = payload.get("v")
+            if type(schema) is int and schema <= SCHEMA_VERSION:
+                return payload
+    return None
+
+
 def generate_key() -> str:
     """A new random encryption key, in the form ``TETHER_ENCRYPTION_KEY`` expects."""
     return base64.urlsafe_b64encode(os.urandom(32)).decode()
@@ -163,19 +190,8 @@ class Codec:
 
     def decode(self, data: bytes, *, run_id: str = "", version: int | None = None) -> dict[str, Any]:
         """The payload dict; :class:`CheckpointCorrupt` naming the run and version on damage."""
-        if data and data[0] in _MAP_START:  # the common case, kept short: small loads are mostly overhead
-            try:
-                if len(data) < _BULK_BYTES:
-                    payload = ormsgpack.unpackb(data, ext_hook=_ext_hook)
-                else:
-                    payload = _unpack(data)
-            except Exception:
-                payload = None
-            if type(payload) is dict:
-                schema = payload.get("v")
-                if type(schema) is int and schema <= SCHEMA_VERSION:
-                    return payload
-        return self._decode_slow(data, run_id=run_id, version=version)
+        payload = decode_plain(data)
+        return payload if payload is not None else self._decode_slow(data, run_id=run_id, version=version)
 
     def _decode_slow(self, data: bytes, *, run_id: str, version: int | None) -> dict[str, Any]:
         def corrupt(why: str) -> CheckpointCorrupt:

@@ -42,7 +42,7 @@ from tether.state.model import (
     _checkpoint,
 )
 from tether.state.reducers import ReducerRegistry, apply_op
-from tether.state.serde import SCHEMA_VERSION, Codec
+from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain
 from tether.state.values import check_value
 
 __all__ = [
@@ -395,13 +395,11 @@ class CheckpointStore(abc.ABC):
     def _checkpoint_of(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> Checkpoint:
         """The checkpoint a non-empty ``(version, payload)`` chain ends at."""
         number = chain[-1][0]
-        if len(chain) == 1:  # a lone full row, the common case, without the replay's frame
-            last = self.codec.decode(chain[0][1], run_id=run_id, version=number)
-            state, executed = last.get("state"), last.get("executed")
-            if type(state) is not dict or type(executed) is not list or last.get("kind") != "full":
-                state, executed, last = self._replay(run_id, chain)  # says what is wrong
-        else:
-            state, executed, last = self._replay(run_id, chain)
+        if len(chain) == 1:
+            cp = _lone_full(run_id, number, chain[0][1])
+            if cp is not None:
+                return cp
+        state, executed, last = self._replay(run_id, chain)  # decrypts; says what is wrong
         status = _STATUS_OF.get(last.get("status"))  # every payload carries its own head
         ts = last.get("ts")
         if status is None or (type(ts) is not float and type(ts) is not int):
@@ -600,6 +598,22 @@ class CheckpointStore(abc.ABC):
         if cp is None:
             return 0
         return await self._rebase(run_id, cut, self.codec.encode(_full_payload(cp)))
+
+
+def _lone_full(run_id: str, number: int, payload: bytes) -> Checkpoint | None:
+    """A plain full row as its checkpoint in one step (the common load: one row, no key), or
+    None when it is anything else, for the general path to read or to report."""
+    last = decode_plain(payload)
+    if last is None:
+        return None
+    state, executed, ts = last.get("state"), last.get("executed"), last.get("ts")
+    status = _STATUS_OF.get(last.get("status"))
+    if type(state) is not dict or type(executed) is not list or last.get("kind") != "full" or status is None:
+        return None
+    if type(ts) is not float and type(ts) is not int:
+        return None
+    meta = last.get("meta") or {}
+    return _checkpoint(run_id, last.get("node"), state, executed, _utc(ts), number, status, meta)
 
 
 def _full_payload(cp: Checkpoint) -> dict[str, Any]:

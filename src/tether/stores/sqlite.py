@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from tether.errors import ConfigError, StoreError, StoreUnavailable, TetherError
 from tether.state.model import ChainStats, Checkpoint
 from tether.stores._sql import _CHAIN_SQL, Dialect, SqlStore, Tx, _chain_of
-from tether.stores.base import Write, _hint
+from tether.stores.base import Write, _hint, _lone_full
 
 __all__ = ["SqliteStore"]
 
@@ -222,11 +222,11 @@ class SqliteStore(SqlStore):
         _hint(self._chain_bytes, w.run_id, chain.base_bytes + chain.growth_bytes + chain.rewrite_bytes)
         return version, chain
 
-    def _inline_chain(self, run_id: str) -> list[tuple[int, bytes]] | None:
-        """The latest chain read right here on the event loop, or None when the general path
-        must read it: the chain is big (or unknown and big), a transaction holds the
-        connection, or an error the general path will report. What ``_query`` would do,
-        minus its layers: at 1 KB a load is all fixed costs."""
+    def _inline_rows(self, run_id: str) -> list[Any] | None:
+        """The latest chain's rows (``_CHAIN_SQL``'s), read right here on the event loop, or
+        None when the general path must read it: the chain is big (or unknown and big), a
+        transaction holds the connection, or an error the general path will report. What
+        ``_query`` would do, minus its layers: at 1 KB a load is all fixed costs."""
         conn = self._conn
         if conn is None or self._lock.locked():
             return None
@@ -244,24 +244,31 @@ class SqliteStore(SqlStore):
                 return None
         except sqlite3.Error:
             return None
-        chain = _chain_of(rows)
-        read = sum(len(p) for _, p in chain) if chain else None
+        if not rows or rows[-1][0] != rows[-1][2]:
+            read = None
+        else:
+            read = len(rows[0][1]) if len(rows) == 1 else sum(len(r[1]) for r in rows)
         if read != size:
             _hint(self._chain_bytes, run_id, read)
-        return chain
+        return rows
 
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         if version is None:
-            chain = self._inline_chain(run_id)
-            if chain is not None:
+            rows = self._inline_rows(run_id)
+            if rows is not None:
+                if len(rows) == 1 and rows[0][0] == rows[0][2]:  # the common load, in one step
+                    cp = _lone_full(run_id, rows[0][0], rows[0][1])
+                    if cp is not None:
+                        return cp
+                chain = _chain_of(rows)
                 return self._checkpoint_of(run_id, chain) if chain else None
         return await super().load(run_id, version)
 
     async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
         if version is None:
-            chain = self._inline_chain(run_id)
-            if chain is not None:
-                return chain
+            rows = self._inline_rows(run_id)
+            if rows is not None:
+                return _chain_of(rows)
         chain = await super()._read_chain(run_id, version)
         if version is None:
             self._remember(run_id, chain)
