@@ -51,22 +51,28 @@ async def main() -> None:
     ap.add_argument(
         "--cold",
         action="store_true",
-        help="as bench_stores.py times: a collection before each call, beside ~30 MB of live state "
-        "(median of --number calls, default 2000 here)",
+        help="as bench_stores.py times: a collection before each call, beside ~30 MB of live state, "
+        "the parts interleaved (median of up to 2,000 rounds)",
     )
     args = ap.parse_args()
     heap = [conversation(random.Random(2), 10 << 20) for _ in range(3)] if args.cold else []
 
-    def us(fn: Callable[[], Any]) -> float:
-        if not args.cold:
-            return min(timeit.repeat(fn, number=args.number, repeat=5)) / args.number * 1e6
-        times = []
+    def warm(fn: Callable[[], Any]) -> float:
+        return min(timeit.repeat(fn, number=args.number, repeat=5)) / args.number * 1e6
+
+    def cold(fns: list[Callable[[], Any]]) -> list[float]:
+        """Each call after a collection, the parts interleaved in a new order every round
+        (timed one part after another, the cache each one meets would differ by part)."""
+        times: list[list[float]] = [[] for _ in fns]
+        order = list(range(len(fns)))
         for _ in range(min(args.number, 2000)):
-            gc.collect()
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times) * 1e6
+            random.shuffle(order)
+            for i in order:
+                gc.collect()
+                t0 = time.perf_counter()
+                fns[i]()
+                times[i].append(time.perf_counter() - t0)
+        return [statistics.median(t) * 1e6 for t in times]
 
     msgs = conversation(random.Random(1), int(args.kb * 1024))
     raw = ormsgpack.packb({"messages": msgs})
@@ -125,8 +131,10 @@ async def main() -> None:
             ("tether: SqliteStore.load (awaited)", lambda: drive(sqlite.load("r"))),
             ("tether: InMemoryStore.load (awaited)", lambda: drive(memory.load("r"))),
         ]
-        for name, fn in parts:
-            rows.append((name, us(fn)))
+        if args.cold:
+            rows = list(zip([n for n, _ in parts], cold([fn for _, fn in parts]), strict=True))
+        else:
+            rows = [(name, warm(fn)) for name, fn in parts]
         await sqlite.aclose()
         await memory.aclose()
     width = max(len(n) for n, _ in rows)
