@@ -32,3 +32,29 @@ def test_the_fast_checkpoint_constructor_builds_what_the_dataclass_builds():
     assert type(fast) is Checkpoint and repr(fast) == repr(Checkpoint(**values))
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.version = 4  # type: ignore[misc]
+
+
+def test_a_stored_time_becomes_the_same_datetime_whenever_it_is_read():
+    """Stores leave the POSIX time in the slot; every way of looking at the checkpoint
+    must see the datetime ``Checkpoint(...)`` would hold."""
+    import copy
+    import pickle
+
+    ts = 1_790_000_000.123456
+    when = dt.datetime.fromtimestamp(ts, dt.UTC)
+    args = ("r", None, {"a": 1}, [], ts, 2, RunStatus.RUNNING, {})
+    plain = Checkpoint(
+        run_id="r", node_id=None, state={"a": 1}, timestamp=when, version=2, status=RunStatus.RUNNING
+    )
+    assert _checkpoint(*args) == plain  # __eq__ reads through the descriptor
+    assert repr(_checkpoint(*args)) == repr(plain)
+    lazy = _checkpoint(*args)
+    assert lazy.timestamp == when and type(lazy.timestamp) is dt.datetime
+    assert lazy.timestamp is lazy.timestamp  # made once
+    assert pickle.loads(pickle.dumps(_checkpoint(*args))) == plain
+    assert copy.deepcopy(_checkpoint(*args)).timestamp == when
+    assert dataclasses.replace(_checkpoint(*args), version=3).timestamp == when
+    assert dataclasses.asdict(_checkpoint(*args))["timestamp"] == when
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lazy.timestamp = when  # type: ignore[misc]
+    assert Checkpoint(run_id="r", node_id=None, state={}).timestamp.tzinfo is dt.UTC

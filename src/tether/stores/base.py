@@ -610,10 +610,12 @@ def _lone_full(run_id: str, number: int, payload: bytes) -> Checkpoint | None:
     status = _STATUS_OF.get(last.get("status"))
     if type(state) is not dict or type(executed) is not list or last.get("kind") != "full" or status is None:
         return None
-    if type(ts) is not float and type(ts) is not int:
-        return None
-    meta = last.get("meta") or {}
-    return _checkpoint(run_id, last.get("node"), state, executed, _utc(ts), number, status, meta)
+    if type(ts) is not float:
+        if type(ts) is not int:
+            return None
+        ts = float(ts)
+    meta = last.get("meta") or {}  # the datetime is made when read (see model._LazyTimestamp)
+    return _checkpoint(run_id, last.get("node"), state, executed, ts, number, status, meta)
 
 
 def _full_payload(cp: Checkpoint) -> dict[str, Any]:
