@@ -102,7 +102,7 @@ async def main() -> None:
                 lambda: conn.execute(_CHAIN_SQL, ("r", ts)).fetchall(),
             ),
             ("tether: Codec.decode of the payload (head + state)", lambda: sqlite.codec.decode(payload)),
-            ("tether: timestamp (datetime, UTC)", lambda: _utc(ts)),
+            ("tether: a datetime (UTC; made only if .timestamp is read)", lambda: _utc(ts)),
             (
                 "tether: Checkpoint(...) alone",
                 lambda: Checkpoint(
@@ -121,7 +121,7 @@ async def main() -> None:
                 lambda: _checkpoint("r", None, {}, [], None, 1, RunStatus.RUNNING, {}),  # type: ignore[arg-type]
             ),
             (
-                "tether: payload -> Checkpoint (decode, checks, datetime, object)",
+                "tether: payload -> Checkpoint (decode, checks, object)",
                 lambda: sqlite._checkpoint_of("r", [(1, payload)]),
             ),
             (
@@ -146,7 +146,7 @@ async def main() -> None:
         print(f"  {name:<{width}}  {value:7.2f}")
     need = (
         dict(rows)["tether: chain statement (runs JOIN checkpoints)"]
-        + dict(rows)["tether: payload -> Checkpoint (decode, checks, datetime, object)"]
+        + dict(rows)["tether: payload -> Checkpoint (decode, checks, object)"]
     )
     print(f"SQLite: load / floor = {dict(rows)['tether: SqliteStore.load (awaited)'] / floor:.2f}x;")
     print(f"  statement + payload -> Checkpoint alone = {need / floor:.2f}x the floor's whole load")
