@@ -404,9 +404,8 @@ class CheckpointStore(abc.ABC):
         ts = last.get("ts")
         if status is None or (type(ts) is not float and type(ts) is not int):
             raise CheckpointCorrupt("payload head is damaged", run_id=run_id, version=number)
-        return _checkpoint(
-            run_id, last.get("node"), state, executed, _utc(ts), number, status, last.get("meta") or {}
-        )
+        meta = last.get("meta") or {}
+        return _checkpoint(run_id, last.get("node"), state, executed, float(ts), number, status, meta)
 
     async def load_context(
         self, run_id: str, version: int | None = None, *, reducers: ReducerRegistry | None = None
