@@ -38,12 +38,14 @@ async def test_a_replayed_chain_is_cached_and_loads_the_same() -> None:
     assert [h.kind for h in await store.history(ctx.run_id)].count("delta") == 19
     assert store._runs[ctx.run_id].latest is None  # a delta save leaves nothing cached
     first = await store.load(ctx.run_id)
-    assert store._runs[ctx.run_id].latest is not None
+    assert store._runs[ctx.run_id].latest is None  # read once per save: not worth packing
     second = await store.load(ctx.run_id)
-    assert first == second
-    assert second.state == ctx.snapshot()
-    assert second.version == 20 and second.node_id == "n19" and second.metadata == {"step": 19}
-    assert second.executed_node_ids == [f"n{i}" for i in range(1, 20)]
+    assert store._runs[ctx.run_id].latest is not None  # read again: packed
+    third = await store.load(ctx.run_id)  # from the cache
+    assert first == second == third
+    assert third.state == ctx.snapshot()
+    assert third.version == 20 and third.node_id == "n19" and third.metadata == {"step": 19}
+    assert third.executed_node_ids == [f"n{i}" for i in range(1, 20)]
     # the cache is a read cache: history still shows what was written
     assert [h.kind for h in await store.history(ctx.run_id)].count("delta") == 19
 
@@ -51,7 +53,7 @@ async def test_a_replayed_chain_is_cached_and_loads_the_same() -> None:
 async def test_a_loaded_state_is_the_callers_to_change() -> None:
     store = InMemoryStore()
     ctx = await chain(store, 5)
-    for _ in range(3):  # a miss, then hits
+    for _ in range(3):  # a replay, a replay that packs, a cached load
         cp = await store.load(ctx.run_id)
         cp.state["messages"].append("scribble")
         cp.state["extra"] = 1
@@ -62,10 +64,22 @@ async def test_a_loaded_state_is_the_callers_to_change() -> None:
     assert "x" not in again.executed_node_ids and "m" not in again.metadata
 
 
+async def test_a_run_read_once_per_save_is_never_packed() -> None:
+    store = InMemoryStore()
+    ctx = await chain(store, 3)
+    for i in range(5):
+        assert (await store.load(ctx.run_id)).state == ctx.snapshot()
+        assert store._runs[ctx.run_id].latest is None
+        ctx.merge({"messages": [msg(50 + i)]})
+        await store.commit(ctx)
+
+
 async def test_every_save_kind_moves_the_cache_on() -> None:
     store = InMemoryStore()
     ctx = await chain(store, 6)
-    assert (await store.load(ctx.run_id)).version == 6  # cached at 6
+    for _ in range(2):
+        assert (await store.load(ctx.run_id)).version == 6
+    assert store._runs[ctx.run_id].latest is not None  # cached at 6
     ctx.merge({"messages": [msg(99)]})
     await store.commit(ctx, status=RunStatus.PAUSED)  # delta: the cache must not answer
     cp = await store.load(ctx.run_id)
@@ -93,7 +107,9 @@ async def test_every_save_kind_moves_the_cache_on() -> None:
 async def test_a_recreated_run_never_sees_the_old_cache() -> None:
     store = InMemoryStore()
     old = await chain(store, 4)
-    assert (await store.load(old.run_id)).state == old.snapshot()
+    for _ in range(2):
+        assert (await store.load(old.run_id)).state == old.snapshot()
+    assert store._runs[old.run_id].latest is not None
     await store.delete(old.run_id)
     new = ExecutionContext(old.run_id, {"messages": [msg(100)]})
     for i in range(3):
