@@ -401,8 +401,8 @@ class Subject(abc.ABC):
     def forget(self, key: str) -> None:
         """Drop what the writer keeps in memory for ``key`` (untimed), so that a load is
         timed as a resuming process does it. A live copy of a 10 MB state left behind by
-        the writer was measured to slow the next 10 MB decode by ~18% (allocator state),
-        which would charge the writer's memory to the load."""
+        the writer slowed the next 10 MB decode by ~18% in a one-off experiment (allocator
+        state), which would charge the writer's memory to the load."""
         return None
 
     @abc.abstractmethod
