@@ -13,13 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigError, ModelError
 from tether.models._provider import (
-    Backoff,
     SdkChatModel,
     preview,
     response_dict,
 )
 from tether.models.base import ModelReply, Usage
-from tether.models.config import LLMConfig
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -45,16 +43,6 @@ class OpenAIChatModel(SdkChatModel):
     """
 
     _client: AsyncOpenAI
-
-    def __init__(
-        self,
-        config: LLMConfig,
-        *,
-        allow_local: bool = True,
-        backoff: Backoff | None = None,
-        client: AsyncOpenAI | None = None,
-    ) -> None:
-        super().__init__(config, allow_local=allow_local, backoff=backoff, client=client)
 
     def _import_sdk(self) -> Any:
         return _import_openai()

@@ -11,6 +11,7 @@ from tether.errors import ConfigError
 
 __all__ = [
     "OutputBuffer",
+    "ShellOptions",
     "check_env_name",
     "exit_code_of",
     "new_marker",
@@ -182,3 +183,35 @@ def add_note(stderr: str, note: str) -> str:
 
 def timeout_note(timeout: float) -> str:
     return f"[tether: timed out after {timeout:g}s; the command's process group was killed]"
+
+
+class ShellOptions:
+    """The options, checks and state every shell session starts with (local and SSH)."""
+
+    def __init__(
+        self,
+        *,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        default_timeout: float,
+        max_output_bytes: int,
+        persist_cwd: bool,
+        kill_grace: float,
+        raise_on_timeout: bool,
+        redact: Callable[[str], str] | None,
+    ) -> None:
+        if default_timeout <= 0:
+            raise ConfigError("default_timeout must be positive")
+        for name in env or {}:
+            check_env_name(name)
+        self._base_cwd = cwd
+        self._cwd = cwd
+        self._env = dict(env or {})
+        self.default_timeout = default_timeout
+        self.max_output_bytes = max_output_bytes
+        self.persist_cwd = persist_cwd
+        self.kill_grace = kill_grace
+        self.raise_on_timeout = raise_on_timeout
+        self._redact = redact
+        self._sentinel = new_marker("cwd")
+        self._closed = False

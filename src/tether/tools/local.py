@@ -15,10 +15,10 @@ from tether.errors import CommandTimeout, ConfigError, SessionError
 from tether.tools._output import (
     SENTINEL_RESERVE,
     OutputBuffer,
+    ShellOptions,
     add_note,
     check_env_name,
     exit_code_of,
-    new_marker,
     preview,
     timeout_note,
     wrap_script,
@@ -64,7 +64,7 @@ class _Capture(asyncio.SubprocessProtocol):
             self.finished.set_result(None)
 
 
-class LocalSession:
+class LocalSession(ShellOptions):
     """Runs shell lines on this machine through ``/bin/sh -c``.
 
     Each command gets its own process group (``start_new_session``), its stdin is
@@ -106,22 +106,19 @@ class LocalSession:
         base = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
         if not os.path.isdir(base):
             raise ConfigError(f"LocalSession cwd {base!r} is not a directory")
-        if default_timeout <= 0:
-            raise ConfigError("default_timeout must be positive")
-        for name in env or {}:
-            check_env_name(name)
-        self._base_cwd = base
-        self._cwd = base
-        self._env = dict(env or {})
-        self.default_timeout = default_timeout
-        self.max_output_bytes = max_output_bytes
+        super().__init__(
+            cwd=base,
+            env=env,
+            default_timeout=default_timeout,
+            max_output_bytes=max_output_bytes,
+            persist_cwd=persist_cwd,
+            kill_grace=kill_grace,
+            raise_on_timeout=raise_on_timeout,
+            redact=redact,
+        )
+        self._base_cwd: str = base
+        self._cwd: str = base
         self.shell = shell
-        self.persist_cwd = persist_cwd
-        self.kill_grace = kill_grace
-        self.raise_on_timeout = raise_on_timeout
-        self._redact = redact
-        self._sentinel = new_marker("cwd")
-        self._closed = False
 
     def __repr__(self) -> str:
         return f"LocalSession(cwd={self._cwd!r})"

@@ -21,6 +21,7 @@ from tether.errors import CommandTimeout, ConfigError, SessionError
 from tether.tools._output import (
     SENTINEL_RESERVE,
     OutputBuffer,
+    ShellOptions,
     add_note,
     check_env_name,
     new_marker,
@@ -217,7 +218,7 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-class SSHSession:
+class SSHSession(ShellOptions):
     """Runs shell lines on a remote host through ``/bin/sh -c``, like ``LocalSession``.
 
     The connection opens on ``connect()``, ``async with`` or the first ``run`` and is
@@ -248,25 +249,20 @@ class SSHSession:
         raise_on_timeout: bool = False,
         redact: Callable[[str], str] | None = None,
     ) -> None:
-        if default_timeout <= 0:
-            raise ConfigError("default_timeout must be positive")
-        for name in env or {}:
-            check_env_name(name)
+        super().__init__(
+            cwd=cwd,
+            env=env,
+            default_timeout=default_timeout,
+            max_output_bytes=max_output_bytes,
+            persist_cwd=persist_cwd,
+            kill_grace=kill_grace,
+            raise_on_timeout=raise_on_timeout,
+            redact=redact,
+        )
         self.credentials = credentials
-        self._base_cwd = cwd
-        self._cwd = cwd
-        self._env = dict(env or {})
-        self.default_timeout = default_timeout
-        self.max_output_bytes = max_output_bytes
-        self.persist_cwd = persist_cwd
-        self.kill_grace = kill_grace
-        self.raise_on_timeout = raise_on_timeout
-        self._redact = redact
-        self._sentinel = new_marker("cwd")
         self._pid_marker = new_marker("pid")
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
-        self._closed = False
 
     def __repr__(self) -> str:
         return f"SSHSession({self.credentials.target}, cwd={self._cwd!r})"
