@@ -126,3 +126,27 @@ def test_big_decodes_pause_the_collector_and_always_give_it_back():
             gc.enable()
     finally:
         mp.undo()
+
+
+def test_the_state_of_a_plain_full_body_decodes_alone():
+    """``state_offset`` / ``split_state``: the memory store decodes a cached state without
+    the payload's head, so the offset must be exact or 0, never near."""
+    import ormsgpack
+
+    from tether.state.serde import _ext_hook, split_state, state_offset
+
+    when = dt.datetime(2026, 3, 29, 1, 30, tzinfo=ZoneInfo("Europe/Paris"))
+    head = {"v": 1, "kind": "full", "meta": {"at": when, "n": [1, 2]}, "executed": ["a", "b"]}
+    state = {"t": when, "b": b"\x00\xff", "messages": [{"role": "user", "content": "hi"}] * 3}
+    body = Codec().encode({**head, "state": state})
+    at = state_offset(body, head)
+    assert at > 0 and bytes(body[at - 6 : at]) == b"\xa5state"
+    got_head, packed = split_state(body, at)
+    assert got_head == head
+    assert ormsgpack.unpackb(packed, ext_hook=_ext_hook) == state
+    # not such a body: 0, so nothing reads a state from the wrong place
+    assert state_offset(body, {**head, "x": 1}) == 0  # another head than the body's
+    assert state_offset(Codec().encode({"state": state, **head}), head) == 0  # the state not last
+    assert state_offset(Codec(encryption_key=generate_key()).encode({**head, "state": state}), head) == 0
+    big_head = {"v": 1, **{f"k{i}": i for i in range(14)}}  # 16 pairs with the state: a map16
+    assert state_offset(Codec().encode({**big_head, "state": state}), big_head) == 0

@@ -64,6 +64,46 @@ async def test_a_loaded_state_is_the_callers_to_change() -> None:
     assert "x" not in again.executed_node_ids and "m" not in again.metadata
 
 
+async def test_a_saved_full_row_is_served_from_the_cache_exactly() -> None:
+    """A full save fills the cache (the state kept packed apart from the head); a load
+    from it must equal the general path's, every allowed type and the metadata included,
+    and hand out copies."""
+    import datetime as dt
+    from zoneinfo import ZoneInfo
+
+    from tether.state import Checkpoint
+
+    store = InMemoryStore()
+    when = dt.datetime(2026, 3, 29, 1, 30, tzinfo=ZoneInfo("Europe/Paris"))
+    state = {
+        "t": when,
+        "naive": dt.datetime(2026, 1, 1),
+        "b": b"\x00\xff",
+        "f": 1.5,
+        "n": None,
+        "l": [1, "a"],
+    }
+    cp = Checkpoint(
+        run_id=new_id(),
+        node_id="n3",
+        state=state,
+        executed_node_ids=["n1", "n3"],
+        status=RunStatus.PAUSED,
+        metadata={"at": when, "tags": ["x"]},
+    )
+    await store.save(cp)
+    assert store._runs[cp.run_id].latest is not None
+    cached = await store.load(cp.run_id)
+    general = await store.load(cp.run_id, 1)  # the decode every store runs
+    assert cached == general
+    assert cached.state == state and cached.state["t"].tzinfo == ZoneInfo("Europe/Paris")
+    assert cached.metadata == {"at": when, "tags": ["x"]} and cached.status is RunStatus.PAUSED
+    cached.metadata["tags"].append("scribble")
+    cached.executed_node_ids.append("x")
+    cached.state["l"].append(2)
+    assert await store.load(cp.run_id) == general
+
+
 async def test_a_run_read_once_per_save_is_never_packed() -> None:
     store = InMemoryStore()
     ctx = await chain(store, 3)
@@ -97,7 +137,10 @@ async def test_every_save_kind_moves_the_cache_on() -> None:
     assert await store.prune(ctx.run_id, keep=1) == 1  # now the lone full row, cache empty
     assert store._runs[ctx.run_id].latest is None
     assert (await store.load(ctx.run_id)).state == ctx.snapshot()
-    assert store._runs[ctx.run_id].latest is not None  # a lone plain full row is cached as it is
+    assert store._runs[ctx.run_id].latest is None  # a row prune wrote: cached as a chain is
+    assert (await store.load(ctx.run_id)).state == ctx.snapshot()
+    assert store._runs[ctx.run_id].latest is not None
+    assert (await store.load(ctx.run_id)).state == ctx.snapshot()
     assert await store.delete(ctx.run_id)
     assert await store.load(ctx.run_id) is None
     fresh = await chain(store, 3, run_id=ctx.run_id)
@@ -149,11 +192,13 @@ async def test_an_expired_run_is_not_served_from_the_cache() -> None:
 async def test_a_full_row_from_a_newer_tether_fails_on_the_cached_path_too() -> None:
     import time
 
+    from tether.state.serde import state_offset
     from tether.stores.base import Write
 
     store = InMemoryStore()
     run_id = new_id()
-    future = Codec().encode({"v": 99, "kind": "full", "state": {}, "executed": []})
+    head = {"v": 99, "kind": "full", "executed": []}
+    future = Codec().encode({**head, "state": {}})
     write = Write(
         run_id=run_id,
         kind="full",
@@ -163,9 +208,11 @@ async def test_a_full_row_from_a_newer_tether_fails_on_the_cached_path_too() -> 
         created_at=time.time(),
         expires_at=None,
         expected_version=0,
+        state_at=state_offset(future, head),  # as if this tether had written it
     )
+    assert write.state_at > 0
     await store._write(write)
-    assert store._runs[run_id].latest is not None
+    assert store._runs[run_id].latest is None  # the cache takes only what a load would read
     with pytest.raises(CheckpointCorrupt, match="upgrade tether") as err:
         await store.load(run_id)
     assert run_id in str(err.value)

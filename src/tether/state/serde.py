@@ -41,6 +41,8 @@ __all__ = [
     "generate_key",
     "is_plain",
     "pack_plain",
+    "split_state",
+    "state_offset",
 ]
 
 SCHEMA_VERSION = 1
@@ -100,6 +102,30 @@ def _unpack(body: bytes | memoryview) -> Any:
 def is_plain(data: bytes) -> bool:
     """Whether a stored payload is a bare body (readable by any codec, key or not)."""
     return bool(data) and data[0] in _MAP_START
+
+
+def state_offset(payload: bytes, head: dict[str, Any]) -> int:
+    """Where the state's own MessagePack starts in a plain body ``head`` plus a last pair
+    ``"state": ...``, so that a reader can decode the state alone (0: not such a body).
+
+    Packing the head again costs a few microseconds; finding the offset by walking the
+    body would cost a parse. Checked against the body's bytes, so a layout change reads
+    as 0, never as a wrong offset.
+    """
+    if len(head) > 14 or not payload or payload[0] != 0x81 + len(head):
+        return 0  # a framed body, or a map too big for a one-byte header
+    at = len(pack_plain(head)) + len(_STATE_KEY)
+    return at if payload[at - len(_STATE_KEY) : at] == _STATE_KEY else 0
+
+
+def split_state(payload: bytes, at: int) -> tuple[dict[str, Any], memoryview]:
+    """A body as :func:`state_offset` found it: its head decoded, its state still packed
+    (a view, no copy). The head's map header counts one pair fewer than the body's."""
+    head = ormsgpack.unpackb(bytes((payload[0] - 1,)) + payload[1 : at - len(_STATE_KEY)], ext_hook=_ext_hook)
+    return head, memoryview(payload)[at:]
+
+
+_STATE_KEY = b"\xa5state"  # MessagePack of the str "state"
 
 
 def pack_plain(payload: dict[str, Any]) -> bytes:

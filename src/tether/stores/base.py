@@ -42,7 +42,7 @@ from tether.state.model import (
     _checkpoint,
 )
 from tether.state.reducers import ReducerRegistry, apply_op
-from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain
+from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
 from tether.state.values import check_value
 
 __all__ = [
@@ -124,6 +124,9 @@ class Write:
     require_status: RunStatus | None = None
     growth_bytes: int = 0
     rewrite_bytes: int = 0
+    state_at: int = 0
+    """Where the state's own bytes start in a plain full payload, for a store that keeps
+    them apart (see ``CheckpointStore._splits_state``); 0 otherwise."""
 
     def chain_after(self, prev: ChainStats, version: int) -> ChainStats:
         """The run's chain statistics once this write is version ``version``."""
@@ -185,6 +188,9 @@ class CheckpointStore(abc.ABC):
 
     #: URL scheme(s) this backend answers to, for ``open_store``.
     scheme: str = ""
+    #: Whether full writes should say where their state starts (``Write.state_at``): for a
+    #: store that decodes the state without the payload's head on its loads.
+    _splits_state: bool = False
 
     def __init__(
         self,
@@ -299,7 +305,9 @@ class CheckpointStore(abc.ABC):
         with ctx._lock:
             taken = ctx._take()
             try:
-                kind, payload, growth, rewrite = self._encode_commit(ctx, taken, node, status, now, meta)
+                kind, payload, state_at, growth, rewrite = self._encode_commit(
+                    ctx, taken, node, status, now, meta
+                )
             except BaseException:
                 ctx._give_back(taken)
                 raise
@@ -307,6 +315,7 @@ class CheckpointStore(abc.ABC):
             run_id=ctx.run_id,
             kind=kind,
             payload=payload,
+            state_at=state_at,
             node_id=node,
             status=status,
             created_at=now,
@@ -340,7 +349,9 @@ class CheckpointStore(abc.ABC):
         status: RunStatus,
         now: float,
         meta: dict[str, Any],
-    ) -> tuple[str, bytes, int, int]:
+    ) -> tuple[str, bytes, int, int, int]:
+        """The write a commit makes: kind, payload, where a full one's state starts (see
+        :meth:`_encode_full`), and a delta's growth and rewrite bytes."""
         head = {"v": SCHEMA_VERSION, "node": node, "status": str(status), "ts": now, "meta": meta}
         if not taken.full and ctx.version > 0:
             ops = [[k, op, arg] for k, op, arg in taken.ops]
@@ -353,11 +364,17 @@ class CheckpointStore(abc.ABC):
             rewrite = min(rewrite, len(payload))
             growth = len(payload) - rewrite
             if not self.compaction.due(ctx.chain, growth=growth, rewrite=rewrite):
-                return "delta", payload, growth, rewrite
-        payload = self.codec.encode(
-            {**head, "kind": "full", "state": ctx._state_ref(), "executed": ctx.executed_node_ids}
+                return "delta", payload, 0, growth, rewrite
+        payload, state_at = self._encode_full(
+            {**head, "kind": "full", "executed": ctx.executed_node_ids}, ctx._state_ref()
         )
-        return "full", payload, 0, 0
+        return "full", payload, state_at, 0, 0
+
+    def _encode_full(self, head: dict[str, Any], state: dict[str, Any]) -> tuple[bytes, int]:
+        """A full payload (the state its last pair) and, for a store that asks, where the
+        state starts in it."""
+        payload = self.codec.encode({**head, "state": state})
+        return payload, (state_offset(payload, head) if self._splits_state else 0)
 
     async def save(self, checkpoint: Checkpoint, *, expected_version: int | None = None) -> int:
         """Store a whole :class:`Checkpoint` as the run's next version (the seed's ``save``).
@@ -371,7 +388,7 @@ class CheckpointStore(abc.ABC):
         check_value(checkpoint.metadata, key="metadata")
         check_value(list(checkpoint.executed_node_ids), key="executed_node_ids")
         now = checkpoint.timestamp.timestamp()
-        payload = self.codec.encode(_full_payload(checkpoint))
+        payload, state_at = self._encode_full(_full_head(checkpoint), checkpoint.state)
         version, _ = await self._write(
             Write(
                 run_id=checkpoint.run_id,
@@ -382,6 +399,7 @@ class CheckpointStore(abc.ABC):
                 created_at=now,
                 expires_at=self.expiry.expires_at(RunStatus(checkpoint.status), time.time()),
                 expected_version=expected_version,
+                state_at=state_at,
             )
         )
         return version
@@ -617,8 +635,8 @@ def _lone_full(run_id: str, number: int, payload: bytes) -> Checkpoint | None:
     return _checkpoint(run_id, last.get("node"), state, executed, ts, number, status, meta)
 
 
-def _full_payload(cp: Checkpoint) -> dict[str, Any]:
-    """A checkpoint as a full row's payload, the form :meth:`CheckpointStore.load` reads back."""
+def _full_head(cp: Checkpoint) -> dict[str, Any]:
+    """A full row's payload for a checkpoint, all but its last pair, the state."""
     return {
         "v": SCHEMA_VERSION,
         "kind": "full",
@@ -626,9 +644,13 @@ def _full_payload(cp: Checkpoint) -> dict[str, Any]:
         "status": str(cp.status),
         "ts": cp.timestamp.timestamp(),
         "meta": cp.metadata,
-        "state": cp.state,
         "executed": list(cp.executed_node_ids),
     }
+
+
+def _full_payload(cp: Checkpoint) -> dict[str, Any]:
+    """A checkpoint as a full row's payload, the form :meth:`CheckpointStore.load` reads back."""
+    return {**_full_head(cp), "state": cp.state}
 
 
 _OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
