@@ -6,6 +6,8 @@ import datetime as dt
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tether.errors import CheckpointCorrupt, ConfigError, DecryptionError
 from tether.state import Codec, generate_key
@@ -150,3 +152,42 @@ def test_the_state_of_a_plain_full_body_decodes_alone():
     assert state_offset(Codec(encryption_key=generate_key()).encode({**head, "state": state}), head) == 0
     big_head = {"v": 1, **{f"k{i}": i for i in range(14)}}  # 16 pairs with the state: a map16
     assert state_offset(Codec().encode({**big_head, "state": state}), big_head) == 0
+
+
+_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=40),
+    st.binary(max_size=300),
+)
+_value = st.recursive(
+    _leaf,
+    lambda inner: st.lists(inner, max_size=20) | st.dictionaries(st.text(max_size=8), inner, max_size=20),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.text(max_size=8), _value, max_size=6))
+def test_the_fast_encoder_writes_the_same_bytes(state):
+    """Payloads without datetimes go to msgspec: the bytes must be ormsgpack's, so that
+    every reader, and the offsets ``state_offset`` computes, stay what they were."""
+    import ormsgpack
+
+    from tether.state.serde import pack_plain
+
+    payload = {"v": 1, "kind": "full", "state": state}
+    assert pack_plain(payload, datetimes=False) == ormsgpack.packb(payload)
+    assert Codec().decode(Codec().encode(payload, datetimes=False)) == payload
+
+
+def test_a_value_the_fast_encoder_cannot_write_gets_the_usual_error():
+    from tether.state.serde import pack_plain
+
+    class Odd:
+        pass
+
+    with pytest.raises(TypeError, match="Odd"):
+        pack_plain({"v": 1, "state": {"x": Odd()}}, datetimes=False)

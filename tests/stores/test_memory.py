@@ -216,3 +216,42 @@ async def test_a_full_row_from_a_newer_tether_fails_on_the_cached_path_too() -> 
     with pytest.raises(CheckpointCorrupt, match="upgrade tether") as err:
         await store.load(run_id)
     assert run_id in str(err.value)
+
+
+async def test_full_writes_use_the_fast_encoder_only_when_no_datetime_is_held(monkeypatch) -> None:
+    import datetime as dt
+
+    from tether.state import serde
+
+    calls: list[int] = []
+    real = serde._fast_pack
+
+    def counting(payload: Any) -> bytes:
+        calls.append(1)
+        return real(payload)
+
+    monkeypatch.setattr(serde, "_fast_pack", counting)
+    store = InMemoryStore()
+    ctx = ExecutionContext(new_id(), {"messages": [msg(0)]})
+    await store.commit(ctx)  # full, no datetime: msgspec
+    assert len(calls) == 2  # the payload and, for the cache's offset, its head
+    ctx.put("when", dt.datetime(2026, 1, 1))
+    await store.commit(ctx)  # a delta: ormsgpack
+    ctx.restore(ctx.snapshot())
+    await store.commit(ctx)  # full, with a datetime: ormsgpack
+    assert len(calls) == 2
+    assert (await store.load(ctx.run_id)).state["when"] == dt.datetime(2026, 1, 1)
+    ctx.delete("when")
+    await store.commit(ctx, metadata={"at": dt.datetime(2026, 1, 1)})  # full; the datetime in metadata
+    assert len(calls) == 2
+    ctx.merge({"messages": [msg(1)]})
+    ctx.restore(ctx.snapshot())
+    await store.commit(ctx)
+    assert len(calls) == 4
+    loaded = await store.load_context(ctx.run_id)  # read back: walked once when asked
+    assert loaded._dated is None
+    loaded.put("scratch", 1)
+    loaded.delete("scratch")  # makes the next write a full one
+    await store.commit(loaded)
+    assert loaded._dated == set()
+    assert len(calls) == 6 and (await store.load(ctx.run_id)).state == ctx.snapshot()

@@ -42,6 +42,7 @@ class ExecutionContext:
 
     __slots__ = (
         "_chain",
+        "_dated",
         "_delta",
         "_executed",
         "_executed_set",
@@ -71,9 +72,11 @@ class ExecutionContext:
         self._executed_set: set[str] = set()
         self._delta = Delta(full=True)
         self._chain = ChainStats()
+        self._dated: set[str] | None = set()
+        """Keys whose value holds a datetime (None: not known, for a state read back from a
+        store). A full checkpoint of a state without any is encoded by the faster encoder."""
         if state:
-            for key, value in state.items():
-                check_value(value, key=key)
+            self._dated = {key for key, value in state.items() if check_value(value, key=key)}
             self._state = copy_value(dict(state))
 
     # -- reading -------------------------------------------------------------------
@@ -113,24 +116,29 @@ class ExecutionContext:
     def put(self, key: str, value: Any) -> None:
         """Overwrite one key, whatever its reducer."""
         _check_key(key)
-        check_value(value, key=key)
+        dated = check_value(value, key=key)
         with self._lock:
             self._state[key] = value
             self._record(key, "set", value)
+            _flag(self._dated, key, dated)
 
     def merge(self, update: Mapping[str, Any]) -> None:
         """Apply each key's reducer; all keys or none (the update is checked first)."""
+        dated: set[str] = set()
         for key, value in update.items():
             _check_key(key)
-            check_value(value, key=key)
-        self._merge_checked(update)
+            if check_value(value, key=key):
+                dated.add(key)
+        self._merge_checked(update, dated)
 
-    def _merge_checked(self, update: Mapping[str, Any]) -> None:
+    def _merge_checked(self, update: Mapping[str, Any], dated: set[str] | None = None) -> None:
         """``merge`` for values already known to be valid (the runtime's own bookkeeping,
-        built from str/int/float only): skips the walk that ``merge`` does first."""
+        built from str/int/float only): skips the walk that ``merge`` does first.
+        ``dated``: the keys of ``update`` whose value holds a datetime."""
         with self._lock:
             new: dict[str, Any] = {}
             ops: list[Op] = []
+            flags: dict[str, bool] = {}
             for key, value in update.items():
                 red = self._reducers.reducer_for(key)
                 old = new[key] if key in new else self._state.get(key)
@@ -139,22 +147,28 @@ class ExecutionContext:
                 except InvalidStateValue as exc:
                     raise InvalidStateValue(f"state key {key!r}: {exc}", key=key) from exc
                 op_name = getattr(red, "op", None)
+                fresh = dated is not None and key in dated
                 if op_name is None:
-                    check_value(result, key=key)  # a user reducer may return anything
+                    flags[key] = check_value(result, key=key)  # a user reducer may return anything
                     ops.append((key, "set", result))
                 else:
                     norm = getattr(red, "normalise", None)
                     ops.append((key, op_name, norm(value) if norm else value))
+                    # a built-in reducer's result is made of the old value and the new one
+                    flags[key] = fresh or (op_name != "set" and _holds(self._dated, key))
                 new[key] = result
             self._state.update(new)
             for key, op_name, arg in ops:
                 self._record(key, op_name, arg)
+            for key, flag in flags.items():
+                _flag(self._dated, key, flag)
 
     def delete(self, key: str) -> None:
         with self._lock:
             if key in self._state:
                 del self._state[key]
                 self._delta.full = True  # rare: a whole write is simpler than a del op
+                _flag(self._dated, key, False)
 
     def mark_executed(self, node_id: str) -> None:
         """Record that a node finished; resume will skip it."""
@@ -184,11 +198,14 @@ class ExecutionContext:
 
     def restore(self, data: Mapping[str, Any]) -> None:
         """Replace the whole state (the next checkpoint is a full one)."""
+        dated: set[str] = set()
         for key, value in data.items():
             _check_key(key)
-            check_value(value, key=key)
+            if check_value(value, key=key):
+                dated.add(key)
         with self._lock:
             self._state = copy_value(dict(data))
+            self._dated = dated
             self._delta = Delta(full=True, executed=list(self._delta.executed))
 
     # -- used by stores ------------------------------------------------------------
@@ -205,6 +222,14 @@ class ExecutionContext:
 
     def _state_ref(self) -> dict[str, Any]:
         return self._state
+
+    def _holds_datetimes(self) -> bool:
+        """Whether any value holds a datetime (what the encoder must know; callers hold
+        ``_lock``). Known from the checks values pass on their way in; a state read back
+        from a store is walked once, here, the first time it is asked."""
+        if self._dated is None:
+            self._dated = {key for key, value in self._state.items() if check_value(value, key=key)}
+        return bool(self._dated)
 
     def _mark_saved(self, version: int, chain: ChainStats) -> None:
         with self._lock:
@@ -251,6 +276,7 @@ class ExecutionContext:
     ) -> None:
         with self._lock:
             self._state = state
+            self._dated = None
             self._executed = executed
             self._executed_set = set(executed)
             self.version = version
@@ -265,6 +291,20 @@ class ExecutionContext:
 
     def __repr__(self) -> str:
         return f"ExecutionContext(run_id={self.run_id!r}, version={self.version}, keys={len(self)})"
+
+
+def _flag(dated: set[str] | None, key: str, holds: bool) -> None:
+    """Record whether ``key``'s value holds a datetime (nothing to do while not known)."""
+    if dated is not None:
+        if holds:
+            dated.add(key)
+        else:
+            dated.discard(key)
+
+
+def _holds(dated: set[str] | None, key: str) -> bool:
+    """Whether ``key``'s value may hold a datetime: yes when not known."""
+    return dated is None or key in dated
 
 
 def _check_key(key: object) -> None:

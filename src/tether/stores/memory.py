@@ -106,27 +106,19 @@ class InMemoryStore(CheckpointStore):
                 payload=w.payload,
             )
             now = _utc(w.created_at)
-            if run is None:
-                info = RunInfo(
-                    run_id=w.run_id,
-                    status=w.status,
-                    version=version,
-                    node_id=w.node_id,
-                    created_at=now,
-                    updated_at=now,
-                    expires_at=None,
-                    chain=chain,
-                )
-                run = self._runs[w.run_id] = _Run(info=info, expires_at=None)
-            run.info = replace(
-                run.info,
+            info = RunInfo(
+                run_id=w.run_id,
                 status=w.status,
                 version=version,
                 node_id=w.node_id,
+                created_at=now if run is None else run.info.created_at,
                 updated_at=now,
-                chain=chain,
                 expires_at=None if w.expires_at is None else _utc(w.expires_at),
+                chain=chain,
             )
+            if run is None:
+                run = self._runs[w.run_id] = _Run(info=info, expires_at=None)
+            run.info = info
             run.expires_at = w.expires_at
             run.rows[version] = row
             run.latest = _latest_of(w, version) if w.state_at else None
