@@ -104,7 +104,7 @@ def make_config(args: argparse.Namespace, workdir: Path) -> Config:
     else:
         sizes = dict(ALL_SIZES)
         reps = dict(FULL_REPS)
-        base, steps, gsteps, gmsg, lgsteps, load_reps, warmup = "10MB", 100, 1000, 10 * KB, 100, 7, 2
+        base, steps, gsteps, gmsg, lgsteps, load_reps, warmup = "10MB", 100, 1000, 10 * KB, 100, 15, 2
     if args.sizes:
         wanted = [x.strip().upper() for x in args.sizes.split(",") if x.strip()]
         unknown = [x for x in wanted if x not in ALL_SIZES]
@@ -1049,6 +1049,23 @@ async def timed(fn: Callable[..., Awaitable[Any]], *args: Any, collect: bool = T
     return (time.perf_counter() - t0) * 1000.0, out
 
 
+async def interleaved_loads(
+    cfg: Config, subject: tuple[Subject, str], floor: tuple[Subject, str], expect: int
+) -> tuple[list[float], list[float]]:
+    """``cfg.load_reps`` loads each of a subject's run and the floor's, alternating which
+    goes first, so that noise from a shared host hits both alike."""
+    times: dict[int, list[float]] = {0: [], 1: []}
+    pair = (subject, floor)
+    for rep in range(cfg.load_reps):
+        for i in (0, 1) if rep % 2 == 0 else (1, 0):
+            who, key = pair[i]
+            t, got = await timed(who.load, key)
+            if got != expect:
+                raise AssertionError(f"{who.label} loaded {got} messages, expected {expect}")
+            times[i].append(t)
+    return times[0], times[1]
+
+
 def _rotate(xs: list[Subject], n: int) -> list[Subject]:
     k = n % len(xs)
     return xs[k:] + xs[:k]
@@ -1148,12 +1165,7 @@ async def measure_append(be: Backend, cfg: Config, data: Data) -> dict[str, Any]
     }
     fkey = new_key("appendfloor")
     await be.floor.save(be.floor.prepare(fkey, final))
-    floor_loads = []
-    for _ in range(cfg.load_reps):
-        t, _n = await timed(be.floor.load, fkey)
-        floor_loads.append(t)
-    await be.floor.delete(fkey)
-    res["floor_load_after"] = summary(floor_loads)
+    floor_loads: list[float] = []
     for s in stepping:
         entry: dict[str, Any] = {"step": summary(times[s.label])}
         if s.label not in errors:
@@ -1161,13 +1173,10 @@ async def measure_append(be: Backend, cfg: Config, data: Data) -> dict[str, Any]
             try:
                 after = await s.stored_bytes(keys[s.label])
                 entry["bytes_per_step"] = (after - before[s.label]) / max(1, len(steps))
-                loads = []
-                for _ in range(cfg.load_reps):
-                    t, n = await timed(s.load, keys[s.label])
-                    if n != len(final):
-                        raise AssertionError(f"loaded {n} messages, expected {len(final)}")
-                    loads.append(t)
+                loads, beside = await interleaved_loads(cfg, (s, keys[s.label]), (be.floor, fkey), len(final))
                 entry["load_after"] = summary(loads)
+                if s is be.tether:
+                    floor_loads = beside
             except Exception as exc:
                 errors[s.label] = f"{type(exc).__name__}: {exc}"[:200]
         if s.label in errors:
@@ -1175,6 +1184,8 @@ async def measure_append(be: Backend, cfg: Config, data: Data) -> dict[str, Any]
         with contextlib.suppress(Exception):
             await s.delete(keys[s.label])
         res[s.label] = entry
+    await be.floor.delete(fkey)
+    res["floor_load_after"] = summary(floor_loads)
     print(f"  [{be.name}] append steps done", file=sys.stderr, flush=True)
     return res
 
@@ -1227,20 +1238,11 @@ async def measure_growth(be: Backend, cfg: Config, data: Data) -> dict[str, Any]
             fb = _sqlite_file_bytes(cfg.workdir / "growth-tether.db")
             res["tether"]["sqlite_file_bytes"] = fb
             res["tether"]["sqlite_file_ratio"] = fb / final_bytes
-        loads = []
-        for _ in range(cfg.load_reps):
-            t, got = await timed(tether.load, key)
-            if got != n:
-                raise AssertionError(f"loaded {got} messages, expected {n}")
-            loads.append(t)
-        res["tether"]["load_final"] = summary(loads)
         fkey = new_key("growthfloor")
         await be.floor.save(be.floor.prepare(fkey, msgs))
-        floor_loads = []
-        for _ in range(cfg.load_reps):
-            t, _n = await timed(be.floor.load, fkey)
-            floor_loads.append(t)
+        loads, floor_loads = await interleaved_loads(cfg, (tether, key), (be.floor, fkey), n)
         await be.floor.delete(fkey)
+        res["tether"]["load_final"] = summary(loads)
         res["floor_load_final"] = summary(floor_loads)
         # LangGraph: the first lg_steps steps of the same run (it rewrites the whole list
         # every step, so 1,000 steps would write gigabytes), plus an extrapolation.

@@ -37,7 +37,8 @@ class ExecutionContext:
 
     ``get`` returns the stored object itself, without a copy, so a 10 MB history is
     cheap to read; treat it as read-only and change state with ``put``/``merge``
-    (in-place edits would not be checkpointed). ``snapshot()`` returns a deep copy.
+    (in-place edits would be neither checked nor checkpointed). ``snapshot()`` returns a
+    deep copy.
     """
 
     __slots__ = (
