@@ -1050,10 +1050,11 @@ async def close_backend(be: Backend) -> None:
 async def _fresh_pg_schema(url: str, tag: str) -> tuple[str, str]:
     """A new schema for this run's tables, and the URL that puts every subject in it.
 
-    The floor writes to a table made for the run; tether's and LangGraph's tables in a
-    database that earlier runs (and the test suite) churned through carry their dead rows
-    (the bench server runs with autovacuum off), which slowed tether's 1,000-row chain
-    loads from ~26 to ~60 ms across runs of the same code. So every subject starts empty."""
+    The floor writes to a table made for the run, while tether's and LangGraph's tables
+    in the shared database carry the dead rows of earlier runs and of the test suite (the
+    servers here run with autovacuum off), so every subject starts as empty as the floor.
+    (This did not remove the spread of the growth run's chain loads, 1.2-2.9x the floor
+    across runs of the same code, which shows in a fresh schema too.)"""
     import psycopg
 
     schema = f"tether_bench_{tag}"
