@@ -148,9 +148,10 @@ def pack_plain(payload: dict[str, Any], *, datetimes: bool = True) -> bytes:
     ``datetimes=False`` promises the payload holds no ``datetime`` (``check_value`` says
     so as it checks values in): it is then packed by msgspec, whose MessagePack is the same
     bytes for everything else tether stores, in about a third of ormsgpack's time from
-    100 KB up on chat-like state (``benchmarks/bench_encode.py``; the same at 1 KB). msgspec cannot be told how to write a
-    datetime (it writes its own timestamp form and loses the zone, or a bare string for a
-    naive one), so a payload that may hold one goes to ormsgpack and our extension type.
+    100 KB up on chat-like state (``benchmarks/bench_encode.py``; the same at 1 KB).
+    msgspec cannot be told how to write a datetime (it writes its own timestamp form and
+    loses the zone, or a bare string for a naive one), so a payload that may hold one goes
+    to ormsgpack and our extension type.
     """
     if not datetimes:
         try:
