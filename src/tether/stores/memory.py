@@ -160,6 +160,8 @@ class InMemoryStore(CheckpointStore):
         if hit is not None and (run.expires_at is None or run.expires_at > time.time()):
             number, body, node, executed, meta, when, status = hit
             try:
+                # _unpack's size test inlined, as in serde.decode_plain: the extra call
+                # took a 1 KB load from 1.63x to 1.76x the floor's (warm)
                 state = _unpackb(body, ext_hook=_ext_hook) if len(body) < _BULK_BYTES else _unpack(body)
                 extra = {} if meta is None else _unpackb(meta, ext_hook=_ext_hook)
             except Exception as exc:  # bytes this process packed: only a bug lands here
