@@ -58,3 +58,45 @@ def test_a_stored_time_becomes_the_same_datetime_whenever_it_is_read():
     with pytest.raises(dataclasses.FrozenInstanceError):
         lazy.timestamp = when  # type: ignore[misc]
     assert Checkpoint(run_id="r", node_id=None, state={}).timestamp.tzinfo is dt.UTC
+
+
+def test_cached_ids_and_no_metadata_read_as_the_callers_own_list_and_dict():
+    """A store's load may leave its cached tuple of ids and None for no metadata in the
+    slots. Every way of reading them must see what ``Checkpoint(...)`` holds, and each
+    checkpoint gets its own list and dict, so a caller's change never reaches the cache."""
+    import copy
+    import pickle
+
+    ids = ("a", "b")
+    args = ("r", "b", {"a": 1}, ids, 1_790_000_000.0, 2, RunStatus.RUNNING, None)
+    plain = Checkpoint(
+        run_id="r",
+        node_id="b",
+        state={"a": 1},
+        executed_node_ids=["a", "b"],
+        timestamp=dt.datetime.fromtimestamp(1_790_000_000.0, dt.UTC),
+        version=2,
+        status=RunStatus.RUNNING,
+    )
+    assert _checkpoint(*args) == plain and repr(_checkpoint(*args)) == repr(plain)
+    lazy = _checkpoint(*args)
+    assert type(lazy.executed_node_ids) is list and lazy.executed_node_ids == ["a", "b"]
+    assert type(lazy.metadata) is dict and lazy.metadata == {}
+    assert lazy.executed_node_ids is lazy.executed_node_ids and lazy.metadata is lazy.metadata  # made once
+    lazy.executed_node_ids.append("c")
+    lazy.metadata["k"] = 1
+    assert ids == ("a", "b")
+    other = _checkpoint(*args)
+    assert other.executed_node_ids == ["a", "b"] and other.metadata == {}
+    for seen in (
+        pickle.loads(pickle.dumps(_checkpoint(*args))),
+        copy.deepcopy(_checkpoint(*args)),
+        dataclasses.replace(_checkpoint(*args), version=2),
+    ):
+        assert seen == plain and type(seen.executed_node_ids) is list and type(seen.metadata) is dict
+    as_dict = dataclasses.asdict(_checkpoint(*args))
+    assert as_dict["executed_node_ids"] == ["a", "b"] and as_dict["metadata"] == {}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lazy.metadata = {}  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lazy.executed_node_ids = []  # type: ignore[misc]

@@ -163,12 +163,13 @@ class InMemoryStore(CheckpointStore):
                 # _unpack's size test inlined, as in serde.decode_plain: the extra call
                 # took a 1 KB load from 1.63x to 1.76x the floor's (warm)
                 state = _unpackb(body, ext_hook=_ext_hook) if len(body) < _BULK_BYTES else _unpack(body)
-                extra = {} if meta is None else _unpackb(meta, ext_hook=_ext_hook)
+                extra = None if meta is None else _unpackb(meta, ext_hook=_ext_hook)
             except Exception as exc:  # bytes this process packed: only a bug lands here
                 raise CheckpointCorrupt(
                     f"cached state unreadable ({exc})", run_id=run_id, version=number
                 ) from exc
-            return _checkpoint(run_id, node, state, list(executed), when, number, status, extra)
+            # the ids as the cached tuple and no metadata as None: made a list and a dict when read
+            return _checkpoint(run_id, node, state, executed, when, number, status, extra)
         with self._lock:
             run = self._live(run_id)
             if run is None:
