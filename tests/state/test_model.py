@@ -8,7 +8,7 @@ import inspect
 
 import pytest
 
-from tether.state.model import Checkpoint, RunStatus, _checkpoint
+from tether.state.model import ChainStats, Checkpoint, RunStatus, _chain_stats, _checkpoint
 
 
 def test_the_fast_checkpoint_constructor_builds_what_the_dataclass_builds():
@@ -100,3 +100,13 @@ def test_cached_ids_and_no_metadata_read_as_the_callers_own_list_and_dict():
         lazy.metadata = {}  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         lazy.executed_node_ids = []  # type: ignore[misc]
+
+
+def test_the_fast_chain_stats_constructor_builds_what_the_dataclass_builds():
+    names = [f.name for f in dataclasses.fields(ChainStats)]
+    assert list(inspect.signature(_chain_stats).parameters) == names
+    values = dict(zip(names, (7, 1000, 30, 4, 5), strict=True))
+    fast = _chain_stats(*values.values())
+    assert fast == ChainStats(**values) and repr(fast) == repr(ChainStats(**values))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.length = 6  # type: ignore[misc]

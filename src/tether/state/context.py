@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.errors import InvalidStateValue
-from tether.state.model import ChainStats
+from tether.state.model import _NO_CHAIN, ChainStats
 from tether.state.reducers import Op, Reducer, ReducerRegistry, default_registry
 from tether.state.values import check_value, copy_value
 
@@ -72,7 +72,7 @@ class ExecutionContext:
         self._executed: list[str] = []
         self._executed_set: set[str] = set()
         self._delta = Delta(full=True)
-        self._chain = ChainStats()
+        self._chain = _NO_CHAIN
         self._dated: set[str] | None = set()
         """Keys whose value holds a datetime (None: not known, for a state read back from a
         store). A full checkpoint of a state without any is encoded by the faster encoder."""

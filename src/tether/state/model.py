@@ -215,6 +215,30 @@ class ChainStats:
     """Deltas after the base."""
 
 
+_set_base_version, _set_base_bytes, _set_growth_bytes, _set_rewrite_bytes, _set_length = (
+    getattr(ChainStats, f).__set__ for f in ChainStats.__slots__
+)
+
+
+def _chain_stats(
+    base_version: int, base_bytes: int, growth_bytes: int, rewrite_bytes: int, length: int
+) -> ChainStats:
+    """``ChainStats(...)`` for a save (one a save), as :func:`_checkpoint` builds a checkpoint:
+    the frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``. The
+    arguments are the fields, in order; a test holds the two equal."""
+    chain: ChainStats = _new(ChainStats)
+    _set_base_version(chain, base_version)
+    _set_base_bytes(chain, base_bytes)
+    _set_growth_bytes(chain, growth_bytes)
+    _set_rewrite_bytes(chain, rewrite_bytes)
+    _set_length(chain, length)
+    return chain
+
+
+_NO_CHAIN = ChainStats()
+"""A run with nothing stored, shared (the record is immutable)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunInfo:
     """A run as ``list_runs()`` shows it."""

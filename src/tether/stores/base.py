@@ -39,6 +39,7 @@ from tether.state.model import (
     ExecutionContextSnapshot,
     RunInfo,
     RunStatus,
+    _chain_stats,
     _checkpoint,
 )
 from tether.state.reducers import ReducerRegistry, apply_op
@@ -130,17 +131,20 @@ class Write:
     state_at: int = 0
     """Where the state's own bytes start in a plain full payload, for a store that keeps
     them apart (see ``CheckpointStore._splits_state``); 0 otherwise."""
+    head: dict[str, Any] | None = None
+    """With ``state_at``: the payload's head as it was encoded (ids, metadata…), so that
+    such a store need not decode it again."""
 
     def chain_after(self, prev: ChainStats, version: int) -> ChainStats:
         """The run's chain statistics once this write is version ``version``."""
         if self.kind == "full":
-            return ChainStats(base_version=version, base_bytes=len(self.payload))
-        return ChainStats(
-            base_version=prev.base_version,
-            base_bytes=prev.base_bytes,
-            growth_bytes=prev.growth_bytes + self.growth_bytes,
-            rewrite_bytes=prev.rewrite_bytes + self.rewrite_bytes,
-            length=prev.length + 1,
+            return _chain_stats(version, len(self.payload), 0, 0, 0)
+        return _chain_stats(
+            prev.base_version,
+            prev.base_bytes,
+            prev.growth_bytes + self.growth_bytes,
+            prev.rewrite_bytes + self.rewrite_bytes,
+            prev.length + 1,
         )
 
 
@@ -307,7 +311,7 @@ class CheckpointStore(abc.ABC):
         with ctx._lock:
             taken = ctx._take()
             try:
-                kind, payload, state_at, growth, rewrite = self._encode_commit(
+                kind, payload, state_at, head, growth, rewrite = self._encode_commit(
                     ctx, taken, node, status, now, meta, meta_dated
                 )
             except BaseException:
@@ -318,6 +322,7 @@ class CheckpointStore(abc.ABC):
             kind=kind,
             payload=payload,
             state_at=state_at,
+            head=head,
             node_id=node,
             status=status,
             created_at=now,
@@ -353,9 +358,9 @@ class CheckpointStore(abc.ABC):
         now: float,
         meta: dict[str, Any],
         meta_dated: bool = True,
-    ) -> tuple[str, bytes, int, int, int]:
-        """The write a commit makes: kind, payload, where a full one's state starts (see
-        :meth:`_encode_full`), and a delta's growth and rewrite bytes."""
+    ) -> tuple[str, bytes, int, dict[str, Any] | None, int, int]:
+        """The write a commit makes: kind, payload, where a full one's state starts and its
+        head (see :meth:`_encode_full`), and a delta's growth and rewrite bytes."""
         head = {"v": SCHEMA_VERSION, "node": node, "status": str(status), "ts": now, "meta": meta}
         if not taken.full and ctx.version > 0:
             ops = [[k, op, arg] for k, op, arg in taken.ops]
@@ -368,13 +373,12 @@ class CheckpointStore(abc.ABC):
             rewrite = min(rewrite, len(payload))
             growth = len(payload) - rewrite
             if not self.compaction.due(ctx.chain, growth=growth, rewrite=rewrite):
-                return "delta", payload, 0, growth, rewrite
+                return "delta", payload, 0, None, growth, rewrite
+        full = {**head, "kind": "full", "executed": ctx.executed_node_ids}
         payload, state_at = self._encode_full(
-            {**head, "kind": "full", "executed": ctx.executed_node_ids},
-            ctx._state_ref(),
-            datetimes=meta_dated or ctx._holds_datetimes(),
+            full, ctx._state_ref(), datetimes=meta_dated or ctx._holds_datetimes()
         )
-        return "full", payload, state_at, 0, 0
+        return "full", payload, state_at, full if state_at else None, 0, 0
 
     def _encode_full(
         self, head: dict[str, Any], state: dict[str, Any], *, datetimes: bool = True
@@ -396,7 +400,8 @@ class CheckpointStore(abc.ABC):
         dated.append(check_value(checkpoint.metadata, key="metadata"))
         check_value(list(checkpoint.executed_node_ids), key="executed_node_ids")
         now = checkpoint.timestamp.timestamp()
-        payload, state_at = self._encode_full(_full_head(checkpoint), checkpoint.state, datetimes=any(dated))
+        head = _full_head(checkpoint)
+        payload, state_at = self._encode_full(head, checkpoint.state, datetimes=any(dated))
         version, _ = await self._write(
             Write(
                 run_id=checkpoint.run_id,
@@ -408,6 +413,7 @@ class CheckpointStore(abc.ABC):
                 expires_at=self.expiry.expires_at(RunStatus(checkpoint.status), time.time()),
                 expected_version=expected_version,
                 state_at=state_at,
+                head=head if state_at else None,
             )
         )
         return version
