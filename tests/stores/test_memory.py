@@ -255,3 +255,26 @@ async def test_full_writes_use_the_fast_encoder_only_when_no_datetime_is_held(mo
     await store.commit(loaded)
     assert loaded._dated == set()
     assert len(calls) == 6 and (await store.load(ctx.run_id)).state == ctx.snapshot()
+
+
+async def test_the_run_record_built_on_demand_follows_every_change() -> None:
+    """``get_run`` builds the ``RunInfo`` once and keeps it: every save, status change and
+    prune must drop it, or a reader would see a stale version, status or chain."""
+    store = InMemoryStore()
+    ctx = await chain(store, 3)
+    first = await store.get_run(ctx.run_id)
+    assert first is not None and first.version == 3 and await store.get_run(ctx.run_id) is first
+    ctx.merge({"messages": ["m"]})
+    await store.commit(ctx, node_id="n4")
+    after = await store.get_run(ctx.run_id)
+    assert after is not None and (after.version, after.node_id) == (4, "n4")
+    assert after.created_at == first.created_at and after.updated_at >= first.updated_at
+    assert after.chain.length == first.chain.length + 1
+    await store.set_status(ctx.run_id, RunStatus.PAUSED)
+    paused = await store.get_run(ctx.run_id)
+    assert paused is not None and paused.status is RunStatus.PAUSED and paused.version == 4
+    assert [r.status for r in await store.list_runs() if r.run_id == ctx.run_id] == [RunStatus.PAUSED]
+    await store.prune(ctx.run_id, keep=1)
+    pruned = await store.get_run(ctx.run_id)
+    assert pruned is not None and pruned.chain.base_version == 4 and pruned.chain.length == 0
+    assert (await store.load(ctx.run_id)).state == ctx.snapshot()
