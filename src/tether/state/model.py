@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,88 +73,46 @@ _new = object.__new__
 ) = (getattr(Checkpoint, f).__set__ for f in Checkpoint.__slots__)
 
 
-_timestamp_slot = Checkpoint.__dict__["timestamp"]
+class _Lazy:
+    """A ``Checkpoint`` field a store's load may leave in a cheaper form (a ``raw`` type
+    value in the slot), made the field's own value when first read. A 1 KB load is all fixed
+    costs, and after a collection (as ``bench_stores.py`` times) every object a load makes
+    costs microseconds, the free lists emptied and the pools out of cache:
 
+    - ``timestamp``: the stored POSIX time (float), made the UTC datetime. The datetime was
+      a seventh of a cold 1 KB SQLite load (57 -> 50 us), and a resume never reads it.
+    - ``executed_node_ids``: the memory store's cached tuple, made the caller's own list;
+    - ``metadata``: None for none, made the caller's own empty dict. Leaving these two
+      unmade took a cold 1 KB memory load from 1.45x to 1.38x the floor's (medians of
+      1,500 interleaved loads, three runs each), and a resume rarely reads them.
+    """
 
-class _LazyTimestamp:
-    """``Checkpoint.timestamp``. A store's load may leave the stored POSIX time (a float) in
-    the slot; it becomes the UTC datetime when first read. Building that datetime was a
-    seventh of a cold 1 KB SQLite load (57 -> 50 us), and a resume never reads it."""
+    __slots__ = ("_slot", "_raw", "_make")
 
-    __slots__ = ()
-
-    def __get__(self, obj: Checkpoint | None, owner: type | None = None) -> Any:
-        if obj is None:
-            return self
-        value = _timestamp_slot.__get__(obj, owner)
-        if type(value) is float:
-            value = dt.datetime.fromtimestamp(value, dt.UTC)
-            _timestamp_slot.__set__(obj, value)
-        return value
-
-    def __set__(self, obj: Checkpoint, value: Any) -> None:
-        _timestamp_slot.__set__(obj, value)
-
-    def __delete__(self, obj: Checkpoint) -> None:
-        _timestamp_slot.__delete__(obj)
-
-
-_executed_slot = Checkpoint.__dict__["executed_node_ids"]
-_metadata_slot = Checkpoint.__dict__["metadata"]
-
-
-class _LazyExecuted:
-    """``Checkpoint.executed_node_ids``. A store's load may leave the tuple it keeps in the
-    slot; the caller's own list is made when first read.
-
-    A 1 KB memory load is all fixed costs, and after a collection every new object costs
-    microseconds (the free lists are emptied, the pools out of cache). Leaving the list and
-    the metadata dict (below), which a resume rarely reads, unmade took such a load from
-    1.45x to 1.38x the floor's (medians of 1,500 interleaved cold loads, three runs each)."""
-
-    __slots__ = ()
+    def __init__(self, name: str, raw: type, make: Callable[[Any], Any]) -> None:
+        self._slot = Checkpoint.__dict__[name]  # the member descriptor this one stands in for
+        self._raw = raw
+        self._make = make
 
     def __get__(self, obj: Checkpoint | None, owner: type | None = None) -> Any:
         if obj is None:
             return self
-        value = _executed_slot.__get__(obj, owner)
-        if type(value) is tuple:
-            value = list(value)
-            _executed_slot.__set__(obj, value)
+        value = self._slot.__get__(obj, owner)
+        if type(value) is self._raw:
+            value = self._make(value)
+            self._slot.__set__(obj, value)
         return value
 
     def __set__(self, obj: Checkpoint, value: Any) -> None:
-        _executed_slot.__set__(obj, value)
+        self._slot.__set__(obj, value)
 
     def __delete__(self, obj: Checkpoint) -> None:
-        _executed_slot.__delete__(obj)
+        self._slot.__delete__(obj)
 
 
-class _LazyMetadata:
-    """``Checkpoint.metadata``. A store's load may leave None for "none"; the caller's own
-    empty dict is made when first read (see :class:`_LazyExecuted`)."""
-
-    __slots__ = ()
-
-    def __get__(self, obj: Checkpoint | None, owner: type | None = None) -> Any:
-        if obj is None:
-            return self
-        value = _metadata_slot.__get__(obj, owner)
-        if value is None:
-            value = {}
-            _metadata_slot.__set__(obj, value)
-        return value
-
-    def __set__(self, obj: Checkpoint, value: Any) -> None:
-        _metadata_slot.__set__(obj, value)
-
-    def __delete__(self, obj: Checkpoint) -> None:
-        _metadata_slot.__delete__(obj)
-
-
-Checkpoint.timestamp = _LazyTimestamp()  # type: ignore[assignment,misc]
-Checkpoint.executed_node_ids = _LazyExecuted()  # type: ignore[assignment,misc]
-Checkpoint.metadata = _LazyMetadata()  # type: ignore[assignment,misc]
+Checkpoint.timestamp = _Lazy("timestamp", float, lambda ts: dt.datetime.fromtimestamp(ts, dt.UTC))  # type: ignore[assignment,misc]
+Checkpoint.executed_node_ids = _Lazy("executed_node_ids", tuple, list)  # type: ignore[assignment,misc]
+Checkpoint.metadata = _Lazy("metadata", type(None), lambda _: {})  # type: ignore[assignment,misc]
 
 
 def _checkpoint(
