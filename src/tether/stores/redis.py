@@ -63,7 +63,7 @@ CHAIN_INLINE_BYTES = 512 * 1024
 script in one round trip; bigger ones by a second, a plain HMGET, which skips Lua's copies.
 A fresh store's load, timed as ``bench_stores.py`` does (a collection before each), against
 the floor's GET, inline / two trips: 100 KB 1.19 / 1.82 and 1.46 / 1.54, 512 KB 1.39 / 1.60
-and 1.40 / 1.51, 1 MB 1.45 / 1.36 and 1.52 / 1.49 (it was 64 KB, from a warm measurement)."""
+and 1.40 / 1.51, 1 MB 1.45 / 1.36 and 1.52 / 1.49 (two runs; the limit was 64 KB)."""
 
 GEN_TTL_MS = 3_600_000
 """How long a ``gen`` fence outlives its last bump: far longer than any cache refill."""
