@@ -209,6 +209,7 @@ async def test_a_full_row_from_a_newer_tether_fails_on_the_cached_path_too() -> 
         expires_at=None,
         expected_version=0,
         state_at=state_offset(future, head),  # as if this tether had written it
+        head=head,
     )
     assert write.state_at > 0
     await store._write(write)

@@ -43,7 +43,6 @@ __all__ = [
     "generate_key",
     "is_plain",
     "pack_plain",
-    "split_state",
     "state_offset",
 ]
 
@@ -130,13 +129,6 @@ def state_offset(payload: bytes, head: dict[str, Any], *, datetimes: bool = True
         return 0  # a framed body, or a map too big for a one-byte header
     at = len(pack_plain(head, datetimes=datetimes)) + len(_STATE_KEY)
     return at if payload[at - len(_STATE_KEY) : at] == _STATE_KEY else 0
-
-
-def split_state(payload: bytes, at: int) -> tuple[dict[str, Any], memoryview]:
-    """A body as :func:`state_offset` found it: its head decoded, its state still packed
-    (a view, no copy). The head's map header counts one pair fewer than the body's."""
-    head = ormsgpack.unpackb(bytes((payload[0] - 1,)) + payload[1 : at - len(_STATE_KEY)], ext_hook=_ext_hook)
-    return head, memoryview(payload)[at:]
 
 
 _STATE_KEY = b"\xa5state"  # MessagePack of the str "state"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from tether.errors import RunNotFound, RunNotPaused, VersionConflict
-from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
+from tether.state.model import _NO_CHAIN, ChainStats, CheckpointInfo, RunInfo, RunStatus
 from tether.stores.base import CheckpointStore, StoredRow, Write, _utc
 
 __all__ = ["Dialect", "SqlStore", "Tx"]
@@ -232,7 +232,7 @@ class SqlStore(CheckpointStore):
         if info is None and w.kind != "full":
             raise RunNotFound(w.run_id)
         version = current + 1
-        chain = w.chain_after(info.chain if info else ChainStats(), version)
+        chain = w.chain_after(info.chain if info else _NO_CHAIN, version)
         await tx.run(
             "INSERT INTO tether_checkpoints (run_id, version, kind, node_id, status, created_at, "
             "nbytes, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

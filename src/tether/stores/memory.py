@@ -27,7 +27,6 @@ from tether.state.serde import (
     _unpack,
     is_plain,
     pack_plain,
-    split_state,
 )
 from tether.stores.base import CheckpointStore, StoredRow, Write, _utc
 
@@ -292,12 +291,12 @@ class InMemoryStore(CheckpointStore):
 
 
 def _latest_of(w: Write, version: int) -> _Latest | None:
-    """The cache entry for a plain full row just written (its ``state_at`` known), unless
-    its head is one a load would refuse."""
-    if w.head is None:
-        head, state = split_state(w.payload, w.state_at)
-    else:  # the head as the save encoded it: no decode
-        head, state = w.head, memoryview(w.payload)[w.state_at :]
+    """The cache entry for a plain full row just written (its ``state_at`` and ``head``
+    known: the head as the save encoded it, so nothing is decoded), unless that head is one
+    a load would refuse."""
+    head = w.head
+    if head is None:
+        return None
     if (
         head.get("v") != SCHEMA_VERSION
         or head.get("kind") != "full"
@@ -307,7 +306,7 @@ def _latest_of(w: Write, version: int) -> _Latest | None:
     meta = head.get("meta")
     return (
         version,
-        state,
+        memoryview(w.payload)[w.state_at :],
         w.node_id,
         tuple(head["executed"]),
         pack_plain(meta) if meta else None,
