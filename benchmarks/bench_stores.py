@@ -70,7 +70,7 @@ APPEND_TARGET_MS = 5.0
 APPEND_TARGET_BACKENDS = ("sqlite", "redis", "postgresql")
 LOAD_TARGET = 1.5
 ALL_SIZES = {"1KB": KB, "100KB": 100 * KB, "1MB": MB, "10MB": 10 * MB}
-FULL_REPS = {"1KB": 200, "100KB": 50, "1MB": 15, "10MB": 9}
+FULL_REPS = {"1KB": 200, "100KB": 51, "1MB": 31, "10MB": 11}
 SECTIONS = ("latency", "append", "growth")
 GROWTH_TARGET = 2.0
 

@@ -251,3 +251,28 @@ def test_a_state_said_to_hold_no_datetime_holds_none(steps):
         with ctx._lock:
             said = ctx._holds_datetimes()
         assert said or not _holds_datetime(ctx.snapshot())
+
+
+def test_copy_value_copies_every_container_and_keeps_scalars_exact() -> None:
+    """copy_value (msgspec's C walk) must rebuild every dict and list at every depth, so no
+    change to a copy reaches the original, and hand back scalars as they are: a datetime
+    keeps its zone (not ISO text), bytes stay bytes (not base64), big ints stay ints."""
+    import datetime as dt
+    from zoneinfo import ZoneInfo
+
+    when = dt.datetime(2026, 3, 29, 1, 30, tzinfo=ZoneInfo("Europe/Paris"))
+    original = {
+        "m": [{"content": "hi", "at": when, "raw": b"\x00", "n": [[1, 2**64 - 1], {"x": -(2**63)}]}],
+        "naive": dt.datetime(2026, 1, 1),
+        "flags": [True, False, None, 1.5],
+    }
+    copied = copy_value(original)
+    assert copied == original
+    assert copied["m"] is not original["m"] and copied["m"][0] is not original["m"][0]
+    assert copied["m"][0]["n"][0] is not original["m"][0]["n"][0]
+    assert copied["m"][0]["n"][1] is not original["m"][0]["n"][1]
+    assert copied["m"][0]["at"] is when and type(copied["m"][0]["raw"]) is bytes
+    assert type(copied["flags"][0]) is bool and copied["naive"].tzinfo is None
+    copied["m"][0]["n"][0].append(3)
+    copied["m"][0]["content"] = "changed"
+    assert original["m"][0]["n"][0] == [1, 2**64 - 1] and original["m"][0]["content"] == "hi"

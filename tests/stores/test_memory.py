@@ -38,9 +38,9 @@ async def test_a_replayed_chain_is_cached_and_loads_the_same() -> None:
     assert [h.kind for h in await store.history(ctx.run_id)].count("delta") == 19
     assert store._runs[ctx.run_id].latest is None  # a delta save leaves nothing cached
     first = await store.load(ctx.run_id)
-    assert store._runs[ctx.run_id].latest is None  # read once per save: not worth packing
+    assert store._runs[ctx.run_id].latest is None  # read once per save: not worth keeping
     second = await store.load(ctx.run_id)
-    assert store._runs[ctx.run_id].latest is not None  # read again: packed
+    assert store._runs[ctx.run_id].latest is not None  # read again: kept
     third = await store.load(ctx.run_id)  # from the cache
     assert first == second == third
     assert third.state == ctx.snapshot()
@@ -53,15 +53,41 @@ async def test_a_replayed_chain_is_cached_and_loads_the_same() -> None:
 async def test_a_loaded_state_is_the_callers_to_change() -> None:
     store = InMemoryStore()
     ctx = await chain(store, 5)
-    for _ in range(3):  # a replay, a replay that packs, a cached load
+    for _ in range(3):  # a replay, a replay that keeps a copy, a cached load
         cp = await store.load(ctx.run_id)
         cp.state["messages"].append("scribble")
+        cp.state["messages"][0]["content"] = "scribbled"  # nested: the copy goes all the way down
         cp.state["extra"] = 1
         cp.executed_node_ids.append("x")
         cp.metadata["m"] = 1
     again = await store.load(ctx.run_id)
     assert again.state == ctx.snapshot()
     assert "x" not in again.executed_node_ids and "m" not in again.metadata
+
+
+async def test_a_kept_chain_state_loads_every_type_exactly() -> None:
+    """A replayed chain's state is kept as objects and copied per load: datetimes (their
+    zone too) and bytes must come back as they went in, and no two loads may share a
+    container."""
+    import datetime as dt
+    from zoneinfo import ZoneInfo
+
+    store = InMemoryStore()
+    when = dt.datetime(2026, 3, 29, 1, 30, tzinfo=ZoneInfo("Europe/Paris"))
+    ctx = ExecutionContext(new_id(), {"messages": [msg(0)], "blob": b"\x00\xff"})
+    await store.commit(ctx)
+    ctx.merge({"messages": [{"at": when, "naive": dt.datetime(2026, 1, 1), "raw": b"\x01", "n": None}]})
+    await store.commit(ctx)
+    loads = [await store.load(ctx.run_id) for _ in range(4)]  # replay, replay + keep, two copies
+    assert type(store._runs[ctx.run_id].latest[1]) is dict  # type: ignore[index]
+    for cp in loads:
+        assert cp.state == ctx.snapshot()
+        got = cp.state["messages"][1]
+        assert got["at"] == when and got["at"].tzinfo == ZoneInfo("Europe/Paris")
+        assert got["naive"].tzinfo is None and got["raw"] == b"\x01" and cp.state["blob"] == b"\x00\xff"
+    third, fourth = loads[2], loads[3]
+    assert third.state["messages"] is not fourth.state["messages"]
+    assert third.state["messages"][1] is not fourth.state["messages"][1]
 
 
 async def test_a_saved_full_row_is_served_from_the_cache_exactly() -> None:

@@ -28,6 +28,7 @@ from tether.state.serde import (
     is_plain,
     pack_plain,
 )
+from tether.state.values import copy_value
 from tether.stores.base import CheckpointStore, StoredRow, Write, _utc
 
 __all__ = ["InMemoryStore"]
@@ -36,13 +37,20 @@ _unpackb = ormsgpack.unpackb
 
 
 _Latest = tuple[
-    int, bytes | memoryview, str | None, tuple[str, ...], bytes | None, dt.datetime | float, RunStatus
+    int,
+    bytes | memoryview | dict[str, Any],
+    str | None,
+    tuple[str, ...],
+    bytes | None,
+    dt.datetime | float,
+    RunStatus,
 ]
 """The latest checkpoint, ready for a load: (version, state, node_id, executed node ids,
-metadata, timestamp, status). The state is packed, each load decoding its own copy: a view
-into the full row a save wrote, or bytes of its own. Metadata is packed too, None when
-empty (the common case: no decode). A plain tuple, not a NamedTuple: a load unpacks it,
-and the interpreter unpacks only exact tuples fast (20 vs 70 ns)."""
+metadata, timestamp, status). The state is either packed, each load decoding its own copy
+(a view into the full row a save wrote), or a private copy of a state a load replayed from
+a chain, each load copying it (see :meth:`InMemoryStore.load`). Metadata is packed, None
+when empty (the common case: no decode). A plain tuple, not a NamedTuple: a load unpacks
+it, and the interpreter unpacks only exact tuples fast (20 vs 70 ns)."""
 
 
 @dataclass(slots=True)
@@ -166,10 +174,13 @@ class InMemoryStore(CheckpointStore):
         wrote, found by ``Write.state_at``), the rest as objects. A load decodes the state
         and nothing else, whether the run ends in a full row or in a chain of deltas.
 
-        A chain is packed into the cache when a second load replays the same version:
-        packing costs about two replays (a 1,000-delta, 10 MB chain in ``bench_stores.py``:
-        5.7 ms to replay, 18 ms with the pack, then 2.1 ms a load), so a run read once per
-        save (commit, load, commit…) never pays for it.
+        A chain's state is kept when a second load replays the same version (a run read
+        once per save, commit, load, commit…, never pays for the copy), not packed but as
+        a private copy that each load copies again (``values.copy_value``: new containers,
+        the immutable strings shared). That copy is 2-3x cheaper than decoding the same
+        state (``bench_stores.py``'s 10 MB: 3.4 vs 7.3 ms), and a save's full row could
+        not be held so without paying for the copy on every save, which packing it
+        already does. The cost: the kept containers are the cyclic GC's to walk.
         """
         if version is not None:
             return await super().load(run_id, version)
@@ -180,9 +191,14 @@ class InMemoryStore(CheckpointStore):
         if hit is not None and (run.expires_at is None or run.expires_at > time.time()):
             number, body, node, executed, meta, when, status = hit
             try:
+                if isinstance(body, dict):  # a replayed chain's state, kept as objects
+                    state = copy_value(body)
                 # _unpack's size test inlined, as in serde.decode_plain: the extra call
                 # took a 1 KB load from 1.63x to 1.76x the floor's (warm)
-                state = _unpackb(body, ext_hook=_ext_hook) if len(body) < _BULK_BYTES else _unpack(body)
+                elif len(body) < _BULK_BYTES:
+                    state = _unpackb(body, ext_hook=_ext_hook)
+                else:
+                    state = _unpack(body)
                 extra = None if meta is None else _unpackb(meta, ext_hook=_ext_hook)
             except Exception as exc:  # bytes this process packed: only a bug lands here
                 raise CheckpointCorrupt(
@@ -199,11 +215,11 @@ class InMemoryStore(CheckpointStore):
         if not all(is_plain(p) for _, p in chain):
             return cp  # never cache in the clear what a key guards
         if run.replayed != cp.version:
-            run.replayed = cp.version  # read once: not worth packing yet
+            run.replayed = cp.version  # read once: not worth keeping yet
             return cp
         latest: _Latest = (
             cp.version,
-            pack_plain(cp.state),
+            copy_value(cp.state),
             cp.node_id,
             tuple(cp.executed_node_ids),
             pack_plain(cp.metadata) if cp.metadata else None,
