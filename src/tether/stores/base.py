@@ -645,7 +645,7 @@ def _lone_full(run_id: str, number: int, payload: bytes) -> Checkpoint | None:
         if type(ts) is not int:
             return None
         ts = float(ts)
-    meta = last.get("meta") or {}  # the datetime is made when read (see model._Lazy)
+    meta = last.get("meta") or None  # the datetime, and {} for no metadata, made when read (model._Lazy)
     return _checkpoint(run_id, last.get("node"), state, executed, ts, number, status, meta)
 
 

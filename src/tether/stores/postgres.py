@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigError, StoreError, StoreUnavailable, TetherError, VersionConflict
-from tether.state.model import ChainStats
+from tether.state.model import ChainStats, _chain_stats
 from tether.stores._sql import Dialect, SqlStore, Tx
 from tether.stores.base import Write
 
@@ -198,7 +198,7 @@ class PostgresStore(SqlStore):
                 cur = await conn.execute(_FAST_CREATE, params)
                 created = await cur.fetchone()
             if created is not None:
-                return 1, ChainStats(base_version=1, base_bytes=len(w.payload))
+                return 1, _chain_stats(1, len(w.payload), 0, 0, 0)
         if w.expected_version:
             params = {
                 "run": w.run_id,
@@ -225,12 +225,8 @@ class PostgresStore(SqlStore):
                     raise VersionConflict(w.run_id, expected=w.expected_version, actual=None) from exc
                 raise
             if row is not None:
-                return int(row[0]), ChainStats(
-                    base_version=int(row[1]),
-                    base_bytes=int(row[2]),
-                    growth_bytes=int(row[3]),
-                    rewrite_bytes=int(row[4]),
-                    length=int(row[5]),
+                return int(row[0]), _chain_stats(
+                    int(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5])
                 )
         return await super()._write(w)
 

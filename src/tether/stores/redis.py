@@ -41,7 +41,7 @@ from tether.errors import (
     TetherError,
     VersionConflict,
 )
-from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
+from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus, _chain_stats
 from tether.stores.base import CheckpointStore, StoredRow, Write, _hint, _utc
 
 try:
@@ -859,7 +859,7 @@ def _pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
 
 def _chain(values: Sequence[Any]) -> ChainStats:
     bv, bb, gb, rb, length = (int(x) for x in values)
-    return ChainStats(base_version=bv, base_bytes=bb, growth_bytes=gb, rewrite_bytes=rb, length=length)
+    return _chain_stats(bv, bb, gb, rb, length)
 
 
 def _run_info(run_id: str, h: dict[bytes, bytes]) -> RunInfo:
