@@ -22,6 +22,12 @@ def msg(i: int) -> dict[str, Any]:
     return {"role": "user", "content": f"message {i}", "id": i}
 
 
+def cache_of(store: InMemoryStore, run_id: str) -> object:
+    """What the store keeps ready for the next load of ``run_id``, if anything."""
+    run = store._runs[run_id]
+    return run.latest or run.kept
+
+
 async def chain(store: InMemoryStore, steps: int, run_id: str | None = None) -> ExecutionContext:
     ctx = ExecutionContext(run_id or new_id(), {"messages": [msg(0)]})
     await store.commit(ctx)
@@ -36,11 +42,11 @@ async def test_a_replayed_chain_is_cached_and_loads_the_same() -> None:
     store = InMemoryStore()
     ctx = await chain(store, 20)
     assert [h.kind for h in await store.history(ctx.run_id)].count("delta") == 19
-    assert store._runs[ctx.run_id].latest is None  # a delta save leaves nothing cached
+    assert cache_of(store, ctx.run_id) is None  # a delta save leaves nothing cached
     first = await store.load(ctx.run_id)
-    assert store._runs[ctx.run_id].latest is None  # read once per save: not worth keeping
+    assert cache_of(store, ctx.run_id) is None  # read once per save: not worth keeping
     second = await store.load(ctx.run_id)
-    assert store._runs[ctx.run_id].latest is not None  # read again: kept
+    assert cache_of(store, ctx.run_id) is not None  # read again: kept
     third = await store.load(ctx.run_id)  # from the cache
     assert first == second == third
     assert third.state == ctx.snapshot()
@@ -77,15 +83,17 @@ async def test_a_kept_chain_state_loads_every_type_exactly() -> None:
     ctx = ExecutionContext(new_id(), {"messages": [msg(0)], "blob": b"\x00\xff"})
     await store.commit(ctx)
     ctx.merge({"messages": [{"at": when, "naive": dt.datetime(2026, 1, 1), "raw": b"\x01", "n": None}]})
-    await store.commit(ctx)
+    await store.commit(ctx, metadata={"at": when, "tags": ["x"]})
     loads = [await store.load(ctx.run_id) for _ in range(4)]  # replay, replay + keep, two copies
-    assert type(store._runs[ctx.run_id].latest[1]) is dict  # type: ignore[index]
+    assert type(store._runs[ctx.run_id].kept[1]) is dict  # type: ignore[index]
     for cp in loads:
         assert cp.state == ctx.snapshot()
         got = cp.state["messages"][1]
         assert got["at"] == when and got["at"].tzinfo == ZoneInfo("Europe/Paris")
         assert got["naive"].tzinfo is None and got["raw"] == b"\x01" and cp.state["blob"] == b"\x00\xff"
+        assert cp.metadata == {"at": when, "tags": ["x"]} and cp.metadata["at"].tzinfo == when.tzinfo
     third, fourth = loads[2], loads[3]
+    assert third.metadata["tags"] is not fourth.metadata["tags"]
     assert third.state["messages"] is not fourth.state["messages"]
     assert third.state["messages"][1] is not fourth.state["messages"][1]
 
@@ -118,7 +126,7 @@ async def test_a_saved_full_row_is_served_from_the_cache_exactly() -> None:
         metadata={"at": when, "tags": ["x"]},
     )
     await store.save(cp)
-    assert store._runs[cp.run_id].latest is not None
+    assert cache_of(store, cp.run_id) is not None
     cached = await store.load(cp.run_id)
     general = await store.load(cp.run_id, 1)  # the decode every store runs
     assert cached == general
@@ -135,7 +143,7 @@ async def test_a_run_read_once_per_save_is_never_packed() -> None:
     ctx = await chain(store, 3)
     for i in range(5):
         assert (await store.load(ctx.run_id)).state == ctx.snapshot()
-        assert store._runs[ctx.run_id].latest is None
+        assert cache_of(store, ctx.run_id) is None
         ctx.merge({"messages": [msg(50 + i)]})
         await store.commit(ctx)
 
@@ -145,7 +153,7 @@ async def test_every_save_kind_moves_the_cache_on() -> None:
     ctx = await chain(store, 6)
     for _ in range(2):
         assert (await store.load(ctx.run_id)).version == 6
-    assert store._runs[ctx.run_id].latest is not None  # cached at 6
+    assert cache_of(store, ctx.run_id) is not None  # cached at 6
     ctx.merge({"messages": [msg(99)]})
     await store.commit(ctx, status=RunStatus.PAUSED)  # delta: the cache must not answer
     cp = await store.load(ctx.run_id)
@@ -161,11 +169,11 @@ async def test_every_save_kind_moves_the_cache_on() -> None:
     ctx.merge({"messages": [msg(100)]})
     await store.commit(ctx)  # a delta after the pruned full row
     assert await store.prune(ctx.run_id, keep=1) == 1  # now the lone full row, cache empty
-    assert store._runs[ctx.run_id].latest is None
+    assert cache_of(store, ctx.run_id) is None
     assert (await store.load(ctx.run_id)).state == ctx.snapshot()
-    assert store._runs[ctx.run_id].latest is None  # a row prune wrote: cached as a chain is
+    assert cache_of(store, ctx.run_id) is None  # a row prune wrote: cached as a chain is
     assert (await store.load(ctx.run_id)).state == ctx.snapshot()
-    assert store._runs[ctx.run_id].latest is not None
+    assert cache_of(store, ctx.run_id) is not None
     assert (await store.load(ctx.run_id)).state == ctx.snapshot()
     assert await store.delete(ctx.run_id)
     assert await store.load(ctx.run_id) is None
@@ -178,7 +186,7 @@ async def test_a_recreated_run_never_sees_the_old_cache() -> None:
     old = await chain(store, 4)
     for _ in range(2):
         assert (await store.load(old.run_id)).state == old.snapshot()
-    assert store._runs[old.run_id].latest is not None
+    assert cache_of(store, old.run_id) is not None
     await store.delete(old.run_id)
     new = ExecutionContext(old.run_id, {"messages": [msg(100)]})
     for i in range(3):
@@ -196,7 +204,7 @@ async def test_encrypted_chains_are_not_cached_in_the_clear() -> None:
     ctx = await chain(right, 5)
     for _ in range(2):
         assert (await right.load(ctx.run_id)).state == ctx.snapshot()
-    assert right._runs[ctx.run_id].latest is None
+    assert cache_of(right, ctx.run_id) is None
     with pytest.raises(DecryptionError, match="no key"):
         await InMemoryStore(name).load(ctx.run_id)
     with pytest.raises(DecryptionError, match="another key"):
@@ -211,7 +219,7 @@ async def test_an_expired_run_is_not_served_from_the_cache() -> None:
     store = InMemoryStore(expiry=ExpiryPolicy(checkpoint_ttl=dt.timedelta(seconds=-1)))
     ctx = ExecutionContext(new_id(), {"a": 1})
     await store.commit(ctx)  # a full plain row: cached at once, already past its expiry
-    assert store._runs[ctx.run_id].latest is not None
+    assert cache_of(store, ctx.run_id) is not None
     assert await store.load(ctx.run_id) is None
 
 
@@ -239,7 +247,7 @@ async def test_a_full_row_from_a_newer_tether_fails_on_the_cached_path_too() -> 
     )
     assert write.state_at > 0
     await store._write(write)
-    assert store._runs[run_id].latest is None  # the cache takes only what a load would read
+    assert cache_of(store, run_id) is None  # the cache takes only what a load would read
     with pytest.raises(CheckpointCorrupt, match="upgrade tether") as err:
         await store.load(run_id)
     assert run_id in str(err.value)
