@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tether.errors import CheckpointCorrupt, DecryptionError
-from tether.state import Codec, ExecutionContext, RunStatus, generate_key
+from tether.state import Checkpoint, Codec, ExecutionContext, RunStatus, generate_key
 from tether.stores.memory import InMemoryStore
 
 from .conftest import new_id
@@ -104,8 +104,6 @@ async def test_a_saved_full_row_is_served_from_the_cache_exactly() -> None:
     and hand out copies."""
     import datetime as dt
     from zoneinfo import ZoneInfo
-
-    from tether.state import Checkpoint
 
     store = InMemoryStore()
     when = dt.datetime(2026, 3, 29, 1, 30, tzinfo=ZoneInfo("Europe/Paris"))
@@ -290,6 +288,36 @@ async def test_full_writes_use_the_fast_encoder_only_when_no_datetime_is_held(mo
     await store.commit(loaded)
     assert loaded._dated == set()
     assert len(calls) == 6 and (await store.load(ctx.run_id)).state == ctx.snapshot()
+
+
+async def test_a_cached_state_is_decoded_with_the_hook_only_when_it_may_hold_a_datetime() -> None:
+    """A save that held no datetime lets the cache decode without ``ext_hook``; every save
+    that may hold one (state, metadata, ``save`` of a Checkpoint) must keep it, or the
+    datetime would come back as a raw extension."""
+    import datetime as dt
+
+    import ormsgpack
+
+    when = dt.datetime(2026, 5, 1, 12, tzinfo=dt.UTC)
+    store = InMemoryStore()
+    ctx = ExecutionContext(new_id(), {"messages": [msg(0)]})
+    await store.commit(ctx)
+    assert store._runs[ctx.run_id].latest[1] is ormsgpack.unpackb  # type: ignore[index]
+    ctx.put("when", when)
+    ctx.restore(ctx.snapshot())  # the next write a full one
+    await store.commit(ctx)
+    assert store._runs[ctx.run_id].latest[1] is not ormsgpack.unpackb  # type: ignore[index]
+    assert (await store.load(ctx.run_id)).state["when"] == when
+    ctx.delete("when")
+    ctx.restore(ctx.snapshot())
+    await store.commit(ctx, metadata={"at": when})
+    assert (await store.load(ctx.run_id)).metadata == {"at": when}
+    await store.save(Checkpoint(run_id=ctx.run_id, node_id=None, state={"t": [when]}))
+    assert store._runs[ctx.run_id].latest[1] is not ormsgpack.unpackb  # type: ignore[index]
+    assert (await store.load(ctx.run_id)).state == {"t": [when]}
+    await store.save(Checkpoint(run_id=ctx.run_id, node_id=None, state={"t": [1]}))
+    assert store._runs[ctx.run_id].latest[1] is ormsgpack.unpackb  # type: ignore[index]
+    assert (await store.load(ctx.run_id)).state == {"t": [1]}
 
 
 async def test_the_run_record_built_on_demand_follows_every_change() -> None:

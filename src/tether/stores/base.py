@@ -134,6 +134,9 @@ class Write:
     head: dict[str, Any] | None = None
     """With ``state_at``: the payload's head as it was encoded (ids, metadata…), so that
     such a store need not decode it again."""
+    dated: bool = True
+    """False: the payload holds no datetime, so none of its values is a MessagePack
+    extension and a decode needs no ``ext_hook`` (see ``serde.pack_plain``)."""
 
     def chain_after(self, prev: ChainStats, version: int) -> ChainStats:
         """The run's chain statistics once this write is version ``version``."""
@@ -311,7 +314,7 @@ class CheckpointStore(abc.ABC):
         with ctx._lock:
             taken = ctx._take()
             try:
-                kind, payload, state_at, head, growth, rewrite = self._encode_commit(
+                kind, payload, state_at, head, growth, rewrite, dated = self._encode_commit(
                     ctx, taken, node, status, now, meta, meta_dated
                 )
             except BaseException:
@@ -323,6 +326,7 @@ class CheckpointStore(abc.ABC):
             payload=payload,
             state_at=state_at,
             head=head,
+            dated=dated,
             node_id=node,
             status=status,
             created_at=now,
@@ -358,9 +362,10 @@ class CheckpointStore(abc.ABC):
         now: float,
         meta: dict[str, Any],
         meta_dated: bool = True,
-    ) -> tuple[str, bytes, int, dict[str, Any] | None, int, int]:
+    ) -> tuple[str, bytes, int, dict[str, Any] | None, int, int, bool]:
         """The write a commit makes: kind, payload, where a full one's state starts and its
-        head (see :meth:`_encode_full`), and a delta's growth and rewrite bytes."""
+        head (see :meth:`_encode_full`), a delta's growth and rewrite bytes, and whether a
+        full one may hold a datetime (``Write.dated``)."""
         head = {"v": SCHEMA_VERSION, "node": node, "status": str(status), "ts": now, "meta": meta}
         if not taken.full and ctx.version > 0:
             ops = [[k, op, arg] for k, op, arg in taken.ops]
@@ -373,12 +378,11 @@ class CheckpointStore(abc.ABC):
             rewrite = min(rewrite, len(payload))
             growth = len(payload) - rewrite
             if not self.compaction.due(ctx.chain, growth=growth, rewrite=rewrite):
-                return "delta", payload, 0, None, growth, rewrite
+                return "delta", payload, 0, None, growth, rewrite, True
         full = {**head, "kind": "full", "executed": ctx.executed_node_ids}
-        payload, state_at = self._encode_full(
-            full, ctx._state_ref(), datetimes=meta_dated or ctx._holds_datetimes()
-        )
-        return "full", payload, state_at, full if state_at else None, 0, 0
+        dated = meta_dated or ctx._holds_datetimes()
+        payload, state_at = self._encode_full(full, ctx._state_ref(), datetimes=dated)
+        return "full", payload, state_at, full if state_at else None, 0, 0, dated
 
     def _encode_full(
         self, head: dict[str, Any], state: dict[str, Any], *, datetimes: bool = True
@@ -401,7 +405,8 @@ class CheckpointStore(abc.ABC):
         check_value(list(checkpoint.executed_node_ids), key="executed_node_ids")
         now = checkpoint.timestamp.timestamp()
         head = _full_head(checkpoint)
-        payload, state_at = self._encode_full(head, checkpoint.state, datetimes=any(dated))
+        datetimes = any(dated)
+        payload, state_at = self._encode_full(head, checkpoint.state, datetimes=datetimes)
         version, _ = await self._write(
             Write(
                 run_id=checkpoint.run_id,
@@ -414,6 +419,7 @@ class CheckpointStore(abc.ABC):
                 expected_version=expected_version,
                 state_at=state_at,
                 head=head if state_at else None,
+                dated=datetimes,
             )
         )
         return version
