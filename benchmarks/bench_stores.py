@@ -429,7 +429,7 @@ class TetherSubject(Subject):
         self.store = create_store(self.url)
         await asyncio.wait_for(self.store.setup(), 30)
         # bound once, as the floor calls its own get/put: the timed calls pay no
-        # property lookup (the ``s`` property is a Python call, ~1 us of a cold 1 KB load)
+        # property call (``s`` is a Python call the floor does not make)
         self._commit, self._load = self.store.commit, self.store.load
 
     async def close(self) -> None:

@@ -293,3 +293,36 @@ async def test_loads_survive_a_server_that_forgot_the_scripts(store, client, red
         assert await fresh.load(new_id()) is None
     finally:
         await fresh.aclose()
+
+
+@pytest.mark.parametrize(
+    ("key", "base", "latest"), [("p:rows:x", 1, 1), ("p:rows:é-ü", 7, 1300), ("r", 99, 100)]
+)
+def test_the_chain_fetch_packs_as_redis_py_would(key: str, base: int, latest: int) -> None:
+    """The rows HMGET is packed by hand (a 1,000-row chain is a 1,003-argument command):
+    it must be byte for byte what redis-py sends."""
+    import redis
+
+    from tether.stores.redis import _hmget_rows
+
+    conn = redis.Redis().connection_pool.make_connection()
+    expected = b"".join(conn.pack_command("HMGET", key, "_base", *range(base, latest + 2)))
+    assert _hmget_rows(key, base, latest) == expected
+
+
+async def test_a_long_chain_under_a_non_ascii_run_id_loads_by_both_paths(store, redis_url, prefix):
+    run_id = new_id("ünïcode-run")
+    ctx = ExecutionContext(run_id, {"messages": []})
+    await store.commit(ctx)
+    for i in range(300):
+        ctx.merge({"messages": [{"i": i, "text": "x" * 2000}]})
+        await store.commit(ctx)
+    assert (await store.history(run_id, limit=1))[0].kind == "delta"
+    hinted = await store.load(run_id)  # this store wrote it: the hint, one HMGET
+    fresh = create_store(_url(redis_url, prefix))
+    try:
+        cold = await fresh.load(run_id)  # the script, then the HMGET of a big chain
+    finally:
+        await fresh.aclose()
+    assert hinted is not None and cold is not None
+    assert hinted.state == cold.state == ctx.snapshot() and hinted.version == cold.version == 301

@@ -158,7 +158,7 @@ async def test_a_crashed_writer_never_lets_redis_serve_a_stale_version(client, t
         # what a writer killed after its SQL commit leaves: a lease, no Redis update
         await store.redis._begin(ctx.run_id, "dead-writer", time.time() + store.lease)
         ctx.merge({"step": 42})
-        kind, payload, _, _, growth, rewrite = store._encode_commit(
+        kind, payload, _, _, growth, rewrite, _ = store._encode_commit(
             ctx, ctx._take(), "n9", RunStatus.RUNNING, time.time(), {}
         )
         w = Write(

@@ -355,11 +355,11 @@ def _latest_of(w: Write, version: int) -> _Latest | None:
     return (
         version,
         # chosen here, not tested at every load: a small plain state with unpackb itself,
-        # no ext_hook keyword to parse (a cold 1 KB load 0.03-0.24x the floor's sooner, a
-        # throwaway in-process A/B); a big one with the collector paused
+        # no ext_hook keyword to parse (a cold 1 KB load's ratio to the floor 0.03-0.24
+        # lower, a throwaway in-process A/B); a big one with the collector paused
         _unpack if len(payload) >= _BULK_BYTES else _unpack_dated if w.dated else _unpackb,
         # a small state copied out as bytes, which ormsgpack reads without the buffer
-        # protocol (0.03-0.1x sooner, the copy ~0.1 us); a big one as a view, never copied
+        # protocol (that ratio 0.03-0.1 lower, the copy ~0.1 us); a big one as a view
         payload[w.state_at :] if len(payload) < _SMALL_BYTES else memoryview(payload)[w.state_at :],
         w.node_id,
         tuple(head["executed"]),
@@ -370,6 +370,7 @@ def _latest_of(w: Write, version: int) -> _Latest | None:
 
 
 def _unpack_dated(body: bytes | memoryview) -> Any:
+    """A small state that may hold a datetime: its extension needs the hook."""
     return _unpackb(body, ext_hook=_ext_hook)
 
 

@@ -678,19 +678,25 @@ class RedisStore(CheckpointStore):
         """:meth:`_rows` and the tiered trust check in one round trip."""
         run_key, rows_key = self._keys(run_id)[:2]
         check = ("EVALSHA", self._s_chain.sha, 2, run_key, rows_key, "1", 0)
-        fetch = ("HMGET", rows_key, "_base", *range(base, latest + 2))
-        trusted, got = await self._send_chain(check, fetch)
+        trusted, got = await self._send_chain(check, _hmget_rows(rows_key, base, latest))
         if trusted[:3] != [1, latest, base]:
             return None
         return _present(base, latest, got)
 
-    async def _send(self, *commands: tuple[Any, ...]) -> list[Any]:
+    async def _send(self, *commands: tuple[Any, ...] | bytes) -> list[Any]:
         """Several commands in one round trip on one pooled connection. (redis-py's
-        ``Pipeline`` costs ~60 us a call in bookkeeping, as much as a round trip here.)"""
+        ``Pipeline`` costs ~60 us a call in bookkeeping, as much as a round trip here.)
+        A command may come packed already (see :func:`_hmget_rows`)."""
         pool = self._r.connection_pool
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
-            await conn.send_packed_command(conn.pack_commands(commands))
+            packed: list[bytes | memoryview] = []
+            for command in commands:
+                if type(command) is bytes:
+                    packed.append(command)
+                else:
+                    packed.extend(conn.pack_command(*command))
+            await conn.send_packed_command(packed)
             replies = []
             error: Exception | None = None
             for _ in commands:
@@ -708,7 +714,7 @@ class RedisStore(CheckpointStore):
         finally:
             await pool.release(conn)
 
-    async def _send_chain(self, *commands: tuple[Any, ...]) -> list[Any]:
+    async def _send_chain(self, *commands: tuple[Any, ...] | bytes) -> list[Any]:
         """:meth:`_send` of commands that may run the ``_CHAIN`` script by its hash."""
         with self._errors():
             try:
@@ -720,7 +726,7 @@ class RedisStore(CheckpointStore):
     async def _rows(self, run_id: str, base: int, latest: int) -> list[tuple[int, bytes]] | None:
         """Rows base..latest if they are the latest chain (see :func:`_present`), else None."""
         with self._errors():
-            (got,) = await self._send(("HMGET", self._keys(run_id)[1], "_base", *range(base, latest + 2)))
+            (got,) = await self._send(_hmget_rows(self._keys(run_id)[1], base, latest))
         return _present(base, latest, got)
 
     def _hint(self, run_id: str, chain: tuple[int, int] | None) -> None:
@@ -839,6 +845,15 @@ def _checkpoint_info(run_id: str, member: bytes) -> CheckpointInfo:
     return CheckpointInfo(
         run_id=run_id, version=v, node_id=node, status=status, timestamp=_utc(created), kind=kind, size=size
     )
+
+
+def _hmget_rows(rows_key: str, base: int, latest: int) -> bytes:
+    """``HMGET rows_key _base base .. latest+1`` (what :func:`_present` reads), packed here:
+    a 1,000-row chain is a 1,003-argument command, which redis-py's general packer took
+    0.44 ms to pack and this 0.14 ms (throwaway script), of a ~12 ms load."""
+    key = rows_key.encode()
+    head = b"*%d\r\n$5\r\nHMGET\r\n$%d\r\n%s\r\n$5\r\n_base\r\n" % (latest - base + 5, len(key), key)
+    return head + b"".join([b"$%d\r\n%d\r\n" % (len(str(v)), v) for v in range(base, latest + 2)])
 
 
 def _present(base: int, latest: int, got: Sequence[Any]) -> list[tuple[int, bytes]] | None:
