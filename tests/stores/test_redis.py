@@ -299,7 +299,7 @@ async def test_loads_survive_a_server_that_forgot_the_scripts(store, client, red
     ("key", "base", "latest"), [("p:rows:x", 1, 1), ("p:rows:é-ü", 7, 1300), ("r", 99, 100)]
 )
 def test_the_chain_fetch_packs_as_redis_py_would(key: str, base: int, latest: int) -> None:
-    """The rows HMGET is packed by hand (a 1,000-row chain is a 1,003-argument command):
+    """The rows HMGET is packed by hand (a 1,000-row chain is a 1,004-argument command):
     it must be byte for byte what redis-py sends."""
     import redis
 

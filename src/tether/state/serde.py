@@ -302,9 +302,10 @@ class Codec:
                 gc.enable()
 
     def _decode_all(self, payloads: list[bytes], vs: list[int | None], run_id: str) -> list[dict[str, Any]]:
-        """:func:`decode_plain`'s fast path inlined in the loop (a chain is mostly small
-        plain deltas, and two Python calls a row were a sixth of replaying 1,000 x 10 KB);
-        anything else goes to :meth:`decode`, which says what is wrong."""
+        """:func:`decode_plain`'s fast path inlined in the loop: a chain is mostly small
+        plain deltas, and the two Python calls a row cost a quarter of replaying 1,000
+        deltas of 200 B (1.63 vs 1.17-1.26 ms, a throwaway script). Anything else goes to
+        :meth:`decode`, which says what is wrong."""
         out: list[dict[str, Any]] = []
         unpackb, hook, starts, newest = ormsgpack.unpackb, _ext_hook, _MAP_START, SCHEMA_VERSION
         for data, version in zip(payloads, vs, strict=True):
