@@ -140,7 +140,7 @@ def make_config(args: argparse.Namespace, workdir: Path) -> Config:
         append_msg=KB,
         load_reps=load_reps,
         growth_steps=args.growth_steps or gsteps,
-        growth_msg=gmsg,
+        growth_msg=args.growth_msg or gmsg,
         lg_growth_steps=args.lg_growth_steps or lgsteps,
         langgraph=not args.no_langgraph,
         workdir=workdir,
@@ -1725,6 +1725,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-langgraph", action="store_true", help="skip LangGraph's savers")
     p.add_argument("--append-steps", type=int, default=0, help="append steps (default 100; quick 30)")
     p.add_argument("--growth-steps", type=int, default=0, help="growth-run commits (default 1000; quick 300)")
+    p.add_argument(
+        "--growth-msg", type=int, default=0, help="bytes per growth-run message (default 10240; quick 1024)"
+    )
     p.add_argument(
         "--lg-growth-steps", type=int, default=0, help="LangGraph growth steps (default 100; quick 50)"
     )
