@@ -79,7 +79,8 @@ ALL_SIZES = {"1KB": KB, "100KB": 100 * KB, "1MB": MB, "10MB": 10 * MB}
 FULL_REPS = {"1KB": 200, "100KB": 51, "1MB": 31, "10MB": 21}
 """Reps per size. 10 MB: a load's spread on these 2-core VMs is wide (27-57 ms for the same
 PostgreSQL load within one process), so 11 reps put a median 1.52x the floor where 25
-interleaved reps of the same code gave 1.02x; 21 reps cost ~40 s more a full run."""
+interleaved reps of the same code gave 1.02x. Full runs took 884 and 956 s with 21 reps, 856 s
+with 11 (one host, 2026-11-23)."""
 SECTIONS = ("latency", "append", "growth")
 GROWTH_TARGET = 2.0
 
