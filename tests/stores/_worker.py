@@ -5,6 +5,8 @@
 append TAG N      append TAG0..TAG{N-1} to state["items"], retrying on VersionConflict
 race GO_FILE      load, wait for GO_FILE, commit once; print "won" or "conflict"
 churn             write full 256 KB states forever, printing "saved STEP" after each
+seal              append item(STEP) forever, a tail of 3 deltas sealed into a segment at every
+                  third commit, printing "saved STEP" after each
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ import time
 
 from tether.errors import VersionConflict
 from tether.state import ExecutionContext, default_registry
-from tether.stores import create_store
+from tether.stores import CompactionPolicy, create_store
 
 
 def blob(step: int) -> bytes:
     seed = hashlib.sha256(str(step).encode()).digest()
     return seed * (256 * 1024 // len(seed))
+
+
+def item(step: int) -> str:
+    return f"{step}:" + hashlib.sha256(str(step).encode()).hexdigest() * 64
 
 
 REDUCERS = default_registry().register("items", "append")
@@ -63,6 +69,15 @@ async def main(url: str, run_id: str, mode: str, *args: str) -> None:
             while True:
                 step += 1
                 ctx.restore({"step": step, "blob": blob(step), "items": ctx.get("items", [])})
+                await store.commit(ctx)
+                print(f"saved {step}", flush=True)
+        elif mode == "seal":
+            store.compaction = CompactionPolicy(seal_versions=3)
+            ctx = await store.load_context(run_id, reducers=REDUCERS) or ExecutionContext(run_id, reducers=REDUCERS)
+            step = len(ctx.get("items", []))
+            while True:
+                step += 1
+                ctx.merge({"items": [item(step)]})
                 await store.commit(ctx)
                 print(f"saved {step}", flush=True)
         else:

@@ -14,7 +14,7 @@ import pytest
 
 from tether.state import ExecutionContext
 
-from ._worker import blob
+from ._worker import blob, item
 from .conftest import new_id
 
 pytestmark = pytest.mark.slow
@@ -89,3 +89,33 @@ async def test_kill_9_mid_save_leaves_a_consistent_store(url, store):
         assert step >= last_reported  # nothing reported as saved was lost
         assert cp.state["blob"] == blob(step)  # and the state is whole, never torn
         assert cp.version == step
+
+
+async def test_kill_9_mid_seal_leaves_a_consistent_store(url, store):
+    """A writer that seals every third commit, SIGKILLed at random instants: the latest
+    state always loads whole, every version reported saved is there, and the history
+    holds each version once."""
+    run_id = new_id()
+    rng = random.Random(11)
+    last_reported = 0
+    for _ in range(5):
+        proc = spawn(url, run_id, "seal")
+        seen = 0
+        assert proc.stdout is not None
+        while seen < 4 + rng.randrange(3):
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read() if proc.stderr else ""
+            seen += 1
+            last_reported = int(line.split()[1])
+        time.sleep(rng.uniform(0, 0.01))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+        cp = await store.load(run_id)
+        assert cp is not None
+        count = len(cp.state["items"])
+        assert count >= last_reported
+        assert cp.state["items"] == [item(i) for i in range(1, count + 1)]
+        assert cp.version == count
+        assert [h.version for h in await store.history(run_id)] == list(range(count, 0, -1))
+    kinds = {h.kind for h in await store.history(run_id)}
+    assert {"segment", "sealed"} <= kinds, kinds

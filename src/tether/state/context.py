@@ -50,6 +50,7 @@ class ExecutionContext:
         "_lock",
         "_reducers",
         "_state",
+        "_tail",
         "node_id",
         "run_id",
         "version",
@@ -73,6 +74,10 @@ class ExecutionContext:
         self._executed_set: set[str] = set()
         self._delta = Delta(full=True)
         self._chain = _NO_CHAIN
+        self._tail: list[bytes] | None = []
+        """The stored payloads of the deltas since the last full or segment row, oldest
+        first, ending at ``version`` (None: not known). A store packs them into one
+        segment row once there are enough (see ``stores._segment``)."""
         self._dated: set[str] | None = set()
         """Keys whose value holds a datetime (None: not known, for a state read back from a
         store). A full checkpoint of a state without any is encoded by the faster encoder."""
@@ -232,10 +237,11 @@ class ExecutionContext:
             self._dated = {key for key, value in self._state.items() if check_value(value, key=key)}
         return bool(self._dated)
 
-    def _mark_saved(self, version: int, chain: ChainStats) -> None:
+    def _mark_saved(self, version: int, chain: ChainStats, tail: list[bytes] | None = None) -> None:
         with self._lock:
             self.version = version
             self._chain = chain
+            self._tail = tail
 
     def _take(self) -> Delta:
         """Hand the current delta to a store and start a new one for later changes.
@@ -274,6 +280,7 @@ class ExecutionContext:
         version: int,
         node_id: str | None,
         chain: ChainStats,
+        tail: list[bytes] | None = None,
     ) -> None:
         with self._lock:
             self._state = state
@@ -283,6 +290,7 @@ class ExecutionContext:
             self.version = version
             self.node_id = node_id
             self._chain = chain
+            self._tail = tail
             self._delta = Delta()
 
     @property

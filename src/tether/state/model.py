@@ -152,7 +152,9 @@ class CheckpointInfo:
     status: RunStatus
     timestamp: dt.datetime
     kind: str
-    """``full`` (a whole state) or ``delta`` (ops against the version before)."""
+    """``full`` (a whole state), ``delta`` (ops against the version before), ``segment``
+    (the ops of this version and of the ``sealed`` ones right after it, packed into one
+    row so that a load reads fewer rows) or ``sealed`` (its ops are in that segment)."""
     size: int
     """Bytes stored for this version."""
 

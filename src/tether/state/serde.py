@@ -46,8 +46,11 @@ __all__ = [
     "state_offset",
 ]
 
-SCHEMA_VERSION = 1
-SCHEMA_CHANGES = {1: "first layout: full and delta payloads, ops (key, op, arg)"}
+SCHEMA_VERSION = 2
+SCHEMA_CHANGES = {
+    1: "first layout: full and delta payloads, ops (key, op, arg)",
+    2: "segment payloads: the ops of several versions in one row (stores/_segment.py)",
+}
 
 _MAGIC = b"TT"
 _FORMAT = 1

@@ -8,7 +8,7 @@ prune) is written here once.
 Two tables::
 
     tether_runs         one row per run: status, latest version, chain stats, expiry
-    tether_checkpoints  one row per version: kind (full|delta), node, payload bytes
+    tether_checkpoints  one row per version: kind (full|delta|segment|sealed), node, payload
 
 A write locks the run's row (``FOR UPDATE``, or SQLite's ``BEGIN IMMEDIATE``), checks
 the expected version, inserts the new version and updates the run row in the same
@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from tether.errors import RunNotFound, RunNotPaused, VersionConflict
 from tether.state.model import _NO_CHAIN, ChainStats, CheckpointInfo, RunInfo, RunStatus
-from tether.stores.base import CheckpointStore, StoredRow, Write, _utc
+from tether.stores.base import CheckpointStore, StaleSeal, StoredRow, Write, _utc
 
 __all__ = ["Dialect", "SqlStore", "Tx"]
 
@@ -126,10 +126,11 @@ _STATUS_OF = {s.value: s for s in RunStatus}
 _CHAIN_SQL = (
     "SELECT c.version, c.payload, r.version FROM tether_runs r "
     "JOIN tether_checkpoints c ON c.run_id = r.run_id AND c.version >= r.base_version "
-    "AND c.version <= r.version "
+    "AND c.version <= r.version AND (c.kind <> 'sealed' OR c.version = r.version) "
     "WHERE r.run_id = ? AND (r.expires_at IS NULL OR r.expires_at > ?) ORDER BY c.version"
 )
-"""The latest state's rows and nothing else: what ``load()`` reads."""
+"""The latest state's rows and nothing else: what ``load()`` reads. Sealed rows are left out
+(their segment holds them) but the latest, which says where the chain ends."""
 
 
 def _chain_of(rows: list[tuple[Any, ...]]) -> list[tuple[int, bytes]]:
@@ -166,6 +167,7 @@ class SqlStore(CheckpointStore):
     """Shared implementation of every SQL backend."""
 
     dialect: Dialect
+    _seals = True
 
     @abc.abstractmethod
     def _tx(self, *, write: bool) -> AbstractAsyncContextManager[Tx]:
@@ -233,19 +235,14 @@ class SqlStore(CheckpointStore):
             raise RunNotFound(w.run_id)
         version = current + 1
         chain = w.chain_after(info.chain if info else _NO_CHAIN, version)
+        kind, payload = w.kind, w.payload
+        if kind == "segment":
+            await self._seal_rows(tx, w, version)
+            kind, payload = "sealed", b""
         await tx.run(
             "INSERT INTO tether_checkpoints (run_id, version, kind, node_id, status, created_at, "
             "nbytes, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                w.run_id,
-                version,
-                w.kind,
-                w.node_id,
-                str(w.status),
-                w.created_at,
-                len(w.payload),
-                w.payload,
-            ),
+            (w.run_id, version, kind, w.node_id, str(w.status), w.created_at, len(payload), payload),
         )
         stats = (
             chain.base_version,
@@ -277,6 +274,23 @@ class SqlStore(CheckpointStore):
             )
         return version, chain
 
+    async def _seal_rows(self, tx: Tx, w: Write, version: int) -> None:
+        """Store ``w``'s segment in row ``w.seal_from`` and seal the rows after it, in the
+        write's transaction; StaleSeal (the transaction rolls back) unless every one of
+        them is a delta."""
+        packed = await tx.run(
+            "UPDATE tether_checkpoints SET kind = 'segment', payload = ?, nbytes = ? "
+            "WHERE run_id = ? AND version = ? AND kind = 'delta'",
+            (w.payload, len(w.payload), w.run_id, w.seal_from),
+        )
+        sealed = await tx.run(
+            "UPDATE tether_checkpoints SET kind = 'sealed', payload = ?, nbytes = 0 "
+            "WHERE run_id = ? AND version > ? AND version < ? AND kind = 'delta'",
+            (b"", w.run_id, w.seal_from, version),
+        )
+        if packed != 1 or sealed != version - w.seal_from - 1:
+            raise StaleSeal(w.run_id)
+
     async def _drop(self, tx: Tx, run_id: str) -> int:
         n = await tx.run("DELETE FROM tether_checkpoints WHERE run_id = ?", (run_id,))
         m = await tx.run("DELETE FROM tether_runs WHERE run_id = ?", (run_id,))
@@ -292,14 +306,18 @@ class SqlStore(CheckpointStore):
     async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
         cols = _RUN_COLS_R
         if version is None:
-            on = "c.version >= r.base_version AND c.version <= r.version"
+            on = (
+                "c.version >= r.base_version AND c.version <= r.version "
+                "AND (c.kind <> 'sealed' OR c.version = r.version)"
+            )
             params: list[Any] = [run_id]
         else:
             on = (
-                "c.version <= ? AND c.version >= (SELECT MAX(f.version) FROM tether_checkpoints f "
+                "c.version <= ? AND (c.kind <> 'sealed' OR c.version = ?) "
+                "AND c.version >= (SELECT MAX(f.version) FROM tether_checkpoints f "
                 "WHERE f.run_id = r.run_id AND f.version <= ? AND f.kind = 'full')"
             )
-            params = [version, version, run_id]
+            params = [version, version, version, run_id]
         rows = await self._query(
             f"SELECT {cols}, c.version, c.kind, c.node_id, c.status, c.created_at, c.payload "
             f"FROM tether_runs r LEFT JOIN tether_checkpoints c ON c.run_id = r.run_id AND {on} "
@@ -393,7 +411,7 @@ class SqlStore(CheckpointStore):
     async def delete(self, run_id: str) -> bool:
         return await self._in_tx(lambda tx: self._drop(tx, run_id), write=True) > 0
 
-    async def _rebase(self, run_id: str, version: int, payload: bytes) -> int:
+    async def _rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
         async def rebase(tx: Tx) -> int:
             row = await tx.one(
                 f"SELECT {_RUN_COLS} FROM tether_runs WHERE run_id = ? {self.dialect.lock}",
@@ -409,6 +427,12 @@ class SqlStore(CheckpointStore):
             )
             if not changed:
                 raise RunNotFound(run_id, version)
+            if after:
+                await tx.run(
+                    "UPDATE tether_checkpoints SET kind = 'segment', payload = ?, nbytes = ? "
+                    "WHERE run_id = ? AND version = ?",
+                    (after, len(after), run_id, version + 1),
+                )
             dropped = await tx.run(
                 "DELETE FROM tether_checkpoints WHERE run_id = ? AND version < ?", (run_id, version)
             )

@@ -10,6 +10,9 @@ either a *full* state or a *delta* of replayable ops against the version before.
 Loading version v reads the last full row at or before v plus the deltas after it.
 A full row is written when the chain would make a load read much more than the
 state (overwritten data piling up) or grow long (see :class:`CompactionPolicy`).
+In a store that seals (``_seals``), runs of deltas are packed into *segment* rows
+(see ``_segment``): the tail's first row holds them all, the others keep their
+history entry with an empty payload (*sealed*), so a load reads one row per segment.
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ from tether.state.model import (
     _chain_stats,
     _checkpoint,
 )
-from tether.state.reducers import ReducerRegistry, apply_op
+from tether.state.reducers import ReducerRegistry
 from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
 from tether.state.values import check_value
+from tether.stores._segment import apply_ops, apply_segment, pack_segment, segment_length, split_segment
 
 __all__ = [
     "CheckpointStore",
@@ -95,14 +99,27 @@ class CompactionPolicy:
     min_waste_bytes: int = 256 * 1024
     row_cost_bytes: int = 4096
     """What reading one more row costs at load time, in bytes of payload decoded."""
+    seal_versions: int = 32
+    """A store that seals packs the tail of deltas into one segment row once it holds this
+    many versions (or ``seal_bytes``): a load then reads ~1/32 of the rows. 0 turns
+    sealing off."""
+    seal_bytes: int = 256 * 1024
 
-    def due(self, chain: ChainStats, *, growth: int, rewrite: int) -> bool:
+    def __post_init__(self) -> None:
+        if self.seal_versions == 1 or self.seal_versions < 0:
+            raise ConfigError("seal_versions must be 0 (off) or >= 2")
+
+    def due(self, chain: ChainStats, *, growth: int, rewrite: int, sealed: bool = False) -> bool:
+        """``sealed``: the store packs deltas into segments, so the rows a load reads are
+        about one per ``seal_versions`` deltas plus a tail shorter than that."""
         waste = chain.rewrite_bytes + rewrite
         live = chain.base_bytes + chain.growth_bytes + growth
         if waste > max(self.min_waste_bytes, self.max_waste_ratio * live):
             return True
         rows = chain.length + 1
-        if rows < self.max_chain:
+        if sealed and self.seal_versions:
+            rows = rows // self.seal_versions + self.seal_versions
+        if chain.length + 1 < self.max_chain:
             return False
         grown = chain.growth_bytes + growth + waste
         return grown >= chain.base_bytes or rows * self.row_cost_bytes >= live
@@ -117,7 +134,7 @@ class Write:
 
     run_id: str
     kind: str
-    """``full`` or ``delta``."""
+    """``full``, ``delta`` or ``segment`` (see ``seal_from``)."""
     payload: bytes
     node_id: str | None
     status: RunStatus
@@ -137,6 +154,14 @@ class Write:
     dated: bool = True
     """False: the payload holds no datetime, so none of its values is a MessagePack
     extension and a decode needs no ``ext_hook`` (see ``serde.pack_plain``)."""
+    seal_from: int = 0
+    """For a ``segment`` write, the first version it packs: the payload replaces that
+    row's, the rows after it up to the new version (included) are stored sealed (kind
+    ``sealed``, empty payload). The store checks those rows are all deltas and raises
+    :class:`StaleSeal` (changing nothing) when they are not."""
+    plain: bytes = b""
+    """For a ``segment`` write, the new version as a plain delta: what the store falls
+    back to when the seal is stale."""
 
     def chain_after(self, prev: ChainStats, version: int) -> ChainStats:
         """The run's chain statistics once this write is version ``version``."""
@@ -149,6 +174,11 @@ class Write:
             prev.rewrite_bytes + self.rewrite_bytes,
             prev.length + 1,
         )
+
+
+class StaleSeal(Exception):
+    """A segment write found other rows than the deltas it packs (another process pruned
+    or compacted the run meanwhile): the save is retried as a plain delta. Internal."""
 
 
 class StoredRow(NamedTuple):
@@ -201,6 +231,9 @@ class CheckpointStore(abc.ABC):
     #: Whether full writes should say where their state starts (``Write.state_at``): for a
     #: store that decodes the state without the payload's head on its loads.
     _splits_state: bool = False
+    #: Whether the store takes ``segment`` writes (see ``Write.seal_from``). The memory
+    #: store does not: its loads of the latest state read a kept copy, not the rows.
+    _seals: bool = False
 
     def __init__(
         self,
@@ -270,9 +303,11 @@ class CheckpointStore(abc.ABC):
         """Delete a run and all its checkpoints; False when there was nothing."""
 
     @abc.abstractmethod
-    async def _rebase(self, run_id: str, version: int, payload: bytes) -> int:
+    async def _rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
         """Atomically make ``version`` a full row and drop every version before it.
 
+        ``after``: when ``version`` was inside a segment, a new segment of the versions
+        after it that the old one held, for row ``version + 1`` (which is sealed).
         Returns how many rows were removed.
         """
 
@@ -313,10 +348,14 @@ class CheckpointStore(abc.ABC):
         node = node_id if node_id is not None else ctx.node_id
         with ctx._lock:
             taken = ctx._take()
+            tail = ctx._tail
             try:
                 kind, payload, state_at, head, growth, rewrite, dated = self._encode_commit(
                     ctx, taken, node, status, now, meta, meta_dated
                 )
+                seal_from, plain = 0, b""
+                if kind == "delta" and tail is not None and self._seals:
+                    seal_from, kind, payload, plain = self._seal(ctx.version, tail, payload, kind)
             except BaseException:
                 ctx._give_back(taken)
                 raise
@@ -335,13 +374,24 @@ class CheckpointStore(abc.ABC):
             require_status=_require_status,
             growth_bytes=growth,
             rewrite_bytes=rewrite,
+            seal_from=seal_from,
+            plain=plain,
         )
         try:
-            version, chain = await self._write(write)
+            try:
+                version, chain = await self._write(write)
+            except StaleSeal:
+                write.kind, write.payload, write.seal_from, write.plain = "delta", plain, 0, b""
+                version, chain = await self._write(write)
+                tail = None  # the rows are not what this context saw: no seal until a full row
         except BaseException:
             ctx._give_back(taken)
             raise
-        ctx._mark_saved(version, chain)
+        if write.kind == "delta":
+            new_tail = None if tail is None else [*tail, write.payload]
+        else:
+            new_tail = []
+        ctx._mark_saved(version, chain, new_tail)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "checkpoint %s v%d %s %dB",
@@ -377,12 +427,27 @@ class CheckpointStore(abc.ABC):
             )
             rewrite = min(rewrite, len(payload))
             growth = len(payload) - rewrite
-            if not self.compaction.due(ctx.chain, growth=growth, rewrite=rewrite):
+            if not self.compaction.due(ctx.chain, growth=growth, rewrite=rewrite, sealed=self._seals):
                 return "delta", payload, 0, None, growth, rewrite, True
         full = {**head, "kind": "full", "executed": ctx.executed_node_ids}
         dated = meta_dated or ctx._holds_datetimes()
         payload, state_at = self._encode_full(full, ctx._state_ref(), datetimes=dated)
         return "full", payload, state_at, full if state_at else None, 0, 0, dated
+
+    def _seal(self, version: int, tail: list[bytes], payload: bytes, kind: str) -> tuple[int, str, bytes, bytes]:
+        """``(seal_from, kind, payload, plain)`` for a delta about to become ``version + 1``:
+        a segment of the tail and it when the tail is long or big enough, else the delta
+        as it is."""
+        policy = self.compaction
+        if not policy.seal_versions or (
+            len(tail) + 1 < policy.seal_versions and sum(map(len, tail)) + len(payload) < policy.seal_bytes
+        ):
+            return 0, kind, payload, b""
+        first = version - len(tail) + 1
+        versions = list(range(first, version + 1))
+        bodies = self.codec.decode_many([*tail, payload], versions=[*versions, version + 1])
+        segment = self.codec.encode(pack_segment(first, bodies))
+        return first, "segment", segment, payload
 
     def _encode_full(
         self, head: dict[str, Any], state: dict[str, Any], *, datetimes: bool = True
@@ -437,7 +502,7 @@ class CheckpointStore(abc.ABC):
             cp = _lone_full(run_id, number, chain[0][1])
             if cp is not None:
                 return cp
-        state, executed, last = self._replay(run_id, chain)  # decrypts; says what is wrong
+        state, executed, last, _tail = self._replay(run_id, chain)  # decrypts; says what is wrong
         status = _STATUS_OF.get(last.get("status"))  # every payload carries its own head
         ts = last.get("ts")
         if status is None or (type(ts) is not float and type(ts) is not int):
@@ -456,7 +521,7 @@ class CheckpointStore(abc.ABC):
         info, rows = await self._read(run_id, version)
         if not rows or info is None:
             return None
-        state, executed, _last = self._replay(run_id, [(r.version, r.payload) for r in rows])
+        state, executed, _last, tail = self._replay(run_id, [(r.version, r.payload) for r in rows])
         ctx = ExecutionContext(run_id, reducers=reducers)
         latest = rows[-1].version == info.version
         ctx._load(
@@ -465,15 +530,21 @@ class CheckpointStore(abc.ABC):
             version=rows[-1].version,
             node_id=rows[-1].node_id,
             chain=info.chain if latest else ChainStats(length=self.compaction.max_chain),
+            tail=tail,
         )
         return ctx
 
     def _replay(
         self, run_id: str, chain: Sequence[tuple[int, bytes]]
-    ) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
-        """State, executed node ids and last payload, from ``(version, payload)`` rows:
-        a full state, then deltas applied in place (every object here is freshly
-        decoded, so it is ours to change)."""
+    ) -> tuple[dict[str, Any], list[str], dict[str, Any], list[bytes] | None]:
+        """State, executed node ids, the head of the chain's last version, and the payloads
+        of the deltas after its last full or segment row (None when it ends inside a
+        segment), from ``(version, payload)`` rows: a full state, then deltas and segments
+        applied in place (every object here is freshly decoded, so it is ours to change).
+
+        The chain ends at the version wanted. Sealed rows (empty payloads) are skipped:
+        the segment before them holds their ops, and a last row that is sealed makes the
+        segment apply only up to it. Every version must be covered exactly once."""
         first_version, first_payload = chain[0]
         head = self.codec.decode(first_payload, run_id=run_id, version=first_version)
         state = head.get("state")
@@ -485,24 +556,41 @@ class CheckpointStore(abc.ABC):
         if type(executed) is not list:
             executed = list(executed or ())
         if len(chain) == 1:
-            return state, executed, head
-        versions = [v for v, _ in chain[1:]]
-        if versions != list(range(first_version + 1, first_version + len(chain))):
-            expect = next(e for e, v in enumerate(versions, start=first_version + 1) if v != e)
-            raise CheckpointCorrupt(
-                f"version {expect} is missing from the chain", run_id=run_id, version=expect
-            )
-        bodies = self.codec.decode_many([p for _, p in chain[1:]], run_id=run_id, versions=versions)
+            return state, executed, head, []
+        target = chain[-1][0]
+        rows = [row for row in chain[1:] if row[1]]
+        versions = [v for v, _ in rows]
+        bodies = self.codec.decode_many([p for _, p in rows], run_id=run_id, versions=versions)
         last = head
-        for number, body in zip(versions, bodies, strict=True):
+        expect = first_version + 1
+        tail_from = 0
+        whole = True
+        for at, (number, body) in enumerate(zip(versions, bodies, strict=True)):
+            if number != expect:
+                why = "overlaps the segment before it" if number < expect else f"follows {expect - 1}"
+                raise CheckpointCorrupt(
+                    f"version {min(number, expect)} is missing from the chain (row {number} {why})",
+                    run_id=run_id,
+                    version=min(number, expect),
+                )
             try:
-                _apply(state, executed, body)
+                if body.get("kind") == "segment":
+                    held = segment_length(body, run_id=run_id, version=number)
+                    count = min(held, target - number + 1)
+                    last = apply_segment(state, executed, body, count)
+                    expect, tail_from, whole = number + count, at + 1, count == held
+                else:
+                    _apply(state, executed, body)
+                    last, expect = body, expect + 1
             except CheckpointCorrupt:
                 raise
             except Exception as exc:
                 raise CheckpointCorrupt(f"cannot apply delta ({exc})", run_id=run_id, version=number) from exc
-            last = body
-        return state, executed, last
+        if expect != target + 1:
+            raise CheckpointCorrupt(
+                f"version {expect} is missing from the chain", run_id=run_id, version=expect
+            )
+        return state, executed, last, [p for _, p in rows[tail_from:]] if whole else None
 
     async def history(
         self, run_id: str, *, before: int | None = None, limit: int | None = None
@@ -517,7 +605,7 @@ class CheckpointStore(abc.ABC):
         info, rows = await self._read(run_id, None)
         if info is None or not rows:
             return None
-        state, _executed, head = self._replay(run_id, [(r.version, r.payload) for r in rows])
+        state, _executed, head, _tail = self._replay(run_id, [(r.version, r.payload) for r in rows])
         last = rows[-1]
         meta = head.get("meta") or {}
         history = state.get("execution_history")
@@ -631,10 +719,23 @@ class CheckpointStore(abc.ABC):
         cut = info.version - keep + 1
         if cut <= 1:
             return 0
-        cp = await self.load(run_id, cut)
-        if cp is None:
+        chain = await self._read_chain(run_id, cut)
+        if not chain:
             return 0
-        return await self._rebase(run_id, cut, self.codec.encode(_full_payload(cp)))
+        cp = self._checkpoint_of(run_id, chain)
+        return await self._rebase(run_id, cut, self.codec.encode(_full_payload(cp)), self._recut(run_id, chain))
+
+    def _recut(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> bytes:
+        """When the chain's last version is inside a segment that holds later versions too,
+        a segment of those later ones (for the row after it, see :meth:`_rebase`); else b""."""
+        cut = chain[-1][0]
+        first, payload = next((v, p) for v, p in reversed(chain) if p)
+        if first == chain[0][0]:
+            return b""  # the full row
+        body = self.codec.decode(payload, run_id=run_id, version=first)
+        if body.get("kind") != "segment" or first + segment_length(body, run_id=run_id, version=first) - 1 <= cut:
+            return b""
+        return self.codec.encode(pack_segment(cut + 1, split_segment(body)[cut + 1 - first :]))
 
 
 def _lone_full(run_id: str, number: int, payload: bytes) -> Checkpoint | None:
@@ -684,12 +785,5 @@ def _apply(state: dict[str, Any], executed: list[str], body: dict[str, Any]) -> 
     """Apply one delta in place."""
     if body.get("kind") != "delta":
         raise CheckpointCorrupt("expected a delta row")
-    for key, op, arg in body["ops"]:
-        old = state.get(key)
-        if op == "append" and type(old) is list:
-            old.extend(arg)
-        elif op == "merge" and type(old) is dict:
-            old.update(arg)
-        else:
-            state[key] = apply_op(old, op, arg)
+    apply_ops(state, body["ops"])
     executed.extend(body.get("executed") or ())

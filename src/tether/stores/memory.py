@@ -305,7 +305,9 @@ class InMemoryStore(CheckpointStore):
         with self._lock:
             return self._runs.pop(run_id, None) is not None
 
-    async def _rebase(self, run_id: str, version: int, payload: bytes) -> int:
+    async def _rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
+        if after:  # never: this store writes no segments (``_seals``)
+            raise ValueError("the memory store holds no segments to cut")
         with self._lock:
             run = self._live(run_id)
             if run is None or version not in run.rows:

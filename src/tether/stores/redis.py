@@ -4,7 +4,8 @@ Key layout per run (``P`` is the prefix, ``tether:`` by default)::
 
     P run:<id>     hash: status, version, node_id, chain stats, created/updated/expires_at
                    (+ epoch and lease:<token> fields when it is a TieredStore's cache)
-    P rows:<id>    hash: version -> payload bytes, and "_base": the latest chain's full row
+    P rows:<id>    hash: version -> payload bytes ("" for a sealed version, whose ops are in
+                   the segment row before it), and "_base": the latest chain's full row
     P hist:<id>    sorted set scored by version; member "v|kind|nbytes|status|ts|node"
     P full:<id>    sorted set of the versions stored as full states
     P runs         sorted set of run ids scored by updated_at (``list_runs``)
@@ -42,7 +43,7 @@ from tether.errors import (
     VersionConflict,
 )
 from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus, _chain_stats
-from tether.stores.base import CheckpointStore, StoredRow, Write, _hint, _utc
+from tether.stores.base import CheckpointStore, StaleSeal, StoredRow, Write, _hint, _utc
 
 try:
     import redis.asyncio as aioredis
@@ -113,7 +114,9 @@ end
 # KEYS: run rows hist full index gen
 # ARGV: 1 mode (write|mirror) 2 run_id 3 expected ('' = any) 4 require_status 5 kind
 #       6 payload 7 member tail 8 status 9 node_set 10 node 11 created_at 12 expires_ms
-#       13 expires_at 14 growth 15 rewrite 16 indexed; mirror: 17 token, 18..22 chain
+#       13 expires_at 14 growth 15 rewrite 16 indexed 17 seal_from (a segment write: the
+#       payload goes to that row, which and every row up to the new one must be deltas,
+#       and they become sealed); mirror: 18 token, 19..23 chain
 _WRITE = (
     _PRELUDE
     + """
@@ -123,7 +126,7 @@ local info = read_run(run)
 local current = tonumber(info['version']) or 0
 local epoch = ''
 if mode == 'mirror' then
-  redis.call('HDEL', run, 'lease:' .. ARGV[17])
+  redis.call('HDEL', run, 'lease:' .. ARGV[18])
   epoch = server_epoch()
   if tonumber(ARGV[3]) ~= current or (current > 0 and info['epoch'] ~= epoch) then
     drop(KEYS)
@@ -141,7 +144,7 @@ if current == 0 and kind ~= 'full' then return {'missing', 0} end
 local v = current + 1
 local bv, bb, gb, rb, len
 if mode == 'mirror' then
-  bv, bb, gb, rb, len = ARGV[18], ARGV[19], ARGV[20], ARGV[21], ARGV[22]
+  bv, bb, gb, rb, len = ARGV[19], ARGV[20], ARGV[21], ARGV[22], ARGV[23]
 elseif kind == 'full' then
   bv, bb, gb, rb, len = v, #payload, 0, 0, 0
 else
@@ -157,6 +160,33 @@ end
 if current == 0 then
   if mode ~= 'mirror' then redis.call('DEL', run) end
   redis.call('HSET', run, 'created_at', ARGV[11])
+end
+if kind == 'segment' then
+  local a = tonumber(ARGV[17])
+  local ms = redis.call('ZRANGEBYSCORE', hist, a, v - 1)
+  local fresh = #ms == v - a
+  for i = 1, #ms do
+    if string.match(ms[i], '^%d+|(%a+)|') ~= 'delta' then fresh = false end
+  end
+  if not fresh then
+    if mode ~= 'mirror' then return {'stale', current} end
+    drop(KEYS)
+    fence(KEYS[6])
+    return {'dropped', current}
+  end
+  for i = 1, #ms do
+    local mv = tonumber(string.match(ms[i], '^(%d+)|'))
+    local rest = string.match(ms[i], '^%d+|%a+|%d+|(.*)$')
+    redis.call('ZREM', hist, ms[i])
+    if mv == a then
+      redis.call('HSET', rows, mv, payload)
+      redis.call('ZADD', hist, mv, string.format('%d|segment|%d|', mv, #payload) .. rest)
+    else
+      redis.call('HSET', rows, mv, '')
+      redis.call('ZADD', hist, mv, string.format('%d|sealed|0|', mv) .. rest)
+    end
+  end
+  kind, payload = 'sealed', ''
 end
 redis.call('HSET', rows, v, payload, '_base', bv)
 redis.call('ZADD', hist, v, string.format('%d|%s|%d|', v, kind, #payload) .. ARGV[7])
@@ -307,7 +337,9 @@ return 1
 """
 )
 
-# KEYS: run rows hist full.  ARGV: version payload.  -> dropped rows, -1 no run, -2 no row
+# KEYS: run rows hist full.  ARGV: version payload after.  -> dropped rows, -1 no run, -2
+# no row.  ``after`` (when not ''): the segment of the versions after ``version`` that the
+# one it was in held, for the row after it.
 _REBASE = """
 local v = tonumber(ARGV[1])
 local h = redis.call('HMGET', KEYS[1], 'version', 'base_version')
@@ -320,6 +352,14 @@ for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], v, v)) do
   redis.call('ZADD', KEYS[3], v, string.format('%d|full|%d|', v, #ARGV[2]) .. rest)
 end
 redis.call('ZADD', KEYS[4], v, v)
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[2], v + 1, ARGV[3])
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], v + 1, v + 1)) do
+    redis.call('ZREM', KEYS[3], m)
+    local rest = string.match(m, '^%d+|%a+|%d+|(.*)$')
+    redis.call('ZADD', KEYS[3], v + 1, string.format('%d|segment|%d|', v + 1, #ARGV[3]) .. rest)
+  end
+end
 local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[1])
 for i = 1, #gone, 500 do
   local batch = {}
@@ -357,6 +397,11 @@ for i = 5 + 2 * n, #ARGV, 4 do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])
   redis.call('ZADD', KEYS[3], ARGV[i], ARGV[i + 1])
   if ARGV[i + 3] == '1' then redis.call('ZADD', KEYS[4], ARGV[i], ARGV[i]) end
+end
+-- SQL leaves sealed rows out of a chain but its last: every version gets a row here, so
+-- that a read of base..latest finds them all (see _present)
+for v = tonumber(ARGV[5 + 2 * n]) + 1, tonumber(ARGV[#ARGV - 3]) - 1 do
+  redis.call('HSETNX', KEYS[2], v, '')
 end
 set_ttl({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, ARGV[3])
 return 1
@@ -396,6 +441,7 @@ class RedisStore(CheckpointStore):
     """
 
     scheme = "redis"
+    _seals = True
 
     def __init__(self, client: aioredis.Redis, *, prefix: str = "tether:", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -493,6 +539,7 @@ class RedisStore(CheckpointStore):
             w.growth_bytes,
             w.rewrite_bytes,
             "1" if self._indexed else "0",
+            w.seal_from or "",
         ]
 
     async def _write(self, w: Write) -> tuple[int, ChainStats]:
@@ -506,6 +553,8 @@ class RedisStore(CheckpointStore):
             raise RunNotPaused(w.run_id, bytes(reply[1]).decode())
         if tag == b"missing":
             raise RunNotFound(w.run_id)
+        if tag == b"stale":
+            raise StaleSeal(w.run_id)
         version, chain = int(reply[1]), _chain(reply[2:7])
         self._hint(w.run_id, (chain.base_version, version))
         return version, chain
@@ -523,10 +572,10 @@ class RedisStore(CheckpointStore):
             existed = await self._s_delete(keys=self._all_keys(run_id), args=[run_id, "delete"])
         return bool(existed)
 
-    async def _rebase(self, run_id: str, version: int, payload: bytes) -> int:
+    async def _rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
         self._hint(run_id, None)
         with self._errors():
-            dropped = int(await self._s_rebase(keys=self._keys(run_id), args=[version, payload]))
+            dropped = int(await self._s_rebase(keys=self._keys(run_id), args=[version, payload, after]))
         if dropped == -1:
             raise RunNotFound(run_id)
         if dropped == -2:

@@ -71,6 +71,7 @@ class TieredStore(CheckpointStore):
             raise ConfigError("TieredStore needs a durable store (SQL) behind Redis")
         self.redis = redis
         self.sql = sql
+        self._seals = sql._seals  # a segment is written to SQL first, then mirrored
         self.lease = lease
         redis._indexed = False  # list_runs comes from SQL
         self._suspect: set[str] = set()
@@ -191,10 +192,10 @@ class TieredStore(CheckpointStore):
         await self._cache(run_id, "drop", self.redis._invalidate(run_id, token))
         return deleted
 
-    async def _rebase(self, run_id: str, version: int, payload: bytes) -> int:
+    async def _rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
         token = await self._lease(run_id)
         try:
-            dropped = await self.sql._rebase(run_id, version, payload)
+            dropped = await self.sql._rebase(run_id, version, payload, after)
         except Exception as exc:
             await self._release_after(run_id, token, exc)
             raise
