@@ -186,7 +186,7 @@ async def test_a_damaged_segment_names_the_run_and_its_version(store):
     await store.commit(ctx)
     await commits(store, ctx, 1, 4, {})
     # v2-4 are deltas; a segment write of v2-5 whose payload is cut off
-    good = Codec().encode({"v": 2, "kind": "segment", "first": 2, "heads": [], "ops": []})
+    good = Codec().encode({"v": 2, "kind": "segment", "first": 2, "n": 4, "ops": []})
     await store._write(_write(ctx.run_id, "segment", good[:5], expected=4, seal_from=2))
     with pytest.raises(CheckpointCorrupt) as err:
         await store.load(ctx.run_id)
@@ -196,7 +196,9 @@ async def test_a_damaged_segment_names_the_run_and_its_version(store):
     other.merge({"messages": [msg(0)]})
     await store.commit(other)
     await commits(store, other, 1, 3, {})
-    wrong = Codec().encode({"v": 2, "kind": "segment", "first": 7, "heads": [[None, "running", 1.0, {}, []]] * 3, "ops": []})
+    wrong = Codec().encode(
+        {"v": 2, "kind": "segment", "first": 7, "n": 3, "ts": [1.0] * 3, "executed": [], "ops": []}
+    )
     await store._write(_write(other.run_id, "segment", wrong, expected=3, seal_from=2))
     with pytest.raises(CheckpointCorrupt) as err:
         await store.load(other.run_id)

@@ -9,17 +9,26 @@ the tail's first row, and leaves the other rows of the range *sealed*: their his
 entry stays (node, status, time), their payload is empty. A load reads the base, one
 row per segment and the short tail after them.
 
-A segment's payload::
+A segment's payload is laid out by column, since decoding it costs per object and a
+version's own fields are mostly the same as the next one's (a delta's head decoded as a
+dict of its own cost as much as its message)::
 
-    {"v": 2, "kind": "segment", "first": a,
-     "heads": [[node, status, ts, meta, executed], ...],   # one per version a, a+1, ...
-     "ops":   [[key, op, arg, i], ...]}                    # i: index of the version
+    {"v": 2, "kind": "segment", "first": a, "n": count,
+     "node": [...] | value,  "status": [...] | value,  "meta": [...] | value,
+     "ts": [...],  "executed": [ids...],  "ends": [...],
+     "ops": [[key, op, arg, i], ...]}
+
+``node``, ``status`` and ``meta`` hold one value per version, or one value for all of
+them. ``executed`` holds every version's executed node ids in order and ``ends`` where
+each version's end (absent when there are none). ``i`` in an op is the index of its
+version.
 
 Ops on different keys commute (a reducer touches only its key), so the ops are grouped
 by key, in version order within a key, and consecutive ``append`` ops of one key are
-merged into one: ``[key, "append", items, i, [[i, n], [j, m], ...]]`` where ``[j, m]``
-says the items up to ``m`` were there after version ``a + j``. Replaying a whole segment
-then extends each list once; replaying it up to a version inside it cuts the items.
+merged into one: ``[key, "append", items, i, [j, m, k, n, ...]]`` says the items up to
+``m`` were there after version ``a + j``, up to ``n`` after ``a + k``… Replaying a whole
+segment then extends each list once; replaying it up to a version inside it cuts the
+items.
 """
 
 from __future__ import annotations
@@ -40,11 +49,13 @@ def pack_segment(first: int, bodies: list[dict[str, Any]]) -> dict[str, Any]:
 
     The bodies' own lists are not changed: a merged append gets a list of its own (a
     body's ops may be the live state's objects, for a delta not yet encoded)."""
-    heads: list[list[Any]] = []
     ops: list[list[Any]] = []
     last_of: dict[str, list[Any]] = {}
+    executed: list[str] = []
+    ends: list[int] = []
     for i, body in enumerate(bodies):
-        heads.append([body.get("node"), body["status"], body["ts"], body.get("meta") or {}, body["executed"]])
+        executed.extend(body.get("executed") or ())
+        ends.append(len(executed))
         for key, op, arg in body["ops"]:
             prev = last_of.get(key)
             if (
@@ -56,40 +67,71 @@ def pack_segment(first: int, bodies: list[dict[str, Any]]) -> dict[str, Any]:
             ):
                 if len(prev) == 4:  # the first merge: the items become the segment's own list
                     prev[2] = list(prev[2])
-                    prev.append([[prev[3], len(prev[2])]])
+                    prev.append([prev[3], len(prev[2])])
                 prev[2].extend(arg)
-                prev[4].append([i, len(prev[2])])
+                prev[4] += (i, len(prev[2]))
                 continue
             entry = [key, op, arg, i]
             ops.append(entry)
             last_of[key] = entry
-    return {"v": SEGMENT_SCHEMA, "kind": "segment", "first": first, "heads": heads, "ops": ops}
+    seg: dict[str, Any] = {
+        "v": SEGMENT_SCHEMA,
+        "kind": "segment",
+        "first": first,
+        "n": len(bodies),
+        "node": _column([b.get("node") for b in bodies]),
+        "status": _column([b["status"] for b in bodies]),
+        "meta": _column([b.get("meta") or {} for b in bodies]),
+        "ts": [b["ts"] for b in bodies],
+        "executed": executed,
+        "ops": ops,
+    }
+    if executed:
+        seg["ends"] = ends
+    return seg
+
+
+def _column(values: list[Any]) -> Any:
+    """One value for all versions when they are all the same string, None or empty dict,
+    else the list. (Not any equal values: ``{"a": 1} == {"a": True}``.)"""
+    first = values[0]
+    if first is None or type(first) is str or (type(first) is dict and not first):
+        kind = type(first)
+        if all(type(v) is kind and v == first for v in values):
+            return first
+    return values
+
+
+def _cell(column: Any, i: int) -> Any:
+    return column[i] if type(column) is list else column
 
 
 def split_segment(seg: dict[str, Any]) -> list[dict[str, Any]]:
     """The delta bodies a segment was packed from, one per version (ops grouped by key)."""
-    heads = seg["heads"]
+    count = seg["n"]
+    executed, ends = seg["executed"], seg.get("ends") or [0] * count
     bodies: list[dict[str, Any]] = [
         {
             "v": SEGMENT_SCHEMA,
             "kind": "delta",
-            "node": h[0],
-            "status": h[1],
-            "ts": h[2],
-            "meta": h[3],
-            "executed": h[4],
+            "node": _cell(seg["node"], i),
+            "status": _cell(seg["status"], i),
+            "ts": seg["ts"][i],
+            "meta": _cell(seg["meta"], i),
+            "executed": executed[ends[i - 1] if i else 0 : ends[i]],
             "ops": [],
         }
-        for h in heads
+        for i in range(count)
     ]
     for entry in seg["ops"]:
         key, op, arg, i = entry[0], entry[1], entry[2], entry[3]
         if len(entry) == 4:
             bodies[i]["ops"].append([key, op, arg])
             continue
-        start = 0
-        for j, end in entry[4]:
-            bodies[j]["ops"].append([key, op, arg[start:end]])
+        marks, start = entry[4], 0
+        for at in range(0, len(marks), 2):
+            end = marks[at + 1]
+            bodies[marks[at]]["ops"].append([key, op, arg[start:end]])
             start = end
     return bodies
 
@@ -99,18 +141,20 @@ def apply_segment(
 ) -> dict[str, Any]:
     """Apply a segment's first ``count`` versions in place; returns the head of the last
     one applied (node, status, ts, meta), as a delta body would carry it."""
-    heads = seg["heads"]
-    if count < len(heads):
+    if count < seg["n"]:
         for body in split_segment(seg)[:count]:
             apply_ops(state, body["ops"])
-        for h in heads[:count]:
-            executed.extend(h[4])
+            executed.extend(body["executed"])
     else:
         apply_ops(state, seg["ops"])
-        for h in heads:
-            executed.extend(h[4])
-    h = heads[count - 1]
-    return {"node": h[0], "status": h[1], "ts": h[2], "meta": h[3]}
+        executed.extend(seg["executed"])
+    i = count - 1
+    return {
+        "node": _cell(seg["node"], i),
+        "status": _cell(seg["status"], i),
+        "ts": seg["ts"][i],
+        "meta": _cell(seg["meta"], i),
+    }
 
 
 def apply_ops(state: dict[str, Any], ops: list[Any]) -> None:
@@ -134,9 +178,12 @@ def segment_length(seg: Any, *, run_id: str, version: int) -> int:
         type(seg) is not dict
         or seg.get("kind") != "segment"
         or seg.get("first") != version
-        or type(seg.get("heads")) is not list
-        or not seg["heads"]
+        or type(seg.get("n")) is not int
+        or seg["n"] < 1
+        or type(seg.get("ts")) is not list
+        or len(seg["ts"]) != seg["n"]
         or type(seg.get("ops")) is not list
+        or type(seg.get("executed")) is not list
     ):
         raise CheckpointCorrupt("segment row is damaged", run_id=run_id, version=version)
-    return len(seg["heads"])
+    return int(seg["n"])
