@@ -88,9 +88,11 @@ async def test_every_version_of_a_sealed_chain_loads_exactly(store):
     assert [h.node_id for h in hist[:-1]] == [f"node{i}" for i in range(22, 0, -1)]
     kinds = [h.kind for h in reversed(hist)]
     if store._seals:
-        # versions 2-5, 6-9, ... 18-21 are segments of 4; 22 and 23 are the tail
-        assert kinds == ["full"] + ["segment", "sealed", "sealed", "sealed"] * 5 + ["delta", "delta"]
-        assert await payload_rows(store, ctx.run_id) == 1 + 5 + 2
+        # 2-5, 6-9, 10-13 and 14-17 were segments of 4 (level 1), merged into one (level 2)
+        # when the fourth was written; 18-21 is a level 1 segment; 22 and 23 are deltas
+        sealed = ["sealed"]
+        assert kinds == ["full", "segment"] + sealed * 15 + ["segment"] + sealed * 3 + ["delta", "delta"]
+        assert await payload_rows(store, ctx.run_id) == 1 + 2 + 2
         assert all(h.size == 0 for h in hist if h.kind == "sealed")
     else:
         assert kinds == ["full"] + ["delta"] * 22
@@ -110,13 +112,23 @@ async def test_a_resumed_context_goes_on_sealing(make_store):
     async with make_store(compaction=SEAL) as second:
         resumed = await second.load_context(ctx.run_id, reducers=ctx.reducers)
         assert resumed is not None and resumed.version == 7
-        await commits(second, resumed, 7, 12, seen)  # v8 seals 6-9, v10-12 the tail
+        await commits(second, resumed, 7, 12, seen)  # v9 seals 6-9, v10-12 the tail
         for v, (state, _executed) in seen.items():
             assert (await second.load(ctx.run_id, v)).state == state, v
         kinds = {h.version: h.kind for h in await second.history(ctx.run_id)}
         if second._seals:
             assert kinds[6] == "segment" and kinds[9] == "sealed" and kinds[10] == "delta", kinds
             assert await payload_rows(second, ctx.run_id) == 1 + 2 + 3
+        # v13 seals 10-13; v17 seals 14-17 and merges it with the three before, the first
+        # of which the first store wrote: what the resumed context read back
+        await commits(second, resumed, 12, 16 + 1, seen)
+        kinds = {h.version: h.kind for h in await second.history(ctx.run_id)}
+        if second._seals:
+            assert kinds[2] == "segment" and kinds[6] == "sealed" and kinds[14] == "sealed", kinds
+            assert await payload_rows(second, ctx.run_id) == 2
+        for v, (state, executed) in seen.items():
+            cp = await second.load(ctx.run_id, v)
+            assert cp.state == state and cp.executed_node_ids == executed, v
 
 
 @pytest.mark.parametrize("keep", [1, 2, 3, 4, 5, 9])
@@ -229,7 +241,7 @@ def _write(run_id: str, kind: str, payload: bytes, *, expected: int, seal_from: 
 
 async def test_big_deltas_seal_by_bytes(store):
     """A tail past ``seal_bytes`` is sealed before it has ``seal_versions`` versions."""
-    store.compaction = CompactionPolicy(seal_versions=32, seal_bytes=20_000)
+    store.compaction = CompactionPolicy(seal_versions=32, seal_tail_bytes=20_000)
     ctx = ExecutionContext(new_id())
     ctx.merge({"messages": [msg(0)]})
     await store.commit(ctx)
@@ -241,3 +253,20 @@ async def test_big_deltas_seal_by_bytes(store):
         # 6 KB a delta: the fourth one takes the tail past 20 KB
         assert kinds == ["full", "segment", "sealed", "sealed", "sealed", "segment", "sealed", "sealed", "sealed"]
     assert (await store.load(ctx.run_id)).state == ctx.snapshot()
+
+
+@pytest.mark.parametrize(("cap", "rows"), [(1 << 20, 2), (1, 5)])
+async def test_segments_merge_by_level_under_the_size_cap(store, cap, rows):
+    """Two segments of one level merge into one of the next (fanout 2), unless the merged
+    one would pass ``seal_bytes``."""
+    store.compaction = CompactionPolicy(seal_versions=2, seal_fanout=2, seal_bytes=cap)
+    ctx = new_ctx()
+    ctx.merge({"messages": [msg(0)]})
+    await store.commit(ctx)
+    seen: dict[int, Any] = {}
+    await commits(store, ctx, 1, 9, seen)
+    if store._seals:
+        assert await payload_rows(store, ctx.run_id) == rows
+    for v, (state, executed) in seen.items():
+        cp = await store.load(ctx.run_id, v)
+        assert cp.state == state and cp.executed_node_ids == executed, v

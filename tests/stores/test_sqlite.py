@@ -49,11 +49,11 @@ async def test_a_big_run_is_read_on_the_db_thread_even_by_a_fresh_store(tmp_path
     path = tmp_path / "t.db"
     writer = SqliteStore(path)
     await writer.setup()
-    ctx = ExecutionContext(new_id(), {"blob": "x" * 400_000})
+    ctx = ExecutionContext(new_id(), {"blob": "x" * 4_000_000})
     await writer.commit(ctx)
     reader = SqliteStore(path)
     await reader.setup()
-    assert reader.inline_read_bytes < 400_000
+    assert reader.inline_read_bytes < 4_000_000
     try:
         seen = traced(reader)
         cp = await reader.load(ctx.run_id)

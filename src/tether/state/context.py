@@ -74,10 +74,10 @@ class ExecutionContext:
         self._executed_set: set[str] = set()
         self._delta = Delta(full=True)
         self._chain = _NO_CHAIN
-        self._tail: list[bytes] | None = []
-        """The stored payloads of the deltas since the last full or segment row, oldest
-        first, ending at ``version`` (None: not known). A store packs them into one
-        segment row once there are enough (see ``stores._segment``)."""
+        self._tail: list[tuple[bytes, int, int]] | None = []
+        """The last rows stored after the last full one, oldest first, ending at ``version``
+        (None: not known): what the store may pack into its next segment row (see
+        ``stores.base.Carrier``)."""
         self._dated: set[str] | None = set()
         """Keys whose value holds a datetime (None: not known, for a state read back from a
         store). A full checkpoint of a state without any is encoded by the faster encoder."""
@@ -237,7 +237,9 @@ class ExecutionContext:
             self._dated = {key for key, value in self._state.items() if check_value(value, key=key)}
         return bool(self._dated)
 
-    def _mark_saved(self, version: int, chain: ChainStats, tail: list[bytes] | None = None) -> None:
+    def _mark_saved(
+        self, version: int, chain: ChainStats, tail: list[tuple[bytes, int, int]] | None = None
+    ) -> None:
         with self._lock:
             self.version = version
             self._chain = chain
@@ -280,7 +282,7 @@ class ExecutionContext:
         version: int,
         node_id: str | None,
         chain: ChainStats,
-        tail: list[bytes] | None = None,
+        tail: list[tuple[bytes, int, int]] | None = None,
     ) -> None:
         with self._lock:
             self._state = state

@@ -13,12 +13,15 @@ A segment's payload is laid out by column, since decoding it costs per object an
 version's own fields are mostly the same as the next one's (a delta's head decoded as a
 dict of its own cost as much as its message)::
 
-    {"v": 2, "kind": "segment", "first": a, "n": count,
+    {"v": 2, "kind": "segment", "first": a, "n": count, "lv": level,
      "node": [...] | value,  "status": [...] | value,  "meta": [...] | value,
      "ts": [...],  "executed": [ids...],  "ends": [...],
      "ops": [[key, op, arg, i], ...]}
 
-``node``, ``status`` and ``meta`` hold one value per version, or one value for all of
+``lv`` is 1 for a segment of deltas, L + 1 for one merged from segments of level L: a
+store merges the last few segments of one level into one, so a chain of N versions is
+read as O(log N) rows (see ``CompactionPolicy``). ``node``, ``status`` and ``meta`` hold
+one value per version, or one value for all of
 them. ``executed`` holds every version's executed node ids in order and ``ends`` where
 each version's end (absent when there are none). ``i`` in an op is the index of its
 version.
@@ -44,7 +47,7 @@ SEGMENT_SCHEMA = 2
 """The payload schema that introduced segments (see ``serde.SCHEMA_CHANGES``)."""
 
 
-def pack_segment(first: int, bodies: list[dict[str, Any]]) -> dict[str, Any]:
+def pack_segment(first: int, bodies: list[dict[str, Any]], level: int = 1) -> dict[str, Any]:
     """One segment payload for the delta bodies of versions ``first``, ``first + 1``…
 
     The bodies' own lists are not changed: a merged append gets a list of its own (a
@@ -79,6 +82,7 @@ def pack_segment(first: int, bodies: list[dict[str, Any]]) -> dict[str, Any]:
         "kind": "segment",
         "first": first,
         "n": len(bodies),
+        "lv": level,
         "node": _column([b.get("node") for b in bodies]),
         "status": _column([b["status"] for b in bodies]),
         "meta": _column([b.get("meta") or {} for b in bodies]),

@@ -276,20 +276,25 @@ class SqlStore(CheckpointStore):
 
     async def _seal_rows(self, tx: Tx, w: Write, version: int) -> None:
         """Store ``w``'s segment in row ``w.seal_from`` and seal the rows after it, in the
-        write's transaction; StaleSeal (the transaction rolls back) unless every one of
-        them is a delta."""
+        write's transaction; StaleSeal (the transaction rolls back) unless that row holds a
+        delta or a segment and no row from it on is full (a prune since)."""
+        full = await tx.one(
+            "SELECT COUNT(*) FROM tether_checkpoints WHERE run_id = ? AND version >= ? AND version < ? "
+            "AND kind = 'full'",
+            (w.run_id, w.seal_from, version),
+        )
         packed = await tx.run(
             "UPDATE tether_checkpoints SET kind = 'segment', payload = ?, nbytes = ? "
-            "WHERE run_id = ? AND version = ? AND kind = 'delta'",
+            "WHERE run_id = ? AND version = ? AND kind IN ('delta', 'segment')",
             (w.payload, len(w.payload), w.run_id, w.seal_from),
         )
-        sealed = await tx.run(
+        if packed != 1 or full is None or int(full[0]):
+            raise StaleSeal(w.run_id)
+        await tx.run(
             "UPDATE tether_checkpoints SET kind = 'sealed', payload = ?, nbytes = 0 "
-            "WHERE run_id = ? AND version > ? AND version < ? AND kind = 'delta'",
+            "WHERE run_id = ? AND version > ? AND version < ? AND kind <> 'sealed'",
             (b"", w.run_id, w.seal_from, version),
         )
-        if packed != 1 or sealed != version - w.seal_from - 1:
-            raise StaleSeal(w.run_id)
 
     async def _drop(self, tx: Tx, run_id: str) -> int:
         n = await tx.run("DELETE FROM tether_checkpoints WHERE run_id = ?", (run_id,))

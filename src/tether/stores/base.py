@@ -99,28 +99,38 @@ class CompactionPolicy:
     min_waste_bytes: int = 256 * 1024
     row_cost_bytes: int = 4096
     """What reading one more row costs at load time, in bytes of payload decoded."""
-    seal_versions: int = 32
-    """A store that seals packs the tail of deltas into one segment row once it holds this
-    many versions (or ``seal_bytes``): a load then reads ~1/32 of the rows. 0 turns
-    sealing off."""
-    seal_bytes: int = 256 * 1024
+    seal_versions: int = 8
+    """A store that seals packs the last deltas into one segment row once there are this
+    many (or ``seal_tail_bytes`` of them). 0 turns sealing off."""
+    seal_tail_bytes: int = 64 * 1024
+    seal_fanout: int = 4
+    """… and then merges the ``seal_fanout`` last segments of one level into one of the next
+    level, while that stays under ``seal_bytes``: a chain of N small deltas loads from
+    about ``seal_versions + (seal_fanout - 1) * log(N / seal_versions, seal_fanout)`` rows
+    (~20 for 1,000), each version rewritten once per level on its way up."""
+    seal_bytes: int = 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.seal_versions == 1 or self.seal_versions < 0:
             raise ConfigError("seal_versions must be 0 (off) or >= 2")
+        if self.seal_fanout < 2:
+            raise ConfigError("seal_fanout must be >= 2")
 
     def due(self, chain: ChainStats, *, growth: int, rewrite: int, sealed: bool = False) -> bool:
-        """``sealed``: the store packs deltas into segments, so the rows a load reads are
-        about one per ``seal_versions`` deltas plus a tail shorter than that."""
+        """``sealed``: the store packs deltas into segments (see ``seal_versions``), so a
+        load reads far fewer rows than the chain has versions."""
         waste = chain.rewrite_bytes + rewrite
         live = chain.base_bytes + chain.growth_bytes + growth
         if waste > max(self.min_waste_bytes, self.max_waste_ratio * live):
             return True
         rows = chain.length + 1
-        if sealed and self.seal_versions:
-            rows = rows // self.seal_versions + self.seal_versions
-        if chain.length + 1 < self.max_chain:
+        if rows < self.max_chain:
             return False
+        if sealed and self.seal_versions:
+            per, levels = self.seal_versions, 1
+            while per * self.seal_fanout < rows:
+                per, levels = per * self.seal_fanout, levels + 1
+            rows = self.seal_versions + (self.seal_fanout - 1) * levels
         grown = chain.growth_bytes + growth + waste
         return grown >= chain.base_bytes or rows * self.row_cost_bytes >= live
 
@@ -157,8 +167,9 @@ class Write:
     seal_from: int = 0
     """For a ``segment`` write, the first version it packs: the payload replaces that
     row's, the rows after it up to the new version (included) are stored sealed (kind
-    ``sealed``, empty payload). The store checks those rows are all deltas and raises
-    :class:`StaleSeal` (changing nothing) when they are not."""
+    ``sealed``, empty payload). The store checks that row holds a delta or a segment and
+    none up to the new one is full, and raises :class:`StaleSeal` (changing nothing)
+    otherwise."""
     plain: bytes = b""
     """For a ``segment`` write, the new version as a plain delta: what the store falls
     back to when the seal is stale."""
@@ -177,8 +188,14 @@ class Write:
 
 
 class StaleSeal(Exception):
-    """A segment write found other rows than the deltas it packs (another process pruned
-    or compacted the run meanwhile): the save is retried as a plain delta. Internal."""
+    """A segment write found other rows than those it packs (another process pruned the
+    run meanwhile): the save is retried as a plain delta. Internal."""
+
+
+Carrier = tuple[bytes, int, int]
+"""A row after the chain's full one that holds a payload: the payload, how many versions
+it holds, and its level (0 for a delta, see ``_segment``). What a context keeps of them
+(``ExecutionContext._tail``) is what its store may pack into its next segment."""
 
 
 class StoredRow(NamedTuple):
@@ -353,9 +370,10 @@ class CheckpointStore(abc.ABC):
                 kind, payload, state_at, head, growth, rewrite, dated = self._encode_commit(
                     ctx, taken, node, status, now, meta, meta_dated
                 )
-                seal_from, plain = 0, b""
+                seal_from, level, plain = 0, 0, b""
                 if kind == "delta" and tail is not None and self._seals:
-                    seal_from, kind, payload, plain = self._seal(ctx.version, tail, payload, kind)
+                    seal_from, level, payload, plain = self._seal(ctx.version, tail, payload)
+                    kind = "segment" if level else kind
             except BaseException:
                 ctx._give_back(taken)
                 raise
@@ -387,11 +405,7 @@ class CheckpointStore(abc.ABC):
         except BaseException:
             ctx._give_back(taken)
             raise
-        if write.kind == "delta":
-            new_tail = None if tail is None else [*tail, write.payload]
-        else:
-            new_tail = []
-        ctx._mark_saved(version, chain, new_tail)
+        ctx._mark_saved(version, chain, self._tail_after(write, version, tail, level))
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "checkpoint %s v%d %s %dB",
@@ -434,20 +448,55 @@ class CheckpointStore(abc.ABC):
         payload, state_at = self._encode_full(full, ctx._state_ref(), datetimes=dated)
         return "full", payload, state_at, full if state_at else None, 0, 0, dated
 
-    def _seal(self, version: int, tail: list[bytes], payload: bytes, kind: str) -> tuple[int, str, bytes, bytes]:
-        """``(seal_from, kind, payload, plain)`` for a delta about to become ``version + 1``:
-        a segment of the tail and it when the tail is long or big enough, else the delta
-        as it is."""
+    def _seal(self, version: int, tail: list[Carrier], payload: bytes) -> tuple[int, int, bytes, bytes]:
+        """``(seal_from, level, payload, plain)`` for a delta about to become ``version + 1``:
+        a segment when the deltas at the end of the chain are enough (``seal_versions`` or
+        ``seal_tail_bytes``), merged with the ``seal_fanout - 1`` segments of its level
+        before it while that stays under ``seal_bytes``; else ``(0, 0, payload, b"")``."""
         policy = self.compaction
-        if not policy.seal_versions or (
-            len(tail) + 1 < policy.seal_versions and sum(map(len, tail)) + len(payload) < policy.seal_bytes
+        rows = [*tail, (payload, 1, 0)]
+        start = len(rows)
+        while start and rows[start - 1][2] == 0:
+            start -= 1
+        total = sum(len(r[0]) for r in rows[start:])
+        deltas = len(rows) - start
+        if not policy.seal_versions or deltas < 2 or (
+            deltas < policy.seal_versions and total < policy.seal_tail_bytes
         ):
-            return 0, kind, payload, b""
-        first = version - len(tail) + 1
-        versions = list(range(first, version + 1))
-        bodies = self.codec.decode_many([*tail, payload], versions=[*versions, version + 1])
-        segment = self.codec.encode(pack_segment(first, bodies))
-        return first, "segment", segment, payload
+            return 0, 0, payload, b""
+        level, more = 1, policy.seal_fanout - 1
+        while start >= more and all(r[2] == level for r in rows[start - more : start]):
+            merged = total + sum(len(r[0]) for r in rows[start - more : start])
+            if merged > policy.seal_bytes:
+                break
+            start, total, level = start - more, merged, level + 1
+        first = version + 2 - sum(r[1] for r in rows[start:])
+        bodies: list[dict[str, Any]] = []
+        at = first
+        for data, count, lv in rows[start:]:
+            body = self.codec.decode(data, version=at)
+            bodies.extend(split_segment(body) if lv else [body])
+            at += count
+        return first, level, self.codec.encode(pack_segment(first, bodies, level)), payload
+
+    def _tail_after(
+        self, write: Write, version: int, tail: list[Carrier] | None, level: int
+    ) -> list[Carrier] | None:
+        """What a context keeps of its chain's rows once ``write`` is stored as ``version``:
+        the last ones, up to ``seal_bytes`` of them (all a next segment may merge)."""
+        if write.kind == "full":
+            return []
+        if tail is None:
+            return None
+        rows = list(tail)
+        if write.kind == "segment":
+            held = version - write.seal_from  # versions of the tail the segment took in
+            while held > 0:
+                held -= rows.pop()[1]
+            rows.append((write.payload, version - write.seal_from + 1, level))
+        else:
+            rows.append((write.payload, 1, 0))
+        return _last_bytes(rows, self.compaction.seal_bytes)
 
     def _encode_full(
         self, head: dict[str, Any], state: dict[str, Any], *, datetimes: bool = True
@@ -530,15 +579,15 @@ class CheckpointStore(abc.ABC):
             version=rows[-1].version,
             node_id=rows[-1].node_id,
             chain=info.chain if latest else ChainStats(length=self.compaction.max_chain),
-            tail=tail,
+            tail=None if tail is None else _last_bytes(tail, self.compaction.seal_bytes),
         )
         return ctx
 
     def _replay(
         self, run_id: str, chain: Sequence[tuple[int, bytes]]
-    ) -> tuple[dict[str, Any], list[str], dict[str, Any], list[bytes] | None]:
-        """State, executed node ids, the head of the chain's last version, and the payloads
-        of the deltas after its last full or segment row (None when it ends inside a
+    ) -> tuple[dict[str, Any], list[str], dict[str, Any], list[Carrier] | None]:
+        """State, executed node ids, the head of the chain's last version, and the rows a
+        context continuing from it keeps (see :class:`Carrier`; None when it ends inside a
         segment), from ``(version, payload)`` rows: a full state, then deltas and segments
         applied in place (every object here is freshly decoded, so it is ours to change).
 
@@ -563,8 +612,7 @@ class CheckpointStore(abc.ABC):
         bodies = self.codec.decode_many([p for _, p in rows], run_id=run_id, versions=versions)
         last = head
         expect = first_version + 1
-        tail_from = 0
-        whole = True
+        carriers: list[Carrier] | None = []
         for at, (number, body) in enumerate(zip(versions, bodies, strict=True)):
             if number != expect:
                 why = "overlaps the segment before it" if number < expect else f"follows {expect - 1}"
@@ -578,10 +626,17 @@ class CheckpointStore(abc.ABC):
                     held = segment_length(body, run_id=run_id, version=number)
                     count = min(held, target - number + 1)
                     last = apply_segment(state, executed, body, count)
-                    expect, tail_from, whole = number + count, at + 1, count == held
+                    expect = number + count
+                    if carriers is not None:
+                        level = body.get("lv")
+                        carriers.append((rows[at][1], held, level if type(level) is int and level > 0 else 1))
+                        if count < held:
+                            carriers = None
                 else:
                     _apply(state, executed, body)
                     last, expect = body, expect + 1
+                    if carriers is not None:
+                        carriers.append((rows[at][1], 1, 0))
             except CheckpointCorrupt:
                 raise
             except Exception as exc:
@@ -590,7 +645,7 @@ class CheckpointStore(abc.ABC):
             raise CheckpointCorrupt(
                 f"version {expect} is missing from the chain", run_id=run_id, version=expect
             )
-        return state, executed, last, [p for _, p in rows[tail_from:]] if whole else None
+        return state, executed, last, carriers
 
     async def history(
         self, run_id: str, *, before: int | None = None, limit: int | None = None
@@ -736,6 +791,19 @@ class CheckpointStore(abc.ABC):
         if body.get("kind") != "segment" or first + segment_length(body, run_id=run_id, version=first) - 1 <= cut:
             return b""
         return self.codec.encode(pack_segment(cut + 1, split_segment(body)[cut + 1 - first :]))
+
+
+def _last_bytes(rows: list[Carrier], limit: int) -> list[Carrier]:
+    """The deltas at the end of ``rows`` (the next segment's) and the segments before them
+    while all add up to at most ``limit`` bytes (those it may merge)."""
+    keep = len(rows)
+    while keep and rows[keep - 1][2] == 0:
+        keep -= 1
+    total = sum(len(r[0]) for r in rows[keep:])
+    while keep and total + len(rows[keep - 1][0]) <= limit:
+        keep -= 1
+        total += len(rows[keep][0])
+    return rows[keep:]
 
 
 def _lone_full(run_id: str, number: int, payload: bytes) -> Checkpoint | None:

@@ -2,7 +2,8 @@
 
 Key layout per run (``P`` is the prefix, ``tether:`` by default)::
 
-    P run:<id>     hash: status, version, node_id, chain stats, created/updated/expires_at
+    P run:<id>     hash: status, version, node_id, chain stats, created/updated/expires_at,
+                   carriers: the latest chain's rows that hold a payload ("1,9,41,42")
                    (+ epoch and lease:<token> fields when it is a TieredStore's cache)
     P rows:<id>    hash: version -> payload bytes ("" for a sealed version, whose ops are in
                    the segment row before it), and "_base": the latest chain's full row
@@ -99,6 +100,22 @@ local function read_run(run)
   end
   return info, leases, fields
 end
+local function carriers_after(cs, kind, v, a, bv, current)
+  -- the chain's rows with a payload once version v is written (see the key layout)
+  if kind == 'full' then return tostring(v) end
+  if not cs then  -- a chain written before this field: every row since the base
+    local t = {}
+    for i = bv, current do t[#t + 1] = i end
+    cs = table.concat(t, ',')
+  end
+  if kind ~= 'segment' then return cs .. ',' .. v end
+  local t = {}
+  for c in string.gmatch(cs, '%d+') do
+    if tonumber(c) < a then t[#t + 1] = c end
+  end
+  t[#t + 1] = a
+  return table.concat(t, ',')
+end
 local function drop(keys)  -- forget a cached copy, keeping the leases of writers in flight
   local _, leases = read_run(keys[1])
   redis.call('DEL', keys[1], keys[2], keys[3], keys[4])
@@ -115,8 +132,8 @@ end
 # ARGV: 1 mode (write|mirror) 2 run_id 3 expected ('' = any) 4 require_status 5 kind
 #       6 payload 7 member tail 8 status 9 node_set 10 node 11 created_at 12 expires_ms
 #       13 expires_at 14 growth 15 rewrite 16 indexed 17 seal_from (a segment write: the
-#       payload goes to that row, which and every row up to the new one must be deltas,
-#       and they become sealed); mirror: 18 token, 19..23 chain
+#       payload goes to that row, which must hold a delta or a segment, no row up to the
+#       new one may be full, and they become sealed); mirror: 18 token, 19..23 chain
 _WRITE = (
     _PRELUDE
     + """
@@ -161,12 +178,14 @@ if current == 0 then
   if mode ~= 'mirror' then redis.call('DEL', run) end
   redis.call('HSET', run, 'created_at', ARGV[11])
 end
+local cs = carriers_after(info['carriers'], kind, v, tonumber(ARGV[17]), bv, current)
 if kind == 'segment' then
   local a = tonumber(ARGV[17])
   local ms = redis.call('ZRANGEBYSCORE', hist, a, v - 1)
-  local fresh = #ms == v - a
+  local head = ms[1] and string.match(ms[1], '^(%d+|%a+)|')
+  local fresh = head == a .. '|delta' or head == a .. '|segment'
   for i = 1, #ms do
-    if string.match(ms[i], '^%d+|(%a+)|') ~= 'delta' then fresh = false end
+    if string.match(ms[i], '^%d+|(%a+)|') == 'full' then fresh = false end
   end
   if not fresh then
     if mode ~= 'mirror' then return {'stale', current} end
@@ -175,15 +194,16 @@ if kind == 'segment' then
     return {'dropped', current}
   end
   for i = 1, #ms do
-    local mv = tonumber(string.match(ms[i], '^(%d+)|'))
+    local mv, mk = string.match(ms[i], '^(%d+)|(%a+)|')
     local rest = string.match(ms[i], '^%d+|%a+|%d+|(.*)$')
-    redis.call('ZREM', hist, ms[i])
-    if mv == a then
+    if i == 1 then
+      redis.call('ZREM', hist, ms[i])
       redis.call('HSET', rows, mv, payload)
       redis.call('ZADD', hist, mv, string.format('%d|segment|%d|', mv, #payload) .. rest)
-    else
+    elseif mk ~= 'sealed' then
+      redis.call('ZREM', hist, ms[i])
       redis.call('HSET', rows, mv, '')
-      redis.call('ZADD', hist, mv, string.format('%d|sealed|0|', mv) .. rest)
+      redis.call('ZADD', hist, mv, string.format('%s|sealed|0|', mv) .. rest)
     end
   end
   kind, payload = 'sealed', ''
@@ -193,14 +213,14 @@ redis.call('ZADD', hist, v, string.format('%d|%s|%d|', v, kind, #payload) .. ARG
 if kind == 'full' then redis.call('ZADD', full, v, v) end
 redis.call('HSET', run, 'version', v, 'status', ARGV[8], 'updated_at', ARGV[11],
   'base_version', bv, 'base_bytes', bb, 'growth_bytes', gb, 'rewrite_bytes', rb,
-  'chain_len', len, 'epoch', epoch)
+  'chain_len', len, 'epoch', epoch, 'carriers', cs)
 if ARGV[9] == '1' then redis.call('HSET', run, 'node_id', ARGV[10])
 else redis.call('HDEL', run, 'node_id') end
 if ARGV[13] == '' then redis.call('HDEL', run, 'expires_at')
 else redis.call('HSET', run, 'expires_at', ARGV[13]) end
 set_ttl({run, rows, hist, full}, ARGV[12])
 if ARGV[16] == '1' then redis.call('ZADD', KEYS[5], ARGV[11], ARGV[2]) end
-return {'ok', v, bv, bb, gb, rb, len}
+return {'ok', v, bv, bb, gb, rb, len, cs}
 """
 )
 
@@ -245,12 +265,13 @@ return {1, fields, members, payloads, 1}
 )
 
 # KEYS: run rows.  ARGV: tiered ('1'|'0'), inline limit (bytes).  What ``load()`` needs
-# and nothing else: {1, latest, base, payload...} for chains up to the limit, {1, latest,
-# base} above it (the client then fetches them by HMGET, skipping Lua's string copies,
-# measured at ~2 us per KB), {0} for no run, {-1} for a tiered copy not to be trusted.
+# and nothing else: {1, latest, base, carriers, payload...} (the payloads of the rows listed
+# in carriers) for chains up to the limit, {1, latest, base, carriers} above it (the client
+# then fetches them by HMGET, skipping Lua's string copies, measured at ~2 us per KB), {0}
+# for no run, {-1} for a tiered copy not to be trusted.
 _CHAIN = """
 local h = redis.call('HMGET', KEYS[1], 'version', 'base_version', 'base_bytes', 'growth_bytes',
-  'rewrite_bytes', 'epoch')
+  'rewrite_bytes', 'epoch', 'carriers')
 if not h[1] then return {0} end
 if ARGV[1] == '1' then  -- read-only, so no prelude: HSCAN finds leases without a Lua loop
   local cursor = '0'
@@ -262,12 +283,16 @@ if ARGV[1] == '1' then  -- read-only, so no prelude: HSCAN finds leases without 
   if h[6] ~= string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') then return {-1} end
 end
 local latest, base = tonumber(h[1]), tonumber(h[2])
-local out = {1, latest, base}
+local vs = {}
+if h[7] then
+  for c in string.gmatch(h[7], '%d+') do vs[#vs + 1] = c end
+else  -- a chain written before carriers were recorded: every row since the base
+  for i = base, latest do vs[#vs + 1] = i end
+end
+local out = {1, latest, base, table.concat(vs, ',')}
 if tonumber(h[3]) + tonumber(h[4]) + tonumber(h[5]) > tonumber(ARGV[2]) then return out end
-for i = base, latest, 1000 do  -- batches keep unpack() within Lua's stack
-  local vs = {}
-  for j = i, math.min(i + 999, latest) do vs[#vs + 1] = j end
-  local ps = redis.call('HMGET', KEYS[2], unpack(vs))
+for i = 1, #vs, 1000 do  -- batches keep unpack() within Lua's stack
+  local ps = redis.call('HMGET', KEYS[2], unpack(vs, i, math.min(i + 999, #vs)))
   for k = 1, #ps do out[#out + 1] = ps[k] end
 end
 return out
@@ -369,8 +394,19 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[1])
 if tonumber(h[2]) < v then
+  local t = {tostring(v)}
+  if ARGV[3] ~= '' then t[2] = tostring(v + 1) end
+  local last = tonumber(t[#t])
+  local cs = redis.call('HGET', KEYS[1], 'carriers')
+  if cs then
+    for c in string.gmatch(cs, '%d+') do
+      if tonumber(c) > last then t[#t + 1] = c end
+    end
+  else
+    for i = last + 1, tonumber(h[1]) do t[#t + 1] = i end
+  end
   redis.call('HSET', KEYS[1], 'base_version', v, 'base_bytes', #ARGV[2],
-    'chain_len', tonumber(h[1]) - v)
+    'chain_len', tonumber(h[1]) - v, 'carriers', table.concat(t, ','))
   redis.call('HSET', KEYS[2], '_base', v)
 end
 return #gone
@@ -397,11 +433,6 @@ for i = 5 + 2 * n, #ARGV, 4 do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])
   redis.call('ZADD', KEYS[3], ARGV[i], ARGV[i + 1])
   if ARGV[i + 3] == '1' then redis.call('ZADD', KEYS[4], ARGV[i], ARGV[i]) end
-end
--- SQL leaves sealed rows out of a chain but its last: every version gets a row here, so
--- that a read of base..latest finds them all (see _present)
-for v = tonumber(ARGV[5 + 2 * n]) + 1, tonumber(ARGV[#ARGV - 3]) - 1 do
-  redis.call('HSETNX', KEYS[2], v, '')
 end
 set_ttl({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, ARGV[3])
 return 1
@@ -455,9 +486,9 @@ class RedisStore(CheckpointStore):
         self._s_delete, self._s_begin, self._s_rebase = reg(_DELETE), reg(_BEGIN), reg(_REBASE)
         self._s_warm, self._s_unindex = reg(_WARM), reg(_UNINDEX)
         self._s_chain = reg(_CHAIN)
-        self._hints: dict[str, tuple[int, int]] = {}
-        """(base, latest) of runs this store last wrote or read: ``load()`` then needs no
-        script, only one HMGET (see :func:`_present`)."""
+        self._hints: dict[str, tuple[int, int, tuple[int, ...]]] = {}
+        """(base, latest, carriers) of runs this store last wrote or read: ``load()`` then
+        needs no script, only one HMGET (see :func:`_present`)."""
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str | None = None, **options: Any) -> RedisStore:
@@ -556,7 +587,7 @@ class RedisStore(CheckpointStore):
         if tag == b"stale":
             raise StaleSeal(w.run_id)
         version, chain = int(reply[1]), _chain(reply[2:7])
-        self._hint(w.run_id, (chain.base_version, version))
+        self._hint(w.run_id, (chain.base_version, version, _versions(reply[7])))
         return version, chain
 
     async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
@@ -598,7 +629,11 @@ class RedisStore(CheckpointStore):
         args += [chain.base_bytes, chain.growth_bytes, chain.rewrite_bytes, chain.length]
         with self._errors():
             reply = await self._s_write(keys=self._all_keys(w.run_id), args=args)
-        return bytes(reply[0]) == b"ok"
+        if bytes(reply[0]) != b"ok":
+            self._hint(w.run_id, None)
+            return False
+        self._hint(w.run_id, (chain.base_version, version, _versions(reply[7])))
+        return True
 
     async def _mirror_status(self, info: RunInfo, token: str) -> bool:
         """Copy the run record after a status change; drop a copy not at ``info.version``."""
@@ -623,6 +658,7 @@ class RedisStore(CheckpointStore):
         """
         fields = _hash_fields(info)
         expires = None if info.expires_at is None else info.expires_at.timestamp()
+        fields += ["carriers", ",".join(str(row.version) for row in rows if row.payload)]
         args: list[Any] = [token, _ms(time.time()), _ms(expires), len(fields) // 2, *fields]
         for row in rows:
             args += [row.version, _member(row), row.payload, "1" if row.kind == "full" else "0"]
@@ -689,9 +725,9 @@ class RedisStore(CheckpointStore):
         return await super()._read_chain(run_id, version)
 
     async def _latest_chain(self, run_id: str, *, tiered: bool) -> list[tuple[int, bytes]] | None:
-        """The latest chain's ``(version, payload)`` rows, [] for no run, None when the
-        full read path must decide (a tiered copy not trusted, a row missing, a run
-        changed between two round trips).
+        """The latest chain's ``(version, payload)`` rows (a sealed latest version last, with
+        an empty payload), [] for no run, None when the full read path must decide (a
+        tiered copy not trusted, a row missing, a run changed between two round trips).
 
         With a hint from this store's last write or read of the run: one HMGET (see
         :func:`_present` for why its answer proves it is the latest chain), sent in a
@@ -711,26 +747,30 @@ class RedisStore(CheckpointStore):
         tag = int(reply[0])
         if tag != 1:
             return [] if tag == 0 and not tiered else None
-        latest, base = int(reply[1]), int(reply[2])
-        if len(reply) > 3:
-            payloads = reply[3:]
-            if len(payloads) != latest - base + 1 or any(p is None for p in payloads):
+        latest, base, carriers = int(reply[1]), int(reply[2]), _versions(reply[3])
+        if len(reply) > 4:
+            payloads = reply[4:]
+            if len(payloads) != len(carriers) or not all(payloads):
                 return None
-            chain = list(zip(range(base, latest + 1), payloads, strict=True))
+            chain = list(zip(carriers, payloads, strict=True))
+            if carriers[-1] != latest:
+                chain.append((latest, b""))
         else:
-            chain = await self._rows(run_id, base, latest)
+            chain = await self._rows(run_id, base, latest, carriers)
         if chain is not None:
-            self._hint(run_id, (base, latest))
+            self._hint(run_id, (base, latest, carriers))
         return chain
 
-    async def _rows_trusted(self, run_id: str, base: int, latest: int) -> list[tuple[int, bytes]] | None:
+    async def _rows_trusted(
+        self, run_id: str, base: int, latest: int, carriers: tuple[int, ...]
+    ) -> list[tuple[int, bytes]] | None:
         """:meth:`_rows` and the tiered trust check in one round trip."""
         run_key, rows_key = self._keys(run_id)[:2]
         check = ("EVALSHA", self._s_chain.sha, 2, run_key, rows_key, "1", 0)
-        trusted, got = await self._send_chain(check, _hmget_rows(rows_key, base, latest))
+        trusted, got = await self._send_chain(check, _hmget_rows(rows_key, _fetched(latest, carriers)))
         if trusted[:3] != [1, latest, base]:
             return None
-        return _present(base, latest, got)
+        return _present(base, latest, carriers, got)
 
     async def _send(self, *commands: tuple[Any, ...] | bytes) -> list[Any]:
         """Several commands in one round trip on one pooled connection. (redis-py's
@@ -772,13 +812,15 @@ class RedisStore(CheckpointStore):
                 await self._r.script_load(self._s_chain.script)
                 return await self._send(*commands)
 
-    async def _rows(self, run_id: str, base: int, latest: int) -> list[tuple[int, bytes]] | None:
-        """Rows base..latest if they are the latest chain (see :func:`_present`), else None."""
+    async def _rows(
+        self, run_id: str, base: int, latest: int, carriers: tuple[int, ...]
+    ) -> list[tuple[int, bytes]] | None:
+        """The chain's rows if they are the latest chain (see :func:`_present`), else None."""
         with self._errors():
-            (got,) = await self._send(_hmget_rows(self._keys(run_id)[1], base, latest))
-        return _present(base, latest, got)
+            (got,) = await self._send(_hmget_rows(self._keys(run_id)[1], _fetched(latest, carriers)))
+        return _present(base, latest, carriers, got)
 
-    def _hint(self, run_id: str, chain: tuple[int, int] | None) -> None:
+    def _hint(self, run_id: str, chain: tuple[int, int, tuple[int, ...]] | None) -> None:
         _hint(self._hints, run_id, chain)
 
     async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
@@ -896,25 +938,46 @@ def _checkpoint_info(run_id: str, member: bytes) -> CheckpointInfo:
     )
 
 
-def _hmget_rows(rows_key: str, base: int, latest: int) -> bytes:
-    """``HMGET rows_key _base base .. latest+1`` (what :func:`_present` reads), packed here:
-    a 1,000-row chain is a 1,004-argument command, which redis-py's general packer took
+def _versions(carriers: bytes) -> tuple[int, ...]:
+    """The run record's ``carriers`` field (b"1,9,41") as versions."""
+    return tuple(map(int, carriers.split(b",")))
+
+
+def _fetched(latest: int, carriers: tuple[int, ...]) -> list[int]:
+    """What :func:`_present` reads: the carriers, the latest version when it is sealed (so
+    it must be there), and the next one (which must not)."""
+    return [*carriers, latest, latest + 1] if carriers[-1] != latest else [*carriers, latest + 1]
+
+
+def _hmget_rows(rows_key: str, versions: Sequence[int]) -> bytes:
+    """``HMGET rows_key _base versions...`` (what :func:`_present` reads), packed here: a
+    1,000-row chain was a 1,004-argument command, which redis-py's general packer took
     0.44 ms to pack and this 0.14 ms (a throwaway script), of a ~12 ms load."""
     key = rows_key.encode()
-    head = b"*%d\r\n$5\r\nHMGET\r\n$%d\r\n%s\r\n$5\r\n_base\r\n" % (latest - base + 5, len(key), key)
-    return head + b"".join([b"$%d\r\n%d\r\n" % (len(str(v)), v) for v in range(base, latest + 2)])
+    head = b"*%d\r\n$5\r\nHMGET\r\n$%d\r\n%s\r\n$5\r\n_base\r\n" % (len(versions) + 3, len(key), key)
+    return head + b"".join([b"$%d\r\n%d\r\n" % (len(str(v)), v) for v in versions])
 
 
-def _present(base: int, latest: int, got: Sequence[Any]) -> list[tuple[int, bytes]] | None:
-    """The chain from an HMGET of ``_base``, rows base..latest+1, if it proves to be the
-    latest: ``_base`` (the current chain's full row, kept in the rows hash by every
-    script that moves it) is ``base``, every row is there and the next one is not."""
+def _present(
+    base: int, latest: int, carriers: tuple[int, ...], got: Sequence[Any]
+) -> list[tuple[int, bytes]] | None:
+    """The chain from an HMGET of ``_base`` and :func:`_fetched`, if it proves to be the
+    latest: ``_base`` (the current chain's full row, kept in the rows hash by every script
+    that moves it) is ``base``, every carrier holds a payload, the latest version is there
+    and the next one is not. (Every write sets the row of its version, a sealed one too;
+    a seal or a prune changes no carrier without a new version or a new base.)"""
+    n = len(carriers)
     if got[0] is None or int(got[0]) != base or got[-1] is not None:
         return None
-    payloads = got[1:-1]
-    if any(p is None for p in payloads):
+    payloads = got[1 : n + 1]
+    if not all(payloads):
         return None
-    return list(zip(range(base, latest + 1), payloads, strict=True))
+    chain = list(zip(carriers, payloads, strict=True))
+    if carriers[-1] != latest:
+        if got[n + 1] is None:
+            return None
+        chain.append((latest, b""))
+    return chain
 
 
 def _pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:

@@ -165,9 +165,7 @@ class TieredStore(CheckpointStore):
             await self._release_after(w.run_id, token, exc)
             raise
         applied = await self._cache(w.run_id, "mirror", self.redis._mirror(w, version, chain, token))
-        if applied:
-            self.redis._hint(w.run_id, (chain.base_version, version))
-        else:
+        if not applied:  # (the mirror hints the chain it applied)
             self.redis._hint(w.run_id, None)
             if applied is False:
                 logger.debug("tiered: redis copy of %s was not at v%d; dropped", w.run_id, version - 1)
