@@ -13,7 +13,8 @@ Sections (see benchmarks/README.md for what each column means):
    1 MB, 10 MB of chat messages, against the raw floor: the same state serialised once
    with ormsgpack plus one round trip of those bytes to the same server;
 2. the append step: one ~1 KB message appended to a 10 MB run and committed;
-3. storage growth of a 1,000-step append-only run.
+3. storage growth of a 1,000-step append-only run of ~10 KB messages, and (3c, section
+   ``small``) the same with ~1 KB messages: a chain of small deltas, a load's hard case.
 
 Tables 1b, 2b and 3b run LangGraph's saver for the same backend (where installed) on the
 same states.
@@ -81,7 +82,10 @@ FULL_REPS = {"1KB": 200, "100KB": 51, "1MB": 31, "10MB": 21}
 PostgreSQL load within one process), so 11 reps put a median 1.52x the floor where 25
 interleaved reps of the same code gave 1.02x. Full runs took 884 and 956 s with 21 reps, 856 s
 with 11 (one host, 2026-11-23)."""
-SECTIONS = ("latency", "append", "growth")
+SECTIONS = ("latency", "append", "growth", "small")
+SMALL_MSG = 1024
+"""The message size of section 3c, the small-steps growth run: a chain's load pays per row,
+so small deltas are its hard case (stop 13 measured 2.1-5.7x the floor there)."""
 GROWTH_TARGET = 2.0
 
 
@@ -122,7 +126,8 @@ def make_config(args: argparse.Namespace, workdir: Path) -> Config:
             raise SystemExit(f"unknown size {unknown[0]!r}; known: {', '.join(ALL_SIZES)}")
         sizes = {x: ALL_SIZES[x] for x in wanted}
         reps = {x: reps.get(x, FULL_REPS[x]) for x in wanted}
-    sections = tuple(x.strip() for x in args.sections.split(",") if x.strip())
+    default = [x for x in SECTIONS if not (args.quick and x == "small")]
+    sections = tuple(x.strip() for x in (args.sections or ",".join(default)).split(",") if x.strip())
     if any(x not in SECTIONS for x in sections):
         raise SystemExit(f"--sections takes {', '.join(SECTIONS)}")
     urls = dict(DEFAULT_URLS)
@@ -286,6 +291,7 @@ class Data:
     states: dict[str, list[Msg]]
     append_msgs: list[Msg]
     growth_msgs: list[Msg]
+    small_msgs: list[Msg]
 
 
 def make_data(cfg: Config) -> Data:
@@ -295,7 +301,12 @@ def make_data(cfg: Config) -> Data:
         states[cfg.append_base] = conversation(rng, ALL_SIZES[cfg.append_base])
     append = [message_of_size(rng, 10_000 + i, cfg.append_msg) for i in range(cfg.append_steps)]
     growth = [message_of_size(rng, i, cfg.growth_msg) for i in range(cfg.growth_steps + 1)]
-    return Data(states=states, append_msgs=append, growth_msgs=growth)
+    small = (
+        [message_of_size(rng, 20_000 + i, SMALL_MSG) for i in range(cfg.growth_steps + 1)]
+        if "small" in cfg.sections
+        else []
+    )
+    return Data(states=states, append_msgs=append, growth_msgs=growth, small_msgs=small)
 
 
 def state_bytes(messages: list[Msg]) -> int:
@@ -1257,20 +1268,23 @@ def _sqlite_file_bytes(path: Path) -> int:
     return total
 
 
-async def measure_growth(be: Backend, cfg: Config, data: Data) -> dict[str, Any]:
-    """Section 3: an append-only run of ``growth_steps`` commits; bytes stored vs state."""
-    msgs = data.growth_msgs[: cfg.growth_steps]
+async def measure_growth(
+    be: Backend, cfg: Config, every: list[Msg], msg_bytes: int, *, name: str = "growth"
+) -> dict[str, Any]:
+    """Section 3 (and 3c): an append-only run of ``growth_steps`` commits of ``every``'s
+    messages; bytes stored vs state. LangGraph runs beside it in section 3 only."""
+    msgs = every[: cfg.growth_steps]
     n = len(msgs)
     # SQLite gets fresh files so that the file size is this run's alone.
     tether = be.tether
     own_tether = None
     if be.name == "sqlite":
-        own_tether = TetherSubject(f"sqlite:///{cfg.workdir / 'growth-tether.db'}")
+        own_tether = TetherSubject(f"sqlite:///{cfg.workdir / f'{name}-tether.db'}")
         await own_tether.open()
         tether = own_tether
-    key = new_key("growth")
+    key = new_key(name)
     lg_steps = min(cfg.lg_growth_steps, n)
-    res: dict[str, Any] = {"steps": n, "message_bytes": cfg.growth_msg}
+    res: dict[str, Any] = {"steps": n, "message_bytes": msg_bytes}
     try:
         await tether.save(tether.prepare(key, msgs[:1]))
         step_times: list[float] = []
@@ -1288,7 +1302,7 @@ async def measure_growth(be: Backend, cfg: Config, data: Data) -> dict[str, Any]
             "ratio": stats["bytes"] / final_bytes,
         }
         if own_tether is not None:
-            fb = _sqlite_file_bytes(cfg.workdir / "growth-tether.db")
+            fb = _sqlite_file_bytes(cfg.workdir / f"{name}-tether.db")
             res["tether"]["sqlite_file_bytes"] = fb
             res["tether"]["sqlite_file_ratio"] = fb / final_bytes
         fkey = new_key("growthfloor")
@@ -1308,21 +1322,21 @@ async def measure_growth(be: Backend, cfg: Config, data: Data) -> dict[str, Any]
         # One commit more: shows where the compaction policy writes its next full state
         # (by a context read back from the store, untimed, as a resuming process has it).
         await tether.resume(key)
-        t_next, _ = await timed(tether.step, key, data.growth_msgs[n])
+        t_next, _ = await timed(tether.step, key, every[n])
         after = await tether.history_stats(key)
         res["tether"]["next"] = {
             **after,
             "step_ms": t_next,
-            "ratio": after["bytes"] / state_bytes(data.growth_msgs[: n + 1]),
+            "ratio": after["bytes"] / state_bytes(every[: n + 1]),
         }
     finally:
         with contextlib.suppress(Exception):
             await tether.delete(key)
         if own_tether is not None:
             await own_tether.close()
-    if be.lg is not None:
+    if be.lg is not None and name == "growth":
         res["langgraph"] = await _lg_growth(be, cfg, msgs, lg_steps)
-    print(f"  [{be.name}] growth run done", file=sys.stderr, flush=True)
+    print(f"  [{be.name}] {name} run done", file=sys.stderr, flush=True)
     return res
 
 
@@ -1495,10 +1509,11 @@ def _report_append(ran: dict[str, Any], tg: Targets, cfg: Config) -> None:
     )
 
 
-def _report_growth(ran: dict[str, Any], tg: Targets, cfg: Config) -> None:
+def _report_growth(ran: dict[str, Any], tg: Targets, cfg: Config, section: str = "growth") -> None:
     rows, lg_rows = [], []
+    small = section == "small"
     for name, r in ran.items():
-        g = r.get("growth")
+        g = r.get(section)
         if not g or "tether" not in g:
             continue
         t = g["tether"]
@@ -1506,7 +1521,8 @@ def _report_growth(ran: dict[str, Any], tg: Targets, cfg: Config) -> None:
             "stored bytes <= 2x state", name, f"{g['steps']} steps", t["ratio"], t["ratio"] <= GROWTH_TARGET
         )
         rl = ratio(_m(t, "load_final"), _m(g, "floor_load_final"))
-        tg.add("load <= 1.5x floor", name, "end of growth run", rl, rl <= LOAD_TARGET)
+        where = f"end of growth run of ~{fbytes(SMALL_MSG)} steps" if small else "end of growth run"
+        tg.add("load <= 1.5x floor", name, where, rl, rl <= LOAD_TARGET)
         file_part = "-"
         if "sqlite_file_bytes" in t:
             file_part = f"{fbytes(t['sqlite_file_bytes'])} ({fx(t['sqlite_file_ratio'])})"
@@ -1538,8 +1554,9 @@ def _report_growth(ran: dict[str, Any], tg: Targets, cfg: Config) -> None:
             + [fx(ratio(pre["bytes"], lgr["bytes"])), fms(_m(pre, "step")), fms(_m(lgr, "step")), fx(rs)]
             + [f"{fbytes(lgr['extrapolated_bytes'])} (tether measured: {fbytes(t['bytes'])})"]
         )
+    number, msg = ("3c", SMALL_MSG) if small else ("3", cfg.growth_msg)
     table(
-        f"== 3. Storage growth: append-only run of {cfg.growth_steps} commits, one ~{fbytes(cfg.growth_msg)} "
+        f"== {number}. Storage growth: append-only run of {cfg.growth_steps} commits, one ~{fbytes(msg)} "
         "message each (the first creates the run) ==",
         ["backend", "steps", "final state", "versions/full", "stored", "stored/state", "sqlite file"]
         + ["step", "p95", "load final", "floor", "load/fl", "<=2x", "one commit later"],
@@ -1549,8 +1566,13 @@ def _report_growth(ran: dict[str, Any], tg: Targets, cfg: Config) -> None:
             "after a WAL checkpoint (TRUNCATE); step times here are taken without a collection before each.",
             "one commit later = stored/state after one more commit (full rows then, and that commit's time):",
             "where the compaction policy writes its next full state.",
-        ],
+        ]
+        + (
+            ["3c: small steps, a chain's hard case (a load pays per row); no LangGraph run."] if small else []
+        ),
     )
+    if small:
+        return
     table(
         "== 3b. LangGraph on the first steps of the same run (measured), EXTRAPOLATED to the whole run ==",
         ["backend", "saver", "steps", "tether bytes", "LG bytes", "LG file", "t/LG bytes", "tether step"]
@@ -1573,6 +1595,8 @@ def report(results: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
         _report_append(ran, tg, cfg)
     if "growth" in cfg.sections:
         _report_growth(ran, tg, cfg)
+    if "small" in cfg.sections:
+        _report_growth(ran, tg, cfg, "small")
 
     print()
     print("Floors, servers and savers:")
@@ -1679,7 +1703,9 @@ async def run(cfg: Config, names: list[str], json_path: str | None) -> int:
             if "append" in cfg.sections:
                 entry["append"] = await measure_append(be, cfg, data)
             if "growth" in cfg.sections:
-                entry["growth"] = await measure_growth(be, cfg, data)
+                entry["growth"] = await measure_growth(be, cfg, data.growth_msgs, cfg.growth_msg)
+            if "small" in cfg.sections:
+                entry["small"] = await measure_growth(be, cfg, data.small_msgs, SMALL_MSG, name="small")
         except Exception as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
             print(f"[{name}] FAILED: {entry['error']}", file=sys.stderr, flush=True)
@@ -1722,7 +1748,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smoke run: fewer reps, sizes up to 1 MB")
     p.add_argument("--json", metavar="PATH", help="write every number (with raw samples) as JSON")
     p.add_argument("--sizes", default="", help="subset of 1KB,100KB,1MB,10MB for section 1")
-    p.add_argument("--sections", default=",".join(SECTIONS), help="subset of latency,append,growth")
+    p.add_argument(
+        "--sections",
+        default="",
+        help="subset of latency,append,growth,small (default: all; --quick: all but small, whose "
+        "1 KB steps its growth run already takes)",
+    )
     p.add_argument("--no-langgraph", action="store_true", help="skip LangGraph's savers")
     p.add_argument("--append-steps", type=int, default=0, help="append steps (default 100; quick 30)")
     p.add_argument("--growth-steps", type=int, default=0, help="growth-run commits (default 1000; quick 300)")

@@ -73,7 +73,9 @@ async def main(url: str, run_id: str, mode: str, *args: str) -> None:
                 print(f"saved {step}", flush=True)
         elif mode == "seal":
             store.compaction = CompactionPolicy(seal_versions=3)
-            ctx = await store.load_context(run_id, reducers=REDUCERS) or ExecutionContext(run_id, reducers=REDUCERS)
+            ctx = await store.load_context(run_id, reducers=REDUCERS) or ExecutionContext(
+                run_id, reducers=REDUCERS
+            )
             step = len(ctx.get("items", []))
             while True:
                 step += 1

@@ -251,7 +251,17 @@ async def test_big_deltas_seal_by_bytes(store):
     kinds = [h.kind for h in reversed(await store.history(ctx.run_id))]
     if store._seals:
         # 6 KB a delta: the fourth one takes the tail past 20 KB
-        assert kinds == ["full", "segment", "sealed", "sealed", "sealed", "segment", "sealed", "sealed", "sealed"]
+        assert kinds == [
+            "full",
+            "segment",
+            "sealed",
+            "sealed",
+            "sealed",
+            "segment",
+            "sealed",
+            "sealed",
+            "sealed",
+        ]
     assert (await store.load(ctx.run_id)).state == ctx.snapshot()
 
 

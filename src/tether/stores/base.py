@@ -372,7 +372,7 @@ class CheckpointStore(abc.ABC):
                 )
                 seal_from, level, plain = 0, 0, b""
                 if kind == "delta" and tail is not None and self._seals:
-                    seal_from, level, payload, plain = self._seal(ctx.version, tail, payload)
+                    seal_from, level, payload, plain = self._seal(ctx.run_id, ctx.version, tail, payload)
                     kind = "segment" if level else kind
             except BaseException:
                 ctx._give_back(taken)
@@ -448,7 +448,9 @@ class CheckpointStore(abc.ABC):
         payload, state_at = self._encode_full(full, ctx._state_ref(), datetimes=dated)
         return "full", payload, state_at, full if state_at else None, 0, 0, dated
 
-    def _seal(self, version: int, tail: list[Carrier], payload: bytes) -> tuple[int, int, bytes, bytes]:
+    def _seal(
+        self, run_id: str, version: int, tail: list[Carrier], payload: bytes
+    ) -> tuple[int, int, bytes, bytes]:
         """``(seal_from, level, payload, plain)`` for a delta about to become ``version + 1``:
         a segment when the deltas at the end of the chain are enough (``seal_versions`` or
         ``seal_tail_bytes``), merged with the ``seal_fanout - 1`` segments of its level
@@ -460,8 +462,10 @@ class CheckpointStore(abc.ABC):
             start -= 1
         total = sum(len(r[0]) for r in rows[start:])
         deltas = len(rows) - start
-        if not policy.seal_versions or deltas < 2 or (
-            deltas < policy.seal_versions and total < policy.seal_tail_bytes
+        if (
+            not policy.seal_versions
+            or deltas < 2
+            or (deltas < policy.seal_versions and total < policy.seal_tail_bytes)
         ):
             return 0, 0, payload, b""
         level, more = 1, policy.seal_fanout - 1
@@ -474,7 +478,7 @@ class CheckpointStore(abc.ABC):
         bodies: list[dict[str, Any]] = []
         at = first
         for data, count, lv in rows[start:]:
-            body = self.codec.decode(data, version=at)
+            body = self.codec.decode(data, run_id=run_id, version=at)
             bodies.extend(split_segment(body) if lv else [body])
             at += count
         return first, level, self.codec.encode(pack_segment(first, bodies, level)), payload
@@ -778,7 +782,9 @@ class CheckpointStore(abc.ABC):
         if not chain:
             return 0
         cp = self._checkpoint_of(run_id, chain)
-        return await self._rebase(run_id, cut, self.codec.encode(_full_payload(cp)), self._recut(run_id, chain))
+        return await self._rebase(
+            run_id, cut, self.codec.encode(_full_payload(cp)), self._recut(run_id, chain)
+        )
 
     def _recut(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> bytes:
         """When the chain's last version is inside a segment that holds later versions too,
@@ -788,7 +794,10 @@ class CheckpointStore(abc.ABC):
         if first == chain[0][0]:
             return b""  # the full row
         body = self.codec.decode(payload, run_id=run_id, version=first)
-        if body.get("kind") != "segment" or first + segment_length(body, run_id=run_id, version=first) - 1 <= cut:
+        if (
+            body.get("kind") != "segment"
+            or first + segment_length(body, run_id=run_id, version=first) - 1 <= cut
+        ):
             return b""
         return self.codec.encode(pack_segment(cut + 1, split_segment(body)[cut + 1 - first :]))
 

@@ -6,7 +6,8 @@ Key layout per run (``P`` is the prefix, ``tether:`` by default)::
                    carriers: the latest chain's rows that hold a payload ("1,9,41,42")
                    (+ epoch and lease:<token> fields when it is a TieredStore's cache)
     P rows:<id>    hash: version -> payload bytes ("" for a sealed version, whose ops are in
-                   the segment row before it), and "_base": the latest chain's full row
+                   the segment row before it; a tiered copy refilled from SQL holds only
+                   the rows a load reads), and "_base": the latest chain's full row
     P hist:<id>    sorted set scored by version; member "v|kind|nbytes|status|ts|node"
     P full:<id>    sorted set of the versions stored as full states
     P runs         sorted set of run ids scored by updated_at (``list_runs``)

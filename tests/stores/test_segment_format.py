@@ -1,0 +1,130 @@
+"""The segment payload on its own: packing the deltas of several versions into one row and
+replaying it, whole or up to any version inside it, gives what the deltas one by one give."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import ormsgpack
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from tether.stores._segment import apply_segment, pack_segment, split_segment
+from tether.stores.base import _apply
+
+KEYS = ["messages", "notes", "config", "count", "todo", "out"]
+
+values = st.one_of(st.integers(-5, 5), st.booleans(), st.text(max_size=3), st.none())
+items = st.lists(st.one_of(values, st.dictionaries(st.sampled_from("ab"), values, max_size=2)), max_size=3)
+ops = st.one_of(
+    st.tuples(st.sampled_from(["messages", "notes"]), st.just("append"), items),
+    st.tuples(st.sampled_from(KEYS), st.just("set"), st.one_of(values, items)),
+    st.tuples(
+        st.just("config"), st.just("merge"), st.dictionaries(st.sampled_from("xyz"), values, max_size=2)
+    ),
+    st.tuples(st.just("count"), st.just("add"), st.integers(-3, 3)),
+    st.tuples(
+        st.just("todo"),
+        st.just("upsert:id"),
+        st.lists(st.fixed_dictionaries({"id": st.sampled_from("pq"), "s": values}), max_size=2),
+    ),
+)
+bodies = st.lists(
+    st.fixed_dictionaries(
+        {
+            "v": st.just(2),
+            "kind": st.just("delta"),
+            "node": st.one_of(st.none(), st.sampled_from(["plan", "act"])),
+            "status": st.sampled_from(["running", "paused"]),
+            "ts": st.floats(0, 2e9),
+            "meta": st.one_of(
+                st.just({}), st.dictionaries(st.sampled_from("mn"), st.one_of(st.just(1), st.just(True)))
+            ),
+            "executed": st.lists(st.text("xyz", min_size=1, max_size=2), max_size=2),
+            "ops": st.lists(ops.map(list), max_size=4),
+        }
+    ),
+    min_size=1,
+    max_size=9,
+)
+
+
+def _roundtrip(payload: dict[str, Any]) -> dict[str, Any]:
+    """What a store hands back: the payload encoded and decoded."""
+    out: dict[str, Any] = ormsgpack.unpackb(ormsgpack.packb(payload))
+    return out
+
+
+def _valid(deltas: list[dict[str, Any]]) -> bool:
+    """Whether the deltas replay at all (an append onto a non-list is refused either way)."""
+    try:
+        _replay_each({}, deltas)
+    except Exception:
+        return False
+    return True
+
+
+def _replay_each(start: dict[str, Any], deltas: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+    state, executed = copy.deepcopy(start), []
+    for body in deltas:
+        _apply(state, executed, _roundtrip(body))
+    return state, executed
+
+
+@settings(max_examples=300, deadline=None)
+@given(bodies)
+def test_a_segment_replays_as_its_deltas_do_up_to_every_version(deltas):
+    assume(_valid(deltas))
+    original = copy.deepcopy(deltas)
+    seg = pack_segment(7, deltas)
+    assert deltas == original  # packing never changes the deltas it was given
+    assert seg["first"] == 7 and seg["n"] == len(deltas)
+    for count in range(1, len(deltas) + 1):
+        state, executed = {"messages": ["old"]}, ["n0"]
+        head = apply_segment(state, executed, _roundtrip(seg), count)
+        want_state, want_executed = _replay_each({"messages": ["old"]}, deltas[:count])
+        want_executed = ["n0", *want_executed]
+        assert (state, executed) == (want_state, want_executed), count
+        last = deltas[count - 1]
+        assert head == {k: last[k] for k in ("node", "status", "ts", "meta")}
+        assert type(head["meta"]) is dict and all(
+            type(head["meta"][k]) is type(last["meta"][k]) for k in last["meta"]
+        )  # {"m": 1} and {"m": True} are equal, not the same
+
+
+@settings(max_examples=200, deadline=None)
+@given(bodies, st.integers(0, 8))
+def test_split_gives_back_each_version_and_repacks_to_the_same(deltas, cut):
+    assume(_valid(deltas))
+    seg = _roundtrip(pack_segment(3, deltas))
+    split = split_segment(seg)
+    assert len(split) == len(deltas)
+    for got, want in zip(split, deltas, strict=True):
+        assert {k: got[k] for k in ("node", "status", "ts", "meta", "executed")} == {
+            k: want[k] for k in ("node", "status", "ts", "meta", "executed")
+        }
+    # every version's state is the same whether its deltas come split or as they were
+    assert _replay_each({}, split) == _replay_each({}, deltas)
+    # the versions after a cut, packed again (what prune does inside a segment)
+    cut = min(cut, len(deltas) - 1)
+    rest = pack_segment(3 + cut, split[cut:])
+    base, _ = _replay_each({}, deltas[:cut])
+    state, executed = copy.deepcopy(base), []
+    apply_segment(state, executed, _roundtrip(rest), len(deltas) - cut)
+    assert (state, executed) == _replay_each(base, deltas[cut:])
+
+
+def test_consecutive_appends_of_a_key_become_one_op():
+    deltas = [
+        {"node": "n", "status": "running", "ts": float(i), "meta": {}, "executed": [f"n{i}"],
+         "ops": [["messages", "append", [i]], ["out", "set", i]]}
+        for i in range(5)
+    ]  # fmt: skip
+    seg = pack_segment(1, deltas)
+    assert [op[:3] for op in seg["ops"]] == [["messages", "append", [0, 1, 2, 3, 4]], ["out", "set", 0]] + [
+        ["out", "set", i] for i in range(1, 5)
+    ]
+    assert seg["node"] == "n" and seg["status"] == "running" and seg["meta"] == {}  # one value for all
+    assert seg["executed"] == ["n0", "n1", "n2", "n3", "n4"] and seg["ends"] == [1, 2, 3, 4, 5]
+    assert deltas[0]["ops"][0][2] == [0]  # the first delta's list was copied, not extended
