@@ -4,6 +4,7 @@ replaying it, whole or up to any version inside it, gives what the deltas one by
 from __future__ import annotations
 
 import copy
+import struct
 from typing import Any
 
 import ormsgpack
@@ -125,6 +126,8 @@ def test_consecutive_appends_of_a_key_become_one_op():
     assert [op[:3] for op in seg["ops"]] == [["messages", "append", [0, 1, 2, 3, 4]], ["out", "set", 0]] + [
         ["out", "set", i] for i in range(1, 5)
     ]
+    assert seg["ops"][0][4] == struct.pack("<10I", 0, 1, 1, 2, 2, 3, 3, 4, 4, 5)
     assert seg["node"] == "n" and seg["status"] == "running" and seg["meta"] == {}  # one value for all
-    assert seg["executed"] == ["n0", "n1", "n2", "n3", "n4"] and seg["ends"] == [1, 2, 3, 4, 5]
+    assert seg["executed"] == ["n0", "n1", "n2", "n3", "n4"]
+    assert seg["ends"] == struct.pack("<5I", 1, 2, 3, 4, 5) and seg["ts"] == struct.pack("<5d", 0, 1, 2, 3, 4)
     assert deltas[0]["ops"][0][2] == [0]  # the first delta's list was copied, not extended

@@ -209,7 +209,7 @@ async def test_a_damaged_segment_names_the_run_and_its_version(store):
     await store.commit(other)
     await commits(store, other, 1, 3, {})
     wrong = Codec().encode(
-        {"v": 2, "kind": "segment", "first": 7, "n": 3, "ts": [1.0] * 3, "executed": [], "ops": []}
+        {"v": 2, "kind": "segment", "first": 7, "n": 3, "ts": bytes(24), "executed": [], "ops": []}
     )
     await store._write(_write(other.run_id, "segment", wrong, expected=3, seal_from=2))
     with pytest.raises(CheckpointCorrupt) as err:

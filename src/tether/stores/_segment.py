@@ -11,11 +11,15 @@ row per segment and the short tail after them.
 
 A segment's payload is laid out by column, since decoding it costs per object and a
 version's own fields are mostly the same as the next one's (a delta's head decoded as a
-dict of its own cost as much as its message)::
+dict of its own cost as much as its message). Numbers a load of the latest state does not
+need one by one are packed as little-endian arrays (``<d`` floats, ``<I`` counts), one
+bytes object each instead of an object per number: as lists they were 1,536 of the 5,149
+objects a segment of 512 one-message versions decoded to, against 3,585 for the messages
+alone (a throwaway count)::
 
     {"v": 2, "kind": "segment", "first": a, "n": count, "lv": level,
      "node": [...] | value,  "status": [...] | value,  "meta": [...] | value,
-     "ts": [...],  "executed": [ids...],  "ends": [...],
+     "ts": <d array,  "executed": [ids...],  "ends": <I array,
      "ops": [[key, op, arg, i], ...]}
 
 ``lv`` is 1 for a segment of deltas, L + 1 for one merged from segments of level L: a
@@ -28,7 +32,7 @@ version.
 
 Ops on different keys commute (a reducer touches only its key), so the ops are grouped
 by key, in version order within a key, and consecutive ``append`` ops of one key are
-merged into one: ``[key, "append", items, i, [j, m, k, n, ...]]`` says the items up to
+merged into one: ``[key, "append", items, i, <I array j, m, k, n, ...]`` says the items up to
 ``m`` were there after version ``a + j``, up to ``n`` after ``a + k``… Replaying a whole
 segment then extends each list once; replaying it up to a version inside it cuts the
 items.
@@ -36,6 +40,7 @@ items.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from tether.errors import CheckpointCorrupt
@@ -86,13 +91,33 @@ def pack_segment(first: int, bodies: list[dict[str, Any]], level: int = 1) -> di
         "node": _column([b.get("node") for b in bodies]),
         "status": _column([b["status"] for b in bodies]),
         "meta": _column([b.get("meta") or {} for b in bodies]),
-        "ts": [b["ts"] for b in bodies],
+        "ts": _floats([b["ts"] for b in bodies]),
         "executed": executed,
         "ops": ops,
     }
+    for entry in ops:
+        if len(entry) == 5:
+            entry[4] = _counts(entry[4])
     if executed:
-        seg["ends"] = ends
+        seg["ends"] = _counts(ends)
     return seg
+
+
+def _floats(values: list[float]) -> bytes:
+    return struct.pack(f"<{len(values)}d", *values)
+
+
+def _counts(values: list[int]) -> bytes:
+    return struct.pack(f"<{len(values)}I", *values)
+
+
+def _numbers(data: bytes, code: str) -> tuple[Any, ...]:
+    return struct.unpack(f"<{len(data) // struct.calcsize(code)}{code}", data)
+
+
+def _ts(seg: dict[str, Any], i: int) -> float:
+    value: float = struct.unpack_from("<d", seg["ts"], 8 * i)[0]
+    return value
 
 
 def _column(values: list[Any]) -> Any:
@@ -113,14 +138,16 @@ def _cell(column: Any, i: int) -> Any:
 def split_segment(seg: dict[str, Any]) -> list[dict[str, Any]]:
     """The delta bodies a segment was packed from, one per version (ops grouped by key)."""
     count = seg["n"]
-    executed, ends = seg["executed"], seg.get("ends") or [0] * count
+    times = _numbers(seg["ts"], "d")
+    executed = seg["executed"]
+    ends = _numbers(seg["ends"], "I") if "ends" in seg else (0,) * count
     bodies: list[dict[str, Any]] = [
         {
             "v": SEGMENT_SCHEMA,
             "kind": "delta",
             "node": _cell(seg["node"], i),
             "status": _cell(seg["status"], i),
-            "ts": seg["ts"][i],
+            "ts": times[i],
             "meta": _cell(seg["meta"], i),
             "executed": executed[ends[i - 1] if i else 0 : ends[i]],
             "ops": [],
@@ -132,7 +159,7 @@ def split_segment(seg: dict[str, Any]) -> list[dict[str, Any]]:
         if len(entry) == 4:
             bodies[i]["ops"].append([key, op, arg])
             continue
-        marks, start = entry[4], 0
+        marks, start = _numbers(entry[4], "I"), 0
         for at in range(0, len(marks), 2):
             end = marks[at + 1]
             bodies[marks[at]]["ops"].append([key, op, arg[start:end]])
@@ -156,7 +183,7 @@ def apply_segment(
     return {
         "node": _cell(seg["node"], i),
         "status": _cell(seg["status"], i),
-        "ts": seg["ts"][i],
+        "ts": _ts(seg, i),
         "meta": _cell(seg["meta"], i),
     }
 
@@ -184,8 +211,8 @@ def segment_length(seg: Any, *, run_id: str, version: int) -> int:
         or seg.get("first") != version
         or type(seg.get("n")) is not int
         or seg["n"] < 1
-        or type(seg.get("ts")) is not list
-        or len(seg["ts"]) != seg["n"]
+        or type(seg.get("ts")) is not bytes
+        or len(seg["ts"]) != 8 * seg["n"]
         or type(seg.get("ops")) is not list
         or type(seg.get("executed")) is not list
     ):
