@@ -280,3 +280,24 @@ async def test_segments_merge_by_level_under_the_size_cap(store, cap, rows):
     for v, (state, executed) in seen.items():
         cp = await store.load(ctx.run_id, v)
         assert cp.state == state and cp.executed_node_ids == executed, v
+
+
+async def test_a_load_after_another_store_pruned_or_wrote_is_exact(make_store):
+    """A store remembers the chain it wrote (to read just its rows next time); a prune or
+    a seal by another store must not make its next load read a stale chain."""
+    async with make_store(compaction=SEAL) as writer, make_store(compaction=SEAL) as other:
+        ctx = new_ctx()
+        ctx.merge({"messages": [msg(0)]})
+        await writer.commit(ctx)
+        seen: dict[int, Any] = {}
+        await commits(writer, ctx, 1, 11, seen)
+        assert (await writer.load(ctx.run_id)).state == ctx.snapshot()
+        await other.prune(ctx.run_id, keep=3)  # the base moves to version 9, inside 6-9
+        cp = await writer.load(ctx.run_id)
+        assert cp.state == ctx.snapshot() and cp.version == 11
+        again = await other.load_context(ctx.run_id, reducers=ctx.reducers)
+        await commits(other, again, 11, 16, seen)  # the other store seals 10-13 and goes on
+        cp = await writer.load(ctx.run_id)
+        assert cp.state == again.snapshot() and cp.version == 16
+        for v in range(9, 17):
+            assert (await writer.load(ctx.run_id, v)).state == seen[v][0], v

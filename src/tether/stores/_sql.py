@@ -19,6 +19,7 @@ Reads never aggregate payloads into one string (MariaDB's GROUP_CONCAT cuts at 1
 from __future__ import annotations
 
 import abc
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -27,7 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 from tether.errors import RunNotFound, RunNotPaused, VersionConflict
 from tether.state.model import _NO_CHAIN, ChainStats, CheckpointInfo, RunInfo, RunStatus
-from tether.stores.base import CheckpointStore, StaleSeal, StoredRow, Write, _utc
+from tether.stores.base import CheckpointStore, StaleSeal, StoredRow, Write, _hint, _utc
 
 __all__ = ["Dialect", "SqlStore", "Tx"]
 
@@ -140,6 +141,54 @@ def _chain_of(rows: list[tuple[Any, ...]]) -> list[tuple[int, bytes]]:
     return [(int(r[0]), r[1]) for r in rows]
 
 
+ChainHint = tuple[int, int, tuple[int, ...]]
+"""What a store last wrote or read of a run's latest chain: its base (full) version, its
+latest version, and the versions of its rows that hold a payload (the *carriers*)."""
+
+
+@functools.lru_cache(maxsize=256)
+def _hinted_sql(n: int) -> str:
+    """The rows of a hinted chain, by primary key: ``_CHAIN_SQL`` reads every row from the
+    base on to skip the sealed ones, which costs on MariaDB (1,000 rows, 15 carriers: 2.35
+    ms against 1.46 ms for these 15 by key, a throwaway timing)."""
+    keys = ", ".join("?" * n)
+    return (
+        "SELECT c.version, c.payload, r.version, r.base_version FROM tether_runs r "
+        f"JOIN tether_checkpoints c ON c.run_id = r.run_id AND c.version IN ({keys}) "
+        "WHERE r.run_id = ? AND (r.expires_at IS NULL OR r.expires_at > ?) ORDER BY c.version"
+    )
+
+
+def _hinted_query(run_id: str, hint: ChainHint) -> tuple[str, list[Any]]:
+    _base, latest, carriers = hint
+    keys = list(carriers) if carriers[-1] == latest else [*carriers, latest]
+    return _hinted_sql(len(keys)), [*keys, run_id, time.time()]
+
+
+def _hinted_chain(rows: list[tuple[Any, ...]], hint: ChainHint) -> list[tuple[int, bytes]] | None:
+    """The chain from the rows of :func:`_hinted_query`, if they prove the hint is still the
+    latest chain: the run is at the same latest and base versions (a write moves the first,
+    a prune of these rows the second, a seal both), and every carrier holds a payload."""
+    base, latest, carriers = hint
+    n = len(carriers)
+    if len(rows) != (n if carriers[-1] == latest else n + 1) or rows[0][2] != latest or rows[0][3] != base:
+        return None
+    chain = [(int(r[0]), r[1]) for r in rows]
+    if chain[-1][0] != latest:
+        return None
+    for (version, payload), want in zip(chain, carriers, strict=False):
+        if version != want or not payload:
+            return None
+    return chain
+
+
+def _hint_of(chain: list[tuple[int, bytes]]) -> ChainHint | None:
+    """The hint for a chain just read (None for no chain)."""
+    if not chain:
+        return None
+    return chain[0][0], chain[-1][0], tuple(v for v, p in chain if p)
+
+
 def _run_info(row: Sequence[Any]) -> RunInfo:
     return RunInfo(
         run_id=row[0],
@@ -168,6 +217,12 @@ class SqlStore(CheckpointStore):
 
     dialect: Dialect
     _seals = True
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._chains: dict[str, ChainHint] = {}
+        """Runs' latest chains as this store last wrote or read them, so that a load reads
+        just their rows by key (see :func:`_hinted_chain`)."""
 
     @abc.abstractmethod
     def _tx(self, *, write: bool) -> AbstractAsyncContextManager[Tx]:
@@ -207,6 +262,25 @@ class SqlStore(CheckpointStore):
 
     # -- writes -------------------------------------------------------------------
     async def _write(self, w: Write) -> tuple[int, ChainStats]:
+        try:
+            version, chain = await self._commit_write(w)
+        except BaseException:
+            _hint(self._chains, w.run_id, None)
+            raise
+        prev = self._chains.get(w.run_id)
+        if w.kind == "full":
+            hint: ChainHint | None = (version, version, (version,))
+        elif prev is None or prev[1] != version - 1:
+            hint = None
+        elif w.kind == "segment":
+            hint = (prev[0], version, (*(c for c in prev[2] if c < w.seal_from), w.seal_from))
+        else:
+            hint = (prev[0], version, (*prev[2], version))
+        _hint(self._chains, w.run_id, hint)
+        return version, chain
+
+    async def _commit_write(self, w: Write) -> tuple[int, ChainStats]:
+        """The write itself (a backend may override it with a faster statement)."""
         attempts = 3 if w.expected_version is None else 1
         for attempt in range(attempts):
             try:
@@ -353,7 +427,14 @@ class SqlStore(CheckpointStore):
     async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
         if version is not None:
             return await super()._read_chain(run_id, version)
-        return _chain_of(await self._query(_CHAIN_SQL, (run_id, time.time()), run_id=run_id))
+        hint = self._chains.get(run_id)
+        if hint is not None:
+            chain = _hinted_chain(await self._query(*_hinted_query(run_id, hint), run_id=run_id), hint)
+            if chain is not None:
+                return chain
+        chain = _chain_of(await self._query(_CHAIN_SQL, (run_id, time.time()), run_id=run_id))
+        _hint(self._chains, run_id, _hint_of(chain))
+        return chain
 
     async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
         sql = (
@@ -414,9 +495,12 @@ class SqlStore(CheckpointStore):
         await self._in_tx(change, write=True)
 
     async def delete(self, run_id: str) -> bool:
+        _hint(self._chains, run_id, None)
         return await self._in_tx(lambda tx: self._drop(tx, run_id), write=True) > 0
 
     async def _rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
+        _hint(self._chains, run_id, None)
+
         async def rebase(tx: Tx) -> int:
             row = await tx.one(
                 f"SELECT {_RUN_COLS} FROM tether_runs WHERE run_id = ? {self.dialect.lock}",

@@ -183,7 +183,7 @@ class PostgresStore(SqlStore):
             cur = await conn.execute(sql.replace("?", "%s"), params or None, binary=True)
             return await cur.fetchall()
 
-    async def _write(self, w: Write) -> tuple[int, ChainStats]:
+    async def _commit_write(self, w: Write) -> tuple[int, ChainStats]:
         if w.expected_version == 0 and w.kind == "full" and w.require_status is None:
             params = {
                 "run": w.run_id,
@@ -228,7 +228,7 @@ class PostgresStore(SqlStore):
                 return int(row[0]), _chain_stats(
                     int(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5])
                 )
-        return await super()._write(w)
+        return await super()._commit_write(w)
 
     def _is_duplicate(self, exc: BaseException) -> bool:
         return isinstance(exc, _psycopg().errors.UniqueViolation)

@@ -19,7 +19,16 @@ from typing import Any, TypeVar
 
 from tether.errors import ConfigError, StoreError, StoreUnavailable, TetherError
 from tether.state.model import ChainStats, Checkpoint
-from tether.stores._sql import _CHAIN_SQL, Dialect, SqlStore, Tx, _chain_of
+from tether.stores._sql import (
+    _CHAIN_SQL,
+    Dialect,
+    SqlStore,
+    Tx,
+    _chain_of,
+    _hint_of,
+    _hinted_chain,
+    _hinted_query,
+)
 from tether.stores.base import Write, _hint, _lone_full
 
 __all__ = ["SqliteStore"]
@@ -225,11 +234,11 @@ class SqliteStore(SqlStore):
         _hint(self._chain_bytes, w.run_id, chain.base_bytes + chain.growth_bytes + chain.rewrite_bytes)
         return version, chain
 
-    def _inline_rows(self, run_id: str) -> list[Any] | None:
-        """The latest chain's rows (``_CHAIN_SQL``'s), read right here on the event loop, or
-        None when the general path must read it: the chain is big (or unknown and big), a
-        transaction holds the connection, or an error the general path will report. What
-        ``_query`` would do, minus its layers: at 1 KB a load is all fixed costs."""
+    def _inline_chain(self, run_id: str) -> list[tuple[int, bytes]] | None:
+        """The latest chain, read right here on the event loop, or None when the general path
+        must read it: the chain is big (or unknown and big), a transaction holds the
+        connection, or an error the general path will report. What ``_read_chain`` would
+        do, minus its layers: at 1 KB a load is all fixed costs."""
         conn = self._conn
         if conn is None or self._lock.locked():
             return None
@@ -241,37 +250,41 @@ class SqliteStore(SqlStore):
                 if rows and rows[0][3] > limit:
                     _hint(self._chain_bytes, run_id, int(rows[0][3]))  # big: on the DB thread
                     return None
+                chain = _chain_of(rows)
             elif size <= limit:
-                rows = conn.execute(_CHAIN_SQL, (run_id, time.time())).fetchall()
+                hint = self._chains.get(run_id)
+                if hint is not None:
+                    sql, params = _hinted_query(run_id, hint)
+                    hinted = _hinted_chain(conn.execute(sql, params).fetchall(), hint)
+                    if hinted is not None:
+                        return hinted
+                chain = _chain_of(conn.execute(_CHAIN_SQL, (run_id, time.time())).fetchall())
             else:
                 return None
         except sqlite3.Error:
             return None
-        if not rows or rows[-1][0] != rows[-1][2]:
-            read = None
-        else:
-            read = len(rows[0][1]) if len(rows) == 1 else sum(len(r[1]) for r in rows)
+        _hint(self._chains, run_id, _hint_of(chain))
+        read = sum(len(p) for _, p in chain) if chain else None
         if read != size:
             _hint(self._chain_bytes, run_id, read)
-        return rows
+        return chain
 
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         if version is None:
-            rows = self._inline_rows(run_id)
-            if rows is not None:
-                if len(rows) == 1 and rows[0][0] == rows[0][2]:  # the common load, in one step
-                    cp = _lone_full(run_id, rows[0][0], rows[0][1])
+            chain = self._inline_chain(run_id)
+            if chain is not None:
+                if len(chain) == 1:  # the common load, in one step
+                    cp = _lone_full(run_id, chain[0][0], chain[0][1])
                     if cp is not None:
                         return cp
-                chain = _chain_of(rows)
                 return self._checkpoint_of(run_id, chain) if chain else None
         return await super().load(run_id, version)
 
     async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
         if version is None:
-            rows = self._inline_rows(run_id)
-            if rows is not None:
-                return _chain_of(rows)
+            chain = self._inline_chain(run_id)
+            if chain is not None:
+                return chain
         chain = await super()._read_chain(run_id, version)
         if version is None:
             self._remember(run_id, chain)
