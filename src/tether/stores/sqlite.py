@@ -28,6 +28,7 @@ from tether.stores._sql import (
     _hint_of,
     _hinted_chain,
     _hinted_query,
+    _skips,
 )
 from tether.stores.base import Write, _hint, _lone_full
 
@@ -253,7 +254,7 @@ class SqliteStore(SqlStore):
                 chain = _chain_of(rows)
             elif size <= limit:
                 hint = self._chains.get(run_id)
-                if hint is not None:
+                if hint is not None and _skips(hint):
                     sql, params = _hinted_query(run_id, hint)
                     hinted = _hinted_chain(conn.execute(sql, params).fetchall(), hint)
                     if hinted is not None:
@@ -263,8 +264,18 @@ class SqliteStore(SqlStore):
                 return None
         except sqlite3.Error:
             return None
-        _hint(self._chains, run_id, _hint_of(chain))
-        read = sum(len(p) for _, p in chain) if chain else None
+        if not chain:
+            read = None
+            _hint(self._chains, run_id, None)
+        elif len(chain) == 1:  # the common load: as little as can be done
+            read = len(chain[0][1])
+            version = chain[0][0]
+            hint = (version, version, (version,))
+            if self._chains.get(run_id) != hint:
+                _hint(self._chains, run_id, hint)
+        else:
+            read = sum(len(p) for _, p in chain)
+            _hint(self._chains, run_id, _hint_of(chain))
         if read != size:
             _hint(self._chain_bytes, run_id, read)
         return chain
