@@ -7,6 +7,7 @@ skips that parametrisation with the reason.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -16,7 +17,9 @@ from typing import Any
 import pytest
 
 from tether.errors import StoreUnavailable
+from tether.state import RunStatus
 from tether.stores import CheckpointStore, create_store
+from tether.stores.base import Write
 
 BACKENDS = ["memory", "sqlite", "redis", "postgresql", "mysql", "tiered"]
 SERVER_BACKENDS = {"redis", "postgresql", "mysql", "tiered"}
@@ -119,3 +122,29 @@ async def redis_client(url: str, prefix: str) -> AsyncIterator[Any]:
     finally:
         await delete_prefixed(c, prefix)
         await c.aclose()
+
+
+async def raw_write(
+    store: CheckpointStore,
+    run_id: str,
+    payload: bytes,
+    *,
+    kind: str = "delta",
+    expected: int,
+    seal_from: int = 0,
+) -> None:
+    """Store ``payload`` as the run's next row as it is, past every check a commit makes:
+    how the tests put damaged rows in a store."""
+    await store._write(
+        Write(
+            run_id=run_id,
+            kind=kind,
+            payload=payload,
+            node_id="bad",
+            status=RunStatus.RUNNING,
+            created_at=time.time(),
+            expires_at=None,
+            expected_version=expected,
+            seal_from=seal_from,
+        )
+    )

@@ -20,9 +20,8 @@ from tether.errors import (
 )
 from tether.state import Checkpoint, Codec, ExecutionContext, RunStatus, generate_key, upsert_by
 from tether.stores import CompactionPolicy, ExpiryPolicy
-from tether.stores.base import Write
 
-from .conftest import new_id
+from .conftest import new_id, raw_write
 
 EVERY_TYPE: dict[str, Any] = {
     "text": "héllo 你好 🎉 \x00 end",
@@ -515,28 +514,11 @@ async def test_rollback_appends_the_old_state_as_a_new_version(store):
 
 
 # -- damage ----------------------------------------------------------------------------
-async def _raw_write(store, run_id: str, payload: bytes, *, kind: str = "delta", expected: int) -> None:
-    import time
-
-    await store._write(
-        Write(
-            run_id=run_id,
-            kind=kind,
-            payload=payload,
-            node_id="bad",
-            status=RunStatus.RUNNING,
-            created_at=time.time(),
-            expires_at=None,
-            expected_version=expected,
-        )
-    )
-
-
 async def test_corrupt_and_truncated_rows_name_the_run_and_version(store):
     """Garbage or a cut-off payload raises CheckpointCorrupt naming run and version."""
     ctx = await committed(store, {"messages": [msg(0)]})
     good = Codec().encode({"v": 1, "kind": "delta", "ops": [["messages", "append", [msg(1)]]]})
-    await _raw_write(store, ctx.run_id, good[: len(good) // 2], expected=1)
+    await raw_write(store, ctx.run_id, good[: len(good) // 2], expected=1)
     with pytest.raises(CheckpointCorrupt) as err:
         await store.load(ctx.run_id)
     assert ctx.run_id in str(err.value) and "version 2" in str(err.value)
@@ -544,12 +526,12 @@ async def test_corrupt_and_truncated_rows_name_the_run_and_version(store):
     assert (await store.load(ctx.run_id, 1)).state == {"messages": [msg(0)]}
 
     other = await committed(store, {"a": 1})
-    await _raw_write(store, other.run_id, b"\x00garbage\xff" * 10, expected=1)
+    await raw_write(store, other.run_id, b"\x00garbage\xff" * 10, expected=1)
     with pytest.raises(CheckpointCorrupt, match="version 2"):
         await store.load(other.run_id)
 
     future = await committed(store, {"a": 1})
-    await _raw_write(store, future.run_id, Codec().encode({"v": 99, "kind": "delta", "ops": []}), expected=1)
+    await raw_write(store, future.run_id, Codec().encode({"v": 99, "kind": "delta", "ops": []}), expected=1)
     with pytest.raises(CheckpointCorrupt, match="upgrade tether"):
         await store.load(future.run_id)
 

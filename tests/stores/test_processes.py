@@ -31,6 +31,22 @@ def spawn(url: str, run_id: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
+def kill_after(url: str, run_id: str, mode: str, lines: int, pause: float) -> int:
+    """Start a ``mode`` worker on the run, let it report ``lines`` saves, SIGKILL it up to
+    ``pause`` seconds later (somewhere inside a save), and return the last step it reported."""
+    proc = spawn(url, run_id, mode)
+    assert proc.stdout is not None
+    last = 0
+    for _ in range(lines):
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read() if proc.stderr else ""
+        last = int(line.split()[1])
+    time.sleep(pause)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    return last
+
+
 @pytest.fixture
 def url(backend: str, store_url: str) -> str:
     if backend == "memory":
@@ -70,19 +86,8 @@ async def test_kill_9_mid_save_leaves_a_consistent_store(url, store):
     """A writer SIGKILLed at random instants: the latest checkpoint always loads whole."""
     run_id = new_id()
     rng = random.Random(7)
-    last_reported = 0
     for _ in range(4):
-        proc = spawn(url, run_id, "churn")
-        seen = 0
-        assert proc.stdout is not None
-        while seen < 3:  # let it save a few, then kill at a random point of a save
-            line = proc.stdout.readline()
-            assert line, proc.stderr.read() if proc.stderr else ""
-            seen += 1
-            last_reported = int(line.split()[1])
-        time.sleep(rng.uniform(0, 0.03))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
+        last_reported = kill_after(url, run_id, "churn", 3, rng.uniform(0, 0.03))
         cp = await store.load(run_id)
         assert cp is not None
         step = cp.state["step"]
@@ -97,19 +102,8 @@ async def test_kill_9_mid_seal_leaves_a_consistent_store(url, store):
     holds each version once."""
     run_id = new_id()
     rng = random.Random(11)
-    last_reported = 0
     for _ in range(5):
-        proc = spawn(url, run_id, "seal")
-        seen = 0
-        assert proc.stdout is not None
-        while seen < 4 + rng.randrange(3):
-            line = proc.stdout.readline()
-            assert line, proc.stderr.read() if proc.stderr else ""
-            seen += 1
-            last_reported = int(line.split()[1])
-        time.sleep(rng.uniform(0, 0.01))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=30)
+        last_reported = kill_after(url, run_id, "seal", 4 + rng.randrange(3), rng.uniform(0, 0.01))
         cp = await store.load(run_id)
         assert cp is not None
         count = len(cp.state["items"])

@@ -5,17 +5,15 @@ on it, as a check that the same histories load the same there."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
 from tether.errors import CheckpointCorrupt
-from tether.state import Codec, ExecutionContext, RunStatus, upsert_by
+from tether.state import Codec, ExecutionContext, upsert_by
 from tether.stores import CompactionPolicy
-from tether.stores.base import Write
 
-from .conftest import new_id
+from .conftest import new_id, raw_write
 
 SEAL = CompactionPolicy(seal_versions=4)
 
@@ -199,7 +197,7 @@ async def test_a_damaged_segment_names_the_run_and_its_version(store):
     await commits(store, ctx, 1, 4, {})
     # v2-4 are deltas; a segment write of v2-5 whose payload is cut off
     good = Codec().encode({"v": 2, "kind": "segment", "first": 2, "n": 4, "ops": []})
-    await store._write(_write(ctx.run_id, "segment", good[:5], expected=4, seal_from=2))
+    await raw_write(store, ctx.run_id, good[:5], kind="segment", expected=4, seal_from=2)
     with pytest.raises(CheckpointCorrupt) as err:
         await store.load(ctx.run_id)
     assert ctx.run_id in str(err.value) and err.value.version == 2
@@ -211,7 +209,7 @@ async def test_a_damaged_segment_names_the_run_and_its_version(store):
     wrong = Codec().encode(
         {"v": 2, "kind": "segment", "first": 7, "n": 3, "ts": bytes(24), "executed": [], "ops": []}
     )
-    await store._write(_write(other.run_id, "segment", wrong, expected=3, seal_from=2))
+    await raw_write(store, other.run_id, wrong, kind="segment", expected=3, seal_from=2)
     with pytest.raises(CheckpointCorrupt) as err:
         await store.load(other.run_id)
     assert err.value.version == 2 and "segment" in str(err.value)
@@ -219,24 +217,10 @@ async def test_a_damaged_segment_names_the_run_and_its_version(store):
     third = new_ctx()
     third.merge({"messages": [msg(0)]})
     await store.commit(third)
-    await store._write(_write(third.run_id, "delta", b"", expected=1))
+    await raw_write(store, third.run_id, b"", kind="delta", expected=1)
     with pytest.raises(CheckpointCorrupt) as err:
         await store.load(third.run_id)
     assert third.run_id in str(err.value) and err.value.version == 2
-
-
-def _write(run_id: str, kind: str, payload: bytes, *, expected: int, seal_from: int = 0) -> Write:
-    return Write(
-        run_id=run_id,
-        kind=kind,
-        payload=payload,
-        node_id="bad",
-        status=RunStatus.RUNNING,
-        created_at=time.time(),
-        expires_at=None,
-        expected_version=expected,
-        seal_from=seal_from,
-    )
 
 
 async def test_big_deltas_seal_by_bytes(store):
