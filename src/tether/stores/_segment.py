@@ -3,11 +3,12 @@
 Why: a load pays per row it reads (the driver's fetch, a decode, an apply), ~6-10 us a
 row on these machines, while the floor pays ~2-9 us per KB. A chain of 1,000 small
 deltas therefore loaded 2-6x slower than its floor (stop 13's note). Once a run's tail
-of deltas holds ``CompactionPolicy.seal_versions`` versions (or ``seal_bytes``), the
+of deltas holds ``CompactionPolicy.seal_versions`` versions (or ``seal_tail_bytes``), the
 save that would add one more writes them all, itself included, as one *segment* into
 the tail's first row, and leaves the other rows of the range *sealed*: their history
-entry stays (node, status, time), their payload is empty. A load reads the base, one
-row per segment and the short tail after them.
+entry stays (node, status, time), their payload is empty. Segments of one level merge
+into the next (``seal_fanout``), so a load reads the base, a few segments a level and
+the short tail after them.
 
 A segment's payload is laid out by column, since decoding it costs per object and a
 version's own fields are mostly the same as the next one's (a delta's head decoded as a
