@@ -1,4 +1,5 @@
-"""How the SQLite store reads a chain: on the event loop when small, on its DB thread when big.
+"""What only the SQLite store does: it reads a chain on the event loop when small and on
+its DB thread when big, and checkpoints its WAL on a thread of its own.
 
 A resuming process (a store that never saw the run) must not pay a size probe before
 every load, and must never read a big chain on the event loop.
@@ -6,13 +7,21 @@ every load, and must never read a big chain on the event loop.
 
 from __future__ import annotations
 
+import random
+import sqlite3
 import threading
 from pathlib import Path
 
+import pytest
+
+from tether.errors import ConfigError
 from tether.state import ExecutionContext
+from tether.stores.registry import create_store
 from tether.stores.sqlite import SqliteStore
 
+from ._worker import blob
 from .conftest import new_id
+from .test_processes import kill_after
 
 
 def traced(store: SqliteStore) -> list[tuple[str, str]]:
@@ -68,3 +77,115 @@ async def test_a_big_run_is_read_on_the_db_thread_even_by_a_fresh_store(tmp_path
     finally:
         await reader.aclose()
         await writer.aclose()
+
+
+# -- WAL checkpoints off the commit path ---------------------------------------------
+def _wal_frames(path: Path) -> tuple[int, int]:
+    """(frames in the WAL, frames of it already copied into the database file)."""
+    with sqlite3.connect(path) as spy:
+        _busy, log, done = spy.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return int(log), int(done)
+
+
+async def _commit_megabytes(store: SqliteStore, n: int) -> list[ExecutionContext]:
+    ctxs = []
+    for i in range(n):
+        ctx = ExecutionContext(new_id(), {"blob": bytes([i]) * 1_000_000})
+        await store.commit(ctx)
+        ctxs.append(ctx)
+    return ctxs
+
+
+async def test_big_writes_are_checkpointed_in_the_background(tmp_path: Path) -> None:
+    """Past ``checkpoint_bytes`` a second connection copies the WAL into the database
+    file; the writer's own connection never runs the checkpoint."""
+    path = tmp_path / "t.db"
+    store = SqliteStore(path, checkpoint_bytes=1_500_000)
+    await store.setup()
+    try:
+        seen = traced(store)
+        ctxs = await _commit_megabytes(store, 2)
+        running = store._checkpointing
+        assert running is not None
+        running.result(timeout=30)
+        assert path.stat().st_size > 2_000_000  # both payloads now live in the database file
+        assert not any("wal_checkpoint" in sql for _, sql in seen), seen
+        # and what was copied reads back the same
+        for ctx in ctxs:
+            cp = await store.load(ctx.run_id)
+            assert cp is not None and cp.state == ctx.snapshot()
+    finally:
+        await store.aclose()
+    assert not any(t.name.startswith("tether-sqlite-wal") for t in threading.enumerate())
+
+
+async def test_without_a_background_checkpoint_the_writes_stay_in_the_wal(tmp_path: Path) -> None:
+    """The contrast: ``checkpoint_bytes=0`` leaves checkpoints to SQLite (at ~4 MB of WAL),
+    so 2 MB of commits are still only in the WAL."""
+    path = tmp_path / "t.db"
+    store = SqliteStore(path, checkpoint_bytes=0)
+    await store.setup()
+    try:
+        await _commit_megabytes(store, 2)
+        assert store._checkpointing is None
+        assert path.stat().st_size < 1_000_000
+        log, done = _wal_frames(path)  # this spy's checkpoint copies them now
+        assert log > 480 and done == log
+    finally:
+        await store.aclose()
+
+
+async def test_the_commit_still_checkpoints_when_the_background_cannot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the background checkpoint failing every time, the writer's own backstop (at 4x
+    ``checkpoint_bytes``, not SQLite's ~4 MB) keeps the WAL bounded."""
+    path = tmp_path / "t.db"
+    store = SqliteStore(path, checkpoint_bytes=250_000)
+    monkeypatch.setattr(store, "_checkpoint", lambda: None)
+    await store.setup()
+    try:
+        await _commit_megabytes(store, 8)
+        # the WAL file keeps its high-water mark: the most frames it ever held at once
+        most = Path(f"{path}-wal").stat().st_size // (4096 + 24)
+        backstop = 4 * 250_000 // 4096
+        assert most < backstop + 300, (most, backstop)  # the backstop plus one 1 MB commit
+    finally:
+        await store.aclose()
+
+
+def test_sqlite_url_options_reach_the_store(tmp_path: Path) -> None:
+    store = create_store(f"sqlite:///{tmp_path}/t.db?checkpoint_bytes=0&synchronous=normal&busy_timeout=2")
+    assert isinstance(store, SqliteStore)
+    assert (store.checkpoint_bytes, store._synchronous, store._busy_ms) == (0, "NORMAL", 2000)
+    assert create_store(f"sqlite:///{tmp_path}/t.db").checkpoint_bytes == 4 * 1024 * 1024  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="unknown sqlite URL option 'wal'"):
+        create_store(f"sqlite:///{tmp_path}/t.db?wal=1")
+    with pytest.raises(ConfigError, match="checkpoint_bytes=.*'lots'"):
+        create_store(f"sqlite:///{tmp_path}/t.db?checkpoint_bytes=lots")
+    with pytest.raises(ConfigError, match="checkpoint_bytes must be an int >= 0"):
+        SqliteStore(tmp_path / "t.db", checkpoint_bytes=-1)
+    with pytest.raises(ConfigError, match="needs a path"):
+        create_store("sqlite:///?checkpoint_bytes=0")
+
+
+@pytest.mark.slow
+async def test_kill_9_while_checkpointing_loses_no_commit(tmp_path: Path) -> None:
+    """A writer that checkpoints after almost every 256 KB commit, SIGKILLed at random
+    instants (often mid-checkpoint): every commit it reported is there, whole."""
+    url = f"sqlite:///{tmp_path}/t.db?checkpoint_bytes=200000"
+    run_id = new_id()
+    rng = random.Random(5)
+    store = create_store(url)
+    await store.setup()
+    try:
+        for _ in range(4):
+            last_reported = kill_after(url, run_id, "churn", 6, rng.uniform(0, 0.03))
+            cp = await store.load(run_id)
+            assert cp is not None
+            step = cp.state["step"]
+            assert step >= last_reported
+            assert cp.state["blob"] == blob(step)
+            assert cp.version == step
+    finally:
+        await store.aclose()

@@ -1,7 +1,8 @@
 """``open_store(url)``: pick a backend from the URL scheme, importing only that one.
 
 memory://[name]                    InMemoryStore (same name: shared in-process)
-sqlite:///relative/path.db         SqliteStore (sqlite:////abs/path.db for absolute)
+sqlite:///relative/path.db         SqliteStore (sqlite:////abs/path.db for absolute;
+                                   ?synchronous=, busy_timeout=, checkpoint_bytes=)
 redis://host:6379/0                RedisStore          (pip install 'tether[redis]')
 postgresql://user@host/db          PostgresStore       (pip install 'tether[postgres]')
 mysql://user:pw@host/db            MySQLStore          (pip install 'tether[mysql]')
@@ -43,18 +44,13 @@ def _load(target: str) -> type[CheckpointStore]:
 
 def create_store(url: str, **options: Any) -> CheckpointStore:
     """Build (but do not set up) the store for ``url``; options go to the backend."""
-    scheme, sep, rest = url.partition("://")
+    scheme, sep, _ = url.partition("://")
     if not sep:
         raise ConfigError(f"store URL {url!r} has no scheme; e.g. sqlite:///tether.db")
     target = BACKENDS.get(scheme.lower())
     if target is None:
         raise ConfigError(f"unknown store scheme {scheme!r}; known: {', '.join(sorted(BACKENDS))}")
     cls = _load(target)
-    if scheme == "sqlite":
-        path = rest[1:] if rest.startswith("/") else rest
-        if not path:
-            raise ConfigError("sqlite URL needs a path: sqlite:///tether.db")
-        return cls(path, **options)  # type: ignore[call-arg,arg-type]
     return cls.from_url(url, **options)  # type: ignore[attr-defined,no-any-return]
 
 

@@ -4,18 +4,25 @@ All database work runs on one dedicated thread per store, so the event loop neve
 blocks on disk and the connection is only ever touched by one thread. Several
 processes may share one file: writers take SQLite's write lock with ``BEGIN
 IMMEDIATE`` and wait up to ``busy_timeout`` for it.
+
+WAL checkpoints (copying committed pages from the WAL into the database file, then an
+fsync of that file) run on a second connection and thread, not inside a save: with
+SQLite's automatic checkpoint, every ~4th 1 MB save paid for copying the last four
+(a 1 MB insert's median went from 6.5-8 ms to 4.2-5.3 ms without it, throwaway timings).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import parse_qs
 
 from tether.errors import ConfigError, StoreError, StoreUnavailable, TetherError
 from tether.state.model import ChainStats, Checkpoint
@@ -35,6 +42,8 @@ from tether.stores.base import Write, _hint, _lone_full
 __all__ = ["SqliteStore"]
 
 T = TypeVar("T")
+
+_log = logging.getLogger(__name__)
 
 _DIALECT = Dialect(text_key="TEXT", text="TEXT", real="REAL", bigint="INTEGER", blob="BLOB", lock="")
 
@@ -106,6 +115,11 @@ class SqliteStore(SqlStore):
             on power loss; ``NORMAL`` is faster and durable against process crashes
             only (WAL's documented trade).
         busy_timeout: seconds to wait for another process's write lock.
+        checkpoint_bytes: bytes written after which a background WAL checkpoint runs
+            (0: SQLite checkpoints inside the commit that crosses ~4 MB, its default).
+            The commit itself still checkpoints, as a backstop, once the WAL holds
+            four times this much: if readers hold the checkpoint back, the WAL stays
+            bounded.
     """
 
     scheme = "sqlite"
@@ -117,11 +131,18 @@ class SqliteStore(SqlStore):
         *,
         synchronous: str = "FULL",
         busy_timeout: float = 30.0,
+        checkpoint_bytes: int = 4 * 1024 * 1024,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
             raise ConfigError("synchronous must be FULL, NORMAL or EXTRA")
+        if (
+            isinstance(checkpoint_bytes, bool)
+            or not isinstance(checkpoint_bytes, int)
+            or checkpoint_bytes < 0
+        ):
+            raise ConfigError(f"checkpoint_bytes must be an int >= 0, got {checkpoint_bytes!r}")
         self.path = str(path)
         self._synchronous = synchronous.upper()
         self._busy_ms = int(busy_timeout * 1000)
@@ -135,6 +156,38 @@ class SqliteStore(SqlStore):
         any read holds the loop longer than the read did."""
         self._chain_bytes: dict[str, int] = {}
         """Chain sizes this store last wrote or read, so a small read needs no size probe."""
+        self.checkpoint_bytes = 0 if self.path == ":memory:" else checkpoint_bytes
+        self._unchecked = 0
+        """Bytes this store wrote since its last background checkpoint began."""
+        self._checkpointer: ThreadPoolExecutor | None = None
+        self._checkpointing: Future[None] | None = None
+        self._ck_conn: sqlite3.Connection | None = None
+        self._page = 4096
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> SqliteStore:
+        """A store for ``sqlite:///relative.db`` or ``sqlite:////abs.db``; the query may set
+        ``synchronous``, ``busy_timeout`` (seconds) and ``checkpoint_bytes``, so that a
+        CLI or a worker given only a URL can tune them."""
+        rest = url.partition("://")[2]
+        path, _, query = rest.partition("?")
+        path = path[1:] if path.startswith("/") else path
+        if not path:
+            raise ConfigError("sqlite URL needs a path: sqlite:///tether.db")
+        casts: dict[str, Callable[[str], Any]] = {
+            "synchronous": str,
+            "busy_timeout": float,
+            "checkpoint_bytes": int,
+        }
+        for key, values in parse_qs(query, keep_blank_values=True).items():
+            cast = casts.get(key)
+            if cast is None:
+                raise ConfigError(f"unknown sqlite URL option {key!r}; known: {', '.join(casts)}")
+            try:
+                options.setdefault(key, cast(values[-1]))
+            except ValueError as exc:
+                raise ConfigError(f"sqlite URL option {key}={values[-1]!r}: {exc}") from exc
+        return cls(path, **options)
 
     def _connect(self) -> sqlite3.Connection:
         if self.path != ":memory:":
@@ -146,7 +199,40 @@ class SqliteStore(SqlStore):
         # reads of big states: memory-map the file and keep hot pages (measured ~2x on 10 MB)
         conn.execute("PRAGMA mmap_size = 268435456")
         conn.execute("PRAGMA cache_size = -32768")
+        self._page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        if self.checkpoint_bytes:
+            conn.execute(f"PRAGMA wal_autocheckpoint = {max(1, 4 * self.checkpoint_bytes // self._page)}")
         return conn
+
+    def _written(self, nbytes: int) -> None:
+        """Count a commit's WAL bytes (its payload plus the ~4 pages of rows and indexes
+        any commit rewrites); past ``checkpoint_bytes``, start a background checkpoint
+        unless one is running (a later commit will)."""
+        if not self.checkpoint_bytes:
+            return
+        self._unchecked += nbytes + 4 * self._page
+        if self._unchecked < self.checkpoint_bytes:
+            return
+        running = self._checkpointing
+        if running is not None and not running.done():
+            return
+        if self._checkpointer is None:
+            self._checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sqlite-wal")
+        self._unchecked = 0
+        self._checkpointing = self._checkpointer.submit(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        """A PASSIVE checkpoint: copies what no reader still needs, waits for no one, and a
+        commit running meanwhile goes on appending to the WAL. Failure costs nothing but
+        a longer WAL (the commit's backstop checkpoint still bounds it)."""
+        try:
+            if self._ck_conn is None:
+                self._ck_conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                self._ck_conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+                self._ck_conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            self._ck_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            _log.debug("sqlite %s: background checkpoint failed: %s", self.path, exc)
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def job() -> T:
@@ -233,6 +319,7 @@ class SqliteStore(SqlStore):
             _hint(self._chain_bytes, w.run_id, None)
             raise
         _hint(self._chain_bytes, w.run_id, chain.base_bytes + chain.growth_bytes + chain.rewrite_bytes)
+        self._written(len(w.payload))
         return version, chain
 
     def _inline_chain(self, run_id: str) -> list[tuple[int, bytes]] | None:
@@ -324,6 +411,13 @@ class SqliteStore(SqlStore):
         await self._apply_migrations()
 
     async def aclose(self) -> None:
+        checkpointer = self._checkpointer
+        if checkpointer is not None:
+            self._checkpointer = None
+            await asyncio.get_running_loop().run_in_executor(None, checkpointer.shutdown, True)
+            if self._ck_conn is not None:
+                self._ck_conn.close()
+                self._ck_conn = None
         conn = self._conn
         if conn is not None:
             await asyncio.get_running_loop().run_in_executor(self._pool, conn.close)
