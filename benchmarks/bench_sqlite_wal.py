@@ -1,6 +1,6 @@
-"""SQLite saves of big states with the WAL checkpointed in the background (tether's
-default, ``checkpoint_bytes`` 4 MiB) against SQLite's own automatic checkpoint, which runs
-inside the commit that takes the WAL past ~4 MB (``checkpoint_bytes=0``).
+"""SQLite saves of big states with the WAL checkpointed in the background
+(``checkpoint_bytes`` 4 MiB) against SQLite's own automatic checkpoint, which runs inside
+the commit that takes the WAL past ~4 MB (``checkpoint_bytes=0``, the default).
 
 One agent per store, each committing a fresh state of SIZE every step with THINK ms of
 idle time between steps (a model call takes seconds; the idle time is what a background
@@ -36,7 +36,7 @@ BLOCK = 10
 async def measure(size: str, steps: int, think: float, workdir: Path) -> dict[str, list[float]]:
     messages = conversation(random.Random(3), ALL_SIZES[size])
     stores = {
-        "background": SqliteStore(workdir / f"bg-{size}.db"),
+        "background": SqliteStore(workdir / f"bg-{size}.db", checkpoint_bytes=4 * 1024 * 1024),
         "automatic": SqliteStore(workdir / f"auto-{size}.db", checkpoint_bytes=0),
     }
     times: dict[str, list[float]] = {name: [] for name in stores}

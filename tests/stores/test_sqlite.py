@@ -120,7 +120,7 @@ async def test_big_writes_are_checkpointed_in_the_background(tmp_path: Path) -> 
 
 
 async def test_without_a_background_checkpoint_the_writes_stay_in_the_wal(tmp_path: Path) -> None:
-    """The contrast: ``checkpoint_bytes=0`` leaves checkpoints to SQLite (at ~4 MB of WAL),
+    """The contrast: ``checkpoint_bytes=0`` (the default) leaves checkpoints to SQLite (at ~4 MB of WAL),
     so 2 MB of commits are still only in the WAL."""
     path = tmp_path / "t.db"
     store = SqliteStore(path, checkpoint_bytes=0)
@@ -158,7 +158,8 @@ def test_sqlite_url_options_reach_the_store(tmp_path: Path) -> None:
     store = create_store(f"sqlite:///{tmp_path}/t.db?checkpoint_bytes=0&synchronous=normal&busy_timeout=2")
     assert isinstance(store, SqliteStore)
     assert (store.checkpoint_bytes, store._synchronous, store._busy_ms) == (0, "NORMAL", 2000)
-    assert create_store(f"sqlite:///{tmp_path}/t.db").checkpoint_bytes == 4 * 1024 * 1024  # type: ignore[attr-defined]
+    assert create_store(f"sqlite:///{tmp_path}/t.db?checkpoint_bytes=4194304").checkpoint_bytes == 4194304  # type: ignore[attr-defined]
+    assert create_store(f"sqlite:///{tmp_path}/t.db").checkpoint_bytes == 0  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="unknown sqlite URL option 'wal'"):
         create_store(f"sqlite:///{tmp_path}/t.db?wal=1")
     with pytest.raises(ConfigError, match="checkpoint_bytes=.*'lots'"):

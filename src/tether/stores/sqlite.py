@@ -6,10 +6,11 @@ processes may share one file: writers take SQLite's write lock with ``BEGIN
 IMMEDIATE`` and wait up to ``busy_timeout`` for it.
 
 WAL checkpoints (copying committed pages from the WAL into the database file, then an
-fsync of that file) run on a second connection and thread, not inside a save. With
-SQLite's automatic checkpoint, every ~4th 1 MB save paid for copying the last four and
-every 10 MB save for itself: ``benchmarks/bench_sqlite_wal.py`` measured a 1 MB save's p95
-at 0.30-0.34x and a 10 MB save's median at 0.55x that way.
+fsync of that file) can run on a second connection and thread instead of inside a save
+(``checkpoint_bytes``). ``benchmarks/bench_sqlite_wal.py`` measured a 10 MB save's median
+at 0.55x and a 1 MB save's p95 at 0.30-0.34x that way; but in ``bench_stores.py`` a 100 KB
+save measured 1.2x slower with it (2.53-2.67 against 2.10-2.14 ms), for a reason not yet
+found, so it is off by default.
 """
 
 from __future__ import annotations
@@ -116,11 +117,11 @@ class SqliteStore(SqlStore):
             on power loss; ``NORMAL`` is faster and durable against process crashes
             only (WAL's documented trade).
         busy_timeout: seconds to wait for another process's write lock.
-        checkpoint_bytes: bytes written after which a background WAL checkpoint runs
-            (0: SQLite checkpoints inside the commit that crosses ~4 MB, its default).
-            The commit itself still checkpoints, as a backstop, once the WAL holds
-            four times this much: if readers hold the checkpoint back, the WAL stays
-            bounded.
+        checkpoint_bytes: when > 0, a background WAL checkpoint runs each time this
+            store's commits have written about this many bytes (4 MiB suits states of
+            1 MB and more), and the commit itself only checkpoints, as a backstop, once
+            the WAL holds four times this much. 0 (default): SQLite checkpoints inside
+            the commit that takes the WAL past ~4 MB.
     """
 
     scheme = "sqlite"
@@ -132,7 +133,7 @@ class SqliteStore(SqlStore):
         *,
         synchronous: str = "FULL",
         busy_timeout: float = 30.0,
-        checkpoint_bytes: int = 4 * 1024 * 1024,
+        checkpoint_bytes: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
