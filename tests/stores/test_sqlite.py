@@ -1,5 +1,6 @@
 """What only the SQLite store does: it reads a chain on the event loop when small and on
-its DB thread when big, and checkpoints its WAL on a thread of its own.
+its DB thread when big, and, when asked (``checkpoint_bytes``), checkpoints its WAL on a
+thread of its own.
 
 A resuming process (a store that never saw the run) must not pay a size probe before
 every load, and must never read a big chain on the event loop.
