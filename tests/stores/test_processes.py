@@ -2,49 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from tether.state import ExecutionContext
 
 from ._worker import blob, item
-from .conftest import new_id
+from .conftest import kill_after, new_id, spawn
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def spawn(url: str, run_id: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.stores._worker", url, run_id, *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def kill_after(url: str, run_id: str, mode: str, lines: int, pause: float) -> int:
-    """Start a ``mode`` worker on the run, let it report ``lines`` saves, SIGKILL it up to
-    ``pause`` seconds later (somewhere inside a save), and return the last step it reported."""
-    proc = spawn(url, run_id, mode)
-    assert proc.stdout is not None
-    last = 0
-    for _ in range(lines):
-        line = proc.stdout.readline()
-        assert line, proc.stderr.read() if proc.stderr else ""
-        last = int(line.split()[1])
-    time.sleep(pause)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
-    return last
 
 
 @pytest.fixture

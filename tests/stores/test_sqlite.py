@@ -21,8 +21,7 @@ from tether.stores.registry import create_store
 from tether.stores.sqlite import SqliteStore
 
 from ._worker import blob
-from .conftest import new_id
-from .test_processes import kill_after
+from .conftest import kill_after, new_id
 
 
 def traced(store: SqliteStore) -> list[tuple[str, str]]:

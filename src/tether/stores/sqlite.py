@@ -201,8 +201,8 @@ class SqliteStore(SqlStore):
         # reads of big states: memory-map the file and keep hot pages (measured ~2x on 10 MB)
         conn.execute("PRAGMA mmap_size = 268435456")
         conn.execute("PRAGMA cache_size = -32768")
-        self._page = int(conn.execute("PRAGMA page_size").fetchone()[0])
         if self.checkpoint_bytes:
+            self._page = int(conn.execute("PRAGMA page_size").fetchone()[0])
             conn.execute(f"PRAGMA wal_autocheckpoint = {max(1, 4 * self.checkpoint_bytes // self._page)}")
         return conn
 
