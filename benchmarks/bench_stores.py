@@ -131,7 +131,8 @@ def make_config(args: argparse.Namespace, workdir: Path) -> Config:
     if any(x not in SECTIONS for x in sections):
         raise SystemExit(f"--sections takes {', '.join(SECTIONS)}")
     urls = dict(DEFAULT_URLS)
-    urls["sqlite"] = f"sqlite:///{workdir / 'tether.db'}"
+    sqlite_query = f"?{args.sqlite_options}" if args.sqlite_options else ""
+    urls["sqlite"] = f"sqlite:///{workdir / 'tether.db'}{sqlite_query}"
     for name in ("redis", "postgresql", "mysql", "tiered"):
         override = getattr(args, f"{name}_url")
         if override:
@@ -571,7 +572,7 @@ class MemoryFloor(Floor):
 
 
 class SqliteFloor(Floor):
-    detail = "INSERT a BLOB in a scratch DB file (WAL, synchronous=FULL), SELECT it back"
+    detail = "INSERT a BLOB in a scratch DB file (WAL, synchronous=FULL, secure_delete=FAST), SELECT it back"
 
     def __init__(self, path: Path) -> None:
         super().__init__()
@@ -588,6 +589,8 @@ class SqliteFloor(Floor):
         self._c = sqlite3.connect(self.path, isolation_level=None)
         self.c.execute("PRAGMA journal_mode = WAL")
         self.c.execute("PRAGMA synchronous = FULL")
+        # as tether's store sets it: with Debian's default (ON) every removed blob is rewritten
+        self.c.execute("PRAGMA secure_delete = FAST")
         self.c.execute("CREATE TABLE IF NOT EXISTS bench_floor (k TEXT PRIMARY KEY, v BLOB NOT NULL)")
         self._c2 = sqlite3.connect(self.path, isolation_level=None)
 
@@ -1279,7 +1282,10 @@ async def measure_growth(
     tether = be.tether
     own_tether = None
     if be.name == "sqlite":
-        own_tether = TetherSubject(f"sqlite:///{cfg.workdir / f'{name}-tether.db'}")
+        query = cfg.urls["sqlite"].partition("?")[2]
+        own_tether = TetherSubject(
+            f"sqlite:///{cfg.workdir / f'{name}-tether.db'}" + (f"?{query}" if query else "")
+        )
         await own_tether.open()
         tether = own_tether
     key = new_key(name)
@@ -1764,6 +1770,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--lg-growth-steps", type=int, default=0, help="LangGraph growth steps (default 100; quick 50)"
     )
     p.add_argument("--dir", help="directory for SQLite files (default: a fresh temporary one)")
+    p.add_argument(
+        "--sqlite-options",
+        default="",
+        help="query string for tether's SQLite URL, for A/B runs (e.g. checkpoint_bytes=4194304)",
+    )
     for name in ("redis", "postgresql", "mysql", "tiered"):
         p.add_argument(f"--{name}-url", default="", help="default " + DEFAULT_URLS[name].replace("%", "%%"))
     return p.parse_args(argv)

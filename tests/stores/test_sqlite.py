@@ -154,6 +154,33 @@ async def test_the_commit_still_checkpoints_when_the_background_cannot(
         await store.aclose()
 
 
+@pytest.mark.parametrize(("secure_delete", "zeroes"), [("FAST", False), ("ON", True)])
+async def test_deleting_a_big_run_rewrites_its_pages_only_when_asked(
+    tmp_path: Path, secure_delete: str, zeroes: bool
+) -> None:
+    """Debian's SQLite builds with SECURE_DELETE on, so by default a delete (or a prune, or
+    a seal replacing rows) writes every freed overflow page back as zeros: as many WAL
+    frames as the save did. ``FAST`` (tether's default) zeroes only pages written anyway."""
+    path = tmp_path / "t.db"
+    store = SqliteStore(path, secure_delete=secure_delete)
+    await store.setup()
+    hold = sqlite3.connect(path, isolation_level=None)
+    try:
+        # a reader pinned at the start keeps the WAL from restarting, so frames only add up
+        hold.execute("BEGIN")
+        hold.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        ctx = (await _commit_megabytes(store, 1))[0]
+        saved, _ = _wal_frames(path)
+        await store.delete(ctx.run_id)
+        deleted = _wal_frames(path)[0] - saved
+        assert await store.load(ctx.run_id) is None
+        assert saved > 240
+        assert (deleted > 200) if zeroes else (deleted < 30), (saved, deleted)
+    finally:
+        hold.close()
+        await store.aclose()
+
+
 def test_sqlite_url_options_reach_the_store(tmp_path: Path) -> None:
     store = create_store(f"sqlite:///{tmp_path}/t.db?checkpoint_bytes=0&synchronous=normal&busy_timeout=2")
     assert isinstance(store, SqliteStore)
@@ -168,6 +195,9 @@ def test_sqlite_url_options_reach_the_store(tmp_path: Path) -> None:
         SqliteStore(tmp_path / "t.db", checkpoint_bytes=-1)
     with pytest.raises(ConfigError, match="needs a path"):
         create_store("sqlite:///?checkpoint_bytes=0")
+    assert create_store(f"sqlite:///{tmp_path}/t.db?secure_delete=on")._secure_delete == "ON"  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="secure_delete must be ON, OFF or FAST"):
+        create_store(f"sqlite:///{tmp_path}/t.db?secure_delete=maybe")
 
 
 @pytest.mark.slow
