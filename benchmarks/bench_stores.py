@@ -846,6 +846,9 @@ class LangGraphSubject(Subject):
             self._conn = await aiosqlite.connect(self.target)
             await self._conn.execute("PRAGMA journal_mode = WAL")
             await self._conn.execute("PRAGMA synchronous = FULL")
+            # tether's pragma too: Debian's SQLite zeroes freed pages, and the section deletes
+            # each run it saved, so with the build's default LangGraph's WAL would carry more
+            await self._conn.execute("PRAGMA secure_delete = FAST")
             self.saver = AsyncSqliteSaver(self._conn)
             await self.saver.setup()
         elif self.kind == "postgresql":
