@@ -158,9 +158,10 @@ async def test_the_commit_still_checkpoints_when_the_background_cannot(
 async def test_deleting_a_big_run_rewrites_its_pages_only_when_asked(
     tmp_path: Path, secure_delete: str, zeroes: bool
 ) -> None:
-    """Debian's SQLite builds with SECURE_DELETE on, so by default a delete (or a prune, or
-    a seal replacing rows) writes every freed overflow page back as zeros: as many WAL
-    frames as the save did. ``FAST`` (tether's default) zeroes only pages written anyway."""
+    """Debian's SQLite builds with SECURE_DELETE on, so by default a delete writes every
+    freed overflow page back as zeros: as many WAL frames as the save did. ``FAST``
+    (tether's default) zeroes only pages written anyway. The pragma is set either way, so
+    the test holds on any build."""
     path = tmp_path / "t.db"
     store = SqliteStore(path, secure_delete=secure_delete)
     await store.setup()
@@ -195,7 +196,14 @@ def test_sqlite_url_options_reach_the_store(tmp_path: Path) -> None:
         SqliteStore(tmp_path / "t.db", checkpoint_bytes=-1)
     with pytest.raises(ConfigError, match="needs a path"):
         create_store("sqlite:///?checkpoint_bytes=0")
-    assert create_store(f"sqlite:///{tmp_path}/t.db?secure_delete=on")._secure_delete == "ON"  # type: ignore[attr-defined]
+    for url, expected in (("t.db?secure_delete=on", 1), ("t.db", 2)):  # 1 = ON, 2 = FAST
+        store = create_store(f"sqlite:///{tmp_path}/{url}")
+        assert isinstance(store, SqliteStore)
+        conn = store._connect()
+        try:
+            assert conn.execute("PRAGMA secure_delete").fetchone()[0] == expected, url
+        finally:
+            conn.close()
     with pytest.raises(ConfigError, match="secure_delete must be ON, OFF or FAST"):
         create_store(f"sqlite:///{tmp_path}/t.db?secure_delete=maybe")
 
