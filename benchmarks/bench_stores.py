@@ -107,7 +107,13 @@ class Config:
     workdir: Path
     urls: dict[str, str]
     sections: tuple[str, ...] = SECTIONS
+    sqlite_options: str = ""
+    """A query for every tether SQLite URL the bench opens (``--sqlite-options``)."""
     seed: int = 20240601
+
+
+def sqlite_url(path: Path, options: str) -> str:
+    return f"sqlite:///{path}" + (f"?{options}" if options else "")
 
 
 def make_config(args: argparse.Namespace, workdir: Path) -> Config:
@@ -131,8 +137,7 @@ def make_config(args: argparse.Namespace, workdir: Path) -> Config:
     if any(x not in SECTIONS for x in sections):
         raise SystemExit(f"--sections takes {', '.join(SECTIONS)}")
     urls = dict(DEFAULT_URLS)
-    sqlite_query = f"?{args.sqlite_options}" if args.sqlite_options else ""
-    urls["sqlite"] = f"sqlite:///{workdir / 'tether.db'}{sqlite_query}"
+    urls["sqlite"] = sqlite_url(workdir / "tether.db", args.sqlite_options)
     for name in ("redis", "postgresql", "mysql", "tiered"):
         override = getattr(args, f"{name}_url")
         if override:
@@ -153,6 +158,7 @@ def make_config(args: argparse.Namespace, workdir: Path) -> Config:
         workdir=workdir,
         urls=urls,
         sections=sections,
+        sqlite_options=args.sqlite_options,
     )
 
 
@@ -1285,10 +1291,7 @@ async def measure_growth(
     tether = be.tether
     own_tether = None
     if be.name == "sqlite":
-        query = cfg.urls["sqlite"].partition("?")[2]
-        own_tether = TetherSubject(
-            f"sqlite:///{cfg.workdir / f'{name}-tether.db'}" + (f"?{query}" if query else "")
-        )
+        own_tether = TetherSubject(sqlite_url(cfg.workdir / f"{name}-tether.db", cfg.sqlite_options))
         await own_tether.open()
         tether = own_tether
     key = new_key(name)

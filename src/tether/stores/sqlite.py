@@ -145,7 +145,8 @@ class SqliteStore(SqlStore):
         super().__init__(**kwargs)
         if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
             raise ConfigError("synchronous must be FULL, NORMAL or EXTRA")
-        if str(secure_delete).upper() not in {"ON", "OFF", "FAST"}:
+        secure_delete = str(secure_delete).upper()
+        if secure_delete not in {"ON", "OFF", "FAST"}:
             raise ConfigError(f"secure_delete must be ON, OFF or FAST, got {secure_delete!r}")
         if (
             isinstance(checkpoint_bytes, bool)
@@ -155,7 +156,7 @@ class SqliteStore(SqlStore):
             raise ConfigError(f"checkpoint_bytes must be an int >= 0, got {checkpoint_bytes!r}")
         self.path = str(path)
         self._synchronous = synchronous.upper()
-        self._secure_delete = str(secure_delete).upper()
+        self._secure_delete = secure_delete
         self._busy_ms = int(busy_timeout * 1000)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sqlite")
         self._conn: sqlite3.Connection | None = None
