@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -81,25 +80,38 @@ def retried(
 async def retry_call(
     policy: RetryPolicy, name: str, call: Callable[[], Awaitable[T]], failed: StoreUnavailable
 ) -> T:
-    """Run ``call`` again after it failed with ``failed``, with backoff, until it works or
-    the policy gives up (then the last :class:`StoreUnavailable` is raised). Inside another
-    retry, raise at once."""
+    """Run ``call`` again after it failed with ``failed``, with backoff (tenacity), until it
+    works or the policy gives up (then the last :class:`StoreUnavailable` is raised). Inside
+    another retry, raise at once."""
     if _RETRYING.get() or policy.attempts <= 1:
         raise failed
+    from tenacity import (  # on the failure path only: `import tether` stays light
+        AsyncRetrying,
+        RetryCallState,
+        retry_if_exception_type,
+        stop_after_attempt,
+        stop_after_delay,
+        wait_exponential,
+    )
+
+    def log(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else failed
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        logger.warning(
+            "%s: %s; retry %d/%d in %.2fs", name, error, state.attempt_number, policy.attempts - 1, wait
+        )
+
+    logger.warning("%s: %s; retry 1/%d in %.2fs", name, failed, policy.attempts - 1, policy.first_delay)
     token = _RETRYING.set(True)
-    started = time.monotonic()
-    delay = policy.first_delay
     try:
-        for attempt in range(1, policy.attempts):
-            logger.warning("%s: %s; retry %d/%d in %.2fs", name, failed, attempt, policy.attempts - 1, delay)
-            await asyncio.sleep(delay)
-            try:
-                return await call()
-            except StoreUnavailable as exc:
-                failed = exc
-            delay = min(delay * 2, policy.max_delay)
-            if time.monotonic() - started + delay > policy.deadline:
-                break
-        raise failed
+        await asyncio.sleep(policy.first_delay)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(policy.attempts - 1) | stop_after_delay(policy.deadline),
+            wait=wait_exponential(multiplier=policy.first_delay * 2, max=policy.max_delay),
+            retry=retry_if_exception_type(StoreUnavailable),
+            before_sleep=log,
+            reraise=True,
+        )
+        return await retrying(call)
     finally:
         _RETRYING.reset(token)

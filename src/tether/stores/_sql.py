@@ -26,7 +26,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from tether.errors import RunExpired, RunNotFound, RunNotPaused, VersionConflict
+from tether.errors import CheckpointCorrupt, RunExpired, RunNotFound, RunNotPaused, VersionConflict
 from tether.state.model import _NO_CHAIN, ChainStats, CheckpointInfo, RunInfo, RunStatus
 from tether.stores._retry import retried
 from tether.stores.base import CheckpointStore, StaleSeal, StoredRow, Write, _hint, _utc
@@ -494,8 +494,26 @@ class SqlStore(CheckpointStore):
         ]
 
     async def _is_expired(self, run_id: str) -> bool:
-        rows = await self._query("SELECT expires_at FROM tether_runs WHERE run_id = ?", (run_id,))
-        return bool(rows) and _expired(rows[0][0], time.time())
+        """Asked after a load found nothing: True for an expired run, CheckpointCorrupt for a
+        live run whose latest row is gone (a load must not call that "not found")."""
+        rows = await self._query(
+            "SELECT r.expires_at, r.version, (SELECT COUNT(*) FROM tether_checkpoints c "
+            "WHERE c.run_id = r.run_id AND c.version = r.version) FROM tether_runs r WHERE r.run_id = ?",
+            (run_id,),
+        )
+        if not rows:
+            return False
+        expires_at, version, present = rows[0]
+        if _expired(expires_at, time.time()):
+            return True
+        if not int(present):
+            raise CheckpointCorrupt(
+                f"the row of version {version} is missing while its run is stored (deleted by "
+                "hand, or a damaged database?); roll back to an earlier version or restore a copy",
+                run_id=run_id,
+                version=int(version),
+            )
+        return False  # created since the load looked: nothing was there then
 
     @retried
     async def get_run(self, run_id: str) -> RunInfo | None:

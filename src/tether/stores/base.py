@@ -296,7 +296,9 @@ class CheckpointStore(abc.ABC):
 
     async def _is_expired(self, run_id: str) -> bool:
         """Whether ``run_id`` is stored but past its expiry (a load then says so, rather
-        than "not found"). A backend that drops expired runs outright returns False."""
+        than "not found"), asked after a load found nothing; a backend may raise
+        CheckpointCorrupt here for a stored run whose rows are gone. A backend that drops
+        expired runs outright returns False."""
         return False
 
     # == primitives every backend implements =====================================
@@ -619,6 +621,12 @@ class CheckpointStore(abc.ABC):
         if not rows or info is None:
             if info is None and await self._is_expired(run_id):
                 raise RunExpired(run_id)
+            if info is not None and version is None:
+                raise CheckpointCorrupt(
+                    "the rows of the latest version are missing while the run is stored",
+                    run_id=run_id,
+                    version=info.version,
+                )
             return None
         state, executed, _last, tail = self._replay(run_id, [(r.version, r.payload) for r in rows])
         ctx = ExecutionContext(run_id, reducers=reducers)
@@ -720,6 +728,12 @@ class CheckpointStore(abc.ABC):
         if info is None or not rows:
             if info is None and await self._is_expired(run_id):
                 raise RunExpired(run_id)
+            if info is not None:
+                raise CheckpointCorrupt(
+                    "the rows of the latest version are missing while the run is stored",
+                    run_id=run_id,
+                    version=info.version,
+                )
             return None
         state, _executed, head, _tail = self._replay(run_id, [(r.version, r.payload) for r in rows])
         last = rows[-1]
