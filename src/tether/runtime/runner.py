@@ -569,5 +569,3 @@ class Runner:
     def _emit(self, event: str, run_id: str, step: str | None = None, **detail: Any) -> None:
         if self.on_event is not None:
             self.on_event(Event(kind=event, run_id=run_id, step=step, detail=detail))
-
-
