@@ -98,7 +98,7 @@ async def retry_call(
         error = state.outcome.exception() if state.outcome is not None else failed
         wait = state.next_action.sleep if state.next_action is not None else 0.0
         logger.warning(
-            "%s: %s; retry %d/%d in %.2fs", name, error, state.attempt_number, policy.attempts - 1, wait
+            "%s: %s; retry %d/%d in %.2fs", name, error, state.attempt_number + 1, policy.attempts - 1, wait
         )
 
     logger.warning("%s: %s; retry 1/%d in %.2fs", name, failed, policy.attempts - 1, policy.first_delay)
@@ -112,6 +112,10 @@ async def retry_call(
             before_sleep=log,
             reraise=True,
         )
-        return await retrying(call)
+
+        async def attempt() -> T:  # a coroutine function, so tenacity awaits it
+            return await call()
+
+        return await retrying(attempt)
     finally:
         _RETRYING.reset(token)

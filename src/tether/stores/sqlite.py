@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
@@ -59,6 +60,14 @@ _CHAIN_IF_SMALL_SQL = _CHAIN_SQL.replace(
 )
 """``_CHAIN_SQL`` for a run of unknown size: payloads only if the chain is small enough to
 read on the event loop (a payload not selected is never read from disk), else the size."""
+
+
+def _read_only_fs(path: str | os.PathLike[str]) -> bool:
+    """Whether the database's directory sits on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(os.path.dirname(os.path.abspath(path)) or ".").f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 class _SqliteTx:
@@ -418,7 +427,9 @@ class SqliteStore(SqlStore):
         """A driver error as the store error for its cause (by SQLite's result code)."""
         name = getattr(exc, "sqlite_errorname", "") or ""
         text = f"sqlite {self.path}: {exc}"
-        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or name == "SQLITE_CANTOPEN":
+        if _read_only_fs(self.path) and (name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")) or not name):
+            name = "SQLITE_READONLY"  # a read-only file system: nothing a retry would fix
+        elif name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or name == "SQLITE_CANTOPEN":
             return StoreUnavailable(text)
         if name.startswith("SQLITE_FULL"):
             return StoreNotWritable(
