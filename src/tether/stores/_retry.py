@@ -8,7 +8,6 @@ outer loop decides, so the attempts never multiply.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
@@ -85,7 +84,9 @@ async def retry_call(
     another retry, raise at once."""
     if _RETRYING.get() or policy.attempts <= 1:
         raise failed
-    from tenacity import (  # on the failure path only: `import tether` stays light
+    import asyncio  # on the failure path only: `import tether` stays light (no asyncio)
+
+    from tenacity import (
         AsyncRetrying,
         RetryCallState,
         retry_if_exception_type,
