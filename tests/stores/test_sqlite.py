@@ -49,7 +49,7 @@ async def test_a_fresh_store_loads_a_small_run_in_one_statement_on_the_loop(tmp_
         seen.clear()
         assert await reader.load(new_id()) is None
         # a miss asks one more small question: expired (RunExpired) or never stored (None)?
-        assert len(seen) == 2 and seen[1][1].startswith("SELECT expires_at FROM tether_runs")
+        assert len(seen) == 2 and seen[1][1].startswith("SELECT r.expires_at")
     finally:
         await reader.aclose()
         await writer.aclose()
