@@ -21,8 +21,9 @@ import inspect
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
+from tether.context.distill import distill
 from tether.context.items import ContextItem, ItemCounter, Layer
 from tether.context.summarizer import (
     AsyncSummarizer,
@@ -138,6 +139,10 @@ class _Plan:
     dropped: list[str] = field(default_factory=list)
     carried: list[str] = field(default_factory=list)
     summary_seq: int = 0
+    notes: list[ContextItem] = field(default_factory=list)
+    """TODOs, decisions and constraints distilled from what folds (new or updated)."""
+    fields: dict[str, Any] = field(default_factory=dict)
+    resolutions: list[str] = field(default_factory=list)
     request: SummaryRequest | None = None
 
 
@@ -159,6 +164,7 @@ def _request(plan: _Plan, lines: Sequence[str], archive_id: str | None, max_toke
         decisions=tuple(_clip(_first_line(i.content), 120) for i in items if i.kind == "decision"),
         next_step=_clip(_first_line(pending.content), 200) if pending else "",
         constraints=tuple(_clip(_first_line(i.content), 150) for i in items if i.kind == "constraint"),
+        resolved=tuple(plan.resolutions),
         details=tuple("\n".join(i.text for i in unit) for unit in plan.fold),
         archive_id=archive_id,
         max_tokens=max_tokens,
@@ -216,22 +222,30 @@ def _plan(
 
     # Give detail back to the newest folded operations while under the target.
     target = round(plan.before * target_ratio)
-    lines = {u[0].id: one_line(u, max_chars=line_chars) for u in plan.fold}
-    kept = counter.total(i for i in items if i.id in plan.keep_ids)
+    facts = previous.metadata.get("facts") if previous is not None else None
+    d = distill(plan.fold, units, items, previous=facts, line_chars=line_chars)
+    plan.notes = [counter.counted(n) for n in d.notes]
+    plan.fields, plan.resolutions = d.fields, d.resolutions
+    lines = {u[0].id: d.lines.get(u[0].id, "") for u in plan.fold}
+    replaced = {n.id for n in plan.notes}
+    kept = counter.total([*(i for i in items if i.id in plan.keep_ids and i.id not in replaced), *plan.notes])
     summary = StructuredSummarizer().summarize(
-        _request(plan, plan.carried + list(lines.values()), archive_id, 0)
+        _request(plan, plan.carried + [x for x in lines.values() if x], archive_id, 0)
     )
     cost = kept + counter.fmt.per_message + 1 + counter.tokenizer.count(summary)
     tokenize = counter.tokenizer.count
-    while plan.fold:
-        unit = plan.fold[-1]
+    given: set[str] = set()
+    for unit in reversed(plan.fold):
+        if unit[0].id in d.absorbed:
+            continue
         delta = _unit_cost(unit, counter) - tokenize(lines[unit[0].id]) - 3
         if cost + delta > target * 0.98:  # margin: the final summary text may differ a little
             break
         cost += delta
-        plan.fold.pop()
+        given.add(unit[0].id)
         plan.keep_ids.update(i.id for i in unit)
-    completed = plan.carried + [lines[u[0].id] for u in plan.fold]
+    plan.fold = [u for u in plan.fold if u[0].id not in given]
+    completed = plan.carried + [lines[u[0].id] for u in plan.fold if lines[u[0].id]]
     max_tokens = max(target - kept, 0)
     plan.request = _request(plan, completed, archive_id, max_tokens)
     return plan
@@ -242,7 +256,8 @@ def _protected(unit: Unit) -> bool:
 
 
 def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None) -> CompressionResult:
-    kept = [i for i in plan.items if i.id in plan.keep_ids]
+    replaced = {n.id for n in plan.notes}
+    kept = [i for i in plan.items if i.id in plan.keep_ids and i.id not in replaced] + plan.notes
     summary_id: str | None = None
     assert plan.request is not None
     if plan.request.completed:
@@ -257,6 +272,7 @@ def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None
                     "level": plan.level,
                     "completed": list(plan.request.completed),
                     "archive_id": archive_id,
+                    "facts": plan.fields,
                 },
             )
         )

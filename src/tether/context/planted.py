@@ -204,7 +204,7 @@ def _operation(g: _Gen, op: int) -> None:
         call, res = g.run("cat /srv/orders/.env", "\n".join([*lines, "[exit code 0]"]))
         g.fact("config", [f"{key}={value}"], [call, res], op)
     elif kind == "git":
-        sha = g.hexid(7) + g.uid()[:1]
+        sha = g.hexid(8)
         call, res = g.run(
             "git -C /srv/orders pull --ff-only origin main",
             g.log([f"Updating 1a2b3c4..{sha}", "Fast-forward"], lines=(3, 8)),

@@ -37,6 +37,8 @@ class SummaryRequest:
     decisions: tuple[str, ...] = ()
     next_step: str = ""
     constraints: tuple[str, ...] = ()
+    resolved: tuple[str, ...] = ()
+    """Errors met and what fixed them, oldest first."""
     details: tuple[str, ...] = ()
     """Full text of what is being folded; only a model-backed summariser reads it."""
     phase: str | None = None
@@ -83,6 +85,7 @@ class StructuredSummarizer:
             *_bullets(request.current_state),
             "[Key decisions]",
             *_bullets(request.decisions),
+            *(["[Resolved issues]", *_bullets(request.resolved)] if request.resolved else []),
             "[Next step]",
             request.next_step or "(not recorded)",
             "[Constraints]",
