@@ -85,12 +85,26 @@ class CompressionResult:
 
 
 def group_units(items: Iterable[ContextItem]) -> list[Unit]:
-    """Items in insertion order, with every tool call grouped with its result(s)."""
-    groups: dict[str, list[ContextItem]] = {}
+    """Items in insertion order, each tool call grouped with the result(s) that follow it.
+
+    Pairing is by position as well as id: some providers reuse ``tool_call_id`` across
+    turns, so a call opens a unit that collects results with its id until the next call
+    with the same id opens another. A result with no call before it is a unit of its own.
+    """
+    units: list[list[ContextItem]] = []
+    open_calls: dict[str, list[ContextItem]] = {}
     for item in sorted(items, key=lambda i: i.seq):
-        key = f"call\0{item.tool_call_id}" if item.tool_call_id else f"item\0{item.id}"
-        groups.setdefault(key, []).append(item)
-    return [tuple(group) for group in groups.values()]
+        call_id = item.tool_call_id
+        if not call_id:
+            units.append([item])
+        elif item.kind == "tool_call" or (item.effective_role == "assistant" and item.kind != "tool_result"):
+            open_calls[call_id] = [item]
+            units.append(open_calls[call_id])
+        elif call_id in open_calls:
+            open_calls[call_id].append(item)
+        else:
+            units.append([item])
+    return [tuple(unit) for unit in units]
 
 
 def _first_line(text: str) -> str:

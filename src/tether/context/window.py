@@ -28,8 +28,8 @@ from tether.context.tokens import (
     ANTHROPIC_FORMAT,
     OPENAI_FORMAT,
     Calibration,
-    TiktokenTokenizer,
     Tokenizer,
+    base_tokenizer,
     count_messages,
     model_spec,
 )
@@ -122,7 +122,7 @@ class ContextWindow:
         self.budget = budget if budget is not None else spec.context_window - reserve_output
         if self.budget <= 0:
             raise ContextError(f"budget must be positive, got {self.budget}")
-        self.tokenizer: Tokenizer = tokenizer or TiktokenTokenizer()
+        self.tokenizer: Tokenizer = tokenizer or base_tokenizer(model)
         self.style: Style = style or spec.message_format
         fmt = ANTHROPIC_FORMAT if self.style == "anthropic" else OPENAI_FORMAT
         self.counter = ItemCounter(self.tokenizer, fmt)
