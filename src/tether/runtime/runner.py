@@ -190,7 +190,7 @@ class Runner:
             while True:
                 settled, skipped = self._settled(ctx)
                 self._hint = self.workflow.settled_prefix(settled | skipped, self._hint)
-                step = self.workflow.next_step(settled, skipped, hint=self._hint)
+                step = self.workflow.next_step(settled, skipped, hint=self._hint, route=ctx.get("_route"))
                 if step is None:
                     return await self._finish(ctx, RunStatus.COMPLETED)
                 await self._run_item(ctx, step)
@@ -208,7 +208,7 @@ class Runner:
     async def _run_item(self, ctx: ExecutionContext, step: Step) -> None:
         start_version = ctx.version
         self._emit("step_started", ctx.run_id, step.id, name=step.title)
-        sc = StepContext(run_id=ctx.run_id, step=step, state=ctx)
+        sc = StepContext(run_id=ctx.run_id, step=step, state=ctx, workflow=self.workflow)
         began = time.monotonic()
         try:
             update = await self._attempts(step, sc)
