@@ -55,14 +55,18 @@ def test_median_odd():
 def test_median_even():
     assert median([4, 1, 3, 2]) == 2.5
 """,
-    "tests/conftest.py": "import sys\nfrom pathlib import Path\n\nsys.path.insert(0, str(Path(__file__).parents[1]))\n",
+    "tests/conftest.py": (
+        "import sys\nfrom pathlib import Path\n\nsys.path.insert(0, str(Path(__file__).parents[1]))\n"
+    ),
     "pytest.ini": "[pytest]\naddopts = -q -p no:cacheprovider -p no:randomly\ntestpaths = tests\n",
 }
 
 BUG_FIX = (
     "stats.py",
     "    return ordered[mid]\n",
-    "    if len(ordered) % 2 == 0:\n        return (ordered[mid - 1] + ordered[mid]) / 2\n    return ordered[mid]\n",
+    "    if len(ordered) % 2 == 0:\n"
+    "        return (ordered[mid - 1] + ordered[mid]) / 2\n"
+    "    return ordered[mid]\n",
 )
 """(file, old text, new text): the fix DEV applies."""
 
