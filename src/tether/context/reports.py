@@ -193,6 +193,22 @@ _PRIORITY = re.compile(r"(?i)\bP[01]\b")
 _FILE_LINE = re.compile(r"(?im)^[ \t>*-]*(?:修改文件|文件|files?(?: changed)?)\s*[:：][ \t]*(\S.*)$")
 
 
+def _bullets(lines: list[str], names: tuple[str, ...]) -> list[str]:
+    """The bullet items directly under the first heading titled with one of ``names``."""
+    items: list[str] = []
+    inside = False
+    for line in lines:
+        if heading := _HEADING.match(line):
+            if inside:
+                break
+            inside = any(n in heading.group(1).lower() for n in names)
+        elif inside and (m := re.match(r"^\s*(?:[-*+]|\d+[.)])\s+(.*\S)", line)):
+            items.append(m.group(1).strip(" `"))
+        elif inside and items and line.strip():
+            break
+    return items
+
+
 def extract_details(lines: list[str], agent: str) -> tuple[str, ...]:
     """The per-type part of a summary: TEST → command, failing cases, coverage; DEV → files
     changed, self-test result; REVIEW → evidence sources, verification; FINISH_REVIEW →
@@ -203,13 +219,13 @@ def extract_details(lines: list[str], agent: str) -> tuple[str, ...]:
     if kind == "TEST":
         if m := _TEST_COMMAND.search(text) or _SHELL_LINE.search(text):
             out.append(f"command: {m.group(1).strip()}")
-        failing = _FAILED_CASE.findall(text) or _section(lines, ("失败用例", "failing", "failures"))
+        failing = _FAILED_CASE.findall(text) or _bullets(lines, ("失败用例", "failing", "failures"))
         if failing:
             out.append("failing: " + "; ".join(dict.fromkeys(failing[:8])))
         if m := _COVERAGE.search(text):
             out.append(f"coverage: {m.group(1) or m.group(2)}")
     elif kind == "DEV":
-        files = _section(lines, ("修改文件", "files changed", "files"))
+        files = _bullets(lines, ("修改文件", "files changed", "files"))
         if not files and (m := _FILE_LINE.search(text)):
             files = list(_items(m.group(1)))
         if files:
@@ -217,7 +233,7 @@ def extract_details(lines: list[str], agent: str) -> tuple[str, ...]:
         if m := _SELF_TEST.search(text):
             out.append(f"self-test: {m.group(1).strip()}")
     elif kind == "REVIEW":
-        sources = _section(lines, ("证据来源", "evidence sources", "sources"))
+        sources = _bullets(lines, ("证据来源", "evidence sources", "sources"))
         if sources:
             out.append("evidence sources: " + "; ".join(sources[:5]))
         if m := _VERIFICATION.search(text):

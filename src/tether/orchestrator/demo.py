@@ -88,7 +88,9 @@ async def run_tests_role(request: RoleRequest) -> RoleOutput:
     from tether.tools.local import LocalSession
 
     command = f"{sys.executable} -m pytest -rf"
-    async with LocalSession(request.workdir, env={"PYTHONDONTWRITEBYTECODE": "1"}) as session:
+    async with LocalSession(
+        request.workdir, env={"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    ) as session:
         result = await session.run(command, timeout=120)
     out = result.stdout + result.stderr
     failures = [f"{case} - {msg or 'failed'}" for case, msg in _FAILED.findall(out)]

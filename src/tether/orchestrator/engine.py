@@ -214,7 +214,9 @@ class Orchestrator:
         rounds, or the same failing TEST verdict repeated that often."""
         stall = dict(state.get("stall") or {})
         done = sum(1 for t in state.get("dev_plan") or [] if t.get("status") == "DONE")
-        stall["rounds"] = 0 if done > int(stall.get("done", 0)) else int(stall.get("rounds", 0)) + 1
+        first = int(state.get("iteration", 1)) <= 1  # the first round has nothing to compare with
+        progressed = done > int(stall.get("done", 0))
+        stall["rounds"] = 0 if progressed or first else int(stall.get("rounds", 0)) + 1
         stall["done"] = max(done, int(stall.get("done", 0)))
         test = (state.get("latest") or {}).get("TEST") or {}
         failing = (state.get("verdicts") or {}).get("TEST") == "FAIL"
@@ -418,7 +420,8 @@ class Orchestrator:
         now = {t.name for t in check_thresholds(metrics)}
         for t in check_thresholds(metrics):
             if t.name not in active:
-                logger.warning("orchestrator: metric_%s %s (%s)", t.level, t.name, t.message)
+                level = logging.WARNING if t.level == "warning" else logging.INFO
+                logger.log(level, "orchestrator: metric_%s %s (%s)", t.level, t.name, t.message)
                 self.emit(sc, "WARNING", metric=t.name, level=t.level, message=t.message)
                 update["warnings"] = [
                     *update.get("warnings", []),

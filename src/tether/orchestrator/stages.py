@@ -193,7 +193,7 @@ async def subloop_dev_step(orch: Orchestrator, sc: StepContext) -> dict[str, Any
         request = orch.role_request(sc, "DEV", prompt, path, subloop_round=k, timeout=left)
         update = record_report(orch, sc, "DEV", await _run_role(orch, request, left), path, subloop=k)
     except Exception as exc:  # any error in the sub-loop returns to MAIN
-        return exit_subloop(orch, sc, st, success=False, condition=f"error in DEV round {k}: {exc!r}"[:300])
+        return exit_subloop(orch, sc, st, success=False, condition=_failure("DEV", k, exc))
     st.dev_report, st.stage = orch.board.relative(path), "test"
     mirror(orch, st)
     update["subloop"] = st.to_dict()
@@ -223,7 +223,7 @@ async def subloop_test_step(orch: Orchestrator, sc: StepContext) -> dict[str, An
         request = orch.role_request(sc, "TEST", prompt, path, subloop_round=k, timeout=left)
         update = record_report(orch, sc, "TEST", await _run_role(orch, request, left), path, subloop=k)
     except Exception as exc:
-        return exit_subloop(orch, sc, st, success=False, condition=f"error in TEST round {k}: {exc!r}"[:300])
+        return exit_subloop(orch, sc, st, success=False, condition=_failure("TEST", k, exc))
     st.test_report = orch.board.relative(path)
     verdict = extract_verdict_fast(path)
     sc.state.merge(update)  # the exit below reads this round's report from the state
@@ -305,6 +305,12 @@ async def _run_role(orch: Orchestrator, request: Any, limit: float | None) -> Ro
         return await asyncio.wait_for(runner.run(request), limit)
     except TimeoutError as exc:
         raise TimeoutError(f"{request.role} took longer than {limit:.0f}s") from exc
+
+
+def _failure(role: str, k: int, exc: Exception) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"timeout in {role} round {k}"
+    return f"error in {role} round {k}: {exc!r}"[:300]
 
 
 def _line(update: dict[str, Any], state: dict[str, Any], line: str) -> list[dict[str, Any]]:
