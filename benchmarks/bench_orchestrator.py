@@ -45,11 +45,18 @@ from tether.stores import create_store
 def test_report(it: int) -> str:
     verdict = "PASS" if it % 4 == 0 else "FAIL"
     lines = [f"tests/test_mod{j}.py::test_case_{k} PASSED" for j in range(10) for k in range(12)]
-    fails = [] if verdict == "PASS" else [f"FAILED tests/test_mod3.py::test_case_{it % 7} - assert {it} == {it + 1}"]
+    fails = (
+        []
+        if verdict == "PASS"
+        else [f"FAILED tests/test_mod3.py::test_case_{it % 7} - assert {it} == {it + 1}"]
+    )
     return (
         f"iteration: {it}\n结论：{verdict}\n阻塞：{'无' if not fails else fails[0][7:]}\n命令：python -m pytest -q\n\n"
-        "## 失败用例\n" + ("\n".join(f"- {f[7:]}" for f in fails) or "- none") + "\n\ncoverage: 84%\n\n## 证据\n```\n"
-        + "\n".join(lines + fails) + "\n```\n"
+        "## 失败用例\n"
+        + ("\n".join(f"- {f[7:]}" for f in fails) or "- none")
+        + "\n\ncoverage: 84%\n\n## 证据\n```\n"
+        + "\n".join(lines + fails)
+        + "\n```\n"
     )
 
 
@@ -80,7 +87,8 @@ def simulate(workdir: Path, iterations: int) -> dict[str, Any]:
     for it in range(1, iterations + 1):
         state["iteration"] = it
         state["dev_plan"] = [
-            {"id": f"t{k}", "title": f"task {k}", "status": "DONE" if k < it // 3 else "TODO"} for k in range(12)
+            {"id": f"t{k}", "title": f"task {k}", "status": "DONE" if k < it // 3 else "TODO"}
+            for k in range(12)
         ]
         role, maker = [("TEST", test_report), ("DEV", dev_report), ("REVIEW", review_report)][it % 3]
         path = board.write(f"reports/report_{role.lower()}_{it}.md", maker(it))
@@ -94,7 +102,13 @@ def simulate(workdir: Path, iterations: int) -> dict[str, Any]:
         for level in (1, 2, 3):
             prompt, _ = build_main_prompt(store, state, config, level=level)
             sizes[level].append(len(prompt.encode()))
-    return {"sizes": sizes, "files": files, "hit_rate": store.hit_rate, "hits": store.hits, "misses": store.misses}
+    return {
+        "sizes": sizes,
+        "files": files,
+        "hit_rate": store.hit_rate,
+        "hits": store.hits,
+        "misses": store.misses,
+    }
 
 
 def extraction(workdir: Path, files: list[tuple[Path, str, int]]) -> tuple[float, float]:
@@ -128,7 +142,7 @@ async def overhead(workdir: Path, stages: int) -> tuple[float, float, int]:
 
     store = create_store(f"sqlite:///{workdir}/bench.db")
     await store.setup()
-    runners = ScriptedRunner({r: role for r in [*order, "FINISH_REVIEW"]})
+    runners = ScriptedRunner(dict.fromkeys([*order, "FINISH_REVIEW"], role))
     config = OrchestratorConfig(max_iterations=stages, subloop=False)
     orch = Orchestrator(workdir / "orch", store, main=ScriptedMain(main), runners=runners, config=config)
     began = time.perf_counter()
@@ -163,7 +177,9 @@ def main() -> None:
         print(f"MAIN prompt bytes over {args.iterations} iterations (level 3 = full injection, the baseline)")
         print(" iter   level1   level2   level3   L1/L3   L2/L3")
         for i in range(0, args.iterations, max(1, args.iterations // 10)):
-            print(f" {i + 1:>4} {s1[i]:>8} {s2[i]:>8} {s3[i]:>8}   {s1[i] / s3[i]:.2f}    {s2[i] / s3[i]:.2f}")
+            print(
+                f" {i + 1:>4} {s1[i]:>8} {s2[i]:>8} {s3[i]:>8}   {s1[i] / s3[i]:.2f}    {s2[i] / s3[i]:.2f}"
+            )
         m1, m2, m3 = statistics.mean(s1), statistics.mean(s2), statistics.mean(s3)
         print(
             f" mean {m1:>8.0f} {m2:>8.0f} {m3:>8.0f}   {m1 / m3:.2f}    {m2 / m3:.2f}"
@@ -174,7 +190,9 @@ def main() -> None:
             f"batch extraction of {len(sim['files'])} reports: cold {cold * 1000:.1f} ms, "
             f"warm (cache on disk) {warm * 1000:.1f} ms"
         )
-        print(f"summary cache over the run: {sim['hits']} hits, {sim['misses']} misses, hit rate {sim['hit_rate']:.0%}")
+        print(
+            f"summary cache over the run: {sim['hits']} hits, {sim['misses']} misses, hit rate {sim['hit_rate']:.0%}"
+        )
         per_stage, per_plain, n = asyncio.run(overhead(root, args.stages))
         print(
             f"overhead per stage ({n} stages, instant roles, SQLite checkpoint included): "
