@@ -218,7 +218,7 @@ class Runner:
         while True:
             settled, skipped = self._settled(run)
             run.hint = run.workflow.settled_prefix(settled | skipped, run.hint)
-            step = run.workflow.next_step(settled, skipped, hint=run.hint)
+            step = run.workflow.next_step(settled, skipped, hint=run.hint, route=run.ctx.get("_route"))
             if step is None:
                 return
             await self._run_item(run, step)
@@ -242,7 +242,7 @@ class Runner:
                 raise self._cut_side_effect(run, step, int(item.get("attempts", 1)))
             first = int(item.get("attempts", 0)) + 1
         self._emit("step_started", ctx.run_id, step.id, name=step.title)
-        sc = StepContext(run_id=ctx.run_id, step=step, state=ctx)
+        sc = StepContext(run_id=ctx.run_id, step=step, state=ctx, workflow=run.workflow)
         began = time.monotonic()
 
         async def mark(attempt: int) -> None:  # the attempt is on record before it runs
