@@ -13,8 +13,8 @@ Every write is atomic (a temporary file in the same directory, then ``os.replace
 crash never leaves half a report. Files are not fsynced: the run's checkpoint is the
 source of truth and the history and plan files are rendered again from it on the next
 stage (fsync cost more than the rest of a stage: see benchmarks/README.md). Writers are
-serialised by a lock file (``fcntl``) and a thread lock. Every path is checked to stay inside the working directory: ``..``,
-absolute paths and symlinks that lead outside are refused with
+serialised by a lock file (``fcntl``) and a thread lock. Every path is checked to stay
+inside the working directory: ``..``, absolute paths and symlinks that lead outside are refused with
 :class:`~tether.errors.BlackboardPathError`.
 """
 
