@@ -110,7 +110,9 @@ async def test_reports_without_a_verdict_raise_the_extraction_failure_warning(re
             return MainDecision(next_agent="FINISH", reason="stop")
         return MainDecision(next_agent="REVIEW", reason="again")
 
-    runners = ScriptedRunner({"REVIEW": lambda r: "looked around, all fine", "FINISH_REVIEW": finish_review_role})
+    runners = ScriptedRunner(
+        {"REVIEW": lambda r: "looked around, all fine", "FINISH_REVIEW": finish_review_role}
+    )
     orch = Orchestrator(repo, store, main=ScriptedMain(main), runners=runners, on_event=events.append)
     result = await orch.start("nohdr", "check")
     assert result.status is RunStatus.COMPLETED
