@@ -1,4 +1,4 @@
-"""The agent loop (seed 002) as a durable workflow: one runtime step per iteration.
+"""The agent loop (seed 002) as a durable workflow: one runtime step that loops, once per iteration.
 
 Each iteration builds the prompt from the run's context window (system, session,
 working and instant layers), calls the model, parses an :class:`AgentAction`, acts,
@@ -6,8 +6,8 @@ and returns a state update. The :class:`~tether.runtime.Runner` checkpoints afte
 iteration, so a crashed agent resumes with its whole history, and a question the agent
 asked can be answered later, from another process.
 
-State keys: ``goal``, ``context_window`` (the window, ``ContextWindow.to_state()``),
-``command_history`` and ``user_interactions`` (append), ``invalid_replies``,
+State keys: ``iteration`` (iterations done), ``goal``, ``context_window`` (the window,
+``ContextWindow.to_state()``), ``command_history`` and ``user_interactions`` (append), ``invalid_replies``,
 ``pending_question`` (a question waiting for an answer), ``final_output``.
 """
 
