@@ -51,7 +51,7 @@ from tether.state.model import (
 )
 from tether.state.reducers import ReducerRegistry
 from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
-from tether.state.values import check_value
+from tether.state.values import check_run_id, check_value
 from tether.stores._retry import RetryPolicy, retry_call
 from tether.stores._segment import apply_ops, apply_segment, pack_segment, segment_length, split_segment
 
@@ -556,6 +556,7 @@ class CheckpointStore(abc.ABC):
         run; n requires the latest to be n (else :class:`VersionConflict`).
         Returns the version assigned.
         """
+        check_run_id(checkpoint.run_id)
         dated = [check_value(value, key=key) for key, value in checkpoint.state.items()]
         dated.append(check_value(checkpoint.metadata, key="metadata"))
         check_value(list(checkpoint.executed_node_ids), key="executed_node_ids")
@@ -584,6 +585,7 @@ class CheckpointStore(abc.ABC):
     # == reading ===================================================================
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         """The checkpoint at ``version`` (latest when None), or None if not stored."""
+        check_run_id(run_id)
         try:
             chain = await self._read_chain(run_id, version)
         except StoreUnavailable as exc:
@@ -617,6 +619,7 @@ class CheckpointStore(abc.ABC):
         The context's version is the checkpoint's, so committing from an older version
         raises VersionConflict (use :meth:`rollback` to continue from an old version).
         """
+        check_run_id(run_id)
         info, rows = await self._read_retried(run_id, version)
         if not rows or info is None:
             if info is None and await self._is_expired(run_id):
@@ -715,6 +718,7 @@ class CheckpointStore(abc.ABC):
         self, run_id: str, *, before: int | None = None, limit: int | None = None
     ) -> list[CheckpointInfo]:
         """Stored versions with node and time, newest first; page with ``before``."""
+        check_run_id(run_id)
         if limit is not None and limit < 0:
             raise ConfigError("limit must be >= 0")
         try:
@@ -724,6 +728,7 @@ class CheckpointStore(abc.ABC):
 
     async def snapshot(self, run_id: str) -> ExecutionContextSnapshot | None:
         """What a human reviewing the run sees (seed 003 §2.1), or None."""
+        check_run_id(run_id)
         info, rows = await self._read_retried(run_id, None)
         if info is None or not rows:
             if info is None and await self._is_expired(run_id):
@@ -757,6 +762,7 @@ class CheckpointStore(abc.ABC):
     # == changing runs =============================================================
     async def set_status(self, run_id: str, status: RunStatus | str) -> None:
         """Record the run's status (PAUSED for review, COMPLETED at the end…)."""
+        check_run_id(run_id)
         st = RunStatus(status)
         expires = self.expiry.expires_at(st, time.time())
         try:
@@ -776,8 +782,9 @@ class CheckpointStore(abc.ABC):
 
         Raises RunNotPaused (and changes nothing) for any other status, RunNotFound
         for an unknown run. The status check is repeated inside the atomic write, so
-        a run resumed meanwhile is not modified.
+        a run resumed meanwhile is not modified. A runner's lease is never carried over.
         """
+        check_run_id(run_id)
         info = await self.get_run(run_id)
         if info is None:
             raise RunNotFound(run_id)
@@ -787,6 +794,8 @@ class CheckpointStore(abc.ABC):
         if ctx is None:
             raise RunNotFound(run_id)
         ctx.merge(update)
+        if ctx.get(_LEASE) is not None:
+            ctx.put(_LEASE, None)
         return await self.commit(
             ctx,
             node_id=node_id,
@@ -798,7 +807,8 @@ class CheckpointStore(abc.ABC):
     async def rollback(self, run_id: str, version: int) -> int:
         """Make the state at ``version`` the latest again, as a new version.
 
-        History stays append-only: later versions remain readable.
+        History stays append-only: later versions remain readable. A runner's lease is
+        not restored with the state: no process executes the restored version.
         """
         cp = await self.load(run_id, version)
         if cp is None:
@@ -809,7 +819,7 @@ class CheckpointStore(abc.ABC):
             Checkpoint(
                 run_id=run_id,
                 node_id=cp.node_id,
-                state=cp.state,
+                state=_unleased(cp.state),
                 executed_node_ids=cp.executed_node_ids,
                 status=status,
                 metadata={"rolled_back_to": version},
@@ -822,8 +832,9 @@ class CheckpointStore(abc.ABC):
 
         The fork starts at version 1 with the source's state, executed nodes and
         status, and records where it came from in its metadata. Raises
-        VersionConflict if ``new_run_id`` exists.
+        VersionConflict if ``new_run_id`` exists. The source's lease is not copied.
         """
+        check_run_id(new_run_id)
         cp = await self.load(run_id, version)
         if cp is None:
             raise RunNotFound(run_id, version)
@@ -831,7 +842,7 @@ class CheckpointStore(abc.ABC):
             Checkpoint(
                 run_id=new_run_id,
                 node_id=cp.node_id,
-                state=cp.state,
+                state=_unleased(cp.state),
                 executed_node_ids=cp.executed_node_ids,
                 status=cp.status,
                 metadata={"forked_from": {"run_id": run_id, "version": cp.version}},
@@ -877,6 +888,14 @@ class CheckpointStore(abc.ABC):
         ):
             return b""
         return self.codec.encode(pack_segment(cut + 1, split_segment(body)[cut + 1 - first :]))
+
+
+_LEASE = "_lease"
+"""The state key where a runner records which process executes the run."""
+
+
+def _unleased(state: dict[str, Any]) -> dict[str, Any]:
+    return {**state, _LEASE: None} if state.get(_LEASE) is not None else state
 
 
 def _last_bytes(rows: list[Carrier], limit: int) -> list[Carrier]:
