@@ -12,6 +12,7 @@ payload (pack, CRC, one copy into the frame) against ``pack_plain`` alone; decod
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import statistics
 import time
@@ -25,7 +26,7 @@ SIZES = {"1KB": 1 << 10, "100KB": 100 << 10, "1MB": 1 << 20, "10MB": 10 << 20}
 
 def chat_state(size: int) -> dict[str, Any]:
     """Messages of mixed prose until the packed state is ``size`` bytes."""
-    words = "the agent reads the log and retries the deployment step with a longer timeout".split()
+    words = ["the", "agent", "reads", "the", "log", "and", "retries", "the", "step", "again"]
     messages: list[dict[str, Any]] = []
     i = 0
     while len(pack_plain({"messages": messages})) < size:
@@ -57,11 +58,15 @@ def main() -> None:
         assert codec.decode(framed) == codec.decode(bare)
         reps = args.reps * (20 if SIZES[name] < 1 << 20 else 1)
         samples: dict[str, list[float]] = {k: [] for k in ("enc-bare", "enc-crc", "dec-bare", "dec-crc")}
+        calls: dict[str, Callable[[], object]] = {
+            "enc-bare": functools.partial(pack_plain, payload, datetimes=False),
+            "enc-crc": functools.partial(codec.encode, payload, datetimes=False),
+            "dec-bare": functools.partial(codec.decode, bare),
+            "dec-crc": functools.partial(codec.decode, framed),
+        }
         for _ in range(reps):
-            samples["enc-bare"].append(timed(lambda: pack_plain(payload, datetimes=False)))
-            samples["enc-crc"].append(timed(lambda: codec.encode(payload, datetimes=False)))
-            samples["dec-bare"].append(timed(lambda: codec.decode(bare)))
-            samples["dec-crc"].append(timed(lambda: codec.decode(framed)))
+            for key, call in calls.items():
+                samples[key].append(timed(call))
         for op in ("enc", "dec"):
             b = statistics.median(samples[f"{op}-bare"])
             c = statistics.median(samples[f"{op}-crc"])
