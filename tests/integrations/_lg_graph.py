@@ -70,5 +70,6 @@ if __name__ == "__main__":  # child: run one thread on a store URL until it fini
     url, thread_id, stall_file = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     with TetherSaver.from_url(url) as saver:
         graph = build(turns=6, pause_at=99, stall=stall_file).compile(checkpointer=saver)
-        graph.invoke(FIRST_INPUT, {"configurable": {"thread_id": thread_id}})
+        # durability="sync": each checkpoint is stored before the next step starts
+        graph.invoke(FIRST_INPUT, {"configurable": {"thread_id": thread_id}}, durability="sync")
     os._exit(0)

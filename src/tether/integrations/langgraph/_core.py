@@ -10,6 +10,7 @@ the commit raise ``VersionConflict``; the namespace is then reloaded and the put
 from __future__ import annotations
 
 import asyncio
+import copy
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +38,10 @@ from tether.stores import CheckpointStore
 __all__ = ["Threads"]
 
 _ATTEMPTS = 3
+
+
+def _wkey(entry: list[Any]) -> str:
+    return f"{entry[0]}|{entry[1]}|{entry[2]}"
 
 
 class _Ns:
@@ -68,6 +73,12 @@ class Threads:
         self._cache: OrderedDict[str, _Ns] = OrderedDict()
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._indexed: set[tuple[str, str]] = set()
+
+    def with_serde(self, serde: Any) -> Threads:
+        """The same store, cache and locks, with another serializer (``with_allowlist``)."""
+        twin = copy.copy(self)
+        twin.serde = serde
+        return twin
 
     # == helpers ====================================================================
     def _dumps(self, value: Any) -> list[Any]:
@@ -230,8 +241,10 @@ class Threads:
                 if old is not None and extends(value, old, equal=equal):
                     if len(value) > len(old):
                         ctx.merge({key: [self._dumps(value[len(old) :])]})
-                else:
+                elif ctx.get(key):
                     ctx.put(key, [self._dumps(value)])
+                else:  # a first value is an append to nothing: growth, not a rewrite
+                    ctx.merge({key: [self._dumps(value)]})
                 snaps[ch], kind = list(value), LIST
             else:
                 ctx.put(key, [self._dumps(value)])
@@ -251,8 +264,8 @@ class Threads:
         ctx.put("cp", self._dumps({k: v for k, v in checkpoint.items() if k != "channel_values"}))
         ctx.merge({"ix": [[cid, ctx.version + 1, parent_id, *self._dumps(dict(metadata))]]})
         known = set(n.pos) | {cid}
-        pending: dict[str, Any] = ctx.get("w") or {}
-        kept = {k: e for k, e in pending.items() if e[0] == cid or e[0] not in known}
+        pending: list[Any] = ctx.get("w") or []
+        kept = [e for e in pending if e[0] == cid or e[0] not in known]
         if len(kept) != len(pending):
             ctx.put("w", kept)
         run_id = metadata.get("run_id")
@@ -300,14 +313,19 @@ class Threads:
                 ctx = self._new_ctx(n)
             ix = ctx.get("ix") or []
             late = cid in n.pos and cid != ix[-1][0]
-            have: dict[str, Any] = ((ctx.get("ow") or {}).get(cid) or {}) if late else (ctx.get("w") or {})
+            listed: list[Any] = [] if late else (ctx.get("w") or [])
+            have: dict[str, Any] = (
+                ((ctx.get("ow") or {}).get(cid) or {}) if late else {_wkey(e): e for e in listed}
+            )
             add = {k: e for k, e in entries.items() if (special or k not in have) and have.get(k) != e}
             if not add:
                 return
             if late:
                 ctx.merge({"ow": {cid: {**have, **add}}})
-            else:
-                ctx.merge({"w": add})
+            elif any(k in have for k in add):  # an upsert of special writes: rewrite the list
+                ctx.put("w", [e for e in listed if _wkey(e) not in add] + list(add.values()))
+            else:  # new writes are appended: growth, so they never force a full save
+                ctx.merge({"w": list(add.values())})
             await self.store.commit(ctx)
             n.ctx = ctx
 
@@ -337,7 +355,7 @@ class Threads:
             versions = record.get("channel_versions") or {}
             meta = ctx.get("m") or {}
             values = {ch: v for ch, v in n.values.items() if ch in versions and meta[ch][0] == versions[ch]}
-            pending = ctx.get("w") or {}
+            pending = ctx.get("w") or []
         else:
             cp = await self.store.load(n.key, ix[i + 1][1] - 1)
             if cp is None:
@@ -345,9 +363,9 @@ class Threads:
             state = cp.state
             record = self._loads(tuple(state["cp"]))
             values = decode_channels(state, record.get("channel_versions") or {}, self._loads)
-            pending = state.get("w") or {}
+            pending = state.get("w") or []
         record["channel_values"] = values
-        writes = [e for e in pending.values() if e[0] == cid] + late
+        writes = [e for e in pending if e[0] == cid] + late
         conf = {"thread_id": n.thread_id, "checkpoint_ns": n.ns}
         return CheckpointTuple(
             config={"configurable": {**conf, "checkpoint_id": cid}},
@@ -526,8 +544,8 @@ class Threads:
                         ctx.put(key, value)
                 elif key in ("m", "cp") and value != ctx.get(key):
                     ctx.put(key, value)
-            writes = {k: e for k, e in (state.get("w") or {}).items() if e[0] == cid}
-            ctx.put("w", {**writes, **late})
+            writes = [e for e in state.get("w") or [] if e[0] == cid]
+            ctx.put("w", writes + list(late.values()))
             ctx.merge({"ix": [[cid, ctx.version + 1, *entry[2:]]]})
             run_id = self._loads((entry[3], entry[4])).get("run_id")
             if run_id is not None and str(run_id) != ctx.get("r"):

@@ -15,9 +15,9 @@ that point:
 ``cp``           the checkpoint without its channel values (id, ts, versions...).
 ``ix``           one entry per checkpoint of the namespace, in the order written:
                  ``[checkpoint_id, version, parent_id, meta_type, meta_bytes]``.
-``w``            pending writes of the latest checkpoint (and of ones not put yet), by
-                 ``checkpoint_id|task_id|idx``: ``[cid, task_id, idx, channel, type,
-                 bytes, task_path]``. A new checkpoint drops the previous one's, so the
+``w``            pending writes of the latest checkpoint (and of ones not put yet), a
+                 list of ``[cid, task_id, idx, channel, type, bytes, task_path]``, unique
+                 by ``cid|task_id|idx``. A new checkpoint drops the previous one's, so the
                  writes of checkpoint X are those in the state just before the next put.
 ``ow``           writes that arrived for an older checkpoint after a newer one existed
                  (replaying from an old checkpoint): ``{cid: {key: entry}}``.
@@ -55,7 +55,7 @@ REDUCERS = (
     .register("ix", "append")
     .register("k", "append")
     .register("m", "merge")
-    .register("w", "merge")
+    .register("w", "append")
     .register("ow", "merge")
 )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import random
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -232,6 +232,13 @@ class TetherSaver(BaseCheckpointSaver[str]):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._srun(self._threads.prune([str(t) for t in thread_ids], strategy))
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> BaseCheckpointSaver[str]:
+        """LangGraph's clone with a stricter serializer; it shares this saver's cache."""
+        clone = super().with_allowlist(extra_allowlist)
+        if clone is not self and isinstance(clone, TetherSaver):
+            clone._threads = self._threads.with_serde(clone.serde)
+        return clone
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Versions as LangGraph's SQL savers write them, so imported threads continue."""
