@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, AnyMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -61,17 +62,14 @@ def _add_batch(state: list[Any], writes: Sequence[Any]) -> list[Any]:
     return functools.reduce(add_messages, writes, state)  # type: ignore[arg-type]
 
 
+class DeltaState(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], DeltaChannel(_add_batch)]
+    left: int
+
+
 def build(delta: bool = False) -> Any:
     """``delta``: the messages channel is LangGraph's own DeltaChannel (beta)."""
-    schema: Any = State
-    if delta:
-        from langgraph.channels.delta import DeltaChannel
-
-        class DeltaState(TypedDict, total=False):
-            messages: Annotated[list[AnyMessage], DeltaChannel(_add_batch)]
-            left: int
-
-        schema = DeltaState
+    schema: Any = DeltaState if delta else State
 
     def agent(state: Any) -> dict[str, Any]:
         left = state.get("left", 0)
@@ -153,13 +151,18 @@ class Subject:
         delta: bool = False,
     ) -> None:
         self.name, self.open, self.stored, self.delta = name, open_, stored, delta
+        self.backend = (
+            "postgresql" if "postgres" in name.lower() else "redis" if "redis" in name else "sqlite"
+        )
 
 
 def subjects(tmp: Path, only: set[str] | None) -> list[Subject]:
     t_sqlite = f"sqlite:///{tmp}/tether.db"
     lg_sqlite = str(tmp / "langgraph.db")
     out = [
-        Subject("TetherSaver sqlite", lambda: tether_saver(t_sqlite), functools.partial(tether_bytes, t_sqlite)),
+        Subject(
+            "TetherSaver sqlite", lambda: tether_saver(t_sqlite), functools.partial(tether_bytes, t_sqlite)
+        ),
         Subject("TetherSaver postgresql", lambda: tether_saver(PG), functools.partial(tether_bytes, PG)),
         Subject("TetherSaver redis", lambda: tether_saver(REDIS), functools.partial(tether_bytes, REDIS)),
         Subject("SqliteSaver", lambda: sqlite_saver(lg_sqlite), functools.partial(sqlite_bytes, lg_sqlite)),
@@ -175,21 +178,52 @@ def subjects(tmp: Path, only: set[str] | None) -> list[Subject]:
 
 
 # == measuring ========================================================================
-def raw_write_seconds(tmp: Path, n: int = 200) -> float:
+def _median_time(write: Callable[[], None], n: int) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        write()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def raw_writes(tmp: Path, n: int = 200) -> dict[str, float]:
+    """One raw durable 1 KB write per backend: the floor a checkpoint per step sits on."""
+    blob = os.urandom(KB)
+    out: dict[str, float] = {}
     c = sqlite3.connect(tmp / "raw.db", isolation_level=None)
     c.execute("PRAGMA journal_mode = WAL")
     c.execute("PRAGMA synchronous = FULL")
     c.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, b BLOB)")
-    blob = os.urandom(KB)
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
+
+    def sqlite_write() -> None:
         c.execute("BEGIN IMMEDIATE")
         c.execute("INSERT INTO t (b) VALUES (?)", (blob,))
         c.execute("COMMIT")
-        times.append(time.perf_counter() - t0)
+
+    out["sqlite"] = _median_time(sqlite_write, n)
     c.close()
-    return statistics.median(times)
+    try:
+        import psycopg
+
+        with psycopg.connect(PG, autocommit=True) as pg:
+            pg.execute("CREATE TEMP TABLE bench_raw (id SERIAL PRIMARY KEY, b BYTEA)")
+            out["postgresql"] = _median_time(
+                lambda: pg.execute("INSERT INTO bench_raw (b) VALUES (%s)", (blob,)), n
+            )
+    except Exception as exc:
+        print(f"no PostgreSQL baseline: {exc}")
+    try:
+        import redis
+
+        r = redis.Redis.from_url(REDIS)
+        key = f"bench-raw-{uuid.uuid4().hex}"
+        out["redis"] = _median_time(lambda: r.rpush(key, blob), n)  # type: ignore[arg-type]
+        r.delete(key)
+        r.close()
+    except Exception as exc:
+        print(f"no Redis baseline: {exc}")
+    return out
 
 
 def no_checkpointer_step(initial: list[AIMessage], steps: int) -> float:
@@ -199,27 +233,39 @@ def no_checkpointer_step(initial: list[AIMessage], steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def run_subject(s: Subject, initial: list[AIMessage], steps: int) -> dict[str, float]:
+def run_subject(s: Subject, initial: list[AIMessage], steps: int, reads: int) -> dict[str, float]:
     thread = f"bench-{uuid.uuid4().hex[:10]}"
     cfg: dict[str, Any] = {"configurable": {"thread_id": thread}, "recursion_limit": steps + 10}
     with s.open() as saver:
         graph = build(s.delta).compile(checkpointer=saver)
         graph.invoke({"messages": initial, "left": 0}, cfg)  # the big state, written once
+        setup = s.stored(thread)
         t0 = time.perf_counter()
         graph.invoke({"left": steps}, cfg)
         step = (time.perf_counter() - t0) / steps
-        t0 = time.perf_counter()
         final = graph.get_state(cfg).values["messages"]
-        warm = time.perf_counter() - t0
+        warm = _median_time(lambda: graph.get_state(cfg), reads)
     assert len(final) == len(initial) + steps, (s.name, len(final))
-    with s.open() as saver:
-        graph = build(s.delta).compile(checkpointer=saver)
-        t0 = time.perf_counter()
-        again = graph.get_state(cfg).values["messages"]
-        cold = time.perf_counter() - t0
-    assert len(again) == len(final)
-    size = len(JsonPlusSerializer().dumps_typed(final)[1])
-    return {"step": step, "warm": warm, "cold": cold, "stored": s.stored(thread) / size, "state": size}
+    colds = []
+    for _ in range(reads):
+        with s.open() as saver:
+            graph = build(s.delta).compile(checkpointer=saver)
+            t0 = time.perf_counter()
+            again = graph.get_state(cfg).values["messages"]
+            colds.append(time.perf_counter() - t0)
+        assert len(again) == len(final)
+    serde = JsonPlusSerializer()
+    size = len(serde.dumps_typed(final)[1])
+    added = len(serde.dumps_typed(final[len(initial) :])[1])
+    total = s.stored(thread)
+    return {
+        "step": step,
+        "warm": warm,
+        "cold": statistics.median(colds),
+        "stored": total / size,
+        "setup": setup / size,
+        "steps_bytes": (total - setup) / added,
+    }
 
 
 def main() -> None:
@@ -227,35 +273,46 @@ def main() -> None:
     ap.add_argument("--sizes", default="1MB,10MB")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--only", default="", help="comma-separated saver name parts (e.g. tether,sqlitesaver)")
+    ap.add_argument("--reads", type=int, default=5, help="get_state repetitions (median)")
     args = ap.parse_args()
     only = {o.strip().lower() for o in args.only.split(",") if o.strip()} or None
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        raw = raw_write_seconds(tmp)
-        print(f"raw 1 KB durable write (SQLite WAL, synchronous=FULL): {raw * 1e3:.2f} ms")
+        raw = raw_writes(tmp)
+        print("raw 1 KB durable write: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in raw.items()))
         for size in args.sizes.split(","):
             mb = int(size.upper().removesuffix("MB"))
             initial = [message(i) for i in range(mb * MB // KB)]
-            base = no_checkpointer_step(initial, args.steps) + raw
-            print(f"\n{size}: {len(initial)} messages, {args.steps} steps; baseline step "
-                  f"(no checkpointer + raw write) {base * 1e3:.2f} ms")
-            print(f"{'saver':28} {'step ms':>8} {'x base':>7} {'get_state warm':>15} {'cold ms':>8} "
-                  f"{'stored/state':>13}")
+            bare = no_checkpointer_step(initial, args.steps)
+            print(
+                f"\n{size}: {len(initial)} messages, {args.steps} steps; no checkpointer {bare * 1e3:.2f} ms/step;"
+                " x base = step / (no checkpointer + one raw write on the saver's backend)"
+            )
+            print(
+                f"{'saver':28} {'step ms':>8} {'x base':>7} {'get_state warm':>15} {'cold ms':>8} "
+                f"{'stored/state':>13} {'setup/state':>12} {'steps/appended':>15}"
+            )
             rows: dict[str, dict[str, float]] = {}
             for s in subjects(tmp, only):
                 try:
-                    rows[s.name] = r = run_subject(s, initial, args.steps)
+                    rows[s.name] = r = run_subject(s, initial, args.steps, args.reads)
                 except Exception as exc:  # a server not running: say so, go on
                     print(f"{s.name:28} failed: {type(exc).__name__}: {str(exc)[:120]}")
                     continue
-                print(f"{s.name:28} {r['step'] * 1e3:8.2f} {r['step'] / base:7.2f} "
-                      f"{r['warm'] * 1e3:13.2f}ms {r['cold'] * 1e3:8.2f} {r['stored']:13.2f}")
+                base = bare + raw.get(s.backend, raw["sqlite"])
+                print(
+                    f"{s.name:28} {r['step'] * 1e3:8.2f} {r['step'] / base:7.2f} "
+                    f"{r['warm'] * 1e3:13.2f}ms {r['cold'] * 1e3:8.2f} {r['stored']:13.2f} "
+                    f"{r['setup']:12.2f} {r['steps_bytes']:15.2f}"
+                )
             ref = rows.get("SqliteSaver")
             if ref:
                 for name, r in rows.items():
                     if name.startswith("TetherSaver"):
-                        print(f"  {name}: cold get_state {r['cold'] / ref['cold']:.2f}x SqliteSaver's, "
-                              f"step {r['step'] / ref['step']:.2f}x")
+                        print(
+                            f"  {name}: cold get_state {r['cold'] / ref['cold']:.2f}x SqliteSaver's, "
+                            f"step {r['step'] / ref['step']:.2f}x"
+                        )
 
 
 if __name__ == "__main__":

@@ -61,7 +61,10 @@ def build(turns: int = 6, *, pause_at: int = 3, stall: Path | None = None) -> An
     return g
 
 
-FIRST_INPUT: dict[str, Any] = {"messages": [HumanMessage(content="deploy the service", id="user-0")], "turn": 0}
+FIRST_INPUT: dict[str, Any] = {
+    "messages": [HumanMessage(content="deploy the service", id="user-0")],
+    "turn": 0,
+}
 
 
 if __name__ == "__main__":  # child: run one thread on a store URL until it finishes or is killed

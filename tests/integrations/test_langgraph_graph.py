@@ -19,10 +19,10 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.types import Command
 
-from tether.errors import ConfigError
-from tether.integrations.langgraph import TetherSaver
 from tests.integrations._lg_graph import FIRST_INPUT, build
 from tests.stores.conftest import require_url
+from tether.errors import ConfigError
+from tether.integrations.langgraph import TetherSaver
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,9 @@ def scenario(saver: Any) -> list[Any]:
     seen.append(view(graph.get_state(cfg)))  # paused at the human's question
     graph.invoke(Command(resume="yes"), cfg)
     seen.append(view(graph.get_state(cfg)))
-    graph.update_state(cfg, {"messages": [HumanMessage(content="one more thing", id="user-1")], "log": ["edit"]})
+    graph.update_state(
+        cfg, {"messages": [HumanMessage(content="one more thing", id="user-1")], "log": ["edit"]}
+    )
     seen.append(view(graph.get_state(cfg)))
     history = list(graph.get_state_history(cfg))
     seen.append([view(h) for h in history])

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
@@ -37,7 +39,11 @@ from tether.stores import CheckpointStore
 
 __all__ = ["Threads"]
 
+logger = logging.getLogger(__name__)
+
 _ATTEMPTS = 3
+_DROP_WRITES = 32
+_DROP_WRITE_BYTES = 32 * 1024
 
 
 def _wkey(entry: list[Any]) -> str:
@@ -47,7 +53,7 @@ def _wkey(entry: list[Any]) -> str:
 class _Ns:
     """What this process knows of one namespace run: its latest context, decoded."""
 
-    __slots__ = ("ctx", "key", "ns", "pos", "snaps", "thread_id", "values", "__weakref__")
+    __slots__ = ("buffer", "ctx", "key", "ns", "pos", "snaps", "thread_id", "timer", "values", "__weakref__")
 
     def __init__(self, key: str, thread_id: str, ns: str) -> None:
         self.key, self.thread_id, self.ns = key, thread_id, ns
@@ -58,6 +64,9 @@ class _Ns:
         """For list channels, the items as stored: a copy, so in-place edits show."""
         self.pos: dict[str, int] = {}
         """Checkpoint id -> its (last) entry in ``ix``."""
+        self.buffer: list[tuple[str, dict[str, Any], bool]] = []
+        """Pending writes not stored yet (see ``Threads.flush_delay``)."""
+        self.timer: asyncio.TimerHandle | None = None
 
     def forget(self) -> None:
         self.ctx, self.values, self.snaps, self.pos = None, {}, {}, {}
@@ -66,10 +75,16 @@ class _Ns:
 class Threads:
     """LangGraph's checkpointer operations over one tether store (async, one loop)."""
 
-    def __init__(self, store: CheckpointStore, serde: Any, *, cache_size: int = 256) -> None:
+    def __init__(
+        self, store: CheckpointStore, serde: Any, *, cache_size: int = 256, flush_delay: float | None = 0.02
+    ) -> None:
         self.store = store
         self.serde = serde
         self.cache_size = cache_size
+        self.flush_delay = flush_delay
+        """Task writes wait up to this long (seconds) to be stored in the same commit as
+        the checkpoint that follows them; None stores each batch at once."""
+        self._tasks: set[asyncio.Task[None]] = set()
         self._cache: OrderedDict[str, _Ns] = OrderedDict()
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._indexed: set[tuple[str, str]] = set()
@@ -93,8 +108,9 @@ class Threads:
         n = self._cache.get(key)
         if n is None:
             n = self._cache[key] = _Ns(key, thread_id, ns)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+            for old in list(self._cache.values())[: max(0, len(self._cache) - self.cache_size)]:
+                if not old.buffer:  # a namespace with writes still to store stays
+                    del self._cache[old.key]
         else:
             self._cache.move_to_end(key)
         return n
@@ -165,9 +181,10 @@ class Threads:
     async def namespaces(self, thread_id: str) -> list[str]:
         return [str(ns) for ns in await self._index_items(thread_index_key(thread_id))]
 
-    async def _retrying(self, n: _Ns, work: Callable[[], Any]) -> Any:
-        """Run ``work`` under ``n``'s lock on its latest state; redo it after a conflict."""
-        async with self._lock(n.key):
+    async def _retrying(self, n: _Ns, work: Callable[[], Any], *, absorb: bool = False) -> Any:
+        """Run ``work`` under ``n``'s lock on its latest state; redo it after a conflict.
+        ``absorb``: ``work`` stores the buffered writes itself (a put, in its commit)."""
+        async with self._lock(n.key) if absorb else self._held(n):
             for attempt in range(_ATTEMPTS):
                 if n.ctx is None:
                     await self._load(n)
@@ -198,8 +215,9 @@ class Threads:
 
         async def work() -> None:
             await self._put_once(n, checkpoint, metadata, parent_id, new_versions, equal)
+            n.buffer.clear()
 
-        await self._retrying(n, work)
+        await self._retrying(n, work, absorb=True)
 
     async def _put_once(
         self,
@@ -211,10 +229,12 @@ class Threads:
         equal: bool,
     ) -> None:
         cid = str(checkpoint["id"])
-        ctx = n.ctx
-        if ctx is None:
-            await self._index_add(thread_index_key(n.thread_id), n.ns, {"t": n.thread_id})
-            ctx = self._new_ctx(n)
+        if n.timer is not None:
+            n.timer.cancel()
+            n.timer = None
+        ctx = await self._ctx_for_write(n)
+        for batch in n.buffer:  # writes waiting for this checkpoint: one commit for both
+            self._apply_writes(n, ctx, batch)
         ix: list[Any] = ctx.get("ix") or []
         values, snaps = dict(n.values), dict(n.snaps)
         if parent_id is not None and ix and parent_id != ix[-1][0] and parent_id in n.pos:
@@ -266,7 +286,10 @@ class Threads:
         known = set(n.pos) | {cid}
         pending: list[Any] = ctx.get("w") or []
         kept = [e for e in pending if e[0] == cid or e[0] not in known]
-        if len(kept) != len(pending):
+        dead = len(pending) - len(kept)
+        # Reads pick writes by checkpoint id, so older ones may stay a while: dropping them
+        # rewrites the live ones, so it waits until they are worth it.
+        if dead >= _DROP_WRITES or (dead and sum(len(e[5]) for e in pending) > _DROP_WRITE_BYTES):
             ctx.put("w", kept)
         run_id = metadata.get("run_id")
         if run_id is not None and str(run_id) != ctx.get("r"):
@@ -305,36 +328,103 @@ class Threads:
         for idx, (ch, value) in enumerate(writes):
             widx = WRITES_IDX_MAP.get(ch, idx)
             entries[f"{cid}|{task_id}|{widx}"] = [cid, task_id, widx, ch, *self._dumps(value), path]
+        batch = (cid, entries, special)
+        if self.flush_delay and not any(ch in WRITES_IDX_MAP for ch, _ in writes):
+            async with self._lock(n.key):
+                n.buffer.append(batch)  # stored with the next checkpoint, or by the timer
+                self._schedule(n)
+            return
+        async with self._lock(n.key):
+            n.buffer.append(batch)
+            await self._flush_locked(n)
 
-        async def work() -> None:
-            ctx = n.ctx
-            if ctx is None:
-                await self._index_add(thread_index_key(n.thread_id), n.ns, {"t": n.thread_id})
-                ctx = self._new_ctx(n)
-            ix = ctx.get("ix") or []
-            late = cid in n.pos and cid != ix[-1][0]
-            listed: list[Any] = [] if late else (ctx.get("w") or [])
-            have: dict[str, Any] = (
-                ((ctx.get("ow") or {}).get(cid) or {}) if late else {_wkey(e): e for e in listed}
-            )
-            add = {k: e for k, e in entries.items() if (special or k not in have) and have.get(k) != e}
-            if not add:
+    def _apply_writes(self, n: _Ns, ctx: ExecutionContext, batch: tuple[str, dict[str, Any], bool]) -> bool:
+        """Add one batch of writes to ``ctx``; False when all of it is stored already."""
+        cid, entries, special = batch
+        ix = ctx.get("ix") or []
+        late = cid in n.pos and cid != ix[-1][0]
+        listed: list[Any] = [] if late else (ctx.get("w") or [])
+        have: dict[str, Any] = (
+            ((ctx.get("ow") or {}).get(cid) or {}) if late else {_wkey(e): e for e in listed}
+        )
+        add = {k: e for k, e in entries.items() if (special or k not in have) and have.get(k) != e}
+        if not add:
+            return False
+        if late:
+            ctx.merge({"ow": {cid: {**have, **add}}})
+        elif any(k in have for k in add):  # an upsert of special writes: rewrite the list
+            ctx.put("w", [e for e in listed if _wkey(e) not in add] + list(add.values()))
+        else:  # new writes are appended: growth, so they never force a full save
+            ctx.merge({"w": list(add.values())})
+        return True
+
+    async def _ctx_for_write(self, n: _Ns) -> ExecutionContext:
+        if n.ctx is not None:
+            return n.ctx
+        await self._index_add(thread_index_key(n.thread_id), n.ns, {"t": n.thread_id})
+        return self._new_ctx(n)
+
+    async def _flush_locked(self, n: _Ns) -> None:
+        """Store the writes buffered for ``n`` (its lock held)."""
+        if n.timer is not None:
+            n.timer.cancel()
+            n.timer = None
+        for attempt in range(_ATTEMPTS):
+            if not n.buffer:
                 return
-            if late:
-                ctx.merge({"ow": {cid: {**have, **add}}})
-            elif any(k in have for k in add):  # an upsert of special writes: rewrite the list
-                ctx.put("w", [e for e in listed if _wkey(e) not in add] + list(add.values()))
-            else:  # new writes are appended: growth, so they never force a full save
-                ctx.merge({"w": list(add.values())})
-            await self.store.commit(ctx)
-            n.ctx = ctx
+            if n.ctx is None:
+                await self._load(n)
+            try:
+                ctx = await self._ctx_for_write(n)
+                changed = [self._apply_writes(n, ctx, b) for b in n.buffer]
+                if any(changed):
+                    await self.store.commit(ctx)
+                    n.ctx = ctx
+                n.buffer.clear()
+                return
+            except VersionConflict:
+                n.forget()
+                if attempt == _ATTEMPTS - 1:
+                    raise
+            except BaseException:
+                n.forget()
+                raise
 
-        await self._retrying(n, work)
+    def _schedule(self, n: _Ns) -> None:
+        if n.timer is None:
+            n.timer = asyncio.get_running_loop().call_later(self.flush_delay or 0, self._spawn_flush, n)
+
+    def _spawn_flush(self, n: _Ns) -> None:
+        n.timer = None
+        task = asyncio.get_running_loop().create_task(self._timed_flush(n))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _timed_flush(self, n: _Ns) -> None:
+        try:
+            async with self._held(n):
+                pass
+        except Exception:  # nobody to raise to: the next call on this thread retries
+            logger.exception("storing pending writes of %s failed; retried on the next call", n.key)
+
+    async def flush(self) -> None:
+        """Store every buffered write now (``close`` and the context managers call it)."""
+        for n in [n for n in self._cache.values() if n.buffer]:
+            async with self._held(n):
+                pass
+
+    @asynccontextmanager
+    async def _held(self, n: _Ns) -> AsyncIterator[None]:
+        """``n``'s lock, with its buffered writes stored first: what every read sees."""
+        async with self._lock(n.key):
+            if n.buffer:
+                await self._flush_locked(n)
+            yield
 
     # == reading ====================================================================
     async def get_tuple(self, thread_id: str, ns: str, cid: str | None) -> CheckpointTuple | None:
         n = self._ns(thread_id, ns)
-        async with self._lock(n.key):
+        async with self._held(n):
             if not await self._fresh(n) or n.ctx is None:
                 return None
             ix = n.ctx.get("ix") or []
@@ -394,7 +484,7 @@ class Threads:
         for tid, namespaces in threads:
             for space in namespaces:
                 n = self._ns(tid, space)
-                async with self._lock(n.key):
+                async with self._held(n):
                     if not await self._fresh(n) or n.ctx is None:
                         continue
                     ix = n.ctx.get("ix") or []
@@ -411,7 +501,7 @@ class Threads:
         return found if limit is None else found[:limit]
 
     async def tuple_of(self, cid: str, n: _Ns) -> CheckpointTuple | None:
-        async with self._lock(n.key):
+        async with self._held(n):
             if n.ctx is None and not await self._load(n):
                 return None
             i = n.pos.get(cid)
@@ -435,7 +525,7 @@ class Threads:
     async def delete_thread(self, thread_id: str) -> None:
         for ns in {"", *await self.namespaces(thread_id)}:
             n = self._ns(thread_id, ns)
-            async with self._lock(n.key):
+            async with self._held(n):
                 await self.store.delete(n.key)
                 n.forget()
         await self.store.delete(thread_index_key(thread_id))
@@ -476,7 +566,7 @@ class Threads:
         places = {tuple(item) for rid in drop for item in await self._index_items(run_index_key(rid))}
         for thread_id, ns in sorted(places):
             n = self._ns(str(thread_id), str(ns))
-            async with self._lock(n.key):
+            async with self._held(n):
                 if not await self._fresh(n) or n.ctx is None:
                     continue
                 ix = n.ctx.get("ix") or []
@@ -489,7 +579,7 @@ class Threads:
                 await self.store.delete(scratch.key)
                 scratch.forget()
                 await self._copy_ns(n, scratch, keep=keep)
-            async with self._lock(n.key):
+            async with self._held(n):
                 await self.store.delete(n.key)
                 n.forget()
             if keep:
@@ -503,12 +593,12 @@ class Threads:
     async def _copy_ns(self, src: _Ns, dst: _Ns, *, keep: set[str] | None) -> None:
         """Append ``src``'s checkpoints (those in ``keep``, or all) to ``dst`` in order,
         copying stored chunks as they are: appended chunks stay appends."""
-        async with self._lock(src.key):
+        async with self._held(src):
             if not await self._fresh(src) or src.ctx is None:
                 return
             order = sorted(src.pos.values())
         for i in order:
-            async with self._lock(src.key):
+            async with self._held(src):
                 if src.ctx is None and not await self._load(src):
                     return
                 ix = src.ctx.get("ix") if src.ctx is not None else []

@@ -69,6 +69,10 @@ class TetherSaver(BaseCheckpointSaver[str]):
         store: an open (set up) tether store.
         serde: LangGraph serializer; its default ``JsonPlusSerializer`` when None.
         cache_size: how many namespaces keep their latest state decoded in memory.
+        flush_delay: seconds a task's writes may wait to be stored in the same commit as
+            the checkpoint that follows them (one durable write per step instead of two).
+            Interrupts, errors and resumes are stored at once; a process killed within
+            that window runs the finished task again on resume. None: store at once.
     """
 
     def __init__(
@@ -77,16 +81,24 @@ class TetherSaver(BaseCheckpointSaver[str]):
         *,
         serde: SerializerProtocol | None = None,
         cache_size: int = 256,
+        flush_delay: float | None = 0.02,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self.store = store
-        self._threads = Threads(store, self.serde, cache_size=cache_size)
+        self._threads = Threads(store, self.serde, cache_size=cache_size, flush_delay=flush_delay)
         self._loop = loop
         self._sync_store: SyncStore | None = None
 
     @classmethod
-    def from_url(cls, url: str, *, serde: SerializerProtocol | None = None, **options: Any) -> _SaverOpener:
+    def from_url(
+        cls,
+        url: str,
+        *,
+        serde: SerializerProtocol | None = None,
+        flush_delay: float | None = 0.02,
+        **options: Any,
+    ) -> _SaverOpener:
         """Open a saver on the store at ``url``; use with ``with`` or ``async with``.
 
         ``options`` go to the store (``codec``, ``compaction``, ``expiry``...); checkpoints
@@ -95,7 +107,7 @@ class TetherSaver(BaseCheckpointSaver[str]):
         >>> with TetherSaver.from_url("sqlite:///checkpoints.db") as saver:  # doctest: +SKIP
         ...     graph = builder.compile(checkpointer=saver)
         """
-        return _SaverOpener(url, serde, _store_options(dict(options)))
+        return _SaverOpener(url, serde, flush_delay, _store_options(dict(options)))
 
     # == running on the store's loop ================================================
     async def _arun(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -168,6 +180,10 @@ class TetherSaver(BaseCheckpointSaver[str]):
             )
         await self._arun(self._threads.put_writes(thread_id, ns, cid, writes, task_id, task_path))
 
+    async def aflush(self) -> None:
+        """Store the task writes still waiting for their checkpoint (see ``flush_delay``)."""
+        await self._arun(self._threads.flush())
+
     async def adelete_thread(self, thread_id: str) -> None:
         await self._arun(self._threads.delete_thread(str(thread_id)))
 
@@ -220,6 +236,10 @@ class TetherSaver(BaseCheckpointSaver[str]):
                 "put_writes needs configurable.checkpoint_id (the checkpoint the writes follow)"
             )
         self._srun(self._threads.put_writes(thread_id, ns, cid, writes, task_id, task_path))
+
+    def flush(self) -> None:
+        """Store the task writes still waiting for their checkpoint (see ``flush_delay``)."""
+        self._srun(self._threads.flush())
 
     def delete_thread(self, thread_id: str) -> None:
         self._srun(self._threads.delete_thread(str(thread_id)))
@@ -293,8 +313,10 @@ class TetherSaver(BaseCheckpointSaver[str]):
 class _SaverOpener:
     """What :meth:`TetherSaver.from_url` returns: a sync and an async context manager."""
 
-    def __init__(self, url: str, serde: SerializerProtocol | None, options: dict[str, Any]) -> None:
-        self.url, self.serde, self.options = url, serde, options
+    def __init__(
+        self, url: str, serde: SerializerProtocol | None, flush_delay: float | None, options: dict[str, Any]
+    ) -> None:
+        self.url, self.serde, self.flush_delay, self.options = url, serde, flush_delay, options
         self._saver: TetherSaver | None = None
 
     async def __aenter__(self) -> TetherSaver:
@@ -304,17 +326,24 @@ class _SaverOpener:
         except BaseException:
             await store.aclose()
             raise
-        self._saver = TetherSaver(store, serde=self.serde, loop=asyncio.get_running_loop())
+        self._saver = TetherSaver(
+            store, serde=self.serde, flush_delay=self.flush_delay, loop=asyncio.get_running_loop()
+        )
         return self._saver
 
     async def __aexit__(self, *exc: object) -> None:
         if self._saver is not None:
-            await self._saver.store.aclose()
-            self._saver = None
+            try:
+                await self._saver.aflush()
+            finally:
+                await self._saver.store.aclose()
+                self._saver = None
 
     def __enter__(self) -> TetherSaver:
         sync_store = open_store_sync(self.url, **self.options)
-        saver = TetherSaver(sync_store.store, serde=self.serde, loop=sync_store.runner.loop)
+        saver = TetherSaver(
+            sync_store.store, serde=self.serde, flush_delay=self.flush_delay, loop=sync_store.runner.loop
+        )
         saver._sync_store = sync_store
         self._saver = saver
         return saver
@@ -323,5 +352,8 @@ class _SaverOpener:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self._saver is not None and self._saver._sync_store is not None:
-            self._saver._sync_store.close()
+            try:
+                self._saver.flush()
+            finally:
+                self._saver._sync_store.close()
         self._saver = None
