@@ -514,6 +514,15 @@ def keygen() -> None:
     typer.echo(generate_key())
 
 
+def _register_commands() -> None:
+    from tether.cli import langgraph
+
+    langgraph.register(app)
+
+
+_register_commands()
+
+
 def main() -> None:
     app()
 
