@@ -8,7 +8,8 @@ Run from the repository root::
 
 The graph: one node that appends a ~1 KB AIMessage (``add_messages``) and loops
 ``--steps`` times, on a thread whose state already holds 1 MB or 10 MB of such
-messages (written once, untimed). For each saver:
+messages (written once, untimed, by ``update_state``; ``--seed input`` passes it as graph
+input instead, which every saver then also stores as the input channel). For each saver:
 
 - step: wall time of the 100-step ``invoke`` / steps (every checkpoint and pending write
   included, LangGraph's default durability);
@@ -233,12 +234,17 @@ def no_checkpointer_step(initial: list[AIMessage], steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def run_subject(s: Subject, initial: list[AIMessage], steps: int, reads: int) -> dict[str, float]:
+def run_subject(s: Subject, initial: list[AIMessage], steps: int, reads: int, seed: str) -> dict[str, float]:
     thread = f"bench-{uuid.uuid4().hex[:10]}"
     cfg: dict[str, Any] = {"configurable": {"thread_id": thread}, "recursion_limit": steps + 10}
     with s.open() as saver:
         graph = build(s.delta).compile(checkpointer=saver)
-        graph.invoke({"messages": initial, "left": 0}, cfg)  # the big state, written once
+        if seed == "input":  # LangGraph then also stores the input channel: one more copy
+            graph.invoke({"messages": initial, "left": 0}, cfg)
+        else:
+            graph.update_state(cfg, {"messages": initial, "left": 0}, as_node="agent")
+        if hasattr(saver, "flush"):
+            saver.flush()
         setup = s.stored(thread)
         t0 = time.perf_counter()
         graph.invoke({"left": steps}, cfg)
@@ -274,6 +280,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--only", default="", help="comma-separated saver name parts (e.g. tether,sqlitesaver)")
     ap.add_argument("--reads", type=int, default=5, help="get_state repetitions (median)")
+    ap.add_argument(
+        "--seed",
+        choices=["update", "input"],
+        default="update",
+        help="how the big state enters the thread: update_state (one copy) or graph input",
+    )
     args = ap.parse_args()
     only = {o.strip().lower() for o in args.only.split(",") if o.strip()} or None
     with tempfile.TemporaryDirectory() as d:
@@ -295,7 +307,7 @@ def main() -> None:
             rows: dict[str, dict[str, float]] = {}
             for s in subjects(tmp, only):
                 try:
-                    rows[s.name] = r = run_subject(s, initial, args.steps, args.reads)
+                    rows[s.name] = r = run_subject(s, initial, args.steps, args.reads, args.seed)
                 except Exception as exc:  # a server not running: say so, go on
                     print(f"{s.name:28} failed: {type(exc).__name__}: {str(exc)[:120]}")
                     continue

@@ -283,9 +283,8 @@ class Threads:
             ctx.merge({"m": update})
         ctx.put("cp", self._dumps({k: v for k, v in checkpoint.items() if k != "channel_values"}))
         ctx.merge({"ix": [[cid, ctx.version + 1, parent_id, *self._dumps(dict(metadata))]]})
-        known = set(n.pos) | {cid}
         pending: list[Any] = ctx.get("w") or []
-        kept = [e for e in pending if e[0] == cid or e[0] not in known]
+        kept = [e for e in pending if e[0] == cid or e[0] not in n.pos]
         dead = len(pending) - len(kept)
         # Reads pick writes by checkpoint id, so older ones may stay a while: dropping them
         # rewrites the live ones, so it waits until they are worth it.
