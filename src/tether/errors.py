@@ -13,6 +13,7 @@ Split by who is at fault, so callers can decide what to do without parsing messa
     + RunNotFound            the run (or the version asked for) is not stored
     + CheckpointCorrupt      undecodable payload, truncated row or unknown schema version
       + DecryptionError      encrypted with another key, or tampered with
+    + RunExists              a run with that id is already stored
   x RunInProgress            another live runner holds the run's lease
   x ModelError               a model call failed
     + ModelUnavailable       network, 5xx, rate limit after retries: transient
@@ -27,6 +28,8 @@ Split by who is at fault, so callers can decide what to do without parsing messa
     + BudgetExceeded         pinned content alone does not fit the budget
     + ArtifactNotFound       (tether.context.artifacts) no artefact with that id
   x InvalidAnswer            (tether.agent.interaction) an answer that does not fit its question
+  x BlackboardPathError      (orchestrator) a report path outside the working directory
+  x SubLoopLocked            (orchestrator) another live process holds the sub-loop lock
 
 Exceptions carry data (``run_id``, ``version``) and never log; the code that handles
 an error logs it.
@@ -35,6 +38,7 @@ an error logs it.
 from __future__ import annotations
 
 __all__ = [
+    "BlackboardPathError",
     "BudgetExceeded",
     "CheckpointCorrupt",
     "ConfigError",
@@ -48,6 +52,7 @@ __all__ = [
     "ModelRequestsBlocked",
     "ModelUnavailable",
     "PromptTooLong",
+    "RunExists",
     "RunInProgress",
     "SessionError",
     "ToolError",
@@ -56,6 +61,7 @@ __all__ = [
     "StateError",
     "StoreError",
     "StoreUnavailable",
+    "SubLoopLocked",
     "TetherError",
     "VersionConflict",
 ]
@@ -122,6 +128,22 @@ class VersionConflict(StoreError):
         self.run_id = run_id
         self.expected = expected
         self.actual = actual
+
+
+class RunExists(VersionConflict):
+    """``start`` was given the id of a run that is already stored."""
+
+    def __init__(self, run_id: str, status: object = None) -> None:
+        what = f" ({status})" if status is not None else ""
+        StoreError.__init__(
+            self,
+            f"run {run_id!r} already exists{what}: resume it (Runner.resume / `tether resume`), "
+            "use Runner.run to start or resume, or pick another run id",
+        )
+        self.run_id = run_id
+        self.status = status
+        self.expected = 0
+        self.actual = None
 
 
 class RunNotFound(StoreError, KeyError):
@@ -224,3 +246,20 @@ class ContextError(TetherError):
 
 class BudgetExceeded(ContextError):
     """Even after every allowed compression, the content does not fit the budget."""
+
+
+class BlackboardPathError(TetherError, PermissionError):
+    """A blackboard path that is absolute, contains ``..`` or leads outside the working
+    directory through a symlink; ``path`` is the path as given."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class SubLoopLocked(TetherError):
+    """The TEST/DEV sub-loop lock of a working directory is held by another live process."""
+
+    def __init__(self, message: str, *, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder

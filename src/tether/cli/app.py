@@ -514,13 +514,22 @@ def keygen() -> None:
     typer.echo(generate_key())
 
 
-def _register_commands() -> None:
-    from tether.cli import langgraph
+def _register_orchestrate() -> None:
+    from tether.cli.orchestrate import orchestrate  # its own module: heavy imports stay lazy
+
+    app.command(name="orchestrate")(orchestrate)
+
+
+_register_orchestrate()
+
+
+def _register_langgraph() -> None:
+    from tether.cli import langgraph  # its own module: LangGraph is imported when the command runs
 
     langgraph.register(app)
 
 
-_register_commands()
+_register_langgraph()
 
 
 def main() -> None:
