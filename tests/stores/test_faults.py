@@ -8,21 +8,24 @@ for 3 s, a forced deadlock, a reply lost after the write landed (a proxy), a sta
 asserts the run ended COMPLETED, or PAUSED / FAILED with a report of what went wrong, and
 that every checkpoint committed before, during and after the fault loads as committed.
 
-The Runner does not yet pause on a store error (that part of the work is the runtime's),
-so :func:`drive` plays its part here: it commits step by step, and on a store error that
-outlasts the store's retries it records the run PAUSED with a report once the store
-accepts writes again, as the Runner is meant to.
+Most tests drive the run with :func:`drive`, a few lines that commit step by step and, on a
+store error that outlasts the store's retries, record the run PAUSED with a report once the
+store takes writes again: the store side alone, every assertion on stored data. The last
+test runs the faults that end a run differently under the real ``Runner`` (which pauses or
+interrupts a run on a store error instead of dying).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -462,3 +465,116 @@ async def test_rows_in_the_previous_format_still_load(make_store):
         ctx.merge({"items": ["three"]})
         assert await store.commit(ctx) == 3
         assert (await store.load(run_id)).state == {"items": ["one", "two", "three"]}
+
+
+# -- the matrix under the Runner ----------------------------------------------------------
+MATRIX = ["postgresql-kill", "mysql-kill", "redis-outage", "lost-reply", "state-too-large", "disk-full"]
+
+
+@pytest.mark.parametrize("fault", MATRIX)
+async def test_every_fault_under_the_runner_ends_the_run_consistently(fault, tmp_path):
+    """A real Runner drives steps a, b, c; step b injects the fault. The run ends COMPLETED
+    (the store absorbed the fault), or PAUSED / INTERRUPTED with the reason stored, and
+    every committed version is still there and loads, none stored twice."""
+    from tether.runtime import Runner, Step, Workflow
+
+    async with contextlib.AsyncExitStack() as stack:
+        inject, url = await _runner_fault(fault, tmp_path, stack)
+        store = await stack.enter_async_context(open_test_store(url.split(":")[0], url))
+        injected: list[str] = []
+
+        async def step(sc: Any) -> dict[str, Any]:
+            extra: list[str] = []
+            if sc.step.id == "b" and not injected:
+                injected.append(fault)
+                extra = await inject(store)
+            return {"messages": [sc.step.id, *extra]}
+
+        workflow = Workflow.plan([Step(id=s, fn=step) for s in ("a", "b", "c")])
+        result = await Runner(workflow, store, store_wait=5).start(new_id(fault))
+        assert injected == [fault] and result.status in ENDINGS, result
+        info = await store.get_run(result.run_id)
+        assert info is not None
+        if result.status is RunStatus.COMPLETED:
+            assert result.state["messages"][0] == "a" and result.state["messages"][-1] == "c"
+        else:
+            assert info.status is not RunStatus.COMPLETED
+            assert result.state.get("pause_reason") or result.state.get("failure_report"), result.state
+        versions = [h.version for h in await store.history(result.run_id)]
+        assert versions == list(range(info.version, 0, -1))
+        for version in versions:
+            assert await store.load(result.run_id, version) is not None
+
+
+async def _runner_fault(
+    fault: str, tmp_path: Path, stack: contextlib.AsyncExitStack
+) -> tuple[Callable[[CheckpointStore], Awaitable[list[str]]], str]:
+    """The store URL for ``fault`` and what step b does to inject it (it returns extra
+    messages for the step's update)."""
+    if fault == "postgresql-kill":
+        import psycopg
+
+        url = require_url("postgresql", tmp_path)
+        admin = await stack.enter_async_context(await psycopg.AsyncConnection.connect(url, autocommit=True))
+
+        async def kill_pg(store: CheckpointStore) -> list[str]:
+            (pid,) = (await store._query("SELECT pg_backend_pid()"))[0]  # type: ignore[attr-defined]
+            await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            return []
+
+        return kill_pg, url
+    if fault == "mysql-kill":
+        import asyncmy
+
+        url = require_url("mysql", tmp_path)
+        parts = urlsplit(url)
+        conn = await asyncmy.connect(
+            host=parts.hostname, port=parts.port or 3306, user=parts.username or "root",
+            password=parts.password or "", autocommit=True,
+        )  # fmt: skip
+        stack.callback(conn.close)
+
+        async def kill_my(store: CheckpointStore) -> list[str]:
+            (conn_id,) = (await store._query("SELECT CONNECTION_ID()"))[0]  # type: ignore[attr-defined]
+            async with conn.cursor() as cur:
+                await cur.execute(f"KILL {int(conn_id)}")
+            return []
+
+        return kill_my, url
+    if fault == "redis-outage":
+        server = stack.enter_context(private_redis(tmp_path))
+
+        async def outage(_store: CheckpointStore) -> list[str]:
+            server.stop()
+            asyncio.get_running_loop().call_later(3.0, server.start)
+            return []
+
+        return outage, server.url
+    if fault == "lost-reply":
+        url = require_url("postgresql", tmp_path)
+        parts = urlsplit(url)
+        proxy = await stack.enter_async_context(ReplyDropper(parts.hostname or "127.0.0.1", parts.port or 0))
+        marker = f"lost-reply-{uuid.uuid4().hex}"
+
+        async def drop(_store: CheckpointStore) -> list[str]:
+            proxy.arm(marker.encode())
+            return [marker]
+
+        return drop, with_port(url, proxy.listen_port)
+    if fault == "state-too-large":
+        url = require_url("mysql", tmp_path)
+
+        async def too_big(store: CheckpointStore) -> list[str]:
+            (limit,) = (await store._query("SELECT @@max_allowed_packet"))[0]  # type: ignore[attr-defined]
+            return ["x" * (int(limit) + 1024)]
+
+        return too_big, url
+    assert fault == "disk-full"
+    disk = stack.enter_context(small_tmpfs(tmp_path / "disk", "2m"))
+    if disk is None:
+        pytest.skip("cannot mount a tmpfs here (needs root and mount privileges)")
+
+    async def fill(_store: CheckpointStore) -> list[str]:
+        return [os.urandom(3 << 20).hex()[: 3 << 20]]
+
+    return fill, f"sqlite:///{disk}/t.db"
