@@ -133,12 +133,16 @@ async def test_custom_executor_gets_step_contexts_and_returns_step_results(store
         outputs = StepOutputs(summary=f"did {ctx.step_name}", new_configurations={f"K{ctx.step_id}": "v"})
         return StepResult.succeeded(outputs={"n": ctx.step_id}, structured_outputs=outputs)
 
-    plan = PlanOrchestrator(store=store, steps=NODE_STEPS, step_executor=execute, project_name="p", log_dir=None)
+    plan = PlanOrchestrator(
+        store=store, steps=NODE_STEPS, step_executor=execute, project_name="p", log_dir=None
+    )
     result = await plan.start(new_id())
     assert result.status is RunStatus.COMPLETED
     assert [c.step_id for c in seen] == [1, 2, 3]
     assert seen[0].predecessor_outputs == {} and seen[0].execution_summary.completed_actions == ()
-    assert seen[1].predecessor_outputs == {1: StepOutputs(summary="did Install Node.js", new_configurations={"K1": "v"})}
+    assert seen[1].predecessor_outputs == {
+        1: StepOutputs(summary="did Install Node.js", new_configurations={"K1": "v"})
+    }
     assert list(seen[2].predecessor_outputs) == [2]
     assert seen[2].execution_summary.configurations == {"K1": "v", "K2": "v"}
     assert [s["outputs"] for s in result.state["plan_steps"]] == [{"n": 1}, {"n": 2}, {"n": 3}]
@@ -165,7 +169,9 @@ async def test_each_step_stores_its_outputs_not_the_whole_summary(store, tmp_pat
     assert ops[1][2]["outputs"]["artifacts"] == ["dist/index.js"]
     assert "completed_actions" not in ops[2][2]  # the delta is the step's outputs only
     summary = result.state["execution_summary"]
-    assert summary["services"] == [{"name": "my-app", "port": 3000}] and len(summary["completed_actions"]) == 3
+    assert (
+        summary["services"] == [{"name": "my-app", "port": 3000}] and len(summary["completed_actions"]) == 3
+    )
     shown = subprocess.run(
         [sys.executable, "-m", "tether.cli.app", "show", run_id, "--store", f"sqlite:///{tmp_path}/plan.db"],
         capture_output=True,

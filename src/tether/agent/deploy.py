@@ -87,18 +87,16 @@ def model_info(model: ChatModel, config: Any = None) -> dict[str, Any]:
     """The run log's ``config`` block: the model that really runs, its temperature and
     endpoint (``config`` is the :class:`LLMConfig` it was built from, if any)."""
     cfg = config if config is not None else getattr(model, "config", None)
+    scripted = type(model).__name__ == "ScriptedModel"
     name = getattr(model, "model", None) or getattr(cfg, "model", None) or type(model).__name__
-    provider = getattr(cfg, "provider", None) or (
-        "scripted" if type(model).__name__ == "ScriptedModel" else None
-    )
     endpoint = None
-    if cfg is not None and provider != "scripted":
+    if cfg is not None and not scripted:
         try:
             endpoint = cfg.base_url
         except TetherError:  # a provider without a default endpoint: nothing to show
             endpoint = getattr(cfg, "endpoint", None)
     return {
-        "provider": provider,
+        "provider": "scripted" if scripted else getattr(cfg, "provider", None),
         "model": str(name),
         "temperature": getattr(cfg, "temperature", None),
         "endpoint": endpoint,
