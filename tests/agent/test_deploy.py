@@ -167,3 +167,25 @@ def test_a_question_without_a_handler_pauses_and_resume_answers_it(project, tmp_
 def test_a_provider_that_needs_a_key_fails_at_construction(tmp_path):
     with pytest.raises(ConfigError, match="No API key"):
         DeploymentAgent(LLMConfig(provider="openai", model="gpt-4o-mini"), log_dir=str(tmp_path))
+
+
+def test_the_facade_keeps_secrets_out_of_the_log_and_refuses_destructive_commands(project, tmp_path):
+    """By default the facade redacts secrets and checks commands against the policy."""
+    planted = "sk-proj-ABCDEF0123456789abcdef0123456789XYZ"
+    model = ScriptedModel(
+        [
+            {"action": "execute", "command": f"echo OPENAI_API_KEY={planted}"},
+            {"action": "execute", "command": "rm -rf /"},
+            {"action": "done", "message": "done"},
+        ]
+    )
+    agent = DeploymentAgent(
+        LLMConfig(provider="scripted", model="demo"),
+        log_dir=str(tmp_path / "logs"),
+        model=model,
+        store_url=f"sqlite:///{tmp_path}/agent.db",
+    )
+    request = LocalDeploymentRequest(repo_url=str(project), deploy_dir=str(project))
+    assert agent.deploy_local(request, None, LocalSession(cwd=project)) is True
+    assert planted not in agent.current_log_file.read_text() and planted not in json.dumps(model.calls)
+    assert "CommandRefused" in agent.history[1]["stderr"] and agent.history[1]["success"] is False

@@ -35,6 +35,7 @@ from tether.models.base import ChatModel
 from tether.runtime import Event, RunResult
 from tether.state import RunStatus
 from tether.stores.base import CheckpointStore
+from tether.tools import CommandPolicy, Redactor
 
 if TYPE_CHECKING:
     from tether.models import LLMConfig
@@ -340,7 +341,11 @@ class DeploymentAgent:
             (a ``ScriptedModel`` for tests and offline demos).
         store_url: the checkpoint store (default: the CLI's SQLite file, so ``tether
             runs`` / ``tether resume`` see these runs).
-        policy, redact, on_event: as :class:`AsyncDeploymentAgent`.
+        policy: checks each command first (default: :class:`~tether.tools.CommandPolicy`,
+            which refuses destructive commands unless the handler confirms them).
+        redact: hides secrets in prompts, logs and state (default: a
+            :class:`~tether.tools.Redactor` that spots API keys, tokens and passwords).
+        on_event: receives every loop event (commands, results, pauses).
 
     Attributes:
         history: the last run's commands (``iteration``, ``command``, ``success``,
@@ -373,8 +378,8 @@ class DeploymentAgent:
         self.interaction_handler = interaction_handler
         self.experience_retriever = experience_retriever
         self.store_url = store_url
-        self.policy = policy
-        self.redact = redact
+        self.policy = policy if policy is not None else CommandPolicy()
+        self.redact = redact if redact is not None else Redactor()
         self.on_event = on_event
         self.history: list[dict[str, Any]] = []
         self.user_interactions: list[dict[str, Any]] = []
