@@ -189,3 +189,41 @@ def test_the_facade_keeps_secrets_out_of_the_log_and_refuses_destructive_command
     assert agent.deploy_local(request, None, LocalSession(cwd=project)) is True
     assert planted not in agent.current_log_file.read_text() and planted not in json.dumps(model.calls)
     assert "CommandRefused" in agent.history[1]["stderr"] and agent.history[1]["success"] is False
+
+
+@pytest.mark.slow
+async def test_deploy_over_ssh_through_the_facade(project, tmp_path):
+    """deploy(request, host_facts, ssh_session) against an SSH server on loopback; the
+    call runs in a thread so this loop keeps serving SSH."""
+    from tests.tools.sshserver import PASSWORD, USERNAME, loopback_ssh
+    from tether.agent import DeploymentRequest
+    from tether.tools import SSHCredentials, SSHSession
+
+    model = ScriptedModel(
+        [
+            {"action": "execute", "command": f"cd {project} && echo over-ssh > ssh.txt"},
+            {"action": "done", "message": "deployed over ssh"},
+        ]
+    )
+    agent = DeploymentAgent(
+        LLMConfig(provider="scripted", model="demo"),
+        log_dir=str(tmp_path / "logs"),
+        model=model,
+        store_url=f"sqlite:///{tmp_path}/agent.db",
+    )
+    async with loopback_ssh(tmp_path) as server:
+        creds = SSHCredentials(
+            host="127.0.0.1",
+            port=server.port,
+            username=USERNAME,
+            password=PASSWORD,
+            known_hosts=server.known_hosts_path,
+            connect_timeout=5.0,
+        )
+        target = f"{USERNAME}@127.0.0.1:{server.port}"
+        request = DeploymentRequest(repo_url=str(project), deploy_dir=str(project), host=target)
+        ok = await asyncio.to_thread(agent.deploy, request, None, SSHSession(creds))
+    assert ok is True
+    assert (project / "ssh.txt").read_text() == "over-ssh\n"
+    log = json.loads(agent.current_log_file.read_text())
+    assert log["target"] == target and log["status"] == "success"
