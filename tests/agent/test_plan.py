@@ -242,3 +242,25 @@ async def test_done_without_outputs_still_finishes_a_step_with_a_fallback_summar
     result = await plan.start(new_id())
     assert result.state["execution_summary"]["completed_actions"] == ["[GENERAL] verify: all good"]
     assert "- **Success Criteria**: GET /health is 200" in model.calls[0][0]["content"]
+
+
+async def test_a_step_without_outputs_feeds_the_summary_from_its_commands(store, tmp_path):
+    """No step_done outputs: configurations and artefacts come from the commands' output."""
+    model = ScriptedModel(
+        [
+            {"action": "execute", "command": "echo API_PORT=8443"},
+            {"action": "execute", "command": "echo 'Successfully tagged reg.io/shop:2.1'"},
+            {"action": "done", "message": "configured"},
+        ]
+    )
+    plan = PlanOrchestrator(
+        store=store,
+        loop_factory=lambda cfg: AgentLoop(model, LocalSession(cwd=tmp_path), store, config=cfg),
+        steps=[PlanStep(name="configure", goal="set the port")],
+        log_dir=None,
+    )
+    result = await plan.start(new_id())
+    assert result.status is RunStatus.COMPLETED
+    summary = result.state["execution_summary"]
+    assert summary["configurations"] == {"API_PORT": "8443"}
+    assert summary["artifacts"] == ["reg.io/shop:2.1"]

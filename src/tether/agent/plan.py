@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.agent.loop import AgentLoop, LoopConfig
+from tether.context.distill import step_outputs_from_commands
 from tether.context.summaries import ExecutionSummary, StepOutputs, SummaryManager, parse_step_outputs
 from tether.errors import ConfigError
 from tether.runtime import DataError, Event, Runner, RunResult, Step, Workflow
@@ -334,7 +335,12 @@ class PlanOrchestrator:
         if result.status is not RunStatus.COMPLETED:
             return StepResult.failed(f"{message or 'no message'} ({result.status})")
         raw = result.state.get("step_outputs")
-        structured = parse_step_outputs(raw, fallback_summary=message or "Step completed")
+        if raw:
+            structured = parse_step_outputs(raw, fallback_summary=message or "Step completed")
+        else:  # no step_done outputs: read them from what the step's commands did
+            structured = step_outputs_from_commands(
+                result.state.get("command_history") or [], summary=message or "Step completed"
+            )
         return StepResult.succeeded(
             outputs={"message": message, **(raw if isinstance(raw, Mapping) else {})},
             structured_outputs=structured,
