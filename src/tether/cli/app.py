@@ -514,6 +514,15 @@ def keygen() -> None:
     typer.echo(generate_key())
 
 
+def _register_extras() -> None:
+    from tether.cli import serve as serve_cmd
+
+    serve_cmd.register(app)
+
+
+_register_extras()
+
+
 def main() -> None:
     app()
 

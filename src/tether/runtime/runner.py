@@ -134,6 +134,18 @@ class Runner:
         self._hint = 0
         """Steps before this index are settled: next_step need not rescan them."""
         self._settled_cache: tuple[set[str], set[str]] | None = None
+        self._stop_requests: dict[str, RunStatus] = {}
+
+    def request_stop(self, run_id: str, status: RunStatus | str = RunStatus.PAUSED) -> None:
+        """Stop a run this runner is driving once its current step is checkpointed.
+
+        ``status`` is PAUSED (resume later) or CANCELLED; a server uses this to pause or
+        cancel a run from another task without interrupting a step half-way.
+        """
+        st = RunStatus(status)
+        if st not in (RunStatus.PAUSED, RunStatus.CANCELLED):
+            raise ValueError(f"a run can be stopped as PAUSED or CANCELLED, not {st}")
+        self._stop_requests[run_id] = st
 
     # == entry points ===============================================================
     async def start(self, run_id: str, inputs: Mapping[str, Any] | None = None) -> RunResult:
@@ -245,6 +257,9 @@ class Runner:
             reason = sc.pause_requested or f"review after {step.title}"
             self._emit("pause_requested", ctx.run_id, step.id, reason=reason)
             raise _Stop(RunStatus.PAUSED)
+        if (wanted := self._stop_requests.pop(ctx.run_id, None)) is not None:
+            self._emit("stop_requested", ctx.run_id, step.id, status=str(wanted))
+            raise _Stop(wanted)
 
     async def _attempts(self, step: Step, sc: StepContext) -> Mapping[str, Any] | None:
         """The first try runs directly (the common case costs nothing extra); only a
@@ -529,6 +544,7 @@ class Runner:
     async def _finish(
         self, ctx: ExecutionContext, status: RunStatus, report: FailureReport | None = None
     ) -> RunResult:
+        self._stop_requests.pop(ctx.run_id, None)
         ctx.put("_lease", None)
         version = await self.store.commit(ctx, node_id=ctx.node_id, status=status)
         self._emit(
