@@ -1,12 +1,12 @@
 """Runs executed inside the server: start, resume, decide, pause and cancel.
 
-Each run the server executes is an asyncio task owned here. All of them share one
-lease owner, so a run the server paused is resumed by the server without a lease
-conflict, while a run held by another live process is refused (409). Pause and cancel
-of a run executing here are cooperative: the run stops once its current step is
-checkpointed. Every event goes to the broadcaster, and after every checkpoint the run's
-context window (if it keeps one) is measured, so crossings of the 70/85/90% thresholds
-are events too.
+Each run the server executes is an asyncio task owned here. One Runner per workflow
+drives all of that workflow's runs, and they share one lease owner, so a run the server
+paused is resumed by the server without a lease conflict, while a run held by another
+live process is refused (409). Pause and cancel of a run executing here are
+cooperative: the run stops once its current step is checkpointed. Every event goes to
+the broadcaster, and after every checkpoint the run's context window (if it keeps one)
+is measured, so crossings of the 70/85/90% thresholds are events too.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ import asyncio
 import logging
 import os
 import socket
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tether.context import ContextWindow, Thresholds, UsageMonitor
-from tether.errors import ConfigError, RunInProgress, RunNotFound, VersionConflict, WrongRunStatus
+from tether.errors import ConfigError, RunNotFound, VersionConflict, WrongRunStatus
 from tether.runtime import Event, Runner, RunResult, Workflow
 from tether.runtime.context_hooks import WINDOW_KEY
+from tether.runtime.lease import check_lease
 from tether.runtime.stream import EventBroadcaster
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus
 from tether.stores.base import CheckpointStore
@@ -56,6 +56,7 @@ class Executor:
         self.owner = f"tether-serve:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._tasks: dict[str, asyncio.Task[RunResult | None]] = {}
         self._runners: dict[str, Runner] = {}
+        self._by_workflow: dict[str, Runner] = {}
         self._monitors: dict[str, UsageMonitor] = {}
         self.taps: list[Callable[[Event], None]] = []
         """Also called with every event of the runs executed here (traces)."""
@@ -161,12 +162,14 @@ class Executor:
 
     # == internals ===================================================================
     def _runner(self, wf: Workflow) -> Runner:
-        # one Runner per executing run: a Runner keeps per-run bookkeeping (and a
-        # replan replaces its workflow), so sharing one across tasks is not safe yet
-        runner = Runner(
-            wf, self.store, reducers=self.reducers, on_event=self._on_event, on_checkpoint=self._measure
-        )
-        runner.owner = self.owner
+        """One Runner per workflow drives all of that workflow's runs at once."""
+        runner = self._by_workflow.get(wf.name)
+        if runner is None:
+            runner = Runner(
+                wf, self.store, reducers=self.reducers, on_event=self._on_event, on_checkpoint=self._measure
+            )
+            runner.owner = self.owner
+            self._by_workflow[wf.name] = runner
         return runner
 
     def _on_event(self, event: Event) -> None:
@@ -230,22 +233,4 @@ class Executor:
 
     def _check_lease(self, run_id: str, lease: Any) -> None:
         """Refuse a run that another live process is executing (its lease is fresh)."""
-        if not isinstance(lease, dict) or lease.get("owner") == self.owner:
-            return
-        if float(lease.get("expires_at", 0)) <= time.time():
-            return
-        if lease.get("host") == socket.gethostname() and not _pid_alive(int(lease.get("pid", 0))):
-            return
-        raise RunInProgress(run_id, str(lease.get("owner")), " (its lease is live)")
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        check_lease(run_id, lease, owner=self.owner, force=False)
