@@ -57,7 +57,7 @@ def failing_flow() -> Workflow:
     )
 
 
-def window_near(ratio: float, budget: int = 2_000) -> dict[str, Any]:
+def window_near(ratio: float, budget: int = 4_000) -> dict[str, Any]:
     """A context window at about ``ratio`` of ``budget``: goal, TODO, many operations."""
     window = ContextWindow("gpt-4o", budget=budget)
     window.add(new_item("goal", "Deploy the shop service to staging", pinned=True))
@@ -68,8 +68,8 @@ def window_near(ratio: float, budget: int = 2_000) -> dict[str, Any]:
         window.add(
             new_item(
                 "operation",
-                f"operation {n}: ran the build step {n} and read its long log output "
-                "with many lines of compiler warnings",
+                f"operation {n}: ran build step {n}\n"
+                + "\n".join(f"warning: unused variable x{i} in module m{n}" for i in range(8)),
                 layer=Layer.WORKING,
             )
         )
