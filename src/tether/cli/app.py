@@ -514,13 +514,22 @@ def keygen() -> None:
     typer.echo(generate_key())
 
 
-def _register_extras() -> None:
-    from tether.cli import serve as serve_cmd
+def _register_orchestrate() -> None:
+    from tether.cli.orchestrate import orchestrate  # its own module: heavy imports stay lazy
+
+    app.command(name="orchestrate")(orchestrate)
+
+
+_register_orchestrate()
+
+
+def _register_serve() -> None:
+    from tether.cli import serve as serve_cmd  # fastapi and uvicorn load only when it runs
 
     serve_cmd.register(app)
 
 
-_register_extras()
+_register_serve()
 
 
 def main() -> None:
