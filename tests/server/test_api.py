@@ -287,3 +287,19 @@ async def read_events(
             key, _, value = line.partition(": ")
             block[key] = value
     return got
+
+
+async def test_snapshot_etag_gives_304_until_the_run_changes(api):
+    """A repeated read with If-None-Match is 304; an update or status change gives new data."""
+    client, app = api
+    rid = new_id()
+    await paused_run(app, rid)
+    first = await client.get(f"/api/runs/{rid}/snapshot")
+    tag = first.headers["etag"]
+    assert (await client.get(f"/api/runs/{rid}/snapshot", headers={"If-None-Match": tag})).status_code == 304
+    await client.patch(f"/api/runs/{rid}/snapshot", json={"nodeId": "plan", "stateData": {"goal": "new"}})
+    fresh = await client.get(f"/api/runs/{rid}/snapshot", headers={"If-None-Match": tag})
+    assert fresh.status_code == 200 and fresh.json()["stateData"]["goal"] == "new"
+    await app.state.store.set_status(rid, "CANCELLED")
+    again = await client.get(f"/api/runs/{rid}/snapshot", headers={"If-None-Match": fresh.headers["etag"]})
+    assert again.status_code == 200 and again.json()["status"] == "CANCELLED"

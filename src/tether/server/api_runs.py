@@ -6,13 +6,24 @@ import datetime as dt
 import time
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.errors import RunNotFound
 from tether.runtime import Event
 from tether.server.auth import check_run
-from tether.server.deps import Events, Exec, Operator, Reader, Store, epoch_ms, json_response, reducers
+from tether.server.deps import (
+    Events,
+    Exec,
+    Operator,
+    Reader,
+    SnapshotCache,
+    Store,
+    encode,
+    epoch_ms,
+    json_response,
+    reducers,
+)
 from tether.server.problems import PROBLEM_RESPONSES
 from tether.state import RunStatus
 from tether.state.model import ExecutionContextSnapshot, RunInfo
@@ -171,15 +182,39 @@ def snapshot_dict(snap: ExecutionContextSnapshot, executing: bool, keys: str = "
     return {snake.get(k, k): v for k, v in camel.items()}
 
 
-@router.get("/{run_id}/snapshot", response_model=Snapshot, summary="A run's latest snapshot")
+@router.get(
+    "/{run_id}/snapshot",
+    response_model=Snapshot,
+    summary="A run's latest snapshot",
+    responses={304: {"description": "unchanged since the ETag sent in If-None-Match"}},
+)
 async def get_snapshot(
-    run_id: str, token: Reader, store: Store, executor: Exec, keys: Literal["camel", "snake"] = "camel"
+    run_id: str,
+    request: Request,
+    token: Reader,
+    store: Store,
+    executor: Exec,
+    keys: Literal["camel", "snake"] = "camel",
 ) -> Response:
     check_run(token, run_id)
-    snap = await store.snapshot(run_id)
-    if snap is None:
+    info = await store.get_run(run_id)
+    if info is None:
         raise RunNotFound(run_id)
-    return json_response(snapshot_dict(snap, executor.executing(run_id), keys))
+    executing = executor.executing(run_id)
+    tag = f'"{info.version}-{info.status}-{int(executing)}-{keys}"'
+    headers = {"ETag": tag, "Cache-Control": "no-cache"}
+    if request.headers.get("if-none-match") == tag:
+        return Response(status_code=304, headers=headers)
+    cache: SnapshotCache = request.app.state.snapshots
+    body = cache.get(run_id, tag)
+    if body is None:
+        snap = await store.snapshot(run_id)
+        if snap is None:
+            raise RunNotFound(run_id)
+        body = encode(snapshot_dict(snap, executing, keys))
+        if snap.version == info.version:  # the version the tag names
+            cache.put(run_id, tag, body)
+    return Response(body, media_type="application/json", headers=headers)
 
 
 @router.patch(

@@ -18,6 +18,7 @@ from tether.context import Thresholds
 from tether.runtime import Workflow
 from tether.runtime.stream import EventBroadcaster
 from tether.server.config import ApiToken, ServerSettings
+from tether.server.deps import SnapshotCache
 from tether.server.executor import Executor
 from tether.server.problems import install_problem_handlers, problem
 from tether.state import ReducerRegistry
@@ -88,6 +89,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.tokens = {t.digest: t for t in known}
+    app.state.snapshots = SnapshotCache()
     app.state.settings = cfg
     install_problem_handlers(app)
 
