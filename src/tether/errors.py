@@ -14,6 +14,7 @@ Split by who is at fault, so callers can decide what to do without parsing messa
     + RunNotFound            the run (or the version asked for) is not stored
     + CheckpointCorrupt      undecodable payload, truncated row or unknown schema version
       + DecryptionError      encrypted with another key, or tampered with
+    + RunExists              a run with that id is already stored
   x RunInProgress            another live runner holds the run's lease
   x ModelError               a model call failed
     + ModelUnavailable       network, 5xx, rate limit after retries: transient
@@ -52,6 +53,7 @@ __all__ = [
     "ModelRequestsBlocked",
     "ModelUnavailable",
     "PromptTooLong",
+    "RunExists",
     "RunInProgress",
     "SessionError",
     "ToolError",
@@ -139,6 +141,22 @@ class VersionConflict(StoreError):
         self.run_id = run_id
         self.expected = expected
         self.actual = actual
+
+
+class RunExists(VersionConflict):
+    """``start`` was given the id of a run that is already stored."""
+
+    def __init__(self, run_id: str, status: object = None) -> None:
+        what = f" ({status})" if status is not None else ""
+        StoreError.__init__(
+            self,
+            f"run {run_id!r} already exists{what}: resume it (Runner.resume / `tether resume`), "
+            "use Runner.run to start or resume, or pick another run id",
+        )
+        self.run_id = run_id
+        self.status = status
+        self.expected = 0
+        self.actual = None
 
 
 class RunNotFound(StoreError, KeyError):

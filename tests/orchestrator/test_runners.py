@@ -80,3 +80,32 @@ async def test_prompt_as_a_file_report_on_stdout_timeout_and_exit_code(repo, age
         await CommandRunner("agent {nope}").run(request())
     with pytest.raises(ConfigError):
         CommandRunner("x", prompt_via="pipe")  # type: ignore[arg-type]
+
+
+async def test_the_agent_loop_as_a_role_writes_its_report_with_shell_commands(repo, store):
+    """AgentRunner: a (scripted) model drives a local shell in the workdir, as a nested run."""
+    from tether.models import ScriptedModel
+    from tether.orchestrator import AgentRunner
+
+    model = ScriptedModel(
+        [
+            {"action": "execute", "command": "grep -c 'return ordered' stats.py", "reasoning": "look"},
+            {
+                "action": "execute",
+                "command": "printf 'iteration: 1\\n结论：FAIL\\n阻塞：median() of even lengths\\n' > reports/report_review_1.md",
+                "reasoning": "write the report",
+            },
+            {"action": "done", "message": "reviewed"},
+        ]
+    )
+    (repo / "reports").mkdir(exist_ok=True)
+    request = RoleRequest(
+        role="REVIEW", iteration=1, prompt="You are REVIEW.", workdir=repo,
+        report_path=repo / "reports" / "report_review_1.md", run_id="outer",
+    )  # fmt: skip
+    out = await AgentRunner(model, store).run(request)
+    assert out.report.startswith("iteration: 1\n结论：FAIL")
+    assert "reports/report_review_1.md" in model.calls[0][-1]["content"] or any(
+        "report_review_1.md" in m["content"] for m in model.calls[0]
+    )
+    assert await store.get_run("outer-review-1") is not None  # a nested durable run

@@ -144,3 +144,18 @@ async def test_kill_9_inside_a_routed_step_resumes_on_the_same_path(tmp_path, cr
     cp = await store.load(run_id)
     assert cp is not None and cp.state["path"] == decisions[:4]
     await store.aclose()
+
+
+def test_the_routing_snippet_in_the_runtime_docs_runs_as_shown():
+    import re
+
+    page = (ROOT / "docs" / "runtime.md").read_text()
+    section = page.split("## Dynamic routing", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    out = subprocess.run(
+        [sys.executable, "-c", snippet], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (
+        "COMPLETED ['check', 'retry', 'check', 'retry', 'check', 'retry', 'check', 'done']"
+    )

@@ -7,10 +7,8 @@ import contextlib
 
 import pytest
 
-from tether.runtime import Event, Runner, Step, Workflow
+from tether.runtime import Event
 from tether.runtime.stream import EventBroadcaster, SubscriberOverflow
-from tether.state import RunStatus
-from tether.stores import open_store
 
 
 def ev(kind: str, run_id: str = "r1") -> Event:
@@ -65,26 +63,3 @@ async def test_a_slow_subscriber_is_closed_not_waited_for():
     with pytest.raises(SubscriberOverflow):
         while True:
             await it.__anext__()
-
-
-async def test_request_stop_pauses_a_run_after_its_current_step(tmp_path):
-    """request_stop(PAUSED) during step 1 stops after it; resume runs the rest."""
-    gate = asyncio.Event()
-
-    async def slow(sc):
-        await gate.wait()
-        return {"slow_output": 1}
-
-    wf = Workflow([Step(id="slow", fn=slow), Step(id="next", fn=lambda sc: {"next_output": 2})])
-    async with open_store(f"sqlite:///{tmp_path}/t.db") as store:
-        runner = Runner(wf, store)
-        task = asyncio.create_task(runner.start("stop-1"))
-        await asyncio.sleep(0.05)
-        runner.request_stop("stop-1", RunStatus.PAUSED)
-        gate.set()
-        result = await task
-        assert result.status is RunStatus.PAUSED and "next_output" not in result.state
-        done = await runner.resume("stop-1")
-        assert done.status is RunStatus.COMPLETED and done.state["next_output"] == 2
-        with pytest.raises(ValueError, match="PAUSED or CANCELLED"):
-            runner.request_stop("stop-1", RunStatus.COMPLETED)

@@ -523,6 +523,7 @@ def _register_orchestrate() -> None:
 _register_orchestrate()
 
 
+<<<<<<< HEAD
 def _register_serve() -> None:
     from tether.cli import serve as serve_cmd  # fastapi and uvicorn load only when it runs
 
@@ -530,6 +531,15 @@ def _register_serve() -> None:
 
 
 _register_serve()
+=======
+def _register_langgraph() -> None:
+    from tether.cli import langgraph  # its own module: LangGraph is imported when the command runs
+
+    langgraph.register(app)
+
+
+_register_langgraph()
+>>>>>>> main
 
 
 def main() -> None:

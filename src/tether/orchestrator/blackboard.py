@@ -10,9 +10,11 @@ Layout (all relative to the working directory)::
     .tether/                                cache, sub-loop state and lock files
 
 Every write is atomic (a temporary file in the same directory, then ``os.replace``), so a
-crash never leaves half a report; writers are serialised by a lock file (``fcntl``) and a
-thread lock. Every path is checked to stay inside the working directory: ``..``,
-absolute paths and symlinks that lead outside are refused with
+crash never leaves half a report. Files are not fsynced: the run's checkpoint is the
+source of truth and the history and plan files are rendered again from it on the next
+stage (fsync cost more than the rest of a stage: see benchmarks/README.md). Writers are
+serialised by a lock file (``fcntl``) and a thread lock. Every path is checked to stay
+inside the working directory: ``..``, absolute paths and symlinks that lead outside are refused with
 :class:`~tether.errors.BlackboardPathError`.
 """
 
@@ -43,6 +45,7 @@ class Blackboard:
             raise ConfigError(f"working directory {os.fspath(workdir)!r} does not exist: create it first")
         self.root = root.resolve()
         self._thread_lock = threading.RLock()
+        self._written: dict[str, str] = {}
         self.state_dir.mkdir(exist_ok=True)
         (self.root / "reports").mkdir(exist_ok=True)
 
@@ -106,6 +109,15 @@ class Blackboard:
             _atomic_write(target, text)
         return target
 
+    def write_if_changed(self, relative: str, text: str) -> bool:
+        """``write`` unless this object last wrote exactly ``text`` there and the file is
+        still there (the history and plan are rendered every stage, mostly unchanged)."""
+        if self._written.get(relative) == text and self.path(relative).is_file():
+            return False
+        self.write(relative, text)
+        self._written[relative] = text
+        return True
+
     def append(self, relative: str | os.PathLike[str], text: str) -> Path:
         """Append under the lock, by rewriting atomically (a crash keeps the old or the new file)."""
         target = self.path(relative)
@@ -129,8 +141,6 @@ def _atomic_write(target: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

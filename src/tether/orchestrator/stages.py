@@ -67,7 +67,7 @@ async def run_stage(orch: Orchestrator, sc: StepContext, role: str) -> dict[str,
                 logger.warning("orchestrator: sub-loop not entered: %s", exc)
                 update["history"] = _line(update, state, f"sub-loop not entered: {exc}")
     update["metrics"] = orch.metrics_update({**state, **update}, **add)
-    orch.render(update, state)
+    orch.render(update, state, history=False)
     sc.goto(nxt, reason=reason)
     orch.emit(sc, role, iteration=iteration, verdict=verdict)
     orch.warn(sc, update["metrics"], update)
@@ -197,7 +197,7 @@ async def subloop_dev_step(orch: Orchestrator, sc: StepContext) -> dict[str, Any
     st.dev_report, st.stage = orch.board.relative(path), "test"
     mirror(orch, st)
     update["subloop"] = st.to_dict()
-    orch.render(update, sc.state.snapshot())
+    orch.render(update, sc.state.snapshot(), history=False)
     sc.goto("subloop_test", reason=f"sub-loop round {k}: DEV done")
     orch.emit(sc, "SUBLOOP_DEV", iteration=st.iteration, subloop_round=k, verdict=update["verdicts"]["DEV"])
     return update
@@ -236,7 +236,7 @@ async def subloop_test_step(orch: Orchestrator, sc: StepContext) -> dict[str, An
         return exit_subloop(orch, sc, st, success=False, condition="timeout")
     st.sub_iteration, st.stage = k + 1, "dev"
     mirror(orch, st)
-    orch.render({}, sc.state.snapshot())
+    orch.render({}, sc.state.snapshot(), history=False)
     sc.goto("subloop_dev", reason=f"sub-loop round {k}: TEST {verdict}")
     return {"subloop": st.to_dict()}
 

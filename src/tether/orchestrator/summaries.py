@@ -42,7 +42,7 @@ class SummaryStore:
         """Reports whose standard header was incomplete (no iteration or no verdict)."""
         self.extractions = 0
         self._entries: dict[str, dict[str, Any]] = {}
-        self._dirty = False
+        self._dirty = 0
         raw = board.read(CACHE_FILE)
         if raw:
             try:
@@ -79,7 +79,7 @@ class SummaryStore:
             if summary.verdict == "UNKNOWN" or not summary.iteration:
                 self.failures += 1
             self._entries[key] = {"path": str(path), "stamp": stamp, "summary": summary.to_dict()}
-            self._dirty = True
+            self._dirty += 1
         logger.info(
             "orchestrator: summary_extract agent=%s level=%d cache_hit=%s",
             agent.upper(),
@@ -92,11 +92,12 @@ class SummaryStore:
         """Summaries of many reports at once (start-up and the benchmark)."""
         return [self.get(path, agent=agent, iteration=it) for path, agent, it in items]
 
-    def flush(self) -> None:
-        """Persist the cache (atomically) if it changed."""
-        if self._dirty:
+    def flush(self, *, every: int = 1) -> None:
+        """Persist the cache (atomically) once ``every`` new summaries are waiting: losing a
+        few on a crash only costs re-reading those reports."""
+        if self._dirty >= every:
             self.board.write(CACHE_FILE, json.dumps(self._entries, ensure_ascii=False))
-            self._dirty = False
+            self._dirty = 0
 
     @property
     def hit_rate(self) -> float:

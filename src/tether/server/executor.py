@@ -3,8 +3,8 @@
 Each run the server executes is an asyncio task owned here. One Runner per workflow
 drives all of that workflow's runs, and they share one lease owner, so a run the server
 paused is resumed by the server without a lease conflict, while a run held by another
-live process is refused (409). Pause and cancel of a run executing here are
-cooperative: the run stops once its current step is checkpointed. Every event goes to
+live process is refused (409). Pause and cancel store the status; the runner executing
+the run, here or elsewhere, adopts it at its next checkpoint. Every event goes to
 the broadcaster, and after every checkpoint the run's context window (if it keeps one)
 is measured, so crossings of the 70/85/90% thresholds are events too.
 """
@@ -55,7 +55,6 @@ class Executor:
         self.thresholds = thresholds or Thresholds()
         self.owner = f"tether-serve:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._tasks: dict[str, asyncio.Task[RunResult | None]] = {}
-        self._runners: dict[str, Runner] = {}
         self._by_workflow: dict[str, Runner] = {}
         self._monitors: dict[str, UsageMonitor] = {}
         self.taps: list[Callable[[Event], None]] = []
@@ -115,16 +114,13 @@ class Executor:
         self._spawn(run_id, runner, runner.resume(run_id, decision=decision, force=True))
 
     async def stop(self, run_id: str, status: RunStatus) -> str:
-        """Pause or cancel: cooperatively when executing here, else by recording the status.
+        """Pause or cancel by storing the status: a runner executing the run (here or in
+        another process) adopts it at its next checkpoint, keeping the step's work.
 
-        Returns the status now in effect (``PAUSING``/``CANCELLING`` while the current
-        step finishes).
+        Returns the status now in effect (``PAUSING``/``CANCELLING`` while a step of a run
+        executing here finishes).
         """
         action = "pause" if status is RunStatus.PAUSED else "cancel"
-        if self.executing(run_id):
-            self._runners[run_id].request_stop(run_id, status)
-            self.events.publish(Event(kind="stop_requested", run_id=run_id, detail={"status": str(status)}))
-            return "PAUSING" if status is RunStatus.PAUSED else "CANCELLING"
         info = await self.store.get_run(run_id)
         if info is None:
             raise RunNotFound(run_id)
@@ -134,11 +130,10 @@ class Executor:
             status is RunStatus.PAUSED and info.status is RunStatus.FAILED
         ):
             raise WrongRunStatus(run_id, str(info.status), action)
-        if info.status is RunStatus.RUNNING:
-            cp = await self.store.load(run_id)
-            self._check_lease(run_id, cp.state.get("_lease") if cp else None)
         await self.store.set_status(run_id, status)
-        self.events.publish(Event(kind=str(status).lower(), run_id=run_id, detail={"by": "api"}))
+        self.events.publish(Event(kind="stop_requested", run_id=run_id, detail={"status": str(status)}))
+        if self.executing(run_id):
+            return "PAUSING" if status is RunStatus.PAUSED else "CANCELLING"
         return str(status)
 
     async def join(self, run_id: str) -> RunResult | None:
@@ -149,9 +144,13 @@ class Executor:
         return await asyncio.shield(task)
 
     async def aclose(self, grace: float = 10.0) -> None:
-        """Pause every run at its next step boundary; cancel what is still going after ``grace`` s."""
-        for run_id, runner in list(self._runners.items()):
-            runner.request_stop(run_id, RunStatus.PAUSED)
+        """Pause every run at its next step boundary; cancel what is still going after
+        ``grace`` seconds (the runner records those as INTERRUPTED)."""
+        for run_id in list(self._tasks):
+            try:
+                await self.store.set_status(run_id, RunStatus.PAUSED)
+            except Exception:  # shutting down: the task cancel below still stops it
+                logger.warning("could not pause run %s on shutdown", run_id, exc_info=True)
         tasks = list(self._tasks.values())
         if tasks:
             _done, late = await asyncio.wait(tasks, timeout=grace)
@@ -181,7 +180,6 @@ class Executor:
                 logger.exception("event tap failed on %s", event.kind)
 
     def _spawn(self, run_id: str, runner: Runner, work: Any) -> None:
-        self._runners[run_id] = runner
         task: asyncio.Task[RunResult | None] = asyncio.create_task(self._guard(run_id, work))
         self._tasks[run_id] = task
 
@@ -197,7 +195,6 @@ class Executor:
             return None
         finally:
             self._tasks.pop(run_id, None)
-            self._runners.pop(run_id, None)
 
     def _measure(self, version: int, ctx: ExecutionContext) -> None:
         """After each checkpoint: context usage as an event, and threshold crossings."""

@@ -47,7 +47,7 @@ from tether.state.model import (
 )
 from tether.state.reducers import ReducerRegistry
 from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
-from tether.state.values import check_value
+from tether.state.values import check_run_id, check_value
 from tether.stores._segment import apply_ops, apply_segment, pack_segment, segment_length, split_segment
 
 __all__ = [
@@ -515,6 +515,7 @@ class CheckpointStore(abc.ABC):
         run; n requires the latest to be n (else :class:`VersionConflict`).
         Returns the version assigned.
         """
+        check_run_id(checkpoint.run_id)
         dated = [check_value(value, key=key) for key, value in checkpoint.state.items()]
         dated.append(check_value(checkpoint.metadata, key="metadata"))
         check_value(list(checkpoint.executed_node_ids), key="executed_node_ids")
@@ -542,6 +543,7 @@ class CheckpointStore(abc.ABC):
     # == reading ===================================================================
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         """The checkpoint at ``version`` (latest when None), or None if not stored."""
+        check_run_id(run_id)
         chain = await self._read_chain(run_id, version)
         return self._checkpoint_of(run_id, chain) if chain else None
 
@@ -568,6 +570,7 @@ class CheckpointStore(abc.ABC):
         The context's version is the checkpoint's, so committing from an older version
         raises VersionConflict (use :meth:`rollback` to continue from an old version).
         """
+        check_run_id(run_id)
         info, rows = await self._read(run_id, version)
         if not rows or info is None:
             return None
@@ -652,12 +655,14 @@ class CheckpointStore(abc.ABC):
         self, run_id: str, *, before: int | None = None, limit: int | None = None
     ) -> list[CheckpointInfo]:
         """Stored versions with node and time, newest first; page with ``before``."""
+        check_run_id(run_id)
         if limit is not None and limit < 0:
             raise ConfigError("limit must be >= 0")
         return await self._history(run_id, before=before, limit=limit)
 
     async def snapshot(self, run_id: str) -> ExecutionContextSnapshot | None:
         """What a human reviewing the run sees (seed 003 §2.1), or None."""
+        check_run_id(run_id)
         info, rows = await self._read(run_id, None)
         if info is None or not rows:
             return None
@@ -683,6 +688,7 @@ class CheckpointStore(abc.ABC):
     # == changing runs =============================================================
     async def set_status(self, run_id: str, status: RunStatus | str) -> None:
         """Record the run's status (PAUSED for review, COMPLETED at the end…)."""
+        check_run_id(run_id)
         st = RunStatus(status)
         await self._set_status(run_id, st, self.expiry.expires_at(st, time.time()))
 
@@ -698,8 +704,9 @@ class CheckpointStore(abc.ABC):
 
         Raises RunNotPaused (and changes nothing) for any other status, RunNotFound
         for an unknown run. The status check is repeated inside the atomic write, so
-        a run resumed meanwhile is not modified.
+        a run resumed meanwhile is not modified. A runner's lease is never carried over.
         """
+        check_run_id(run_id)
         info = await self.get_run(run_id)
         if info is None:
             raise RunNotFound(run_id)
@@ -709,6 +716,8 @@ class CheckpointStore(abc.ABC):
         if ctx is None:
             raise RunNotFound(run_id)
         ctx.merge(update)
+        if ctx.get(_LEASE) is not None:
+            ctx.put(_LEASE, None)
         return await self.commit(
             ctx,
             node_id=node_id,
@@ -720,7 +729,8 @@ class CheckpointStore(abc.ABC):
     async def rollback(self, run_id: str, version: int) -> int:
         """Make the state at ``version`` the latest again, as a new version.
 
-        History stays append-only: later versions remain readable.
+        History stays append-only: later versions remain readable. A runner's lease is
+        not restored with the state: no process executes the restored version.
         """
         cp = await self.load(run_id, version)
         if cp is None:
@@ -731,7 +741,7 @@ class CheckpointStore(abc.ABC):
             Checkpoint(
                 run_id=run_id,
                 node_id=cp.node_id,
-                state=cp.state,
+                state=_unleased(cp.state),
                 executed_node_ids=cp.executed_node_ids,
                 status=status,
                 metadata={"rolled_back_to": version},
@@ -744,8 +754,9 @@ class CheckpointStore(abc.ABC):
 
         The fork starts at version 1 with the source's state, executed nodes and
         status, and records where it came from in its metadata. Raises
-        VersionConflict if ``new_run_id`` exists.
+        VersionConflict if ``new_run_id`` exists. The source's lease is not copied.
         """
+        check_run_id(new_run_id)
         cp = await self.load(run_id, version)
         if cp is None:
             raise RunNotFound(run_id, version)
@@ -753,7 +764,7 @@ class CheckpointStore(abc.ABC):
             Checkpoint(
                 run_id=new_run_id,
                 node_id=cp.node_id,
-                state=cp.state,
+                state=_unleased(cp.state),
                 executed_node_ids=cp.executed_node_ids,
                 status=cp.status,
                 metadata={"forked_from": {"run_id": run_id, "version": cp.version}},
@@ -797,6 +808,14 @@ class CheckpointStore(abc.ABC):
         ):
             return b""
         return self.codec.encode(pack_segment(cut + 1, split_segment(body)[cut + 1 - first :]))
+
+
+_LEASE = "_lease"
+"""The state key where a runner records which process executes the run."""
+
+
+def _unleased(state: dict[str, Any]) -> dict[str, Any]:
+    return {**state, _LEASE: None} if state.get(_LEASE) is not None else state
 
 
 def _last_bytes(rows: list[Carrier], limit: int) -> list[Carrier]:
