@@ -523,7 +523,6 @@ def _register_orchestrate() -> None:
 _register_orchestrate()
 
 
-<<<<<<< HEAD
 def _register_serve() -> None:
     from tether.cli import serve as serve_cmd  # fastapi and uvicorn load only when it runs
 
@@ -531,7 +530,8 @@ def _register_serve() -> None:
 
 
 _register_serve()
-=======
+
+
 def _register_langgraph() -> None:
     from tether.cli import langgraph  # its own module: LangGraph is imported when the command runs
 
@@ -539,7 +539,6 @@ def _register_langgraph() -> None:
 
 
 _register_langgraph()
->>>>>>> main
 
 
 def main() -> None:
