@@ -177,3 +177,20 @@ def test_json_diff_rollback_and_never_expiring_settings(url, monkeypatch):
     assert shown["state"]["messages"] == ["a"] and shown["state"]["_lease"] is None
     status = json.loads(cli.invoke(app, ["status", "j1", "--store", url, "--json"]).output)
     assert status["status"] == "COMPLETED" and status["continue_with"] is None
+
+
+def test_the_shell_example_of_the_cli_docs_prints_what_the_page_says(tmp_path):
+    page = (ROOT / "docs" / "cli.md").read_text()
+    script = page.split("```sh\n", 1)[1].split("```", 1)[0]
+    promised = page.split("prints\n\n```\n", 1)[1].split("```", 1)[0]
+    bindir = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "TETHER_STORE_URL": f"sqlite:///{tmp_path}/d.db",
+    }
+    out = subprocess.run(
+        ["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == promised

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Any
 
 from tether.errors import ConfigError
@@ -18,6 +20,8 @@ def load_workflow(target: str) -> Workflow:
     module, _, attr = target.partition(":")
     if not module or not attr:
         raise ConfigError(f"workflow must be 'module:attribute', got {target!r}")
+    if os.getcwd() not in sys.path:  # a project's own module, as `python -m` would find it
+        sys.path.insert(0, os.getcwd())
     try:
         obj = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
