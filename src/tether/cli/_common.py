@@ -103,16 +103,19 @@ def status_word(status: Any) -> str:
 
 
 def continue_hint(run_id: str, state: dict[str, Any], status: str) -> str | None:
-    """The command that continues a run in ``status``, or None when there is none."""
-    workflow = state.get("_workflow") if isinstance(state.get("_workflow"), str) else "WORKFLOW"
+    """The command that continues a run in ``status``, or None when there is none.
+
+    A run records what started it (``_origin``), so its id is enough; an older run needs
+    its workflow named."""
+    origin = state.get("_origin")
+    base = f"tether resume {run_id}" if isinstance(origin, dict) else f"tether resume WORKFLOW {run_id}"
     if status == "INTERRUPTED":
-        return f"tether resume {workflow} {run_id}"
+        return base
     if status != "PAUSED":
         return None
     pending = state.get("pending_decision")
     if isinstance(pending, dict) and pending.get("options"):
-        return f"tether resume {workflow} {run_id} --decision {'|'.join(pending['options'])}"
-    question = state.get("pending_question")
-    if question:
-        return f"tether deploy --resume {run_id} --answer ANSWER"
-    return f"tether resume {workflow} {run_id}"
+        return f"{base} --decision {'|'.join(pending['options'])}"
+    if state.get("pending_question"):
+        return f"{base} --answer ANSWER"
+    return base

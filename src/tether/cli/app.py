@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 import typer
 
+from tether.cli import agents
 from tether.cli import runs as _runs
 from tether.cli._common import (
     EXIT_CTRL_C,
@@ -28,7 +29,7 @@ from tether.cli._common import (
     StoreOpt,
     console,
     continue_hint,
-    fail,
+    on_store,
     run_async,
     settings,
 )
@@ -63,9 +64,10 @@ def _main(
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
-_run = run_async
+_run = run_async  # the names the other command modules use
 _settings = settings
 _console = console
+_on_store = on_store
 
 
 @app.command()
@@ -86,9 +88,7 @@ def demo(
     proc = d.spawn_worker(url, run_id, crash_in)
     console.print(proc.stdout.rstrip())
     if proc.returncode != -9:
-        console.print(
-            f"[red]worker exited with {proc.returncode}, expected SIGKILL[/]\n{escape(proc.stderr)}"
-        )
+        console.print(f"[red]worker exited with {proc.returncode}, expected SIGKILL[/]\n{proc.stderr}")
         raise typer.Exit(1)
     console.print(f"   worker died: [red]SIGKILL[/] (exit {proc.returncode}) inside '{crash_in}'")
 
@@ -139,31 +139,48 @@ def run(
     """
     data = json_object(inputs, "--input")
     wf = _workflow(workflow)
-    data.setdefault("_workflow", workflow)  # so that status and show can say how to resume
     url, options = _settings(store)
     rid = run_id or f"{wf.name}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10_000:04d}"
+    data.setdefault("_origin", {"kind": "workflow", "workflow": workflow})  # for `tether resume RUN`
     _drive(wf, url, options, lambda r: r.start(rid, data), plain=plain, title=f"run {rid}", run_id=rid)
 
 
 @app.command()
 def resume(
-    workflow: Annotated[str, typer.Argument(help="module:attribute of the run's Workflow.")],
-    run_id: str,
+    target: Annotated[
+        str, typer.Argument(help="The run id (or, for old runs, module:attribute of its Workflow).")
+    ],
+    run_id: Annotated[
+        str | None, typer.Argument(help="The run id, when the first argument is a workflow.")
+    ] = None,
     store: StoreOpt = None,
     decision: Annotated[
         str | None, typer.Option(help="Answer a pending failure: retry, skip, replan or abort.")
     ] = None,
+    answer: agents.AnswerOpt = None,
+    script: agents.ScriptOpt = None,
     force: Annotated[bool, typer.Option(help="Take over a lease even if its holder looks alive.")] = False,
     plain: bool = False,
 ) -> None:
-    """Continue a paused, interrupted or crashed run (and decide on a pending failure).
+    """Continue a paused, interrupted or crashed run (a workflow, a deploy or a plan).
 
-    Exit codes as for ``run``.
+    What started the run is recorded in it, so the run id is enough; --answer answers
+    the question an agent run waits on, --decision the failure a run paused on. Exit
+    codes as for ``run``.
     """
-    from tether.runtime import Decision
+    agents._check_decision(decision)
+    if run_id is None:
+        agents.resume_run_id(
+            target, store=store, script=script, answer=answer, decision=decision, force=force, plain=plain
+        )
+        return
+    resume_workflow(target, run_id, store=store, decision=decision, force=force, plain=plain)
 
-    if decision is not None and decision not in {d.value for d in Decision}:
-        raise typer.BadParameter("--decision must be retry, skip, replan or abort")
+
+def resume_workflow(
+    workflow: str, run_id: str, *, store: str | None, decision: str | None, force: bool, plain: bool
+) -> None:
+    """Resume a workflow run with the workflow found at ``module:attribute``."""
     wf = _workflow(workflow)
     url, options = _settings(store)
     _drive(
@@ -295,110 +312,8 @@ def report(
     typer.echo(FailureReport.from_dict(data).render())
 
 
-@app.command()
-def deploy(
-    repo: Annotated[str, typer.Argument(help="Local path or git URL of the project to deploy.")],
-    host: Annotated[
-        str | None, typer.Option(help="user@host[:port] to deploy over SSH (default: this machine).")
-    ] = None,
-    key: Annotated[str | None, typer.Option(help="SSH private key file.")] = None,
-    deploy_dir: Annotated[
-        str | None, typer.Option("--dir", help="Where to deploy (default: the repo path).")
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option(help="Model name (provider from TETHER_MODEL_PROVIDER).")
-    ] = None,
-    script: Annotated[
-        str | None, typer.Option(help="Offline: a JSON file with the scripted model's replies.")
-    ] = None,
-    resume_run: Annotated[str | None, typer.Option("--resume", help="Continue this run id.")] = None,
-    answer: Annotated[str | None, typer.Option(help="Answer to the question a paused run waits on.")] = None,
-    max_iterations: int = 30,
-    store: StoreOpt = None,
-    log_dir: str = "./agent_logs",
-) -> None:
-    """Deploy a project with the agent (seed 002), checkpointed every iteration."""
-    import os
-    from pathlib import Path
-
-    url, options = _settings(store)
-    console = _console()
-    try:
-        replies = json.loads(Path(script).read_text()) if script is not None else None
-    except (OSError, ValueError) as exc:
-        raise fail(f"--script {script}: {exc}") from None
-    target_dir = deploy_dir or (repo if Path(repo).exists() else ".")
-
-    async def go() -> Any:
-        from tether.agent.deploy import DeploymentAgent
-        from tether.agent.interaction import CLIInteractionHandler
-        from tether.models import LLMConfig, ScriptedModel, create_model
-        from tether.stores import open_store
-        from tether.tools import CommandPolicy, LocalSession, Redactor, SSHCredentials, SSHSession
-
-        if replies is not None:
-            chat: Any = ScriptedModel(replies)
-        else:
-            cfg = LLMConfig.from_env(os.environ, **({"model": model} if model else {}))
-            chat = create_model(cfg)
-        if host:
-            creds = SSHCredentials.from_target(host)
-            if key:
-                creds = SSHCredentials(
-                    host=creds.host, port=creds.port, username=creds.username, key_path=key
-                )
-            session: Any = SSHSession(creds)
-        else:
-            session = LocalSession(cwd=target_dir)
-        redactor = Redactor()
-        async with open_store(url, **options) as st, session:
-            agent = DeploymentAgent(
-                chat,
-                st,
-                max_iterations=max_iterations,
-                log_dir=log_dir,
-                policy=CommandPolicy(),
-                redact=redactor,
-                interaction_handler=CLIInteractionHandler(),
-                on_event=_deploy_printer(console),
-            )
-            if resume_run:
-                return await agent.resume(resume_run, session=session, answer=answer)
-            if host:
-                return await agent.deploy(repo, session=session, deploy_dir=target_dir, target=host)
-            return await agent.deploy_local(repo, session=session, deploy_dir=target_dir)
-
-    result = _run(go)
-    colour = "green" if result.success else "red"
-    console.print(f"[{colour}]{result.status}[/] {escape(f'{result.run_id}: {result.message}')}")
-    console.print(f"run log: {result.log_file}")
-    if not result.success and str(result.status) != "PAUSED":
-        raise typer.Exit(3)
-
-
-def escape(text: str) -> str:
-    """User data inside a markup string: shown as written."""
-    from rich.markup import escape as rich_escape
-
-    return rich_escape(text)
-
-
-def _deploy_printer(console: Any) -> Any:
-    """The live view: one line per iteration, command and result."""
-
-    def show(event: Any) -> None:
-        d = event.detail
-        if event.kind == "step_started":
-            console.print(event.step, style="bold", markup=False)
-        elif event.kind == "command":
-            console.print(f"  $ {d.get('command')}", highlight=False, markup=False)
-        elif event.kind == "command_result":
-            mark = "[green]ok[/]" if d.get("exit_code") == 0 else f"[red]exit {d.get('exit_code')}[/]"
-            console.print(f"    {mark} {escape(str(d.get('tail', '')))}", highlight=False)
-        elif event.kind in ("question", "step_failed", "finish_requested", "paused"):
-            console.print(f"  {event.kind}: {d}", highlight=False, markup=False)
-
-    return show
+app.command()(agents.deploy)
+app.command()(agents.plan)
 
 
 @app.command()
