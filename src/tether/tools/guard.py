@@ -1,11 +1,29 @@
-"""``GuardedSession``: a ``Session`` that asks the ``CommandPolicy`` before every command."""
+"""``GuardedSession``: a ``Session`` that asks the ``CommandPolicy`` before every command.
+
+``decide(verdict, mode)`` turns the policy's verdict into what happens in a safety mode:
+
+=================  ==============  ===========================  =====================
+verdict            ``sandboxed``   ``ask``                      ``trusted``
+=================  ==============  ===========================  =====================
+deny               refuse          refuse                       refuse
+confirm            ask             ask                          ask
+needs the host     ask (escalate)  ask                          run
+sandbox (dynamic)  run sandboxed   ask                          run
+allow              run sandboxed   run                          run
+=================  ==============  ===========================  =====================
+
+An approved command runs outside the sandbox when it needs the host; a sandboxed command
+keeps the network only when it needs it and every host it names is allowed, and never when
+part of it is computed at run time.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Literal, Self
 
 from tether.errors import CommandRefused
 from tether.tools.policy import CommandPolicy, PolicyVerdict
@@ -15,9 +33,48 @@ if TYPE_CHECKING:
     from tether.tools.base import Session
     from tether.tools.facts import HostFacts
 
-__all__ = ["ConfirmCallback", "GuardedSession", "guarded"]
+__all__ = ["ConfirmCallback", "Decision", "GuardedSession", "Mode", "decide", "guarded"]
 
 logger = logging.getLogger(__name__)
+
+Mode = Literal["sandboxed", "ask", "trusted"]
+"""``sandboxed`` (the default): commands run in the OS sandbox, escalations ask;
+``ask``: no sandbox, anything the policy cannot clear asks; ``trusted``: no sandbox, only
+risky commands ask (dangerous: a prompt injection runs with your rights)."""
+MODES: tuple[Mode, ...] = ("sandboxed", "ask", "trusted")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What happens to one command in one mode."""
+
+    outcome: Literal["run", "ask", "refuse"]
+    sandboxed: bool
+    """Run inside the sandbox (after approval too, unless the command needs the host)."""
+    network: bool
+    """The sandbox keeps the network for this command."""
+    escalation: bool = False
+    """Asking because the command needs the host, not because it is risky."""
+
+
+def decide(verdict: PolicyVerdict, mode: Mode) -> Decision:
+    """The outcome of ``verdict`` in ``mode`` (see the module docstring's table)."""
+    host = "host" in verdict.needs
+    network = "network" in verdict.needs and verdict.action in ("allow", "confirm")
+    if verdict.action == "deny":
+        return Decision("refuse", False, False)
+    if mode == "sandboxed":
+        if verdict.action == "confirm":
+            return Decision("ask", not host, network)
+        if host:
+            return Decision("ask", False, True, escalation=True)
+        return Decision("run", True, network)
+    if mode == "ask":
+        if verdict.action == "allow" and not host:
+            return Decision("run", False, True)
+        return Decision("ask", False, True, escalation=host and verdict.action != "confirm")
+    return Decision("ask" if verdict.action == "confirm" else "run", False, True)
+
 
 ConfirmCallback = Callable[[str, str], Awaitable[bool]]
 """``await confirm(command, reason)``: True to run a risky command, False to refuse it."""
