@@ -23,7 +23,6 @@ import asyncio
 import inspect
 import logging
 import os
-import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -35,6 +34,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from tether.errors import RunInProgress, RunNotFound, VersionConflict
 from tether.runtime.events import Event
 from tether.runtime.failures import Classifier, FailureKind
+from tether.runtime.lease import HOST, check_lease, new_lease
 from tether.runtime.report import Decision, DecisionHandler, FailureReport, possible_causes
 from tether.runtime.workflow import Phase, RetryPolicy, Step, StepContext, Workflow
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus, default_registry
@@ -88,6 +88,18 @@ class _Stop(Exception):
         self.report = report
 
 
+@dataclass(slots=True, eq=False)
+class _Run:
+    """What a Runner keeps per run it drives, so that one Runner drives many runs at once."""
+
+    ctx: ExecutionContext
+    workflow: Workflow
+    """This run's workflow: the runner's, or what a re-plan made of it."""
+    hint: int = 0
+    """Steps before this index are settled: next_step need not rescan them."""
+    settled_cache: tuple[set[str], set[str]] | None = None
+
+
 class Runner:
     """Runs a :class:`Workflow` durably on a :class:`CheckpointStore`.
 
@@ -130,10 +142,7 @@ class Runner:
         self.on_checkpoint = on_checkpoint
         self.on_event = on_event
         self.lease_ttl = lease_ttl
-        self.owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._hint = 0
-        """Steps before this index are settled: next_step need not rescan them."""
-        self._settled_cache: tuple[set[str], set[str]] | None = None
+        self.owner = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     # == entry points ===============================================================
     async def start(self, run_id: str, inputs: Mapping[str, Any] | None = None) -> RunResult:
@@ -145,7 +154,7 @@ class Runner:
         ctx.put("pending_decision", None)
         await self.store.commit(ctx, status=RunStatus.RUNNING)
         self._emit("run_started", run_id, steps=len(self.workflow))
-        return await self._drive(ctx)
+        return await self._drive(_Run(ctx, self.workflow))
 
     async def resume(
         self, run_id: str, *, decision: Decision | str | None = None, force: bool = False
@@ -162,7 +171,7 @@ class Runner:
         finished = info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
         if finished or (info.status is RunStatus.FAILED and decision is None):
             return RunResult(run_id=run_id, status=info.status, version=ctx.version, state=ctx._state_ref())
-        self._check_lease(run_id, ctx.get("_lease"), force=force)
+        check_lease(run_id, ctx.get("_lease"), owner=self.owner, force=force)
         ctx.put("_lease", self._lease())
         try:
             await self.store.commit(
@@ -171,41 +180,42 @@ class Runner:
         except VersionConflict as exc:
             raise RunInProgress(run_id, "another runner", " (it resumed first)") from exc
         self._emit("run_resumed", run_id, version=ctx.version, executed=ctx.executed_node_ids)
+        run = _Run(ctx, self.workflow)
         pending = ctx.get("pending_decision")
         if pending:
             report = FailureReport.from_dict(pending)
             choice = Decision(decision) if decision else await self._decide(report)
             if choice is None:
-                return await self._finish(ctx, RunStatus.PAUSED, report)
+                return await self._finish(run, RunStatus.PAUSED, report)
             try:
-                await self._apply_decision(ctx, report, choice)
+                await self._apply_decision(run, report, choice)
             except _Stop as stop:
-                return await self._finish(ctx, stop.status, stop.report)
-        return await self._drive(ctx)
+                return await self._finish(run, stop.status, stop.report)
+        return await self._drive(run)
 
     # == the loop ===================================================================
-    async def _drive(self, ctx: ExecutionContext) -> RunResult:
-        self._hint, self._settled_cache = 0, None
+    async def _drive(self, run: _Run) -> RunResult:
         try:
             while True:
-                settled, skipped = self._settled(ctx)
-                self._hint = self.workflow.settled_prefix(settled | skipped, self._hint)
-                step = self.workflow.next_step(settled, skipped, hint=self._hint)
+                settled, skipped = self._settled(run)
+                run.hint = run.workflow.settled_prefix(settled | skipped, run.hint)
+                step = run.workflow.next_step(settled, skipped, hint=run.hint)
                 if step is None:
-                    return await self._finish(ctx, RunStatus.COMPLETED)
-                await self._run_item(ctx, step)
+                    return await self._finish(run, RunStatus.COMPLETED)
+                await self._run_item(run, step)
         except _Stop as stop:
-            return await self._finish(ctx, stop.status, stop.report)
+            return await self._finish(run, stop.status, stop.report)
 
-    def _settled(self, ctx: ExecutionContext) -> tuple[set[str], set[str]]:
+    def _settled(self, run: _Run) -> tuple[set[str], set[str]]:
         """Executed and skipped step ids, cached until a step or a decision changes them."""
-        if self._settled_cache is None:
-            todo = ctx.get("todo") or {}
+        if run.settled_cache is None:
+            todo = run.ctx.get("todo") or {}
             skipped = {sid for sid, t in todo.items() if t.get("status") == "skipped"}
-            self._settled_cache = (set(ctx.executed_node_ids), skipped)
-        return self._settled_cache
+            run.settled_cache = (set(run.ctx.executed_node_ids), skipped)
+        return run.settled_cache
 
-    async def _run_item(self, ctx: ExecutionContext, step: Step) -> None:
+    async def _run_item(self, run: _Run, step: Step) -> None:
+        ctx = run.ctx
         start_version = ctx.version
         self._emit("step_started", ctx.run_id, step.id, name=step.title)
         sc = StepContext(run_id=ctx.run_id, step=step, state=ctx)
@@ -213,7 +223,7 @@ class Runner:
         try:
             update = await self._attempts(step, sc)
         except Exception as exc:
-            await self._fail(ctx, step, exc, sc, start_version)
+            await self._fail(run, step, exc, sc, start_version)
             return
         ctx.merge(dict(update or {}))
         ctx._merge_checked(
@@ -234,13 +244,13 @@ class Runner:
         lease = ctx.get("_lease")
         if not isinstance(lease, dict) or lease.get("expires_at", 0) - time.time() < self.lease_ttl / 2:
             ctx.put("_lease", self._lease())
-        if self._settled_cache is not None:
-            self._settled_cache[0].add(step.id)
+        if run.settled_cache is not None:
+            run.settled_cache[0].add(step.id)
         version = await self.store.commit(ctx, node_id=step.id, metadata={"node_name": step.title})
         self._emit("step_done", ctx.run_id, step.id, version=version, attempts=sc.attempt)
-        await self._after_checkpoint(ctx, step, version)
+        await self._after_checkpoint(run, step, version)
         if sc.finish_requested is not None:
-            await self._finish_early(ctx, step, *sc.finish_requested)
+            await self._finish_early(run, step, *sc.finish_requested)
         if sc.pause_requested or step.pause_after:
             reason = sc.pause_requested or f"review after {step.title}"
             self._emit("pause_requested", ctx.run_id, step.id, reason=reason)
@@ -320,9 +330,10 @@ class Runner:
             if not task.done():
                 task.cancel()
 
-    async def _finish_early(self, ctx: ExecutionContext, step: Step, status: str, message: str) -> None:
-        done, skipped = self._settled(ctx)
-        rest = [s for s in self.workflow.steps if s.id not in done and s.id not in skipped]
+    async def _finish_early(self, run: _Run, step: Step, status: str, message: str) -> None:
+        ctx = run.ctx
+        done, skipped = self._settled(run)
+        rest = [s for s in run.workflow.steps if s.id not in done and s.id not in skipped]
         if rest:
             ctx.merge({"todo": self._todos(rest, "skipped")})
         ctx.put("final_output", message)
@@ -331,8 +342,9 @@ class Runner:
 
     # == failures ===================================================================
     async def _fail(
-        self, ctx: ExecutionContext, step: Step, exc: BaseException, sc: StepContext, start_version: int
+        self, run: _Run, step: Step, exc: BaseException, sc: StepContext, start_version: int
     ) -> None:
+        ctx = run.ctx
         kind = self.classifier.classify(exc)
         logger.info("step %s failed (%s): %r", step.id, kind, exc, extra={"run_id": ctx.run_id})
         self._emit(
@@ -340,8 +352,8 @@ class Runner:
         )
         events: list[dict[str, Any]] = []
         rolled, failures = await self._compensate(ctx, step, sc, events)
-        rolled.append(await self._restore(ctx, step, start_version, events))
-        report = self._report(ctx, step, exc, kind, sc.attempt, rolled, failures)
+        rolled.append(await self._restore(run, step, start_version, events))
+        report = self._report(run, step, exc, kind, sc.attempt, rolled, failures)
         ctx.merge(
             {
                 "todo": self._todos([step], "failed", sc.attempt),
@@ -362,13 +374,13 @@ class Runner:
             raise _Stop(RunStatus.FAILED, report)
         if kind is FailureKind.SYSTEM and self.alert is not None:
             await _maybe_await(self.alert(report))
-        if kind is FailureKind.LOGIC and self.replan is not None and await self._replan(ctx, report):
+        if kind is FailureKind.LOGIC and self.replan is not None and await self._replan(run, report):
             return
         choice = await self._decide(report)
         if choice is None:
             ctx.put("pending_decision", report.to_dict())
             raise _Stop(RunStatus.PAUSED, report)
-        await self._apply_decision(ctx, report, choice)
+        await self._apply_decision(run, report, choice)
 
     async def _compensate(
         self, ctx: ExecutionContext, step: Step, sc: StepContext, events: list[dict[str, Any]]
@@ -400,10 +412,9 @@ class Runner:
             self._emit("rollback_action", ctx.run_id, step.id, action=label)
         return rolled, failures
 
-    async def _restore(
-        self, ctx: ExecutionContext, step: Step, start_version: int, events: list[dict[str, Any]]
-    ) -> str:
+    async def _restore(self, run: _Run, step: Step, start_version: int, events: list[dict[str, Any]]) -> str:
         """Seed 004 §4.2: back to the snapshot taken before this item (else the last one)."""
+        ctx = run.ctx
         target = start_version if start_version > 0 else ctx.version
         if ctx.version != target or ctx.dirty:  # the step may have written to the context
             cp = await self.store.load(ctx.run_id, target)
@@ -412,7 +423,7 @@ class Runner:
                 ctx.version = cp.version if ctx.version == target else ctx.version
         after = ctx.node_id or "start"
         label = f"state restored to version {target} (as after '{after}')"
-        self._settled_cache = None
+        run.settled_cache = None
         events.append(
             Event(
                 kind="state_restored", run_id=ctx.run_id, step=step.id, detail={"version": target}
@@ -423,7 +434,7 @@ class Runner:
 
     def _report(
         self,
-        ctx: ExecutionContext,
+        run: _Run,
         step: Step,
         exc: BaseException,
         kind: FailureKind,
@@ -431,7 +442,8 @@ class Runner:
         rolled: list[str],
         failures: list[str],
     ) -> FailureReport:
-        pos, total = self.workflow.position(step.id)
+        ctx = run.ctx
+        pos, total = run.workflow.position(step.id)
         options = [Decision.RETRY, Decision.SKIP, *([Decision.REPLAN] if self.replan else []), Decision.ABORT]
         return FailureReport(
             run_id=ctx.run_id,
@@ -456,8 +468,9 @@ class Runner:
             return None
         return await self.decisions.decide(report)
 
-    async def _apply_decision(self, ctx: ExecutionContext, report: FailureReport, choice: Decision) -> None:
-        step = self.workflow.get(report.item_id)
+    async def _apply_decision(self, run: _Run, report: FailureReport, choice: Decision) -> None:
+        ctx = run.ctx
+        step = run.workflow.get(report.item_id)
         ctx.merge(
             {
                 "event_log": [
@@ -475,25 +488,26 @@ class Runner:
         if choice is Decision.ABORT:
             raise _Stop(RunStatus.CANCELLED, report)
         if choice is Decision.REPLAN:
-            if self.replan is None or not await self._replan(ctx, report):
+            if self.replan is None or not await self._replan(run, report):
                 raise _Stop(RunStatus.FAILED, report)
             return
         status = "skipped" if choice is Decision.SKIP else "pending"
         if step is not None:
             ctx.merge({"todo": self._todos([step], status)})
-            self._settled_cache = None
+            run.settled_cache = None
         await self.store.commit(ctx, node_id=ctx.node_id, metadata={"decision": str(choice)})
 
-    async def _replan(self, ctx: ExecutionContext, report: FailureReport) -> bool:
+    async def _replan(self, run: _Run, report: FailureReport) -> bool:
         assert self.replan is not None
+        ctx = run.ctx
         steps = await _maybe_await(self.replan(report, ctx))
         if not steps:
             return False
-        done, _ = self._settled(ctx)
-        self.workflow = self.workflow.replace_remaining(done, steps)
-        ctx.merge({"todo": self._todos([s for s in self.workflow.steps if s.id not in done], "pending")})
-        self._hint = 0
-        self._settled_cache = None
+        done, _ = self._settled(run)
+        run.workflow = run.workflow.replace_remaining(done, steps)
+        ctx.merge({"todo": self._todos([s for s in run.workflow.steps if s.id not in done], "pending")})
+        run.hint = 0
+        run.settled_cache = None
         ctx.merge(
             {
                 "event_log": [
@@ -512,13 +526,14 @@ class Runner:
         return True
 
     # == bookkeeping ================================================================
-    async def _after_checkpoint(self, ctx: ExecutionContext, step: Step, version: int) -> None:
+    async def _after_checkpoint(self, run: _Run, step: Step, version: int) -> None:
+        ctx, workflow = run.ctx, run.workflow
         update: dict[str, Any] = {}
         if self.on_checkpoint is not None:
             update.update(await _maybe_await(self.on_checkpoint(version, ctx)) or {})
-        done, skipped = self._settled(ctx)
-        if self.workflow.phase_settled(step.phase, done, skipped):
-            phase = next(p for p in self.workflow.phases if p.id == step.phase)
+        done, skipped = self._settled(run)
+        if workflow.phase_settled(step.phase, done, skipped):
+            phase = next(p for p in workflow.phases if p.id == step.phase)
             self._emit("phase_done", ctx.run_id, step.id, phase=phase.id)
             if self.on_phase_complete is not None:
                 update.update(await _maybe_await(self.on_phase_complete(phase, ctx)) or {})
@@ -526,9 +541,8 @@ class Runner:
             ctx.merge(update)
             await self.store.commit(ctx, node_id=step.id, metadata={"context_hook": True})
 
-    async def _finish(
-        self, ctx: ExecutionContext, status: RunStatus, report: FailureReport | None = None
-    ) -> RunResult:
+    async def _finish(self, run: _Run, status: RunStatus, report: FailureReport | None = None) -> RunResult:
+        ctx = run.ctx
         ctx.put("_lease", None)
         version = await self.store.commit(ctx, node_id=ctx.node_id, status=status)
         self._emit(
@@ -550,38 +564,8 @@ class Runner:
         }
 
     def _lease(self) -> dict[str, Any]:
-        return {
-            "owner": self.owner,
-            "host": _HOST,
-            "pid": os.getpid(),
-            "expires_at": time.time() + self.lease_ttl,
-        }
-
-    def _check_lease(self, run_id: str, lease: Any, *, force: bool) -> None:
-        if force or not isinstance(lease, dict) or lease.get("owner") == self.owner:
-            return
-        if lease.get("expires_at", 0) <= time.time():
-            return  # its holder stopped renewing it
-        if lease.get("host") == _HOST and not _pid_alive(int(lease.get("pid", 0))):
-            return  # same machine, process gone: a crash
-        left = lease.get("expires_at", 0) - time.time()
-        raise RunInProgress(run_id, str(lease.get("owner")), f" (lease expires in {left:.0f}s)")
+        return new_lease(self.owner, self.lease_ttl)
 
     def _emit(self, event: str, run_id: str, step: str | None = None, **detail: Any) -> None:
         if self.on_event is not None:
             self.on_event(Event(kind=event, run_id=run_id, step=step, detail=detail))
-
-
-_HOST = socket.gethostname()
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

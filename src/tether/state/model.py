@@ -20,11 +20,14 @@ __all__ = [
 
 
 class RunStatus(enum.StrEnum):
-    """Life cycle of a run (seed 003 plus PENDING and CANCELLED)."""
+    """Life cycle of a run (seed 003 plus PENDING, CANCELLED and INTERRUPTED)."""
 
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     PAUSED = "PAUSED"
+    INTERRUPTED = "INTERRUPTED"
+    """Stopped from outside (cancelled task, Ctrl-C, a store that stayed down) or its
+    process died: nothing executes it, ``resume`` continues it."""
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"

@@ -1,0 +1,93 @@
+"""Leases: which process executes a run now, and whether that process is still alive.
+
+A lease lives in the run's state (key ``_lease``: owner, host, pid, expires_at), so it is
+written in the same atomic commit as the step it covers. A lease is *dead* when its time
+ran out (its holder stopped renewing it) or when it names this host and a pid that no
+longer exists (a crash, a SIGKILL). A RUNNING run whose lease is dead is shown as
+INTERRUPTED: nobody executes it, and ``resume`` takes it over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import time
+from typing import Any
+
+from tether.errors import RunInProgress
+from tether.state import RunInfo, RunStatus
+from tether.stores.base import CheckpointStore
+
+__all__ = ["HOST", "check_lease", "lease_is_dead", "list_runs_live", "new_lease", "pid_alive"]
+
+HOST = socket.gethostname()
+
+
+def new_lease(owner: str, ttl: float) -> dict[str, Any]:
+    return {"owner": owner, "host": HOST, "pid": os.getpid(), "expires_at": time.time() + ttl}
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lease_is_dead(lease: Any, *, now: float | None = None) -> bool:
+    """No live process holds this lease (None or malformed counts as dead)."""
+    if not isinstance(lease, dict):
+        return True
+    if lease.get("expires_at", 0) <= (time.time() if now is None else now):
+        return True  # its holder stopped renewing it
+    return lease.get("host") == HOST and not pid_alive(int(lease.get("pid", 0)))
+
+
+def check_lease(run_id: str, lease: Any, *, owner: str, force: bool) -> None:
+    """Raise :class:`RunInProgress` unless the run may be taken over by ``owner``."""
+    if force or not isinstance(lease, dict) or lease.get("owner") == owner or lease_is_dead(lease):
+        return
+    left = lease.get("expires_at", 0) - time.time()
+    raise RunInProgress(run_id, str(lease.get("owner")), f" (lease expires in {left:.0f}s)")
+
+
+async def live_status(store: CheckpointStore, info: RunInfo) -> RunStatus:
+    """The run's status as a person should read it: RUNNING only while a live process holds
+    it, INTERRUPTED when its holder is gone (the stored status says RUNNING then)."""
+    if info.status is not RunStatus.RUNNING:
+        return info.status
+    cp = await store.load(info.run_id)
+    if cp is None or lease_is_dead(cp.state.get("_lease")):
+        return RunStatus.INTERRUPTED
+    return RunStatus.RUNNING
+
+
+async def list_runs_live(
+    store: CheckpointStore, *, status: RunStatus | None = None, limit: int = 100
+) -> list[RunInfo]:
+    """``store.list_runs`` with the RUNNING runs whose process died shown as INTERRUPTED.
+
+    Only RUNNING runs are checked (one load each), so a long list of finished runs costs
+    one query. ``status=INTERRUPTED`` finds both the stored ones and the dead RUNNING ones.
+    """
+    wanted = status
+    if status is RunStatus.INTERRUPTED:
+        stored = await store.list_runs(status=RunStatus.INTERRUPTED, limit=limit)
+        running = await store.list_runs(status=RunStatus.RUNNING, limit=limit)
+        runs = sorted([*stored, *running], key=lambda r: r.updated_at, reverse=True)
+    else:
+        runs = await store.list_runs(status=status, limit=limit)
+    out: list[RunInfo] = []
+    for info in runs:
+        shown = await live_status(store, info)
+        if shown is not info.status:
+            info = dataclasses.replace(info, status=shown)
+        if wanted is None or info.status is wanted:
+            out.append(info)
+    return out[:limit]
