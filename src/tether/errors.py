@@ -22,6 +22,7 @@ Split by who is at fault, so callers can decide what to do without parsing messa
   x ToolError                a command could not be run as asked
     + CommandTimeout         it ran past its timeout and was killed
     + CommandRefused         the command policy refused it (destructive or unconfirmed)
+      + ApprovalRequired     it needs a human's approval and no one is there to ask
     + SessionError           the local or SSH session failed (connect, auth, lost)
   x ContextError             the context engine was asked something impossible
     + BudgetExceeded         pinned content alone does not fit the budget
@@ -41,6 +42,7 @@ __all__ = [
     "ContextError",
     "DecryptionError",
     "InvalidStateValue",
+    "ApprovalRequired",
     "CommandRefused",
     "CommandTimeout",
     "ModelError",
@@ -212,6 +214,11 @@ class CommandRefused(ToolError, PermissionError):
         super().__init__(f"refused by the command policy ({reason}): {command}")
         self.command = command
         self.reason = reason
+
+
+class ApprovalRequired(CommandRefused):
+    """The command needs approval (risky, or an escalation out of the sandbox) and the run has
+    no one to ask: an unattended run pauses here until a human decides."""
 
 
 class SessionError(ToolError):

@@ -26,7 +26,7 @@ from tether.context import ContextWindow, InMemoryArtifactStore, Layer, new_item
 from tether.context.artifacts import ArtifactStore
 from tether.context.recovery import call_with_recovery
 from tether.context.trim import trim_output
-from tether.errors import ModelOutputError, ToolError
+from tether.errors import ApprovalRequired, ModelOutputError, ToolError
 from tether.models.base import ChatModel
 from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
 from tether.state import ExecutionContext, RunStatus, default_registry
@@ -216,6 +216,8 @@ class AgentLoop:
             )
         except ToolError as exc:  # CommandRefused included: the model reads why and adapts
             text = self.redact(f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, ApprovalRequired):  # unattended: a human decides, then resume
+                sc.pause(self.redact(f"approval needed: {exc.reason}"))
             window.add(new_item("tool_result", text, id=f"result-{n}", tool_call_id=call_id))
             update["command_history"] = [
                 {
@@ -253,10 +255,11 @@ class AgentLoop:
         ]
         update["last_error"] = None if result.success else f"`{command}` exited {result.exit_code}"
 
-    async def _confirm(self, command: str, reason: str) -> bool:
-        """GuardedSession's confirmation of a risky command, asked through the handler."""
+    async def _confirm(self, command: str, reason: str) -> bool | None:
+        """GuardedSession's confirmation of a risky command, asked through the handler;
+        ``None`` without one: the command raises ApprovalRequired and the run pauses."""
         if self.interaction is None:
-            return False
+            return None
         from tether.agent.interaction import InteractionRequest
 
         response = await self.interaction.ask(

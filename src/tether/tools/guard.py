@@ -19,13 +19,14 @@ part of it is computed at run time.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Self
 
-from tether.errors import CommandRefused
+from tether.errors import ApprovalRequired, CommandRefused, ConfigError
 from tether.tools.policy import CommandPolicy, PolicyVerdict
 from tether.tools.result import CommandResult
 
@@ -76,18 +77,22 @@ def decide(verdict: PolicyVerdict, mode: Mode) -> Decision:
     return Decision("ask" if verdict.action == "confirm" else "run", False, True)
 
 
-ConfirmCallback = Callable[[str, str], Awaitable[bool]]
-"""``await confirm(command, reason)``: True to run a risky command, False to refuse it."""
+ConfirmCallback = Callable[[str, str], Awaitable[bool | None]]
+"""``await confirm(command, reason)``: True to run, False to refuse, None when no one can
+answer now (the command raises ``ApprovalRequired``, so an unattended run pauses)."""
 
 
 class GuardedSession:
-    """Wraps a session: denied commands and unconfirmed risky ones raise ``CommandRefused``.
+    """Wraps a session: every command is judged by the policy, then run as the mode decides.
 
-    A refused command never reaches the inner session. Without ``confirm`` every
-    ``confirm`` verdict is refused, the safe default for unattended runs. ``workdir``
-    (default: the inner session's directory when wrapped) is where deleting needs no
-    confirmation; relative paths are resolved against the inner session's current ``cwd``.
-    ``host_facts`` runs tether's own probe script and is not checked.
+    A refused command never reaches the inner session and raises ``CommandRefused``.
+    Without ``confirm`` a command that needs approval raises ``ApprovalRequired`` (the agent
+    loop pauses the run for a decision). Approvals are remembered by command and directory
+    (``approvals``, which a resumed run restores), so the same command is not asked twice.
+    ``mode`` defaults to ``sandboxed`` when the inner session has a sandbox and ``ask``
+    otherwise (said once in the log). ``workdir`` (default: the inner session's directory)
+    is where deleting needs no confirmation; relative paths resolve against the inner
+    session's current ``cwd``. ``host_facts`` runs tether's own probe script unchecked.
     """
 
     def __init__(
@@ -97,15 +102,27 @@ class GuardedSession:
         *,
         confirm: ConfirmCallback | None = None,
         workdir: str | None = None,
+        mode: Mode | None = None,
+        approvals: set[str] | None = None,
     ) -> None:
         self.session = session
         self.policy = policy or CommandPolicy()
         self.confirm = confirm
         self.workdir = workdir or self.policy.workdir or session.cwd
         self.last_verdict: PolicyVerdict | None = None
+        self.last_decision: Decision | None = None
+        self.sandbox = getattr(session, "sandbox", None)
+        if mode is not None and mode not in MODES:
+            raise ConfigError(f"unknown safety mode {mode!r}; use one of {', '.join(MODES)}")
+        if mode == "sandboxed" and self.sandbox is None:
+            logger.warning("no sandbox available for %r: falling back to the ask mode", session)
+            mode = "ask"
+        self.mode: Mode = mode or ("sandboxed" if self.sandbox is not None else "ask")
+        self.approvals: set[str] = approvals if approvals is not None else set()
+        """Keys of approved commands (``approval_key``): kept in the run's state by the agent loop."""
 
     def __repr__(self) -> str:
-        return f"GuardedSession({self.session!r})"
+        return f"GuardedSession({self.session!r}, mode={self.mode!r})"
 
     @property
     def cwd(self) -> str | None:
@@ -115,6 +132,12 @@ class GuardedSession:
         """The policy's verdict on ``command`` where the session stands now."""
         return self.policy.check(command, cwd=self.session.cwd, workdir=self.workdir)
 
+    def approval_key(self, command: str, cwd: str | None = None) -> str:
+        """What an approval covers: this exact command, in this directory, in this mode."""
+        where = cwd or self.session.cwd or ""
+        digest = hashlib.sha256(f"{self.mode}\0{where}\0{command}".encode()).hexdigest()
+        return digest[:32]
+
     async def run(
         self,
         command: str,
@@ -123,20 +146,51 @@ class GuardedSession:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> CommandResult:
-        """Check ``command``, ask if it is risky, and run it only if allowed."""
+        """Check ``command``, ask if the mode says so, and run it only if allowed."""
         verdict = self.policy.check(command, cwd=cwd or self.session.cwd, workdir=self.workdir)
-        self.last_verdict = verdict
-        if verdict.action == "deny":
+        decision = decide(verdict, self.mode)
+        self.last_verdict, self.last_decision = verdict, decision
+        if decision.outcome == "refuse":
             logger.warning("command denied by rule %s: %s", verdict.rule, verdict.reason)
             raise CommandRefused(command, f"{verdict.rule}: {verdict.reason}")
-        if verdict.action == "confirm":
-            approved = self.confirm is not None and await self.confirm(command, verdict.reason)
-            if not approved:
-                logger.warning("command not confirmed (rule %s): %s", verdict.rule, verdict.reason)
-                why = "no one to confirm it" if self.confirm is None else "not confirmed"
-                raise CommandRefused(command, f"{verdict.rule}: {verdict.reason}; {why}")
-            logger.info("risky command confirmed (rule %s)", verdict.rule)
+        if decision.outcome == "ask":
+            await self._approve(command, cwd, verdict, decision)
+        if self.sandbox is not None:
+            run = self.session.run  # LocalSession with a sandbox: say where this one runs
+            return await run(  # type: ignore[call-arg]
+                command,
+                timeout=timeout,
+                cwd=cwd,
+                env=env,
+                sandboxed=decision.sandboxed,
+                network=decision.network,
+            )
         return await self.session.run(command, timeout=timeout, cwd=cwd, env=env)
+
+    async def _approve(
+        self, command: str, cwd: str | None, verdict: PolicyVerdict, decision: Decision
+    ) -> None:
+        key = self.approval_key(command, cwd)
+        rule = verdict.rule or "host-change"
+        reason = verdict.reason
+        if decision.escalation:
+            reason = f"{reason}: it must run outside the sandbox, on the host"
+        if key in self.approvals:
+            logger.info("command approved earlier (rule %s), running it", rule)
+            return
+        if self.confirm is None:
+            logger.warning("command needs approval (rule %s) and no one can answer: %s", rule, reason)
+            raise ApprovalRequired(command, f"{rule}: {reason}; approval needed")
+        answer = await self.confirm(command, reason)
+        if answer is None:
+            logger.warning("command needs approval (rule %s) and no one can answer: %s", rule, reason)
+            raise ApprovalRequired(command, f"{rule}: {reason}; approval needed")
+        if not answer:
+            logger.warning("command not approved (rule %s): %s", rule, reason)
+            raise CommandRefused(command, f"{rule}: {reason}; not confirmed")
+        self.approvals.add(key)
+        kind = "escalation out of the sandbox" if decision.escalation else "risky command"
+        logger.warning("%s approved (rule %s, mode %s): %s", kind, rule, self.mode, reason)
 
     async def host_facts(self) -> HostFacts:
         return await self.session.host_facts()
@@ -163,6 +217,7 @@ def guarded(
     confirm: ConfirmCallback | None = None,
     *,
     workdir: str | None = None,
+    mode: Mode | None = None,
 ) -> GuardedSession:
-    """``GuardedSession(session, policy, confirm=confirm)``."""
-    return GuardedSession(session, policy, confirm=confirm, workdir=workdir)
+    """``GuardedSession(session, policy, confirm=confirm, workdir=workdir, mode=mode)``."""
+    return GuardedSession(session, policy, confirm=confirm, workdir=workdir, mode=mode)

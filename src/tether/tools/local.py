@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -27,6 +28,7 @@ from tether.tools.result import TIMEOUT_EXIT_CODE, CommandResult
 
 if TYPE_CHECKING:
     from tether.tools.facts import HostFacts
+    from tether.tools.sandbox import Sandbox
 
 __all__ = ["LocalSession"]
 
@@ -88,6 +90,9 @@ class LocalSession(ShellOptions):
         kill_grace: seconds between SIGTERM and SIGKILL on timeout.
         raise_on_timeout: raise ``CommandTimeout`` instead of returning exit code 124.
         redact: applied to commands and output before they reach DEBUG logs.
+        sandbox: run every command in this ``Sandbox`` (``cwd`` is the writable working
+            directory); ``run(..., sandboxed=False)`` runs one outside, ``network=True``
+            keeps the network for one. In the sandbox nothing a command starts outlives it.
     """
 
     def __init__(
@@ -102,6 +107,7 @@ class LocalSession(ShellOptions):
         kill_grace: float = 2.0,
         raise_on_timeout: bool = False,
         redact: Callable[[str], str] | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         base = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
         if not os.path.isdir(base):
@@ -119,6 +125,7 @@ class LocalSession(ShellOptions):
         self._base_cwd: str = base
         self._cwd: str = base
         self.shell = shell
+        self.sandbox = sandbox
 
     def __repr__(self) -> str:
         return f"LocalSession(cwd={self._cwd!r})"
@@ -141,6 +148,8 @@ class LocalSession(ShellOptions):
 
     async def close(self) -> None:
         self._closed = True
+        if self.sandbox is not None:
+            self.sandbox.close()
 
     async def host_facts(self) -> HostFacts:
         from tether.tools.facts import gather_host_facts
@@ -154,8 +163,13 @@ class LocalSession(ShellOptions):
         timeout: float | None = None,  # noqa: ASYNC109 - a per-command limit, part of the Session API
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
+        sandboxed: bool = True,
+        network: bool = False,
     ) -> CommandResult:
-        """Run one shell line and return its result (see the class docstring)."""
+        """Run one shell line and return its result (see the class docstring).
+
+        ``sandboxed`` and ``network`` apply only when the session has a sandbox.
+        """
         if self._closed:
             raise SessionError("LocalSession is closed")
         limit = self.default_timeout if timeout is None else timeout
@@ -164,13 +178,16 @@ class LocalSession(ShellOptions):
         script = wrap_script(command, cwd_sentinel=self._sentinel if self.persist_cwd else None)
         logger.debug("run %s (cwd=%s)", preview(command, self._redact), start_dir)
         loop = asyncio.get_running_loop()
+        argv = [self.shell, "-c", script]
+        launch = None
+        if self.sandbox is not None and sandboxed:
+            launch = self.sandbox.prepare(argv, workdir=self._base_cwd, cwd=start_dir, network=network)
+            argv = launch.argv
         started = time.monotonic()
         try:
             transport, proto = await loop.subprocess_exec(
                 lambda: _Capture(loop, self.max_output_bytes),
-                self.shell,
-                "-c",
-                script,
+                *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -178,8 +195,10 @@ class LocalSession(ShellOptions):
                 env=merged,
                 start_new_session=True,
             )
-        except OSError as exc:
-            raise SessionError(f"cannot start {self.shell}: {exc}") from exc
+        except (OSError, subprocess.SubprocessError) as exc:
+            if launch is not None:
+                launch.close()
+            raise SessionError(f"cannot start {argv[0]}: {exc}") from exc
         timed_out = False
         pipes_held = False
         pid = transport.get_pid()
@@ -201,6 +220,8 @@ class LocalSession(ShellOptions):
                 except (TimeoutError, asyncio.CancelledError):
                     pass
             transport.close()
+            if launch is not None:
+                launch.close()
         duration = time.monotonic() - started
         returncode = transport.get_returncode()
         stdout, out_cut, where = proto.stdout.finish(self._sentinel if self.persist_cwd else None)

@@ -206,6 +206,7 @@ class CommandPolicy:
             )
         findings: list[tuple[_Finding, str]] = []
         needs: set[str] = set()
+        host: list[tuple[str, str]] = []
         flat = " ".join(command.split())
         for rule in self._deny + self._confirm:
             if re.search(rule.pattern, command) or re.search(rule.pattern, flat):
@@ -221,12 +222,20 @@ class CommandPolicy:
         if "dynamic" not in self.disabled:
             findings += [(("sandbox", "dynamic", reason), segment) for segment, reason in line.dynamic]
         for cmd in line.commands:
-            findings += self._judge(cmd, ctx, needs)
+            findings += self._judge(cmd, ctx, needs, host)
             if cmd.program == "cd":  # `cd / && rm -rf *` deletes in /
                 ctx = _Ctx(_cd(ctx.cwd, cmd.args), ctx.zones, ctx.allow_hosts, ctx.registries)
-        return _worst(findings, frozenset(needs))
+        verdict = _worst(findings, frozenset(needs))
+        if verdict.action == "allow" and host:
+            reason, segment = host[0]
+            return PolicyVerdict(
+                action="allow", reason=reason, rule="host-change", segment=segment, needs=verdict.needs
+            )
+        return verdict
 
-    def _judge(self, cmd: SimpleCommand, ctx: _Ctx, needs: set[str]) -> list[tuple[_Finding, str]]:
+    def _judge(
+        self, cmd: SimpleCommand, ctx: _Ctx, needs: set[str], host: list[tuple[str, str]]
+    ) -> list[tuple[_Finding, str]]:
         text = cmd.text
         out: list[tuple[_Finding, str]] = []
         for rule in self._deny:
@@ -245,6 +254,8 @@ class CommandPolicy:
                 needs.update(hit[2])
                 if hit[0] != "allow":
                     out.append(((hit[0], name, hit[1]), text))  # type: ignore[arg-type]
+                elif "host" in hit[2] and not host:
+                    host.append((hit[1], text))
         if self.confirm_sudo and "sudo" not in self.disabled and {"sudo", "doas"} & set(cmd.wrappers):
             out.append((("confirm", "sudo", "runs as root"), text))
         for rule in self._confirm:
