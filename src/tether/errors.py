@@ -28,6 +28,8 @@ Split by who is at fault, so callers can decide what to do without parsing messa
     + BudgetExceeded         pinned content alone does not fit the budget
     + ArtifactNotFound       (tether.context.artifacts) no artefact with that id
   x InvalidAnswer            (tether.agent.interaction) an answer that does not fit its question
+  x BlackboardPathError      (orchestrator) a report path outside the working directory
+  x SubLoopLocked            (orchestrator) another live process holds the sub-loop lock
 
 Exceptions carry data (``run_id``, ``version``) and never log; the code that handles
 an error logs it.
@@ -36,6 +38,7 @@ an error logs it.
 from __future__ import annotations
 
 __all__ = [
+    "BlackboardPathError",
     "BudgetExceeded",
     "CheckpointCorrupt",
     "ConfigError",
@@ -58,6 +61,7 @@ __all__ = [
     "StateError",
     "StoreError",
     "StoreUnavailable",
+    "SubLoopLocked",
     "TetherError",
     "VersionConflict",
 ]
@@ -231,3 +235,20 @@ class ContextError(TetherError):
 
 class BudgetExceeded(ContextError):
     """Even after every allowed compression, the content does not fit the budget."""
+
+
+class BlackboardPathError(TetherError, PermissionError):
+    """A blackboard path that is absolute, contains ``..`` or leads outside the working
+    directory through a symlink; ``path`` is the path as given."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class SubLoopLocked(TetherError):
+    """The TEST/DEV sub-loop lock of a working directory is held by another live process."""
+
+    def __init__(self, message: str, *, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder

@@ -514,6 +514,15 @@ def keygen() -> None:
     typer.echo(generate_key())
 
 
+def _register_orchestrate() -> None:
+    from tether.cli.orchestrate import orchestrate  # its own module: heavy imports stay lazy
+
+    app.command(name="orchestrate")(orchestrate)
+
+
+_register_orchestrate()
+
+
 def main() -> None:
     app()
 

@@ -62,6 +62,8 @@ class HistoryWindow:
 def parse_history(markdown: str) -> list[HistoryEntry]:
     """Split ``## Iteration N: …`` sections; headings marked ``[MILESTONE]`` are milestones."""
     matches = list(_HEADING.finditer(markdown))
+    if not matches:  # no iteration yet (a title line only)
+        return []
     entries: list[HistoryEntry] = []
     for m, nxt in zip(matches, [*matches[1:], None], strict=True):
         end = nxt.start() if nxt else len(markdown)

@@ -28,9 +28,12 @@ __all__ = [
     "ReportSummary",
     "Verdict",
     "choose_level",
+    "extract_details",
     "extract_report_summary",
+    "extract_verdict_fast",
     "format_report",
     "read_report_summary",
+    "validate_report",
 ]
 
 Verdict = Literal["PASS", "FAIL", "BLOCKED", "UNKNOWN"]
@@ -70,6 +73,8 @@ class ReportSummary:
     """Under 200 characters."""
     timestamp: str = ""
     path: str = ""
+    details: tuple[str, ...] = ()
+    """What matters for this kind of report (see :func:`extract_details`), one per line."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +86,7 @@ class ReportSummary:
             "evidence": self.evidence,
             "timestamp": self.timestamp,
             "path": self.path,
+            "details": list(self.details),
         }
 
     @classmethod
@@ -95,6 +101,7 @@ class ReportSummary:
             evidence=str(data.get("evidence", ""))[: EVIDENCE_CHARS - 1],
             timestamp=str(data.get("timestamp", "")),
             path=str(data.get("path", "")),
+            details=tuple(str(d) for d in data.get("details") or ()),
         )
 
 
@@ -161,7 +168,10 @@ def extract_report_summary(
         evidence = evidence[: EVIDENCE_CHARS - 2].rstrip() + "…"
     if verdict == "UNKNOWN":
         logger.warning("report %s: no PASS/FAIL/BLOCKED verdict in its first lines", path or "?")
+    if not iteration:
+        logger.warning("report %s: no 'iteration:' line; using iteration 0", path or "?")
     return ReportSummary(
+        details=extract_details(lines, agent),
         iteration=iteration,
         agent=agent,
         verdict=verdict,
@@ -171,6 +181,93 @@ def extract_report_summary(
         timestamp=timestamp,
         path=path,
     )
+
+
+_TEST_COMMAND = re.compile(r"(?im)^[ \t>*-]*(?:命令|测试命令|command)\s*[:：][ \t]*`?([^`\n]+)`?")
+_SHELL_LINE = re.compile(r"(?m)^\s*\$\s+(\S.*)$")
+_FAILED_CASE = re.compile(r"(?m)^(?:FAILED|ERROR)\s+(\S+)")
+_COVERAGE = re.compile(r"(?im)(?:覆盖率|coverage)\s*[:：]?\s*(\d{1,3}(?:\.\d+)?%)|^TOTAL\s.*?(\d{1,3}%)\s*$")
+_SELF_TEST = re.compile(r"(?im)^[ \t>*-]*(?:自测结果|自测|self[- ]test)\s*[:：][ \t]*(\S.*)$")
+_VERIFICATION = re.compile(r"(?im)^[ \t>*-]*(?:验证方式|验证|verification)\s*[:：][ \t]*(\S.*)$")
+_PRIORITY = re.compile(r"(?i)\bP[01]\b")
+_FILE_LINE = re.compile(r"(?im)^[ \t>*-]*(?:修改文件|文件|files?(?: changed)?)\s*[:：][ \t]*(\S.*)$")
+
+
+def _bullets(lines: list[str], names: tuple[str, ...]) -> list[str]:
+    """The bullet items directly under the first heading titled with one of ``names``."""
+    items: list[str] = []
+    inside = False
+    for line in lines:
+        if heading := _HEADING.match(line):
+            if inside:
+                break
+            inside = any(n in heading.group(1).lower() for n in names)
+        elif inside and (m := re.match(r"^\s*(?:[-*+]|\d+[.)])\s+(.*\S)", line)):
+            items.append(m.group(1).strip(" `"))
+        elif inside and items and line.strip():
+            break
+    return items
+
+
+def extract_details(lines: list[str], agent: str) -> tuple[str, ...]:
+    """The per-type part of a summary: TEST → command, failing cases, coverage; DEV → files
+    changed, self-test result; REVIEW → evidence sources, verification; FINISH_REVIEW →
+    its P0/P1 issues. Pure and tolerant: what is not found is left out."""
+    text = "\n".join(lines)
+    kind = agent.upper()
+    out: list[str] = []
+    if kind == "TEST":
+        if m := _TEST_COMMAND.search(text) or _SHELL_LINE.search(text):
+            out.append(f"command: {m.group(1).strip()}")
+        failing = _FAILED_CASE.findall(text) or _bullets(lines, ("失败用例", "failing", "failures"))
+        if failing:
+            out.append("failing: " + "; ".join(dict.fromkeys(failing[:8])))
+        if m := _COVERAGE.search(text):
+            out.append(f"coverage: {m.group(1) or m.group(2)}")
+    elif kind == "DEV":
+        files = _bullets(lines, ("修改文件", "files changed", "files"))
+        if not files and (m := _FILE_LINE.search(text)):
+            files = list(_items(m.group(1)))
+        if files:
+            out.append("files: " + "; ".join(files[:10]))
+        if m := _SELF_TEST.search(text):
+            out.append(f"self-test: {m.group(1).strip()}")
+    elif kind == "REVIEW":
+        sources = _bullets(lines, ("证据来源", "evidence sources", "sources"))
+        if sources:
+            out.append("evidence sources: " + "; ".join(sources[:5]))
+        if m := _VERIFICATION.search(text):
+            out.append(f"verification: {m.group(1).strip()}")
+    elif kind == "FINISH_REVIEW":
+        issues = [ln.strip(" -*\t") for ln in lines if _PRIORITY.search(ln) and not _HEADING.match(ln)]
+        out.append("issues: " + ("; ".join(issues[:10]) if issues else "no P0/P1 issues"))
+    return tuple(line[:300] for line in out)
+
+
+def extract_verdict_fast(path: str | os.PathLike[str], max_lines: int = VERDICT_LINES) -> Verdict:
+    """The verdict from the first ``max_lines`` lines only (the sub-loop's quick check):
+    a report of thousands of lines costs ten line reads. Never raises."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = "".join(itertools.islice(f, max_lines))
+    except OSError:
+        return "UNKNOWN"
+    if match := _VERDICT.search(head):
+        return cast(Verdict, match.group(1).upper())
+    bare = {m.upper() for m in _BARE_VERDICT.findall(head)}
+    return cast(Verdict, bare.pop()) if len(bare) == 1 else "UNKNOWN"
+
+
+def validate_report(text: str) -> list[str]:
+    """What the standard header lacks: an ``iteration:`` line, a verdict line in the first
+    10 lines (``结论：PASS|FAIL|BLOCKED`` or ``verdict: …``). Empty when the report is valid."""
+    lines = text.splitlines()
+    problems: list[str] = []
+    if not _ITERATION.search("\n".join(lines[:SUMMARY_LINES])):
+        problems.append("no 'iteration: N' line")
+    if not _VERDICT.search("\n".join(lines[:VERDICT_LINES])):
+        problems.append("no verdict line ('结论：PASS|FAIL|BLOCKED' or 'verdict: ...') in the first 10 lines")
+    return problems
 
 
 def _agent_from_path(path: Path) -> str:
@@ -260,10 +357,12 @@ def format_report(summary: ReportSummary, level: int, *, full_text: str | None =
         lines.append("blockers: " + "; ".join(blockers))
         if summary.key_changes:
             lines.append("key changes: " + "; ".join(summary.key_changes[:3]))
+        lines += list(summary.details[:2])
     else:
         lines += ["blockers:", *(f"- {b}" for b in blockers)]
         if summary.key_changes:
             lines += ["key changes:", *(f"- {c}" for c in summary.key_changes)]
+        lines += list(summary.details)
         if summary.evidence:
             lines.append(f"evidence: {summary.evidence}")
         if summary.path:

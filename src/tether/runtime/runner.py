@@ -199,7 +199,7 @@ class Runner:
             while True:
                 settled, skipped = self._settled(run)
                 run.hint = run.workflow.settled_prefix(settled | skipped, run.hint)
-                step = run.workflow.next_step(settled, skipped, hint=run.hint)
+                step = run.workflow.next_step(settled, skipped, hint=run.hint, route=run.ctx.get("_route"))
                 if step is None:
                     return await self._finish(run, RunStatus.COMPLETED)
                 await self._run_item(run, step)
@@ -218,7 +218,7 @@ class Runner:
         ctx = run.ctx
         start_version = ctx.version
         self._emit("step_started", ctx.run_id, step.id, name=step.title)
-        sc = StepContext(run_id=ctx.run_id, step=step, state=ctx)
+        sc = StepContext(run_id=ctx.run_id, step=step, state=ctx, workflow=run.workflow)
         began = time.monotonic()
         try:
             update = await self._attempts(step, sc)

@@ -4,6 +4,14 @@ A step is a plain Python callable, sync or async, that receives a
 :class:`StepContext` and returns a state update (a mapping merged through the
 reducers) or None. Steps must be idempotent or register compensations: a step that
 was running when its process died runs again on resume.
+
+Dynamic routing: by default steps run in declaration order as their dependencies allow
+(a DAG). A step may instead choose what runs next with ``StepContext.goto(...)``, one
+step or several (run in the order given), including steps that already ran: loops.
+Routing state lives in the run's state under ``_route`` (the queue of chosen steps and
+a visit count per step) and every decision is appended to ``event_log``, both written
+with the step's own checkpoint, so a resumed run continues on the same path. Loops are
+bounded per step (``Step.max_visits``) and per run (``Workflow.max_routed``).
 """
 
 from __future__ import annotations
@@ -14,12 +22,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigError
+from tether.runtime.events import Event
+from tether.runtime.failures import LogicError
 
 if TYPE_CHECKING:
     from tether.state import ExecutionContext
 
 __all__ = [
+    "ROUTE_KEY",
     "Compensation",
+    "LoopLimitExceeded",
     "Phase",
     "RetryPolicy",
     "Step",
@@ -30,6 +42,21 @@ __all__ = [
 
 StepFn = Callable[["StepContext"], Mapping[str, Any] | None | Awaitable[Mapping[str, Any] | None]]
 ErrorHandler = Callable[[BaseException, "StepContext"], Mapping[str, Any] | None]
+ROUTE_KEY = "_route"
+"""State key of the routing queue: {"pending": [step ids], "visits": {id: n}, "total": n}."""
+
+
+class LoopLimitExceeded(LogicError):
+    """A step routed past a loop bound (a step's ``max_visits`` or the run's ``max_routed``).
+
+    A LOGIC failure: the run is rolled back to before the routing step and re-planned or
+    reported, instead of looping for ever.
+    """
+
+    def __init__(self, message: str, *, step: str, limit: int) -> None:
+        super().__init__(message)
+        self.step = step
+        self.limit = limit
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +94,8 @@ class Step:
     """May turn a failure into a state update (returning None re-raises)."""
     pause_after: bool = False
     """Pause the run for a human once this step is done."""
+    max_visits: int | None = None
+    """How many times ``goto`` may send the run to this step (None: only the run's bound)."""
 
     @property
     def title(self) -> str:
@@ -101,6 +130,63 @@ class StepContext:
     pause_requested: str | None = None
     finish_requested: tuple[str, str] | None = None
     last_heartbeat: float = field(default_factory=time.monotonic)
+    workflow: Workflow | None = None
+    """The workflow being run: ``goto`` checks targets and loop bounds against it."""
+
+    def __post_init__(self) -> None:
+        # A routed step leaves the queue when it starts; the change is committed with its
+        # checkpoint (or rolled back with the state if it fails), so a crash mid-step
+        # finds it still queued and runs it again, like any interrupted step.
+        route = self.state.get(ROUTE_KEY)
+        pending = list(route.get("pending") or ()) if isinstance(route, dict) else []
+        if self.step.id in pending:
+            pending.remove(self.step.id)
+            self.state.put(ROUTE_KEY, {**route, "pending": pending})
+
+    def goto(self, *targets: str, reason: str = "") -> None:
+        """Choose the step(s) that run next, in the order given, before any already queued.
+
+        Targets may have run before (a loop). Raises ConfigError for an unknown step and
+        :class:`LoopLimitExceeded` past a step's ``max_visits`` or the run's ``max_routed``.
+        """
+        if not targets:
+            raise ConfigError("goto() needs at least one step id")
+        route = dict(self.state.get(ROUTE_KEY) or {})
+        visits = dict(route.get("visits") or {})
+        total = int(route.get("total", 0)) + len(targets)
+        wf = self.workflow
+        for target in targets:
+            visits[target] = int(visits.get(target, 0)) + 1
+            if wf is None:
+                continue
+            step = wf.get(target)
+            if step is None:
+                known = ", ".join(s.id for s in wf.steps)
+                raise ConfigError(f"goto({target!r}) from {self.step.id!r}: no such step (steps: {known})")
+            if step.max_visits is not None and visits[target] > step.max_visits:
+                raise LoopLimitExceeded(
+                    f"step {target!r} would run {visits[target]} times, over its max_visits="
+                    f"{step.max_visits}; raise the bound or change the routing",
+                    step=target,
+                    limit=step.max_visits,
+                )
+        if wf is not None and total > wf.max_routed:
+            raise LoopLimitExceeded(
+                f"run {self.run_id!r} would route {total} steps, over the workflow's "
+                f"max_routed={wf.max_routed}",
+                step=self.step.id,
+                limit=wf.max_routed,
+            )
+        pending = [*targets, *(route.get("pending") or [])]
+        self.state.put(ROUTE_KEY, {"pending": pending, "visits": visits, "total": total})
+        detail = {"from": self.step.id, "to": list(targets), "reason": reason, "total": total}
+        self.state.merge(
+            {
+                "event_log": [
+                    Event(kind="route", run_id=self.run_id, step=self.step.id, detail=detail).to_dict()
+                ]
+            }
+        )
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.state.get(key, default)
@@ -129,9 +215,18 @@ class Workflow:
     """Steps with dependencies; ``Workflow.plan(...)`` for a plain ordered list."""
 
     def __init__(
-        self, steps: Iterable[Step], *, name: str = "workflow", phases: Sequence[Phase] = ()
+        self,
+        steps: Iterable[Step],
+        *,
+        name: str = "workflow",
+        phases: Sequence[Phase] = (),
+        max_routed: int = 10_000,
     ) -> None:
+        if max_routed < 1:
+            raise ConfigError("Workflow max_routed must be >= 1")
         self.name = name
+        self.max_routed = max_routed
+        """How many ``goto`` targets one run may queue in total (the bound on all loops)."""
         self.steps: list[Step] = list(steps)
         self._by_id: dict[str, Step] = {}
         self._phase_cache: dict[str, list[Step]] | None = None
@@ -204,13 +299,23 @@ class Workflow:
         return len(self.steps)
 
     def next_step(
-        self, done: set[str], skipped: set[str] | frozenset[str] = frozenset(), *, hint: int = 0
+        self,
+        done: set[str],
+        skipped: set[str] | frozenset[str] = frozenset(),
+        *,
+        hint: int = 0,
+        route: Mapping[str, Any] | None = None,
     ) -> Step | None:
-        """The first step (in declaration order) whose dependencies are all settled.
+        """The step a ``goto`` queued in ``route`` (the run's ``_route`` state) if any, else
+        the first step (in declaration order) whose dependencies are all settled.
 
         ``hint``: an index before which every step is known to be settled (settled sets
         only grow during a run), so a long plan is not rescanned from the top each step.
         """
+        if route:
+            for target in route.get("pending") or ():
+                if target not in skipped and target in self._by_id:  # a step skipped by decision
+                    return self._by_id[target]
         settled = done | skipped
         for step in self.steps[hint:]:
             if step.id not in settled and all(d in settled for d in step.deps):
@@ -238,7 +343,7 @@ class Workflow:
         for step in fresh:
             deps = tuple(d for d in step.deps if d in settled or d in {c.id for c in chained})
             chained.append(_with_deps(step, deps))
-        return Workflow([*kept, *chained], name=self.name, phases=self.phases)
+        return Workflow([*kept, *chained], name=self.name, phases=self.phases, max_routed=self.max_routed)
 
 
 def _with_deps(step: Step, deps: tuple[str, ...]) -> Step:

@@ -1,0 +1,79 @@
+"""The orchestrator's metrics and the thresholds that raise warning events.
+
+Kept in the run's state (so they survive a resume): MAIN prompt sizes, sub-loop trigger
+and success rates, summary extraction failures, summary cache hit rate. A threshold
+crossed (MAIN prompt > 200 KB, sub-loop success < 70%, extraction failures > 5%, cache
+hit rate < 60%, sub-loop trigger rate > 50%) gives one warning event per crossing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["THRESHOLDS", "Threshold", "check_thresholds", "empty_metrics", "rates"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Threshold:
+    name: str
+    level: str
+    """warning | info (the seed's alert levels)."""
+    message: str
+
+
+THRESHOLDS: tuple[Threshold, ...] = (
+    Threshold(name="main_prompt_bytes", level="warning", message="MAIN prompt above 200 KB"),
+    Threshold(name="subloop_success_rate", level="warning", message="sub-loop success rate below 70%"),
+    Threshold(
+        name="extraction_failure_rate", level="warning", message="summary extraction failures above 5%"
+    ),
+    Threshold(name="cache_hit_rate", level="info", message="summary cache hit rate below 60%"),
+    Threshold(
+        name="subloop_trigger_rate", level="info", message="sub-loop triggered on more than 50% of TEST runs"
+    ),
+)
+MIN_SAMPLES = 3
+"""Rates are judged only once this many samples exist (one failed sub-loop is not a trend)."""
+
+
+def empty_metrics() -> dict[str, Any]:
+    return {
+        "main_prompt_bytes": [],
+        "main_levels": [],
+        "test_runs": 0,
+        "subloop_entries": 0,
+        "subloop_successes": 0,
+        "extractions": 0,
+        "extraction_failures": 0,
+        "cache_hits": 0,
+        "cache_misses": 0,
+    }
+
+
+def rates(m: Mapping[str, Any]) -> dict[str, float]:
+    lookups = int(m["cache_hits"]) + int(m["cache_misses"])
+    return {
+        "subloop_trigger_rate": m["subloop_entries"] / m["test_runs"] if m["test_runs"] else 0.0,
+        "subloop_success_rate": m["subloop_successes"] / m["subloop_entries"]
+        if m["subloop_entries"]
+        else 1.0,
+        "extraction_failure_rate": m["extraction_failures"] / m["extractions"] if m["extractions"] else 0.0,
+        "cache_hit_rate": m["cache_hits"] / lookups if lookups else 1.0,
+    }
+
+
+def check_thresholds(m: Mapping[str, Any]) -> list[Threshold]:
+    """The thresholds the metrics are past now."""
+    r = rates(m)
+    sizes = m.get("main_prompt_bytes") or []
+    lookups = int(m["cache_hits"]) + int(m["cache_misses"])
+    past = {
+        "main_prompt_bytes": bool(sizes) and sizes[-1] > 200_000,
+        "subloop_success_rate": m["subloop_entries"] >= MIN_SAMPLES and r["subloop_success_rate"] < 0.70,
+        "extraction_failure_rate": m["extractions"] >= MIN_SAMPLES and r["extraction_failure_rate"] > 0.05,
+        "cache_hit_rate": lookups >= 10 and r["cache_hit_rate"] < 0.60,
+        "subloop_trigger_rate": m["test_runs"] >= MIN_SAMPLES and r["subloop_trigger_rate"] > 0.50,
+    }
+    return [t for t in THRESHOLDS if past[t.name]]
