@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
@@ -29,15 +30,24 @@ T = TypeVar("T")
 StoreOpt = Annotated[
     str | None, typer.Option("--store", help="Store URL (default: TETHER_STORE_URL or SQLite).")
 ]
-_state: dict[str, bool] = {"debug": False}
+_state: dict[str, Any] = {"debug": False, "env_file": None}
 
 
 @app.callback()
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
+    env_file: Annotated[
+        str | None,
+        typer.Option(
+            "--env-file", help="Read TETHER_* settings from this file (never implicitly from ./.env)."
+        ),
+    ] = None,
 ) -> None:
     _state["debug"] = debug
+    if env_file is not None and not os.path.isfile(env_file):
+        raise typer.BadParameter(f"--env-file {env_file!r} is not a file")
+    _state["env_file"] = env_file
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
@@ -68,7 +78,8 @@ def _on_store(store: str | None, fn: Callable[[Any], Awaitable[T]]) -> T:
 def _settings(store: str | None) -> tuple[str, dict[str, Any]]:
     from tether.settings import Settings
 
-    settings = Settings() if store is None else Settings(store_url=store)
+    extra: dict[str, Any] = {} if store is None else {"store_url": store}
+    settings = Settings(_env_file=_state["env_file"], **extra)  # type: ignore[call-arg]
     return settings.store_url, settings.store_options()
 
 
@@ -276,8 +287,17 @@ def deploy(
     max_iterations: int = 30,
     store: StoreOpt = None,
     log_dir: str = "./agent_logs",
+    safety: Annotated[
+        str,
+        typer.Option(
+            help="sandboxed: each command in a bubblewrap sandbox, host changes asked first; "
+            "ask: no sandbox, anything not plainly safe asked; trusted: no sandbox (dangerous)."
+        ),
+    ] = "sandboxed",
 ) -> None:
     """Deploy a project with the agent (seed 002), checkpointed every iteration."""
+    if safety not in ("sandboxed", "ask", "trusted"):
+        raise typer.BadParameter("--safety must be sandboxed, ask or trusted")
     import os
     from pathlib import Path
 
@@ -292,6 +312,7 @@ def deploy(
         from tether.models import LLMConfig, ScriptedModel, create_model
         from tether.stores import open_store
         from tether.tools import CommandPolicy, LocalSession, Redactor, SSHCredentials, SSHSession
+        from tether.tools.sandbox import Sandbox
 
         if replies is not None:
             chat: Any = ScriptedModel(replies)
@@ -305,8 +326,17 @@ def deploy(
                     host=creds.host, port=creds.port, username=creds.username, key_path=key
                 )
             session: Any = SSHSession(creds)
+            mode = "ask" if safety == "sandboxed" else safety  # the remote host has no sandbox of ours
         else:
-            session = LocalSession(cwd=target_dir)
+            sandbox = Sandbox.detect() if safety == "sandboxed" else None
+            mode = "ask" if safety == "sandboxed" and sandbox is None else safety
+            session = LocalSession(cwd=target_dir, sandbox=sandbox)
+        if mode != safety:
+            console.print(
+                f"[yellow]no sandbox for this target (install bubblewrap locally): using the {mode} mode[/]"
+            )
+        elif mode == "trusted":
+            console.print("[red]trusted mode: commands run unsandboxed; only risky ones are asked[/]")
         redactor = Redactor()
         async with open_store(url, **options) as st, session:
             agent = DeploymentAgent(
@@ -314,7 +344,7 @@ def deploy(
                 st,
                 max_iterations=max_iterations,
                 log_dir=log_dir,
-                policy=CommandPolicy(),
+                policy=CommandPolicy(mode=mode),  # type: ignore[arg-type]  # checked above
                 redact=redactor,
                 interaction_handler=CLIInteractionHandler(),
                 on_event=_deploy_printer(console),

@@ -112,6 +112,7 @@ class GuardedSession:
         self.last_verdict: PolicyVerdict | None = None
         self.last_decision: Decision | None = None
         self.sandbox = getattr(session, "sandbox", None)
+        mode = mode or self.policy.mode
         if mode is not None and mode not in MODES:
             raise ConfigError(f"unknown safety mode {mode!r}; use one of {', '.join(MODES)}")
         if mode == "sandboxed" and self.sandbox is None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import logging
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
@@ -30,7 +31,16 @@ if TYPE_CHECKING:
     from tether.tools.facts import HostFacts
     from tether.tools.sandbox import Sandbox
 
-__all__ = ["LocalSession"]
+__all__ = ["ENV_ALLOW_LIST", "LocalSession"]
+
+ENV_ALLOW_LIST = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "TZ", "TMPDIR",
+    "HOSTNAME", "VIRTUAL_ENV", "CONDA_PREFIX", "NODE_ENV", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
+    "CI", "DEBIAN_FRONTEND", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME",
+)  # fmt: skip
+"""Variables of this process that commands inherit (``fnmatch`` patterns). Everything else,
+``*_KEY``, ``*_TOKEN``, ``*_PASSWORD``, cloud credentials, proxies with passwords in them,
+stays out unless passed with ``env=``."""
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +92,9 @@ class LocalSession(ShellOptions):
 
     Args:
         cwd: where commands start (default: the current directory, resolved now).
-        env: variables added to this process's environment for every command.
+        env: variables passed to every command (on top of the inherited ones).
+        inherit_env: names (``fnmatch`` patterns) of this process's variables that commands
+            inherit; ``None`` passes the whole environment (secrets included: avoid).
         default_timeout: seconds before a command is killed, unless ``run`` says otherwise.
         max_output_bytes: cap per stream; past it the middle of the output is cut.
         shell: the POSIX shell that runs each line.
@@ -108,6 +120,7 @@ class LocalSession(ShellOptions):
         raise_on_timeout: bool = False,
         redact: Callable[[str], str] | None = None,
         sandbox: Sandbox | None = None,
+        inherit_env: Iterable[str] | None = ENV_ALLOW_LIST,
     ) -> None:
         base = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
         if not os.path.isdir(base):
@@ -126,6 +139,7 @@ class LocalSession(ShellOptions):
         self._cwd: str = base
         self.shell = shell
         self.sandbox = sandbox
+        self.inherit_env = None if inherit_env is None else tuple(inherit_env)
 
     def __repr__(self) -> str:
         return f"LocalSession(cwd={self._cwd!r})"
@@ -267,11 +281,16 @@ class LocalSession(ShellOptions):
             self._cwd = where
 
     def _merged_env(self, env: Mapping[str, str] | None) -> dict[str, str] | None:
-        if not self._env and not env:
-            return None  # inherit this process's environment unchanged
         for name in env or {}:
             check_env_name(name)
-        return {**os.environ, **self._env, **(env or {})}
+        if self.inherit_env is None:
+            if not self._env and not env:
+                return None  # inherit this process's environment unchanged
+            return {**os.environ, **self._env, **(env or {})}
+        kept = {
+            k: v for k, v in os.environ.items() if any(fnmatch.fnmatchcase(k, p) for p in self.inherit_env)
+        }
+        return {**kept, **self._env, **(env or {})}
 
 
 def _killpg(pgid: int, sig: int) -> bool:

@@ -157,6 +157,9 @@ class CommandPolicy:
         allow_package_registries: package managers (pip, npm, cargo...) may reach their
             registries without asking (they still need the network).
         max_line_chars: longer lines are not read and need confirmation.
+        mode: the safety mode a ``GuardedSession`` applies with this policy (``sandboxed``,
+            ``ask`` or ``trusted``; default: ``sandboxed`` when the session has a sandbox,
+            else ``ask``). See ``tether.tools.guard``.
     """
 
     def __init__(
@@ -172,6 +175,7 @@ class CommandPolicy:
         allow_hosts: Iterable[str] = LOOPBACK_HOSTS,
         allow_package_registries: bool = True,
         max_line_chars: int = MAX_LINE_CHARS,
+        mode: Literal["sandboxed", "ask", "trusted"] | None = None,
     ) -> None:
         self._deny = [_rule(r, "deny", "custom-deny") for r in deny]
         self._confirm = [_rule(r, "confirm", "custom-confirm") for r in confirm]
@@ -186,6 +190,9 @@ class CommandPolicy:
         self.allow_hosts = tuple(allow_hosts)
         self.allow_package_registries = allow_package_registries
         self.max_line_chars = max_line_chars
+        if mode not in (None, "sandboxed", "ask", "trusted"):
+            raise ConfigError(f"unknown safety mode {mode!r}; use sandboxed, ask or trusted")
+        self.mode = mode
         self._builtin = [(n, f) for n, f in BUILTIN_RULES.items() if n not in self.disabled]
         self._risks = [(n, f) for n, f in RISK_RULES.items() if n not in self.disabled]
 
