@@ -345,6 +345,8 @@ class AgentLoop:
         update["last_error"] = f"your last reply was invalid: {exc}. Answer with exactly one JSON object."
         if count >= self.config.max_invalid_replies:
             sc.finish("FAILED", f"the model sent {count} invalid replies in a row: {exc}")
+        elif n >= self.config.max_iterations:  # the last reply decides: an invalid one is no success
+            sc.finish("FAILED", f"the last reply (iteration {n}) was invalid: {exc}")
         update["context_window"] = window.to_state()
         self._windows[sc.run_id] = (sc.state.version + 1, window)
         return update
