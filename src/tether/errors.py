@@ -224,6 +224,9 @@ class ApprovalRequired(CommandRefused):
     """The command needs approval (risky, or an escalation out of the sandbox) and the run has
     no one to ask: an unattended run pauses here until a human decides."""
 
+    key: str = ""
+    """What an approval of this command is stored as (``GuardedSession.approval_key``)."""
+
 
 class SessionError(ToolError):
     """The session itself failed: cannot connect, authentication, connection lost."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Self
 
@@ -34,10 +34,13 @@ if TYPE_CHECKING:
     from tether.tools.base import Session
     from tether.tools.facts import HostFacts
 
-__all__ = ["ConfirmCallback", "Decision", "GuardedSession", "Mode", "decide", "guarded"]
+__all__ = ["ConfirmCallback", "Decision", "GuardedSession", "Mode", "Provenance", "decide", "guarded"]
 
 logger = logging.getLogger(__name__)
 
+Provenance = Literal["model", "tool_output", "user"]
+"""Where a command came from: the model's own plan, text it copied from a command's output or
+a file, or the user."""
 Mode = Literal["sandboxed", "ask", "trusted"]
 """``sandboxed`` (the default): commands run in the OS sandbox, escalations ask;
 ``ask``: no sandbox, anything the policy cannot clear asks; ``trusted``: no sandbox, only
@@ -146,9 +149,27 @@ class GuardedSession:
         timeout: float | None = None,  # noqa: ASYNC109 - a per-command limit, part of the Session API
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
+        provenance: Provenance = "model",
     ) -> CommandResult:
-        """Check ``command``, ask if the mode says so, and run it only if allowed."""
+        """Check ``command``, ask if the mode says so, and run it only if allowed.
+
+        ``provenance`` says where the command came from. One copied from a command's output
+        or a file (``tool_output``, the prompt-injection route) is asked before it runs
+        whenever it reaches beyond the sandbox or cannot be judged.
+        """
         verdict = self.policy.check(command, cwd=cwd or self.session.cwd, workdir=self.workdir)
+        if (
+            provenance == "tool_output"
+            and verdict.action in ("allow", "sandbox")
+            and (verdict.needs or verdict.action == "sandbox")
+        ):
+            what = " and ".join(sorted(verdict.needs)) or "code that cannot be judged"
+            verdict = replace(
+                verdict,
+                action="confirm",
+                rule="provenance",
+                reason=f"copied from a command's output or a file, and it needs {what} ({verdict.reason})",
+            )
         decision = decide(verdict, self.mode)
         self.last_verdict, self.last_decision = verdict, decision
         if decision.outcome == "refuse":
@@ -179,13 +200,12 @@ class GuardedSession:
         if key in self.approvals:
             logger.info("command approved earlier (rule %s), running it", rule)
             return
-        if self.confirm is None:
-            logger.warning("command needs approval (rule %s) and no one can answer: %s", rule, reason)
-            raise ApprovalRequired(command, f"{rule}: {reason}; approval needed")
-        answer = await self.confirm(command, reason)
+        answer = None if self.confirm is None else await self.confirm(command, reason)
         if answer is None:
             logger.warning("command needs approval (rule %s) and no one can answer: %s", rule, reason)
-            raise ApprovalRequired(command, f"{rule}: {reason}; approval needed")
+            pending = ApprovalRequired(command, f"{rule}: {reason}; approval needed")
+            pending.key = key
+            raise pending
         if not answer:
             logger.warning("command not approved (rule %s): %s", rule, reason)
             raise CommandRefused(command, f"{rule}: {reason}; not confirmed")
