@@ -99,3 +99,54 @@ def test_bad_configuration_is_a_clear_error(repo, store):
         OrchestratorConfig(max_iterations=0)
     with pytest.raises(ConfigError, match="does not exist"):
         Orchestrator(repo / "missing", store, main=ScriptedMain(lambda r: {}), runners=review_only())
+
+
+async def test_reports_without_a_verdict_raise_the_extraction_failure_warning(repo, store):
+    """Headerless reports: defaults, the iteration line added, and one warning event."""
+    events = []
+
+    def main(req: MainRequest) -> MainDecision:
+        if req.mode == "finish_check" or req.iteration > 3:
+            return MainDecision(next_agent="FINISH", reason="stop")
+        return MainDecision(next_agent="REVIEW", reason="again")
+
+    runners = ScriptedRunner(
+        {"REVIEW": lambda r: "looked around, all fine", "FINISH_REVIEW": finish_review_role}
+    )
+    orch = Orchestrator(repo, store, main=ScriptedMain(main), runners=runners, on_event=events.append)
+    result = await orch.start("nohdr", "check")
+    assert result.status is RunStatus.COMPLETED
+    warnings = [e.detail for e in events if e.detail.get("stage") == "WARNING"]
+    assert [w["metric"] for w in warnings] == ["extraction_failure_rate"]
+    assert result.state["warnings"][0]["level"] == "warning"
+    assert result.state["metrics"]["extraction_failures"] == 3
+    assert (repo / "reports/report_review_1.md").read_text() == "iteration: 1\nlooked around, all fine"
+
+
+def test_thresholds_follow_the_design():
+    from tether.orchestrator.metrics import check_thresholds, empty_metrics
+
+    m = empty_metrics()
+    assert check_thresholds(m) == []
+    m |= {"main_prompt_bytes": [210_000], "subloop_entries": 4, "subloop_successes": 2, "test_runs": 5}
+    m |= {"cache_hits": 5, "cache_misses": 5}
+    names = {t.name: t.level for t in check_thresholds(m)}
+    assert names == {
+        "main_prompt_bytes": "warning",
+        "subloop_success_rate": "warning",
+        "cache_hit_rate": "info",
+        "subloop_trigger_rate": "info",
+    }
+
+
+def test_the_same_failing_test_three_times_is_a_stall(repo, store):
+    orch = Orchestrator(repo, store, main=ScriptedMain(lambda r: {}), runners=review_only())
+    failing = {"verdicts": {"TEST": "FAIL"}, "latest": {"TEST": {"blockers": ["test_a - assert 1 == 2"]}}}
+    plan = [{"id": "t1", "status": "DONE"}]
+    stall: dict = {}
+    texts = []
+    for i in range(1, 4):  # plan progress every round: only the repeated failure counts
+        plan = [*plan, {"id": f"n{i}", "status": "DONE"}]
+        text, stall = orch._stall({**failing, "iteration": i, "stall": stall, "dev_plan": plan})
+        texts.append(text)
+    assert texts[:2] == ["", ""] and "the same TEST failure 3 times in a row" in texts[2]

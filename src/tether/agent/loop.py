@@ -1,4 +1,4 @@
-"""The agent loop (seed 002) as a durable workflow: one runtime step per iteration.
+"""The agent loop (seed 002) as a durable workflow: one runtime step that loops, once per iteration.
 
 Each iteration builds the prompt from the run's context window (system, session,
 working and instant layers), calls the model, parses an :class:`AgentAction`, acts,
@@ -6,8 +6,8 @@ and returns a state update. The :class:`~tether.runtime.Runner` checkpoints afte
 iteration, so a crashed agent resumes with its whole history, and a question the agent
 asked can be answered later, from another process.
 
-State keys: ``goal``, ``context_window`` (the window, ``ContextWindow.to_state()``),
-``command_history`` and ``user_interactions`` (append), ``invalid_replies``,
+State keys: ``iteration`` (iterations done), ``goal``, ``context_window`` (the window,
+``ContextWindow.to_state()``), ``command_history`` and ``user_interactions`` (append), ``invalid_replies``,
 ``pending_question`` (a question waiting for an answer), ``final_output``.
 """
 
@@ -108,13 +108,13 @@ class AgentLoop:
 
     # == entry points ===============================================================
     def workflow(self) -> Workflow:
+        """One step that loops (``goto`` itself) until the agent finishes or the iteration
+        limit stops it; the iteration number is the state's ``iteration``."""
         n = self.config.max_iterations
-        return Workflow.plan(
-            [
-                Step(id=f"iteration-{i}", name=f"Iteration {i}", fn=self._iterate, phase="agent")
-                for i in range(1, n + 1)
-            ],
+        return Workflow(
+            [Step(id="iteration", name="Iteration", fn=self._iterate, phase="agent")],
             name="agent",
+            max_routed=2 * n + 10,  # a safety bound: the loop itself stops at max_iterations
         )
 
     def runner(self) -> Runner:
@@ -158,7 +158,17 @@ class AgentLoop:
 
     # == one iteration ==============================================================
     async def _iterate(self, sc: StepContext) -> Mapping[str, Any]:
-        n = int(sc.step.id.rsplit("-", 1)[1])
+        n = int(sc.get("iteration", 0)) + 1
+        update = dict(await self._iteration(sc, n))
+        update["iteration"] = n
+        if sc.finish_requested is None:
+            if n >= self.config.max_iterations and not sc.pause_requested:
+                sc.finish("FAILED", f"stopped after {n} iterations without the agent saying done")
+            else:  # the next iteration (after a pause: once the answer is in)
+                sc.goto("iteration", reason=f"iteration {n + 1}")
+        return update
+
+    async def _iteration(self, sc: StepContext, n: int) -> Mapping[str, Any]:
         window = self._window(sc.state)
         update: dict[str, Any] = {}
         if sc.get("pending_question"):
