@@ -30,7 +30,9 @@ async def test_planted_secrets_reach_no_sink(tmp_path: Path, monkeypatch, caplog
     app = tmp_path / "repo"
     app.mkdir()
     (app / "config.ini").write_text(f"[db]\npassword = {FILE_PASSWORD}\n")
-    (app / "migrate.sh").write_text(f"echo 'connect failed: postgresql://app:{URL_PASSWORD}@db:5432/x' >&2\nexit 3\n")
+    (app / "migrate.sh").write_text(
+        f"echo 'connect failed: postgresql://app:{URL_PASSWORD}@db:5432/x' >&2\nexit 3\n"
+    )
     model = ScriptedModel(
         [
             execute("env"),  # the agent's own environment: scrubbed
