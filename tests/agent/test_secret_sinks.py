@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.stores.conftest import new_id
 from tether.agent import CallbackInteractionHandler
-from tether.agent.deploy import DeploymentAgent
+from tether.agent.deploy import AsyncDeploymentAgent
 from tether.models import ScriptedModel
 from tether.stores import open_store
 from tether.tools import LocalSession
@@ -46,7 +46,7 @@ async def test_planted_secrets_reach_no_sink(tmp_path: Path, monkeypatch, caplog
     db = tmp_path / "agent.db"
     redactor = Redactor()
     async with open_store(f"sqlite:///{db}") as store:
-        agent = DeploymentAgent(
+        agent = AsyncDeploymentAgent(
             model,
             store,
             log_dir=tmp_path / "logs",

@@ -232,7 +232,9 @@ def _deploy_run(
             mode = "ask" if safety == "sandboxed" and sandbox is None else safety
             session = LocalSession(cwd=origin["deploy_dir"], sandbox=sandbox, redact=redactor)
         if mode != safety:
-            console.print(f"[yellow]no sandbox for this target (install bubblewrap locally): using the {mode} mode[/]")
+            console.print(
+                f"[yellow]no sandbox for this target (install bubblewrap locally): using the {mode} mode[/]"
+            )
         elif mode == "trusted":
             console.print("[red]trusted mode: commands run unsandboxed; only risky ones are asked[/]")
         try:
