@@ -4,7 +4,7 @@
 Every run records what started it in its state (``_origin``: ``kind`` deploy, plan or
 workflow, plus what is needed to rebuild it), so ``tether resume RUN`` needs nothing
 but the run id. Exit codes: 0 completed, 1 a usage or configuration error, 3 failed,
-4 paused (waiting for ``--answer`` or ``--decision``).
+4 paused (waiting for ``--answer`` or ``--decision``), 5 cancelled.
 
 ``--script FILE`` runs offline on a scripted model: the file is a JSON list of the
 model's replies for this invocation, one object per turn, e.g.
@@ -25,9 +25,10 @@ import typer
 
 from tether.errors import ConfigError, TetherError
 
-EXIT_FAILED = 3
-"""The run ended FAILED or CANCELLED."""
-EXIT_PAUSED = 4
+EXIT_FOR_STATUS = {"COMPLETED": 0, "FAILED": 3, "PAUSED": 4, "CANCELLED": 5, "INTERRUPTED": 6}
+"""How an agent command ends, by the run's final status (the same codes as ``run``)."""
+EXIT_FAILED = EXIT_FOR_STATUS["FAILED"]
+EXIT_PAUSED = EXIT_FOR_STATUS["PAUSED"]
 """The run is PAUSED: it waits for an answer or a decision (the output says which)."""
 
 StoreOpt = Annotated[
@@ -311,10 +312,9 @@ def _report(
 
 
 def _exit(status: str) -> None:
-    if status == "PAUSED":
-        raise typer.Exit(EXIT_PAUSED)
-    if status in ("FAILED", "CANCELLED"):
-        raise typer.Exit(EXIT_FAILED)
+    code = EXIT_FOR_STATUS.get(status, 1)
+    if code:
+        raise typer.Exit(code)
 
 
 # == plan =============================================================================

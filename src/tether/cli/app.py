@@ -463,6 +463,15 @@ def _register_orchestrate() -> None:
 _register_orchestrate()
 
 
+def _register_serve() -> None:
+    from tether.cli import serve as serve_cmd  # fastapi and uvicorn load only when it runs
+
+    serve_cmd.register(app)
+
+
+_register_serve()
+
+
 def _register_langgraph() -> None:
     from tether.cli import langgraph  # its own module: LangGraph is imported when the command runs
 
