@@ -501,6 +501,14 @@ def resume_run_id(
         if cp is None:
             raise TetherError(f"run {run_id!r} not found in {url}: check the id with `tether runs`")
         origin = cp.state.get("_origin")
+        parent, _, step = run_id.rpartition(".")
+        if not isinstance(origin, dict) and parent and step.isdigit():
+            async with open_store(url, **options) as st:
+                outer = await st.load(parent)
+            if outer is not None and (outer.state.get("_origin") or {}).get("kind") == "plan":
+                raise ConfigError(
+                    f"{run_id!r} is step {step} of the plan {parent!r}: `tether resume {parent}`"
+                )
         if not isinstance(origin, dict) or "kind" not in origin:
             raise ConfigError(
                 f"run {run_id!r} does not record what started it: "
