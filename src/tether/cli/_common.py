@@ -21,7 +21,7 @@ StoreOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
-STATE: dict[str, bool] = {"debug": False}
+STATE: dict[str, Any] = {"debug": False, "env_file": None}
 
 EXIT_ERROR = 1
 """A tether error: bad input, a run not found, a store that cannot be reached."""
@@ -70,7 +70,8 @@ def settings(store: str | None) -> tuple[str, dict[str, Any]]:
     from tether.settings import load_settings
 
     try:
-        loaded = load_settings() if store is None else load_settings(store_url=store)
+        extra: dict[str, Any] = {} if store is None else {"store_url": store}
+        loaded = load_settings(_env_file=STATE["env_file"], **extra)
     except TetherError as exc:
         if STATE["debug"]:
             raise

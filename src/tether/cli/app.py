@@ -50,6 +50,12 @@ def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    env_file: Annotated[
+        str | None,
+        typer.Option(
+            "--env-file", help="Read TETHER_* settings from this file (never implicitly from ./.env)."
+        ),
+    ] = None,
 ) -> None:
     if version:
         from importlib.metadata import version as installed
@@ -60,6 +66,9 @@ def _main(
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
     STATE["debug"] = debug
+    if env_file is not None and not os.path.isfile(env_file):
+        raise typer.BadParameter(f"--env-file {env_file!r} is not a file")
+    STATE["env_file"] = env_file
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
