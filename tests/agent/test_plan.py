@@ -68,3 +68,24 @@ async def test_a_failed_plan_step_goes_through_the_runtime_failure_handling(stor
     assert result.report.kind.value == "data"
     skipped = await plan.resume(result.run_id, decision="skip")
     assert skipped.status is RunStatus.COMPLETED
+
+
+async def test_a_step_without_outputs_feeds_the_summary_from_its_commands(store, tmp_path):
+    """No step_done outputs: configurations and artefacts come from the commands' output."""
+    model = ScriptedModel(
+        [
+            {"action": "execute", "command": "echo API_PORT=8443"},
+            {"action": "execute", "command": "echo 'Successfully tagged reg.io/shop:2.1'"},
+            {"action": "done", "message": "configured"},
+        ]
+    )
+    plan = PlanOrchestrator(
+        store=store,
+        loop_factory=lambda cfg: AgentLoop(model, LocalSession(cwd=tmp_path), store, config=cfg),
+        steps=[PlanStep(name="configure", goal="set the port")],
+    )
+    result = await plan.start(new_id())
+    assert result.status is RunStatus.COMPLETED
+    summary = result.state["execution_summary"]
+    assert summary["configurations"] == {"API_PORT": "8443"}
+    assert summary["artifacts"] == ["reg.io/shop:2.1"]

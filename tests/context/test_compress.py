@@ -326,3 +326,25 @@ async def test_background_compression_discards_a_stale_result() -> None:
     await bg.wait()
     assert bg.apply_pending() is None
     assert w.get(victim.id).content == "edited" and w.get(SUMMARY_ID) is None
+
+
+def test_reused_tool_call_ids_pair_each_call_with_the_result_after_it() -> None:
+    """A provider that reuses ``call_0`` every turn: six units, the oldest fold, the newest stay."""
+    w = ContextWindow("gpt-4", budget=10**7)
+    w.add(new_item("goal", "ship it"))
+    for turn in range(6):
+        args = {"command": f"make step{turn}"}
+        w.add(new_item("tool_call", "", tool_call_id="call_0", metadata={"name": "sh", "arguments": args}))
+        w.add(new_item("tool_result", f"output of turn {turn}\n" + "x " * 400, tool_call_id="call_0"))
+    calls = [u for u in group_units(w.items()) if u[0].kind == "tool_call"]
+    assert [len(u) for u in calls] == [2] * 6
+    assert [u[1].content.split("\n")[0] for u in calls] == [f"output of turn {t}" for t in range(6)]
+    w.compress("standard")
+    results = [i.content.split("\n")[0] for i in w.items() if i.kind == "tool_result"]
+    assert results[-1] == "output of turn 5" and "output of turn 0" not in results
+    summary = w.get(SUMMARY_ID)
+    assert summary is not None and "$ make step0" in summary.content
+    messages = w.to_messages("openai")
+    for k, message in enumerate(messages):
+        if message["role"] == "tool":
+            assert messages[k - 1].get("tool_calls"), "a tool message must follow its call"

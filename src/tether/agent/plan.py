@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tether.agent.loop import AgentLoop, LoopConfig
+from tether.context.distill import step_outputs_from_commands
 from tether.context.summaries import SummaryManager
 from tether.runtime import DataError, Event, Runner, RunResult, Step, StepContext, Workflow
 from tether.state import RunStatus
@@ -97,9 +98,12 @@ class PlanOrchestrator:
                     f"{result.state.get('final_output') or 'no message'}"
                 )
             outputs = result.state.get("step_outputs")
-            manager.merge_step_outputs(
-                plan_step.name, plan_step.category, outputs or {"summary": result.state.get("final_output")}
-            )
+            if not outputs:  # no step_done outputs: read them from what the step's commands did
+                outputs = step_outputs_from_commands(
+                    result.state.get("command_history") or [],
+                    summary=str(result.state.get("final_output") or ""),
+                ).to_dict()
+            manager.merge_step_outputs(plan_step.name, plan_step.category, outputs)
             return {
                 "execution_summary": manager.to_state(),
                 "structured_outputs": {**(sc.get("structured_outputs") or {}), plan_step.name: outputs or {}},

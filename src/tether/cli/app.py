@@ -523,6 +523,15 @@ def _register_orchestrate() -> None:
 _register_orchestrate()
 
 
+def _register_langgraph() -> None:
+    from tether.cli import langgraph  # its own module: LangGraph is imported when the command runs
+
+    langgraph.register(app)
+
+
+_register_langgraph()
+
+
 def main() -> None:
     app()
 

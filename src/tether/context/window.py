@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from tether.context.artifacts import ArtifactStore, archive_items
 from tether.context.compress import (
+    SUMMARY_ID,
     CompressionLevel,
     CompressionResult,
     compress,
@@ -28,8 +29,8 @@ from tether.context.tokens import (
     ANTHROPIC_FORMAT,
     OPENAI_FORMAT,
     Calibration,
-    TiktokenTokenizer,
     Tokenizer,
+    base_tokenizer,
     count_messages,
     model_spec,
 )
@@ -122,7 +123,7 @@ class ContextWindow:
         self.budget = budget if budget is not None else spec.context_window - reserve_output
         if self.budget <= 0:
             raise ContextError(f"budget must be positive, got {self.budget}")
-        self.tokenizer: Tokenizer = tokenizer or TiktokenTokenizer()
+        self.tokenizer: Tokenizer = tokenizer or base_tokenizer(model)
         self.style: Style = style or spec.message_format
         fmt = ANTHROPIC_FORMAT if self.style == "anthropic" else OPENAI_FORMAT
         self.counter = ItemCounter(self.tokenizer, fmt)
@@ -383,7 +384,11 @@ class ContextWindow:
         target_ratio: float | None = None,
         before_seq: int | None = None,
     ) -> CompressionResult:
-        """Compress in place; with ``archive``, the full history is written there first."""
+        """Compress in place; with ``archive``, the full history is written there first.
+
+        The rolling summary is kept inside what the session layer's budget leaves after
+        its protected items; if those alone overflow it, the result's ``warnings`` say so.
+        """
         archive_id = self._archive(archive)
         result = compress(
             self.items(),
@@ -393,9 +398,28 @@ class ContextWindow:
             target_ratio=target_ratio,
             before_seq=before_seq,
             archive_id=archive_id,
+            summary_budget=self.summary_budget(),
         )
         self.replace_all(result.items)
-        return result
+        return self._check_session(result)
+
+    def summary_budget(self) -> int:
+        """Tokens the rolling summary may use: the session budget minus its other items."""
+        budget = self.layer_budgets.get(Layer.SESSION, 0)
+        others = sum(self.counter.cost(i) for i in self._layers[Layer.SESSION].values() if i.id != SUMMARY_ID)
+        return max(budget - others - budget // 10, budget // 5)
+
+    def _check_session(self, result: CompressionResult) -> CompressionResult:
+        session = self.usage().layers[Layer.SESSION]
+        if session.tokens <= session.budget:
+            return result
+        protected = sum(self.counter.cost(i) for i in self._layers[Layer.SESSION].values() if i.protected)
+        warning = (
+            f"session layer at {session.tokens} tokens, over its budget of {session.budget}; "
+            f"protected items (goal, TODOs, decisions, constraints, pinned) alone need {protected}"
+        )
+        logger.warning("context %s", warning)
+        return dataclasses.replace(result, warnings=(*result.warnings, warning))
 
     def compress_phase(
         self,

@@ -29,6 +29,7 @@ from tenacity.wait import wait_exponential, wait_random
 
 from tether.errors import ModelError, ModelRequestsBlocked, ModelUnavailable, PromptTooLong
 from tether.models.base import ModelReply
+from tether.models.budget import retries_allowed, spend_retry
 
 if TYPE_CHECKING:
     from tether.models.config import LLMConfig
@@ -263,7 +264,10 @@ async def with_retries(
     def before_sleep(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
         delay = state.next_action.sleep if state.next_action else 0.0
+        spend_retry()
         logger.warning("%s; retry %d/%d in %.1fs", exc, state.attempt_number, max_retries, delay)
+
+    max_retries = retries_allowed(max_retries)  # a runner's step attempts share one budget
 
     attempts = 0
     started = time.monotonic()

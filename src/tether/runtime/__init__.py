@@ -13,6 +13,7 @@ from tether.runtime.failures import (
     TransientError,
     classify,
 )
+from tether.runtime.lease import list_runs_live, live_status
 from tether.runtime.report import (
     CallbackDecisions,
     Decision,
@@ -20,7 +21,7 @@ from tether.runtime.report import (
     FailureReport,
     PolicyDecisions,
 )
-from tether.runtime.runner import Runner, RunResult, StepTimeout, runtime_reducers
+from tether.runtime.runner import Runner, RunResult, StepReturnError, StepTimeout, runtime_reducers
 from tether.runtime.workflow import Compensation, Phase, RetryPolicy, Step, StepContext, Workflow
 
 __all__ = [
@@ -43,9 +44,12 @@ __all__ = [
     "Runner",
     "Step",
     "StepContext",
+    "StepReturnError",
     "StepTimeout",
     "TransientError",
     "Workflow",
     "classify",
+    "list_runs_live",
+    "live_status",
     "runtime_reducers",
 ]

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tether.errors import CommandRefused, ModelUnavailable, SessionError, StoreUnavailable
+from tether.errors import CommandRefused, InvalidStateValue, ModelUnavailable, SessionError, StoreUnavailable
 
 __all__ = [
     "ACTIONS",
@@ -98,6 +98,7 @@ _DEFAULT_RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(kind=FailureKind.PERMISSION, types=(CommandRefused,)),
+    Rule(kind=FailureKind.DATA, types=(InvalidStateValue,)),  # a value the state refuses
     Rule(kind=FailureKind.DATA, types=(DataError, KeyError, LookupError, ValueError, FileNotFoundError)),
     Rule(kind=FailureKind.LOGIC, types=(LogicError, AssertionError, NotImplementedError)),
     Rule(kind=FailureKind.PERMISSION, types=(PermissionDenied, PermissionError)),

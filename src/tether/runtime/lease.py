@@ -15,13 +15,27 @@ import socket
 import time
 from typing import Any
 
-from tether.errors import RunInProgress
+from tether.errors import CheckpointCorrupt, RunInProgress
 from tether.state import RunInfo, RunStatus
 from tether.stores.base import CheckpointStore
 
-__all__ = ["HOST", "check_lease", "lease_is_dead", "list_runs_live", "new_lease", "pid_alive"]
+__all__ = [
+    "ACTIVE_DRIVES",
+    "HOST",
+    "check_lease",
+    "lease_is_dead",
+    "list_runs_live",
+    "live_status",
+    "new_lease",
+    "pid_alive",
+]
 
 HOST = socket.gethostname()
+
+ACTIVE_DRIVES: set[str] = set()
+"""The ``drive`` tokens of the leases this process's runners are driving now: a lease of
+this very process whose drive ended (cancelled, stopped by an error) is dead at once,
+instead of blocking a resume in the same process until it expires."""
 
 
 def new_lease(owner: str, ttl: float) -> dict[str, Any]:
@@ -46,12 +60,17 @@ def lease_is_dead(lease: Any, *, now: float | None = None) -> bool:
         return True
     if lease.get("expires_at", 0) <= (time.time() if now is None else now):
         return True  # its holder stopped renewing it
-    return lease.get("host") == HOST and not pid_alive(int(lease.get("pid", 0)))
+    if lease.get("host") != HOST:
+        return False
+    pid = int(lease.get("pid", 0))
+    if pid == os.getpid() and "drive" in lease:
+        return lease["drive"] not in ACTIVE_DRIVES
+    return not pid_alive(pid)
 
 
 def check_lease(run_id: str, lease: Any, *, owner: str, force: bool) -> None:
     """Raise :class:`RunInProgress` unless the run may be taken over by ``owner``."""
-    if force or not isinstance(lease, dict) or lease.get("owner") == owner or lease_is_dead(lease):
+    if force or lease_is_dead(lease):
         return
     left = lease.get("expires_at", 0) - time.time()
     raise RunInProgress(run_id, str(lease.get("owner")), f" (lease expires in {left:.0f}s)")
@@ -62,7 +81,10 @@ async def live_status(store: CheckpointStore, info: RunInfo) -> RunStatus:
     it, INTERRUPTED when its holder is gone (the stored status says RUNNING then)."""
     if info.status is not RunStatus.RUNNING:
         return info.status
-    cp = await store.load(info.run_id)
+    try:
+        cp = await store.load(info.run_id)
+    except CheckpointCorrupt:
+        return info.status  # unreadable here (damaged, or written by a newer tether): as stored
     if cp is None or lease_is_dead(cp.state.get("_lease")):
         return RunStatus.INTERRUPTED
     return RunStatus.RUNNING

@@ -10,11 +10,20 @@ State keys it keeps (all checkpointed with the run):
     pending_decision  a FailureReport waiting for retry/skip/replan/abort, or None
     _lease            who executes the run now: {owner, host, pid, expires_at}
 
+    pause_reason      why the run is PAUSED or INTERRUPTED (None otherwise)
+
 Resume after a crash: the latest checkpoint is loaded, the executed step ids rebuild
 the dependency tracker, and the step that was running when the process died runs
-again (steps must be idempotent or compensable). A live lease held by another runner
-makes ``start``/``resume`` raise :class:`RunInProgress`; a lease whose process is gone
-(same host) or whose time ran out is taken over.
+again, continuing its attempt count; a step declared ``idempotent=False`` pauses the run
+for a decision instead. A live lease held by another runner makes ``start``/``resume``
+raise :class:`RunInProgress`; a lease whose process is gone (same host) or whose time
+ran out is taken over.
+
+Every exit from a drive leaves the run consistent (see ``runtime/stops.py``): a step
+value the state refuses is a DATA failure with a report; cancellation, Ctrl-C and
+errors of the runner's own hooks commit INTERRUPTED; a PAUSED or CANCELLED status stored
+by another process is adopted at the next step boundary; a store that fails a commit
+pauses the run. The lease is released in every case.
 """
 
 from __future__ import annotations
@@ -26,21 +35,20 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
-
-from tether.errors import RunInProgress, RunNotFound, VersionConflict
+from tether.errors import RunExists, RunInProgress, RunNotFound, RunNotPaused, StoreError, VersionConflict
+from tether.runtime.attempts import StepTimeout, attempt_step
+from tether.runtime.drive import Drive, RunResult, Stop, interrupt, outside_status, store_failed
 from tether.runtime.events import Event
-from tether.runtime.failures import Classifier, FailureKind
-from tether.runtime.lease import HOST, check_lease, new_lease
+from tether.runtime.failures import Classifier, DataError, FailureKind
+from tether.runtime.lease import ACTIVE_DRIVES, HOST, check_lease, new_lease
 from tether.runtime.report import Decision, DecisionHandler, FailureReport, possible_causes
 from tether.runtime.workflow import Phase, RetryPolicy, Step, StepContext, Workflow
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus, default_registry
 from tether.stores.base import CheckpointStore
 
-__all__ = ["RunResult", "Runner", "StepTimeout", "runtime_reducers"]
+__all__ = ["RunResult", "Runner", "StepReturnError", "StepTimeout", "runtime_reducers"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,22 +62,6 @@ CheckpointHook = Callable[
 ]
 
 
-class StepTimeout(TimeoutError):
-    """A step ran past its ``timeout`` or went silent past its ``idle_timeout``."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunResult:
-    """How a ``start``/``resume`` call ended. ``state`` is the run's final state itself
-    (not a copy: a 10 MB state is not duplicated just to be returned)."""
-
-    run_id: str
-    status: RunStatus
-    version: int
-    state: dict[str, Any]
-    report: FailureReport | None = None
-
-
 def runtime_reducers(base: ReducerRegistry | None = None) -> ReducerRegistry:
     """The reducers the runner's own keys need, on top of ``base`` (or the defaults)."""
     reg = (base or default_registry()).copy()
@@ -80,24 +72,8 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-class _Stop(Exception):
-    """Internal: the drive loop ends with this status."""
-
-    def __init__(self, status: RunStatus, report: FailureReport | None = None) -> None:
-        self.status = status
-        self.report = report
-
-
-@dataclass(slots=True, eq=False)
-class _Run:
-    """What a Runner keeps per run it drives, so that one Runner drives many runs at once."""
-
-    ctx: ExecutionContext
-    workflow: Workflow
-    """This run's workflow: the runner's, or what a re-plan made of it."""
-    hint: int = 0
-    """Steps before this index are settled: next_step need not rescan them."""
-    settled_cache: tuple[set[str], set[str]] | None = None
+class StepReturnError(DataError):
+    """A step returned something other than a mapping of state updates or None."""
 
 
 class Runner:
@@ -111,7 +87,10 @@ class Runner:
         alert: called for SYSTEM failures.
         on_phase_complete / on_checkpoint: context hooks; may return a state update
             (e.g. a phase-compressed context window) committed with the run.
-        on_event: receives every :class:`Event` (progress views, logs, tests).
+        on_event: receives every :class:`Event` (progress views, logs, tests); an
+            exception it raises is logged and skipped.
+        store_wait: seconds to keep trying to record a pause or an interruption when
+            the store fails; after that the run is left for ``resume``.
     """
 
     def __init__(
@@ -129,6 +108,7 @@ class Runner:
         on_checkpoint: CheckpointHook | None = None,
         on_event: Callable[[Event], None] | None = None,
         lease_ttl: float = 600.0,
+        store_wait: float = 30.0,
     ) -> None:
         self.workflow = workflow
         self.store = store
@@ -142,24 +122,43 @@ class Runner:
         self.on_checkpoint = on_checkpoint
         self.on_event = on_event
         self.lease_ttl = lease_ttl
+        self.store_wait = store_wait
         self.owner = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     # == entry points ===============================================================
     async def start(self, run_id: str, inputs: Mapping[str, Any] | None = None) -> RunResult:
-        """Start a new run; raises VersionConflict if ``run_id`` already exists."""
+        """Start a new run; raises :class:`RunExists` if ``run_id`` is already stored."""
         ctx = ExecutionContext(run_id, dict(inputs or {}), reducers=self.reducers)
+        run = self._new_run(ctx)
         ctx.merge({"todo": self._todos(self.workflow.steps, "pending")})
-        ctx.put("_lease", self._lease())
+        ctx.put("_lease", self._lease(run))
         ctx.put("failure_report", None)
         ctx.put("pending_decision", None)
-        await self.store.commit(ctx, status=RunStatus.RUNNING)
+        ctx.put("pause_reason", None)
+        try:
+            await self.store.commit(ctx, status=RunStatus.RUNNING)
+        except VersionConflict as exc:
+            info = await self.store.get_run(run_id)
+            raise RunExists(run_id, info.status if info else None) from exc
         self._emit("run_started", run_id, steps=len(self.workflow))
-        return await self._drive(_Run(ctx, self.workflow))
+        return await self._drive(run)
+
+    async def run(
+        self, run_id: str, inputs: Mapping[str, Any] | None = None, *, decision: Decision | str | None = None
+    ) -> RunResult:
+        """Start ``run_id``, or resume it if it is stored (``inputs`` are then ignored:
+        the stored state wins). The call to make when a script may be run again."""
+        if await self.store.get_run(run_id) is None:
+            try:
+                return await self.start(run_id, inputs)
+            except RunExists:
+                pass  # another process started it meanwhile
+        return await self.resume(run_id, decision=decision)
 
     async def resume(
         self, run_id: str, *, decision: Decision | str | None = None, force: bool = False
     ) -> RunResult:
-        """Continue a paused or crashed run from its latest checkpoint.
+        """Continue a paused, interrupted or crashed run from its latest checkpoint.
 
         A FAILED run is left as it is unless a ``decision`` is given (after a human
         fixed what its failure report asked for); COMPLETED and CANCELLED runs are final.
@@ -172,41 +171,59 @@ class Runner:
         if finished or (info.status is RunStatus.FAILED and decision is None):
             return RunResult(run_id=run_id, status=info.status, version=ctx.version, state=ctx._state_ref())
         check_lease(run_id, ctx.get("_lease"), owner=self.owner, force=force)
-        ctx.put("_lease", self._lease())
+        run = self._new_run(ctx)
+        ctx.put("_lease", self._lease(run))
+        ctx.put("pause_reason", None)
+        if info.status is RunStatus.RUNNING:  # its process died without a word: say so
+            cut = [sid for sid, t in (ctx.get("todo") or {}).items() if t.get("status") == "running"]
+            for sid in cut:
+                self._log(run, "interrupted", sid, reason="its process stopped during the step")
         try:
             await self.store.commit(
-                ctx, node_id=ctx.node_id, status=RunStatus.RUNNING, metadata={"resumed": True}
+                ctx, status=RunStatus.RUNNING, metadata={"resumed": True}, _require_status=info.status
             )
-        except VersionConflict as exc:
+        except (VersionConflict, RunNotPaused) as exc:
             raise RunInProgress(run_id, "another runner", " (it resumed first)") from exc
         self._emit("run_resumed", run_id, version=ctx.version, executed=ctx.executed_node_ids)
-        run = _Run(ctx, self.workflow)
-        pending = ctx.get("pending_decision")
-        if pending:
-            report = FailureReport.from_dict(pending)
-            choice = Decision(decision) if decision else await self._decide(report)
-            if choice is None:
-                return await self._finish(run, RunStatus.PAUSED, report)
-            try:
-                await self._apply_decision(run, report, choice)
-            except _Stop as stop:
-                return await self._finish(run, stop.status, stop.report)
-        return await self._drive(run)
+        return await self._drive(run, decision=decision)
+
+    def _new_run(self, ctx: ExecutionContext) -> Drive:
+        return Drive(ctx, self.workflow, token=uuid.uuid4().hex[:12])
 
     # == the loop ===================================================================
-    async def _drive(self, run: _Run) -> RunResult:
+    async def _drive(self, run: Drive, *, decision: Decision | str | None = None) -> RunResult:
+        """Run steps until the run ends; whatever ends it, the run is left consistent."""
+        ACTIVE_DRIVES.add(run.token)
         try:
-            while True:
-                settled, skipped = self._settled(run)
-                run.hint = run.workflow.settled_prefix(settled | skipped, run.hint)
-                step = run.workflow.next_step(settled, skipped, hint=run.hint, route=run.ctx.get("_route"))
-                if step is None:
-                    return await self._finish(run, RunStatus.COMPLETED)
-                await self._run_item(run, step)
-        except _Stop as stop:
-            return await self._finish(run, stop.status, stop.report)
+            try:
+                pending = run.ctx.get("pending_decision")
+                if pending:
+                    report = FailureReport.from_dict(pending)
+                    choice = Decision(decision) if decision else await self._decide(report)
+                    if choice is None:
+                        raise Stop(RunStatus.PAUSED, report, reason=_waiting(report))
+                    await self._apply_decision(run, report, choice)
+                await self._steps(run)
+                stop = Stop(RunStatus.COMPLETED)
+            except Stop as stopped:
+                stop = stopped
+            return await self._finish(run, stop)
+        except BaseException as exc:  # cancelled, Ctrl-C, an error in a hook: not stranded
+            await asyncio.shield(interrupt(self, run, exc))
+            raise
+        finally:
+            ACTIVE_DRIVES.discard(run.token)
 
-    def _settled(self, run: _Run) -> tuple[set[str], set[str]]:
+    async def _steps(self, run: Drive) -> None:
+        while True:
+            settled, skipped = self._settled(run)
+            run.hint = run.workflow.settled_prefix(settled | skipped, run.hint)
+            step = run.workflow.next_step(settled, skipped, hint=run.hint, route=run.ctx.get("_route"))
+            if step is None:
+                return
+            await self._run_item(run, step)
+
+    def _settled(self, run: Drive) -> tuple[set[str], set[str]]:
         """Executed and skipped step ids, cached until a step or a decision changes them."""
         if run.settled_cache is None:
             todo = run.ctx.get("todo") or {}
@@ -214,18 +231,45 @@ class Runner:
             run.settled_cache = (set(run.ctx.executed_node_ids), skipped)
         return run.settled_cache
 
-    async def _run_item(self, run: _Run, step: Step) -> None:
+    async def _run_item(self, run: Drive, step: Step) -> None:
         ctx = run.ctx
+        run.step = step.id
         start_version = ctx.version
+        item = (ctx.get("todo") or {}).get(step.id) or {}
+        first = 1
+        if item.get("status") == "running":  # its process stopped inside it
+            if not step.idempotent:
+                raise self._cut_side_effect(run, step, int(item.get("attempts", 1)))
+            first = int(item.get("attempts", 0)) + 1
         self._emit("step_started", ctx.run_id, step.id, name=step.title)
         sc = StepContext(run_id=ctx.run_id, step=step, state=ctx, workflow=run.workflow)
         began = time.monotonic()
+
+        async def mark(attempt: int) -> None:  # the attempt is on record before it runs
+            ctx._merge_checked({"todo": self._todos([step], "running", attempt)})
+            await self._commit(run, node_id=ctx.node_id, metadata={"attempt": attempt, "step": step.id})
+
         try:
-            update = await self._attempts(step, sc)
+            update = await attempt_step(
+                step,
+                sc,
+                policy=step.retry or self.retry,
+                first=first,
+                transient=lambda exc: self._transient(step, exc),
+                mark=mark,
+                on_retry=lambda n, exc: self._emit(
+                    "step_retry", ctx.run_id, step.id, attempt=n - 1, error=repr(exc)
+                ),
+            )
+            if update is not None and not isinstance(update, Mapping):
+                raise StepReturnError(
+                    f"step {step.id!r} returned {type(update).__name__}; "
+                    "return a mapping of state updates or None"
+                )
+            ctx.merge(dict(update or {}))  # refused values fail here, as the step's failure
         except Exception as exc:
             await self._fail(run, step, exc, sc, start_version)
             return
-        ctx.merge(dict(update or {}))
         ctx._merge_checked(
             {
                 "todo": self._todos([step], "done", sc.attempt),
@@ -243,10 +287,11 @@ class Runner:
         ctx.mark_executed(step.id)
         lease = ctx.get("_lease")
         if not isinstance(lease, dict) or lease.get("expires_at", 0) - time.time() < self.lease_ttl / 2:
-            ctx.put("_lease", self._lease())
+            ctx.put("_lease", self._lease(run))
         if run.settled_cache is not None:
             run.settled_cache[0].add(step.id)
-        version = await self.store.commit(ctx, node_id=step.id, metadata={"node_name": step.title})
+        version = await self._commit(run, node_id=step.id, metadata={"node_name": step.title})
+        run.step = None
         self._emit("step_done", ctx.run_id, step.id, version=version, attempts=sc.attempt)
         await self._after_checkpoint(run, step, version)
         if sc.finish_requested is not None:
@@ -254,83 +299,37 @@ class Runner:
         if sc.pause_requested or step.pause_after:
             reason = sc.pause_requested or f"review after {step.title}"
             self._emit("pause_requested", ctx.run_id, step.id, reason=reason)
-            raise _Stop(RunStatus.PAUSED)
-
-    async def _attempts(self, step: Step, sc: StepContext) -> Mapping[str, Any] | None:
-        """The first try runs directly (the common case costs nothing extra); only a
-        TRANSIENT failure sets up tenacity for the remaining tries."""
-        policy = step.retry or self.retry
-        try:
-            return await self._once(step, sc, 1)
-        except Exception as exc:
-            if policy.attempts <= 1 or not self._transient(step, exc):
-                raise
-            self._emit("step_retry", sc.run_id, step.id, attempt=1, error=repr(exc))
-
-        def before_sleep(state: Any) -> None:
-            exc = state.outcome.exception() if state.outcome else None
-            self._emit("step_retry", sc.run_id, step.id, attempt=state.attempt_number + 1, error=repr(exc))
-
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(policy.attempts - 1),
-            wait=wait_exponential_jitter(multiplier=policy.initial, max=policy.maximum, jitter=policy.jitter),
-            retry=retry_if_exception(lambda e: self._transient(step, e)),
-            before_sleep=before_sleep,
-            reraise=True,
-        )
-        await asyncio.sleep(min(policy.maximum, policy.initial))
-        async for attempt in retrying:
-            with attempt:
-                return await self._once(step, sc, attempt.retry_state.attempt_number + 1)
-        raise AssertionError("unreachable")  # pragma: no cover
+            raise Stop(RunStatus.PAUSED, reason=reason)
 
     def _transient(self, step: Step, exc: BaseException) -> bool:
         return step.on_error is None and self.classifier.classify(exc) is FailureKind.TRANSIENT
 
-    async def _once(self, step: Step, sc: StepContext, attempt: int) -> Mapping[str, Any] | None:
-        sc.attempt = attempt
-        sc.compensations.clear()
-        try:
-            return await self._call(step, sc)
-        except Exception as exc:
-            if step.on_error is not None:
-                handled: Mapping[str, Any] | None = await _maybe_await(step.on_error(exc, sc))
-                if handled is not None:
-                    return handled
-            raise
+    def _cut_side_effect(self, run: Drive, step: Step, attempt: int) -> Stop:
+        """A non-idempotent step whose process stopped inside it: never re-run blindly."""
+        ctx = run.ctx
+        pos, total = run.workflow.position(step.id)
+        report = FailureReport(
+            run_id=ctx.run_id,
+            item_id=step.id,
+            item_name=step.title,
+            phase=step.phase,
+            position=pos,
+            total=total,
+            kind=FailureKind.SYSTEM,
+            error_type="Interrupted",
+            error=f"step {step.id!r} may have partly run; retry, skip or inspect "
+            f"(its process stopped inside attempt {attempt}, and the step is not idempotent)",
+            attempts=attempt,
+            possible_causes=["the process was killed, crashed or lost its machine during the step"],
+            restored_version=ctx.version,
+            options=[Decision.RETRY, Decision.SKIP, Decision.ABORT],
+        )
+        self._log(run, "side_effect_cut", step.id, attempt=attempt)
+        ctx.put("failure_report", report.to_dict())
+        ctx.put("pending_decision", report.to_dict())
+        return Stop(RunStatus.PAUSED, report, reason=_waiting(report))
 
-    async def _call(self, step: Step, sc: StepContext) -> Mapping[str, Any] | None:
-        if inspect.iscoroutinefunction(step.fn):
-            work: Awaitable[Any] = step.fn(sc)
-        else:
-            work = asyncio.to_thread(step.fn, sc)
-        if step.timeout is None and step.idle_timeout is None:  # no watchdog needed
-            result: Mapping[str, Any] | None = await _maybe_await(await work)
-            return result
-        task = asyncio.ensure_future(work)
-        deadline = None if step.timeout is None else time.monotonic() + step.timeout
-        sc.heartbeat()
-        try:
-            while True:
-                waits = [1.0]
-                if deadline is not None:
-                    waits.append(deadline - time.monotonic())
-                if step.idle_timeout is not None:
-                    waits.append(sc.last_heartbeat + step.idle_timeout - time.monotonic())
-                done, _ = await asyncio.wait({task}, timeout=max(0.0, min(waits)))
-                if done:
-                    finished: Mapping[str, Any] | None = await _maybe_await(task.result())
-                    return finished
-                now = time.monotonic()
-                if deadline is not None and now >= deadline:
-                    raise StepTimeout(f"step {step.id!r} timed out after {step.timeout}s")
-                if step.idle_timeout is not None and now - sc.last_heartbeat >= step.idle_timeout:
-                    raise StepTimeout(f"step {step.id!r} sent no heartbeat for {step.idle_timeout}s")
-        finally:
-            if not task.done():
-                task.cancel()
-
-    async def _finish_early(self, run: _Run, step: Step, status: str, message: str) -> None:
+    async def _finish_early(self, run: Drive, step: Step, status: str, message: str) -> None:
         ctx = run.ctx
         done, skipped = self._settled(run)
         rest = [s for s in run.workflow.steps if s.id not in done and s.id not in skipped]
@@ -338,11 +337,31 @@ class Runner:
             ctx.merge({"todo": self._todos(rest, "skipped")})
         ctx.put("final_output", message)
         self._emit("finish_requested", ctx.run_id, step.id, status=status, message=message)
-        raise _Stop(RunStatus(status))
+        raise Stop(RunStatus(status))
+
+    # == commits, and what stops a drive from outside ================================
+    async def _commit(
+        self,
+        run: Drive,
+        *,
+        node_id: str | None = None,
+        status: RunStatus = RunStatus.RUNNING,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Every commit of a live run requires it to be RUNNING still: a PAUSED or
+        CANCELLED status another process stored is adopted here, never overwritten."""
+        try:
+            return await self.store.commit(
+                run.ctx, node_id=node_id, status=status, metadata=metadata, _require_status=RunStatus.RUNNING
+            )
+        except (RunNotPaused, VersionConflict) as exc:
+            raise await outside_status(self, run, exc, node_id, metadata) from exc
+        except StoreError as exc:
+            raise Stop(RunStatus.PAUSED, store_error=exc) from exc
 
     # == failures ===================================================================
     async def _fail(
-        self, run: _Run, step: Step, exc: BaseException, sc: StepContext, start_version: int
+        self, run: Drive, step: Step, exc: BaseException, sc: StepContext, start_version: int
     ) -> None:
         ctx = run.ctx
         kind = self.classifier.classify(exc)
@@ -371,7 +390,7 @@ class Runner:
         )
         ctx.put("failure_report", report.to_dict())
         if failures:  # a broken rollback is never papered over: stop, FAILED, consistent
-            raise _Stop(RunStatus.FAILED, report)
+            raise Stop(RunStatus.FAILED, report)
         if kind is FailureKind.SYSTEM and self.alert is not None:
             await _maybe_await(self.alert(report))
         if kind is FailureKind.LOGIC and self.replan is not None and await self._replan(run, report):
@@ -379,7 +398,7 @@ class Runner:
         choice = await self._decide(report)
         if choice is None:
             ctx.put("pending_decision", report.to_dict())
-            raise _Stop(RunStatus.PAUSED, report)
+            raise Stop(RunStatus.PAUSED, report, reason=_waiting(report))
         await self._apply_decision(run, report, choice)
 
     async def _compensate(
@@ -393,26 +412,15 @@ class Runner:
                 await _maybe_await(comp.fn())
             except Exception as exc:
                 failures.append(f"{label} FAILED: {exc!r}")
-                events.append(
-                    Event(
-                        kind="rollback_failed",
-                        run_id=ctx.run_id,
-                        step=step.id,
-                        detail={"action": label, "error": repr(exc)},
-                    ).to_dict()
-                )
+                events.append(_record(ctx.run_id, "rollback_failed", step.id, action=label, error=repr(exc)))
                 self._emit("rollback_failed", ctx.run_id, step.id, action=label, error=repr(exc))
                 continue
             rolled.append(label)
-            events.append(
-                Event(
-                    kind="rollback_action", run_id=ctx.run_id, step=step.id, detail={"action": label}
-                ).to_dict()
-            )
+            events.append(_record(ctx.run_id, "rollback_action", step.id, action=label))
             self._emit("rollback_action", ctx.run_id, step.id, action=label)
         return rolled, failures
 
-    async def _restore(self, run: _Run, step: Step, start_version: int, events: list[dict[str, Any]]) -> str:
+    async def _restore(self, run: Drive, step: Step, start_version: int, events: list[dict[str, Any]]) -> str:
         """Seed 004 §4.2: back to the snapshot taken before this item (else the last one)."""
         ctx = run.ctx
         target = start_version if start_version > 0 else ctx.version
@@ -424,17 +432,13 @@ class Runner:
         after = ctx.node_id or "start"
         label = f"state restored to version {target} (as after '{after}')"
         run.settled_cache = None
-        events.append(
-            Event(
-                kind="state_restored", run_id=ctx.run_id, step=step.id, detail={"version": target}
-            ).to_dict()
-        )
+        events.append(_record(ctx.run_id, "state_restored", step.id, version=target))
         self._emit("state_restored", ctx.run_id, step.id, version=target)
         return label
 
     def _report(
         self,
-        run: _Run,
+        run: Drive,
         step: Step,
         exc: BaseException,
         kind: FailureKind,
@@ -468,36 +472,25 @@ class Runner:
             return None
         return await self.decisions.decide(report)
 
-    async def _apply_decision(self, run: _Run, report: FailureReport, choice: Decision) -> None:
+    async def _apply_decision(self, run: Drive, report: FailureReport, choice: Decision) -> None:
         ctx = run.ctx
         step = run.workflow.get(report.item_id)
-        ctx.merge(
-            {
-                "event_log": [
-                    Event(
-                        kind="decision",
-                        run_id=ctx.run_id,
-                        step=report.item_id,
-                        detail={"decision": str(choice)},
-                    ).to_dict()
-                ]
-            }
-        )
+        self._log(run, "decision", report.item_id, decision=str(choice))
         self._emit("decision", ctx.run_id, report.item_id, decision=str(choice))
         ctx.put("pending_decision", None)
         if choice is Decision.ABORT:
-            raise _Stop(RunStatus.CANCELLED, report)
+            raise Stop(RunStatus.CANCELLED, report)
         if choice is Decision.REPLAN:
             if self.replan is None or not await self._replan(run, report):
-                raise _Stop(RunStatus.FAILED, report)
+                raise Stop(RunStatus.FAILED, report)
             return
         status = "skipped" if choice is Decision.SKIP else "pending"
         if step is not None:
             ctx.merge({"todo": self._todos([step], status)})
             run.settled_cache = None
-        await self.store.commit(ctx, node_id=ctx.node_id, metadata={"decision": str(choice)})
+        await self._commit(run, node_id=ctx.node_id, metadata={"decision": str(choice)})
 
-    async def _replan(self, run: _Run, report: FailureReport) -> bool:
+    async def _replan(self, run: Drive, report: FailureReport) -> bool:
         assert self.replan is not None
         ctx = run.ctx
         steps = await _maybe_await(self.replan(report, ctx))
@@ -508,25 +501,14 @@ class Runner:
         ctx.merge({"todo": self._todos([s for s in run.workflow.steps if s.id not in done], "pending")})
         run.hint = 0
         run.settled_cache = None
-        ctx.merge(
-            {
-                "event_log": [
-                    Event(
-                        kind="replanned",
-                        run_id=ctx.run_id,
-                        step=report.item_id,
-                        detail={"steps": [s.id for s in steps]},
-                    ).to_dict()
-                ]
-            }
-        )
+        self._log(run, "replanned", report.item_id, steps=[s.id for s in steps])
         ctx.put("pending_decision", None)
-        await self.store.commit(ctx, node_id=ctx.node_id, metadata={"replanned": True})
+        await self._commit(run, node_id=ctx.node_id, metadata={"replanned": True})
         self._emit("replanned", ctx.run_id, report.item_id, steps=[s.id for s in steps])
         return True
 
     # == bookkeeping ================================================================
-    async def _after_checkpoint(self, run: _Run, step: Step, version: int) -> None:
+    async def _after_checkpoint(self, run: Drive, step: Step, version: int) -> None:
         ctx, workflow = run.ctx, run.workflow
         update: dict[str, Any] = {}
         if self.on_checkpoint is not None:
@@ -539,23 +521,30 @@ class Runner:
                 update.update(await _maybe_await(self.on_phase_complete(phase, ctx)) or {})
         if update:
             ctx.merge(update)
-            await self.store.commit(ctx, node_id=step.id, metadata={"context_hook": True})
+            await self._commit(run, node_id=step.id, metadata={"context_hook": True})
 
-    async def _finish(self, run: _Run, status: RunStatus, report: FailureReport | None = None) -> RunResult:
-        ctx = run.ctx
-        ctx.put("_lease", None)
-        version = await self.store.commit(ctx, node_id=ctx.node_id, status=status)
-        self._emit(
-            {
-                RunStatus.COMPLETED: "completed",
-                RunStatus.PAUSED: "paused",
-                RunStatus.CANCELLED: "cancelled",
-            }.get(status, "failed"),
-            ctx.run_id,
-            version=version,
-        )
+    async def _finish(self, run: Drive, stop: Stop) -> RunResult:
+        """Commit the status the drive ends with, the lease released (unless another
+        process's status or a store failure already decided how it ends)."""
+        while not stop.committed and stop.store_error is None:
+            run.ctx.put("_lease", None)
+            run.ctx.put("pause_reason", stop.reason if stop.status is RunStatus.PAUSED else None)
+            try:
+                await self._commit(run, status=stop.status)
+                break
+            except Stop as outside:
+                stop = outside
+        if stop.store_error is not None:
+            return await store_failed(self, run, stop.store_error)
+        ctx, status = run.ctx, stop.status
+        kind = {
+            RunStatus.COMPLETED: "completed",
+            RunStatus.PAUSED: "paused",
+            RunStatus.CANCELLED: "cancelled",
+        }
+        self._emit(kind.get(status, "failed"), ctx.run_id, version=ctx.version, reason=stop.reason)
         return RunResult(
-            run_id=ctx.run_id, status=status, version=version, state=ctx._state_ref(), report=report
+            run_id=ctx.run_id, status=status, version=ctx.version, state=ctx._state_ref(), report=stop.report
         )
 
     def _todos(self, steps: list[Step], status: str, attempts: int = 0) -> dict[str, Any]:
@@ -563,9 +552,29 @@ class Runner:
             s.id: {"name": s.title, "phase": s.phase, "status": status, "attempts": attempts} for s in steps
         }
 
-    def _lease(self) -> dict[str, Any]:
-        return new_lease(self.owner, self.lease_ttl)
+    def _lease(self, run: Drive) -> dict[str, Any]:
+        return {**new_lease(self.owner, self.lease_ttl), "drive": run.token}
+
+    def _event(self, run: Drive, kind: str, step: str | None = None, **detail: Any) -> Event:
+        return Event(kind=kind, run_id=run.ctx.run_id, step=step, detail=detail)
+
+    def _log(self, run: Drive, kind: str, step: str | None = None, **detail: Any) -> None:
+        """Append to the run's event log (checkpointed with its next commit)."""
+        run.ctx._merge_checked({"event_log": [_record(run.ctx.run_id, kind, step, **detail)]})
 
     def _emit(self, event: str, run_id: str, step: str | None = None, **detail: Any) -> None:
-        if self.on_event is not None:
+        if self.on_event is None:
+            return
+        try:
             self.on_event(Event(kind=event, run_id=run_id, step=step, detail=detail))
+        except Exception:  # a broken progress view must not strand the run
+            logger.warning("on_event subscriber failed on %r; skipped", event, exc_info=True)
+
+
+def _record(run_id: str, kind: str, step: str | None = None, **detail: Any) -> dict[str, Any]:
+    return Event(kind=kind, run_id=run_id, step=step, detail=detail).to_dict()
+
+
+def _waiting(report: FailureReport) -> str:
+    choices = "|".join(str(o) for o in report.options) or "none (inspect the report)"
+    return f"step {report.item_id!r} failed ({report.kind}): waiting for a decision: {choices}"

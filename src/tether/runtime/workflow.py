@@ -94,6 +94,10 @@ class Step:
     """May turn a failure into a state update (returning None re-raises)."""
     pause_after: bool = False
     """Pause the run for a human once this step is done."""
+    idempotent: bool = True
+    """False: running it twice does harm (a payment, an e-mail). Its start is checkpointed
+    first, and on resume after a crash inside it the run pauses with a report (retry,
+    skip or inspect) instead of running it again."""
     max_visits: int | None = None
     """How many times ``goto`` may send the run to this step (None: only the run's bound)."""
 

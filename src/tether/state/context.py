@@ -15,7 +15,7 @@ from typing import Any
 from tether.errors import InvalidStateValue
 from tether.state.model import _NO_CHAIN, ChainStats
 from tether.state.reducers import Op, Reducer, ReducerRegistry, default_registry
-from tether.state.values import check_value, copy_value
+from tether.state.values import check_run_id, check_text, check_value, copy_value
 
 __all__ = ["Delta", "ExecutionContext"]
 
@@ -63,6 +63,7 @@ class ExecutionContext:
         *,
         reducers: ReducerRegistry | None = None,
     ) -> None:
+        check_run_id(run_id)
         self.run_id = run_id
         self.node_id: str | None = None
         self.version = 0
@@ -178,6 +179,7 @@ class ExecutionContext:
 
     def mark_executed(self, node_id: str) -> None:
         """Record that a node finished; resume will skip it."""
+        check_text(node_id, "node id")
         with self._lock:
             if node_id not in self._executed_set:
                 self._executed.append(node_id)
@@ -321,3 +323,5 @@ def _holds(dated: set[str] | None, key: str) -> bool:
 def _check_key(key: object) -> None:
     if type(key) is not str or not key:
         raise InvalidStateValue(f"state keys must be non-empty str, got {key!r}")
+    if not key.isascii():
+        check_text(key, "state key")

@@ -13,9 +13,13 @@ import functools
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from tether.errors import InvalidStateValue
+from tether.errors import ConfigError, InvalidStateValue
 
-__all__ = ["check_value", "copy_value"]
+__all__ = ["RUN_ID_MAX_LENGTH", "check_run_id", "check_text", "check_value", "copy_value"]
+
+RUN_ID_MAX_LENGTH = 128
+"""Longest run id, in characters: one rule for every backend (MySQL's key column is the
+tightest at 191)."""
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
@@ -35,6 +39,47 @@ def check_value(value: Any, *, key: str | None = None) -> bool:
     state known to hold none can be encoded by the faster encoder (see ``serde.pack_plain``).
     """
     return _check(value, key, None)
+
+
+def check_text(text: str, what: str) -> None:
+    """Raise :class:`InvalidStateValue` if ``text`` holds a lone surrogate (half of an
+    emoji from a cut model stream, say): no store can encode it, so it is refused where
+    it enters rather than at every later save."""
+    if not text.isascii() and not _encodable(text):
+        raise InvalidStateValue(f"{what}: {_surrogate_at(text)}")
+
+
+def check_run_id(run_id: object) -> None:
+    """Raise :class:`ConfigError` unless ``run_id`` is one every backend can store: a
+    non-empty str of at most ``RUN_ID_MAX_LENGTH`` characters, without NUL, valid Unicode.
+    Checked before any I/O, so a bad id fails the same way on every store."""
+    if type(run_id) is not str or not run_id:
+        raise ConfigError(f"run id must be a non-empty str, got {run_id!r}")
+    if len(run_id) > RUN_ID_MAX_LENGTH:
+        raise ConfigError(
+            f"run id is {len(run_id)} characters long; at most {RUN_ID_MAX_LENGTH} are allowed "
+            "(use a shorter id, e.g. a hash of the long one)"
+        )
+    if "\x00" in run_id:
+        raise ConfigError(f"run id {run_id!r} contains a NUL character; remove it")
+    if not run_id.isascii() and not _encodable(run_id):
+        raise ConfigError(f"run id {run_id!r} is not valid Unicode: {_surrogate_at(run_id)}")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _surrogate_at(text: str) -> str:
+    at = next(i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff")
+    return (
+        f"lone surrogate {text[at]!r} at index {at} (half of a character, e.g. from a cut "
+        "stream); drop it or decode the source with errors='replace'"
+    )
 
 
 _Path = tuple[Any, str | int] | None
@@ -60,20 +105,32 @@ def _check(value: Any, key: str | None, path: _Path) -> bool:
     # Exact type checks: a str or int subclass (an Enum, say) would come back as the
     # base type, which is not an exact round trip.
     tp = type(value)
-    if tp is str or tp is float or tp is bool or value is None or tp is bytes:
+    if tp is str:
+        if not value.isascii() and not _encodable(value):
+            raise _fail(value, key, path, _surrogate_at(value))
+        return False
+    if tp is float or tp is bool or value is None or tp is bytes:
         return False
     if tp is dict:
         dated = False
         for k, v in value.items():
             if type(k) is not str:
                 raise _fail(k, key, (path, k), "dict keys must be str")
-            if type(v) is not str and _check(v, key, (path, k)):
+            if not k.isascii() and not _encodable(k):
+                raise _fail(k, key, path, _surrogate_at(k))
+            if type(v) is str:
+                if not v.isascii() and not _encodable(v):
+                    raise _fail(v, key, (path, k), _surrogate_at(v))
+            elif _check(v, key, (path, k)):
                 dated = True
         return dated
     if tp is list:
         dated = False
         for i, v in enumerate(value):
-            if type(v) is not str and _check(v, key, (path, i)):
+            if type(v) is str:
+                if not v.isascii() and not _encodable(v):
+                    raise _fail(v, key, (path, i), _surrogate_at(v))
+            elif _check(v, key, (path, i)):
                 dated = True
         return dated
     if tp is int:

@@ -1,0 +1,156 @@
+"""Context quality: which planted facts survive compression, against LangChain's trim_messages.
+
+Run: ``.venv/bin/python benchmarks/bench_context_quality.py`` (about 20 s). Transcripts come
+from :func:`tether.context.planted.generate_agent_transcript`: a deployment conversation fed
+to a ``ContextWindow`` message by message (system pinned, the first user message as the
+goal, structured tool calls), with facts inside tool outputs and command arguments, plans
+as ``- [ ]`` lists and numbered steps, answers to questions and fixes of earlier errors.
+
+For each transcript, tether compresses at ``standard`` (~60%) and ``deep`` (~30%) and
+``trim_messages`` (strategy "last", system kept) gets the same budget that tether's result
+used. The table prints the kept fraction per category; ``min`` columns are the worst
+transcript. ``langchain-core`` comes with ``pip install -e '.[bench]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tether.context import ContextItem, ContextWindow, TiktokenTokenizer
+from tether.context.planted import AGENT_CATEGORIES, AgentTranscript, generate_agent_transcript
+
+try:
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+        trim_messages,
+    )
+
+    HAVE_LANGCHAIN = True
+except ImportError:
+    HAVE_LANGCHAIN = False
+
+TRANSCRIPTS = ((11, 150), (12, 300), (13, 150), (14, 600))
+MUST = ("goal", "constraint", "todo", "decision")
+
+
+def to_langchain(items: list[ContextItem]) -> list[Any]:
+    out: list[Any] = []
+    calls: set[str] = set()
+    for item in items:
+        role = item.effective_role
+        if item.kind == "tool_call" and item.tool_call_id and "name" in item.metadata:
+            calls.add(item.tool_call_id)
+            args = dict(item.metadata.get("arguments") or {})
+            out.append(AIMessage(content="", tool_calls=[
+                {"name": item.metadata["name"], "args": args, "id": item.tool_call_id}]))  # fmt: skip
+        elif role == "tool" and item.tool_call_id in calls:
+            out.append(ToolMessage(content=item.text, tool_call_id=item.tool_call_id))
+        elif role == "system":
+            out.append(SystemMessage(content=item.text))
+        elif role == "assistant":
+            out.append(AIMessage(content=item.text))
+        else:
+            out.append(HumanMessage(content=item.text))
+    return out
+
+
+def lc_counter(tok: TiktokenTokenizer) -> Callable[[list[Any]], int]:
+    def count(messages: list[BaseMessage]) -> int:
+        total = 3
+        for m in messages:
+            total += 4 + tok.count(m.content if isinstance(m.content, str) else str(m.content))
+            for call in getattr(m, "tool_calls", None) or []:
+                total += tok.count(call["name"]) + tok.count(str(call["args"]))
+        return total
+
+    return count
+
+
+def lc_text(tr: AgentTranscript, budget: int, tok: TiktokenTokenizer) -> str:
+    kept = trim_messages(
+        to_langchain(list(tr.items)), max_tokens=budget, token_counter=lc_counter(tok),
+        strategy="last", include_system=True, allow_partial=False,
+    )  # fmt: skip
+    return "\n".join(str(m.content) + str(getattr(m, "tool_calls", "")) for m in kept)
+
+
+def fed(tr: AgentTranscript) -> ContextWindow:
+    w = ContextWindow("gpt-4", budget=10**7)
+    for item in tr.items:  # message by message, as an agent adds them
+        w.add(item)
+    return w
+
+
+def run(transcripts: tuple[tuple[int, int], ...]) -> dict[str, dict[str, list[float]]]:
+    tok = TiktokenTokenizer()
+    scores: dict[str, dict[str, list[float]]] = {}
+    for seed, ops in transcripts:
+        tr = generate_agent_transcript(seed=seed, operations=ops)
+        for level in ("standard", "deep"):
+            w = fed(tr)
+            start = time.perf_counter()
+            result = w.compress(level)  # type: ignore[arg-type]
+            elapsed = time.perf_counter() - start
+            budget = w.usage().tokens
+            rows = {f"tether {level}": tr.retention(w.render())}
+            if HAVE_LANGCHAIN:
+                rows[f"trim_messages @{level}"] = tr.retention(lc_text(tr, budget, tok))
+            for label, kept in rows.items():
+                col = scores.setdefault(label, {})
+                for cat in AGENT_CATEGORIES:
+                    k, n = kept.get(cat, (0, 0))
+                    if n:
+                        col.setdefault(cat, []).append(k / n)
+            scores[f"tether {level}"].setdefault("ratio", []).append(result.kept_ratio)
+            scores[f"tether {level}"].setdefault("ms", []).append(elapsed * 1e3)
+            print(f"seed {seed} ops {ops}: {result.before_tokens:,} tokens, {level} -> "
+                  f"{result.kept_ratio:.1%} in {elapsed * 1e3:.1f} ms")  # fmt: skip
+    return scores
+
+
+def report(scores: dict[str, dict[str, list[float]]]) -> None:
+    header = ["method", *AGENT_CATEGORIES, "ratio"]
+    rows = []
+    order = ["trim_messages @standard", "tether standard", "trim_messages @deep", "tether deep"]
+    for label in [o for o in order if o in scores]:
+        col = scores[label]
+        cells = []
+        for cat in AGENT_CATEGORIES:
+            vals = col.get(cat, [])
+            if not vals:
+                cells.append("-")
+            elif cat in MUST:
+                cells.append(f"{sum(vals) / len(vals):.2f} (min {min(vals):.2f})")
+            else:
+                cells.append(f"{sum(vals) / len(vals):.2f}")
+        ratio = col.get("ratio")
+        cells.append(f"{min(ratio):.1%}-{max(ratio):.1%}" if ratio else "same budget")
+        rows.append([label, *cells])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    print("\n## Planted-fact retention, mean over transcripts (min = worst transcript)")
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    if not HAVE_LANGCHAIN:
+        print("(langchain-core not installed: trim_messages rows skipped)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="two small transcripts")
+    args = parser.parse_args()
+    logging.getLogger("tether").setLevel(logging.ERROR)
+    report(run(TRANSCRIPTS[:2] if args.quick else TRANSCRIPTS))
+
+
+if __name__ == "__main__":
+    main()

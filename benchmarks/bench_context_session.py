@@ -1,0 +1,89 @@
+"""A long agent run under the loop's compression policy: is the session layer bounded?
+
+Run: ``.venv/bin/python benchmarks/bench_context_session.py [--operations 1000] [--budget 24000]``.
+
+The transcript of :func:`generate_agent_transcript` is replayed one step at a time (a step
+is one tool call with its result, plus the messages around it); before each "model call"
+the :class:`~tether.context.policy.ContextPolicy` (the agent loop's policy: 70/85/90%
+thresholds, a session layer over its budget compressed first, fit if still over) runs.
+Printed: compressions per step after warm-up, the session layer's peak against its budget,
+the prompt's peak against the budget, and fact retention at the end of the run beside what
+``trim_messages`` keeps of the same transcript at the same budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Iterator
+
+from bench_context_quality import HAVE_LANGCHAIN, lc_text
+
+from tether.context import ContextItem, ContextWindow, Layer, TiktokenTokenizer
+from tether.context.planted import AGENT_CATEGORIES, AgentTranscript, generate_agent_transcript
+from tether.context.policy import ContextPolicy
+
+
+def steps(items: tuple[ContextItem, ...]) -> Iterator[list[ContextItem]]:
+    step: list[ContextItem] = []
+    for item in items:
+        if item.kind == "tool_call" and any(i.kind == "tool_call" for i in step):
+            yield step
+            step = []
+        step.append(item)
+    if step:
+        yield step
+
+
+def run(tr: AgentTranscript, budget: int, warmup: int = 50) -> dict[str, float]:
+    window = ContextWindow("gpt-4o", budget=budget)
+    policy = ContextPolicy()
+    session_budget = window.layer_budgets[Layer.SESSION]
+    peak_prompt = peak_session = 0
+    compressions_after_warmup = 0
+    n_steps = 0
+    elapsed = 0.0
+    for n, step in enumerate(steps(tr.items)):
+        for item in step:
+            window.add(item)
+        start = time.perf_counter()
+        events = policy.before_call(window)
+        elapsed += time.perf_counter() - start
+        n_steps = n + 1
+        usage = window.usage()
+        peak_prompt = max(peak_prompt, usage.tokens)
+        peak_session = max(peak_session, usage.layers[Layer.SESSION].tokens)
+        if n >= warmup:
+            compressions_after_warmup += sum(e.kind == "context_compressed" for e in events)
+    kept = tr.retention(window.render())
+    lc = tr.retention(lc_text(tr, budget, TiktokenTokenizer("o200k_base"))) if HAVE_LANGCHAIN else {}
+    out = {
+        "steps": n_steps,
+        "compressions per step after warm-up": compressions_after_warmup / max(n_steps - warmup, 1),
+        "peak prompt / budget": peak_prompt / budget,
+        "peak session layer / its budget": peak_session / session_budget,
+        "policy ms per step": elapsed * 1e3 / n_steps,
+    }
+    for column in AGENT_CATEGORIES:
+        found, planted = kept.get(column, (0, 0))
+        out[f"kept {column}"] = found / planted if planted else float("nan")
+        if lc:
+            out[f"trim_messages kept {column}"] = lc[column][0] / planted if planted else float("nan")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--operations", type=int, default=1000)
+    parser.add_argument("--budget", type=int, default=24_000)
+    parser.add_argument("--seed", type=int, default=31)
+    args = parser.parse_args()
+    logging.getLogger("tether").setLevel(logging.ERROR)
+    tr = generate_agent_transcript(seed=args.seed, operations=args.operations)
+    for key, value in run(tr, args.budget).items():
+        print(f"{key:40s} {value:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""Distil the units a compression folds into lines, protected notes and structured facts.
+
+The compressor decides *what* folds; this module decides what survives of it:
+
+* one line per folded unit: a tool call as ``$ command → exit N: facts`` (see
+  :mod:`tether.context.facts`), a message with every line kept up to the length limit;
+* protected notes: a plan in a message becomes TODO items (status ticked off by later
+  messages), an answered question becomes a decision with both, a user's "never ..."
+  becomes a constraint (see :mod:`tether.context.notes`);
+* structured fields in the shape of :class:`~tether.context.summaries.StepOutputs`
+  (configurations, artefacts, environment, resolved issues), carried from one
+  compression to the next in the summary item's metadata with capped sizes.
+
+Pure and deterministic, like the compressor that calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tether.context.facts import OperationFacts, Resolution, extract_operation, find_resolutions
+from tether.context.items import ContextItem, Layer
+from tether.context.notes import (
+    constraint_lines,
+    flatten,
+    is_question,
+    is_step_line,
+    matches,
+    plan_steps,
+    question_text,
+    status_updates,
+)
+from tether.context.summaries import StepOutputs
+
+__all__ = ["Distilled", "distill", "merge_fields", "step_outputs_from_commands"]
+
+Unit = tuple[ContextItem, ...]
+CAPS = {"configurations": 40, "artifacts": 30, "environment": 20, "issues_resolved": 10}
+"""Newest entries kept per structured field, so the summary stays bounded on any run."""
+_ASK_TOOLS = frozenset({"ask_user", "ask_human", "ask", "request_user_input"})
+_MARK = {"pending": " ", "done": "x", "in_progress": "~", "skipped": "-"}
+
+
+@dataclass(slots=True, kw_only=True)
+class Distilled:
+    lines: dict[str, str] = field(default_factory=dict)
+    """Unit head id → its line in the summary's completed work."""
+    notes: list[ContextItem] = field(default_factory=list)
+    """New or updated protected items (TODOs, decisions, constraints)."""
+    absorbed: set[str] = field(default_factory=set)
+    """Unit head ids fully represented by notes: they always fold."""
+    fields: dict[str, Any] = field(default_factory=dict)
+    """Structured facts of every fold so far (StepOutputs shape)."""
+    resolutions: list[str] = field(default_factory=list)
+
+
+def _call_and_result(unit: Unit) -> tuple[ContextItem | None, ContextItem | None]:
+    call = next((i for i in unit if i.kind == "tool_call"), None)
+    result = next((i for i in unit if i.kind == "tool_result"), None)
+    return call, result
+
+
+def _todo_item(source: ContextItem, k: int, text: str, status: str) -> ContextItem:
+    return ContextItem(
+        id=f"todo:{source.id}:{k}",
+        kind="todo",
+        content=f"[{_MARK.get(status, ' ')}] {text}",
+        layer=Layer.SESSION,
+        seq=source.seq,
+        phase=source.phase,
+        metadata={"status": status, "text": text, "source": source.id},
+    )
+
+
+def _with_status(todo: ContextItem, status: str) -> ContextItem:
+    text = str(todo.metadata.get("text", todo.content))
+    content = f"[{_MARK.get(status, ' ')}] {text}"
+    return replace(todo, content=content, tokens=-1, metadata={**todo.metadata, "status": status})
+
+
+class _Notes:
+    """Collects TODOs, decisions and constraints while walking the units in order."""
+
+    def __init__(self, items: Sequence[ContextItem]) -> None:
+        self.todos: dict[str, ContextItem] = {
+            i.id: i for i in items if i.kind == "todo" and "source" in i.metadata
+        }
+        self.changed: dict[str, ContextItem] = {}
+        self.existing = {i.id for i in items}
+
+    def plan(self, item: ContextItem) -> int:
+        """New TODO items from a plan in ``item``; a step already known updates its status."""
+        steps = plan_steps(item.content)
+        created = 0
+        for k, step in enumerate(steps):
+            known = next(
+                (t for t in self.todos.values() if matches(str(t.metadata.get("text", "")), step.text)),
+                None,
+            )
+            if known is not None:
+                if known.metadata.get("status") != step.status and step.status != "pending":
+                    self.todos[known.id] = self.changed[known.id] = _with_status(known, step.status)
+                continue
+            todo = _todo_item(item, k, step.text, step.status)
+            if step.number is not None:
+                todo = replace(todo, metadata={**todo.metadata, "number": step.number})
+            self.todos[todo.id] = self.changed[todo.id] = todo
+            created += 1
+        return len(steps) and (created or -1)
+
+    def progress(self, item: ContextItem) -> None:
+        for update in status_updates(item.content):
+            for todo in self.todos.values():
+                if todo.seq >= item.seq or todo.metadata.get("status") == update.status:
+                    continue
+                hit = (update.number is not None and todo.metadata.get("number") == update.number) or (
+                    bool(update.text) and matches(str(todo.metadata.get("text", "")), update.text)
+                )
+                if hit:
+                    self.todos[todo.id] = self.changed[todo.id] = _with_status(todo, update.status)
+
+    def add(self, item: ContextItem) -> None:
+        if item.id not in self.existing:
+            self.changed[item.id] = item
+
+
+def _message_line(item: ContextItem, limit: int) -> str:
+    return flatten(f"{item.effective_role}: {item.content}", limit)
+
+
+def distill(
+    fold: Sequence[Unit],
+    units: Sequence[Unit],
+    items: Sequence[ContextItem],
+    *,
+    previous: Mapping[str, Any] | None,
+    line_chars: int,
+) -> Distilled:
+    """Lines, notes and fields for the units in ``fold`` (``units`` is every unit, in order)."""
+    out = Distilled()
+    notes = _Notes(items)
+    folded = {u[0].id for u in fold}
+    ops: list[tuple[str, OperationFacts]] = []
+    question: tuple[ContextItem, str] | None = None
+    for unit in units:
+        head = unit[0]
+        is_folded = head.id in folded
+        call, result = _call_and_result(unit)
+        if call is not None:
+            name = str(call.metadata.get("name", ""))
+            args = call.metadata.get("arguments")
+            if name in _ASK_TOOLS and isinstance(args, Mapping) and result is not None:
+                q = str(args.get("question", "")).strip()
+                if is_folded and q:
+                    out.absorbed.add(head.id)
+                    notes.add(_decision(call, q, result.content))
+                continue
+            facts = extract_operation(call, result)
+            ops.append((head.id, facts))
+            if is_folded:
+                out.lines[head.id] = facts.line(max_chars=line_chars)
+            question = None
+            continue
+        if head.kind != "message":
+            if is_folded:
+                out.lines[head.id] = flatten(head.text, line_chars)
+            continue
+        role = head.effective_role
+        notes.progress(head)
+        if role == "assistant" and is_question(head.content):
+            question = (head, question_text(head.content))
+            if is_folded:
+                out.lines[head.id] = _message_line(head, line_chars)
+            continue
+        if not is_folded:
+            question = None if role == "user" else question
+            continue
+        planned = notes.plan(head)
+        if planned:
+            out.absorbed.add(head.id)
+            rest = " ".join(ln for ln in head.content.splitlines() if ln.strip() and not is_step_line(ln))
+            what = f"plan of {planned} steps → TODO items" if planned > 0 else "TODO progress"
+            out.lines[head.id] = flatten(
+                f"{role}: {rest} ({what})" if rest else f"{role}: {what}", line_chars
+            )
+            continue
+        if role == "user" and question is not None:
+            q_item, q_text = question
+            notes.add(_decision(head, q_text, head.content))
+            out.absorbed.update({head.id, q_item.id} & folded)
+            out.lines.pop(q_item.id, None)
+            question = None
+            continue
+        if role == "user":
+            for k, line in enumerate(constraint_lines(head.content)):
+                notes.add(ContextItem(
+                    id=f"constraint:{head.id}:{k}", kind="constraint", content=line,
+                    layer=Layer.SESSION, seq=head.seq, phase=head.phase, metadata={"source": head.id},
+                ))  # fmt: skip
+                out.absorbed.add(head.id)
+        out.lines[head.id] = _message_line(head, line_chars)
+    out.notes = sorted(notes.changed.values(), key=lambda i: (i.seq, i.id))
+    resolved = [r for r in find_resolutions(ops) if r.unit_ids and r.unit_ids[0] in folded]
+    out.fields = merge_fields(previous, [f for u, f in ops if u in folded], resolved)
+    out.resolutions = [
+        f"{i['issue']} → fixed by {i['resolution']}" for i in out.fields.get("issues_resolved", [])
+    ]
+    return out
+
+
+def _decision(source: ContextItem, question: str, answer: str) -> ContextItem:
+    answer = flatten(answer, 300)
+    return ContextItem(
+        id=f"decision:{source.id}",
+        kind="decision",
+        content=f"{flatten(question, 300)} → user: {answer}",
+        layer=Layer.SESSION,
+        seq=source.seq,
+        phase=source.phase,
+        metadata={"question": question, "answer": answer, "source": source.id},
+    )
+
+
+def merge_fields(
+    previous: Mapping[str, Any] | None,
+    ops: Sequence[OperationFacts],
+    resolved: Sequence[Resolution],
+) -> dict[str, Any]:
+    """Fold the facts of ``ops`` into the previous fields; newest win, sizes capped."""
+    prev = previous or {}
+    configs = dict(prev.get("configurations") or {})
+    artifacts = list(prev.get("artifacts") or [])
+    environment = list(prev.get("environment") or [])
+    issues = [dict(i) for i in prev.get("issues_resolved") or []]
+    for facts in ops:
+        for key, value in facts.configurations.items():
+            configs.pop(key, None)
+            configs[key] = value
+        artifacts += [a for a in facts.artifacts if a not in artifacts]
+        environment += [e for e in facts.environment if e not in environment]
+    issues += [r.to_dict() for r in resolved if r.to_dict() not in issues]
+    return {
+        "configurations": dict(list(configs.items())[-CAPS["configurations"] :]),
+        "artifacts": artifacts[-CAPS["artifacts"] :],
+        "environment": environment[-CAPS["environment"] :],
+        "issues_resolved": issues[-CAPS["issues_resolved"] :],
+    }
+
+
+def step_outputs_from_commands(commands: Iterable[Mapping[str, Any]], *, summary: str) -> StepOutputs:
+    """:class:`StepOutputs` read from a run's command history, for a step that gave none.
+
+    Each entry needs ``command`` and may have ``exit_code``, ``stdout`` and ``stderr`` (the
+    agent loop's ``command_history``); configurations, artefacts, the environment and
+    resolved issues come from the same extraction as the summary's.
+    """
+    ops: list[tuple[str, OperationFacts]] = []
+    for k, entry in enumerate(commands):
+        text = f"{entry.get('stdout') or ''}\n{entry.get('stderr') or ''}"
+        call = ContextItem(id=f"cmd-{k}", kind="tool_call", content="", metadata={
+            "name": "execute", "arguments": {"command": str(entry.get("command") or "")}})  # fmt: skip
+        facts = extract_operation(call, ContextItem(id=f"out-{k}", kind="tool_result", content=text))
+        code = entry.get("exit_code")
+        if isinstance(code, int):
+            facts = replace(facts, exit_code=code)
+        ops.append((call.id, facts))
+    fields = merge_fields(None, [f for _, f in ops], find_resolutions(ops))
+    return StepOutputs(
+        summary=summary or "Step completed",
+        environment_changes=dict.fromkeys(fields["environment"], True),
+        new_configurations=fields["configurations"],
+        artifacts=tuple(fields["artifacts"]),
+        issues_resolved=tuple(fields["issues_resolved"]),
+    )

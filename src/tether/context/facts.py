@@ -1,0 +1,337 @@
+"""Deterministic fact extraction from tool calls and their outputs.
+
+A folded operation must still tell the next step what it did and what it found: the
+command with its arguments, how it exited, and the few values a later step may need
+(configuration set, artefacts built, hosts and ports listening, versions and hashes,
+error lines). Patterns plus the shape of the output find them, with no model: the same
+input always yields the same facts, so compression stays reproducible.
+
+Only *salient* lines of an output are mined for versions, hashes and paths (the lines
+that say what happened: "Successfully installed", "Successfully tagged", "listening on",
+"HEAD is now at", error lines, ...); progress noise such as ``Collecting x==1.2`` is full
+of versions that nobody needs later.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.context.items import ContextItem
+
+__all__ = [
+    "OperationFacts",
+    "Resolution",
+    "command_of",
+    "extract_operation",
+    "extract_output",
+    "find_resolutions",
+]
+
+_EXIT = re.compile(
+    r"(?:\[exit code (-?\d+)\]|exit(?:ed with)?(?: code| status)?[ :=]+(-?\d+)\b"
+    r"|returned non-zero exit status (\d+))",
+    re.IGNORECASE,
+)
+_ASSIGN = re.compile(r"(?<![\w.-])([A-Z][A-Z0-9_]{2,})=([^\s'\";&|)*^$\\]+)")
+_INI = re.compile(r"^\s*([a-z_][\w.]*)\s*[=:]\s*([^\s#]+)\s*$")
+_CONFIG_CMD = re.compile(
+    r"(?:config(?:\s+--\w+)*\s+(?:set\s+)?|--set\s+|-e\s+|--env\s+)([\w.-]+)[= ]([^\s'\"]+)"
+)
+_IMAGE = re.compile(r"\b((?:[\w-]+(?:\.[\w-]+)+(?::\d+)?/)?[a-z0-9][\w.-]*(?:/[\w.-]+)*:[\w][\w.-]*)\b")
+_URL = re.compile(r"\bhttps?://[^\s'\"<>)\]]+")
+_HOSTPORT = re.compile(r"\b((?:\d{1,3}(?:\.\d{1,3}){3}|localhost|[a-z][\w-]*(?:\.[\w-]+)+|\[::\]):\d{2,5})\b")
+_PATH = re.compile(r"(?<![\w:/.])(/(?:[\w.@+-]+/)*[\w.@+-]+/?)")
+_VERSION = re.compile(r"\b[\w-]*?\d+\.\d+(?:\.[\w]+)*(?:[-+][\w.]+)?\b")
+_HASH = re.compile(r"\b(?:sha256:)?[0-9a-f]{7,64}\b|\b[0-9a-f]{7,12}\.\.[0-9a-f]{7,12}\b")
+_ERROR = re.compile(
+    r"(?i)((?-i:Error|Exception)\b|\berror\b|\bfailed\b|\bfailure\b|\bfatal\b|exception|\bdenied\b|"
+    r"refused|not found|"
+    r"\bcannot\b|\bunable\b|traceback|ERR!|\bE:\s|no such file|already (?:allocated|in use))"
+)
+_NOT_ERROR = re.compile(r"(?i)\b0 (?:errors?|failed)\b|\bwarn(?:ing)?\b(?!.*error)|PASSED|xfail")
+_SALIENT = re.compile(
+    r"(?i)(successfully|installed|tagged|naming to|HEAD is now|updating [0-9a-f]|listening|running on|"
+    r"started|created|generated|wrote|written|saved|deployed|pushed|digest|"
+    r"\bactive:|\bversion\b|\"build\"|\"id\"|(?-i:\d+ passed)\b|\bfailed\b|migrat|applied|->|=>\s)"
+)
+_NOISE = re.compile(r"(?:=> \[|Get:\d|Collecting |Downloading |Setting up |Requirement already|remote: )")
+_BUILDKIT = re.compile(r"^#\d+ (?:\d+\.\d+ )?")
+_ERROR_RANK = re.compile(r"(?:Error|Exception|error|ERROR):\s|denied|refused|not found|failed|FAILED")
+# cheap substring pre-checks: most lines of a log are neither errors nor salient
+_ERROR_WORDS = ("error", "fail", "fatal", "exception", "denied", "refused", "not found", "cannot",
+                "unable", "traceback", "err!", "e: ", "no such file", "already ")  # fmt: skip
+_SALIENT_WORDS = ("success", "install", "tagged", "naming", "head is", "updating", "listen", "running",
+                  "started", "created", "generated", "wrote", "written", "saved", "deployed", "pushed",
+                  "digest", "active:", "version", '"build"', '"id"', "passed", "failed", "migrat",
+                  "applied", "->", "=> ")  # fmt: skip
+_COMMAND_KEYS = ("command", "cmd", "script", "code", "query", "url", "path")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperationFacts:
+    """What one tool call did and found, in the shape of the rolling summary's fields."""
+
+    tool: str = ""
+    command: str = ""
+    """The command line (or the call's arguments) exactly as sent."""
+    exit_code: int | None = None
+    configurations: Mapping[str, str] = field(default_factory=dict)
+    """Configuration keys and the values set or read (``KEY=value``, ``key = value``)."""
+    artifacts: tuple[str, ...] = ()
+    """Images, files written, reports, release URLs."""
+    environment: tuple[str, ...] = ()
+    """Hosts and ports listening, services started or running."""
+    details: tuple[str, ...] = ()
+    """Versions, hashes and ids from the lines that say what happened."""
+    errors: tuple[str, ...] = ()
+    """Error lines, at most three, clipped."""
+
+    @property
+    def failed(self) -> bool:
+        return (self.exit_code or 0) != 0 or (self.exit_code is None and bool(self.errors))
+
+    def facts(self) -> list[str]:
+        """Every value, most useful first (what a clipped line keeps)."""
+        out = [f"{k}={v}" for k, v in self.configurations.items()]
+        out += [*self.artifacts, *self.environment, *self.details]
+        return _dedupe(out)
+
+    def line(self, *, max_chars: int = 200, command_chars: int = 90) -> str:
+        """``$ command → exit N: error; facts``, clipped to ``max_chars``."""
+        facts = self.facts()
+        room = command_chars if not facts else min(command_chars, max(max_chars // 3, 40))
+        head = f"$ {_clip(self.command or self.tool, room)}"
+        if self.exit_code is not None:
+            head += f" → exit {self.exit_code}"
+        parts = [f"✗ {_clip_middle(e, 110)}" for e in self.errors[:1]] if self.failed else []
+        parts += facts
+        text = f"{head}: {'; '.join(parts)}" if parts else head
+        return _clip(text, max_chars)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool": self.tool,
+            "command": self.command,
+            "exit_code": self.exit_code,
+            "configurations": dict(self.configurations),
+            "artifacts": list(self.artifacts),
+            "environment": list(self.environment),
+            "details": list(self.details),
+            "errors": list(self.errors),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resolution:
+    """An error and what fixed it: the commands run between the failure and a good retry."""
+
+    issue: str
+    resolution: str
+    unit_ids: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, str]:
+        return {"issue": self.issue, "resolution": self.resolution}
+
+    def line(self, max_chars: int = 240) -> str:
+        return _clip(f"{self.issue} → fixed by {self.resolution}", max_chars)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(limit - 1, 0)].rstrip() + "…"
+
+
+def _clip_middle(text: str, limit: int) -> str:
+    """Head and tail: an error's cause is often at its end ("... port is already allocated")."""
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    return f"{text[:head].rstrip()} … {text[len(text) - (limit - head - 3) :].lstrip()}"
+
+
+def _dedupe(values: Iterable[str]) -> list[str]:
+    seen: set[str] = set()
+    out: list[str] = []
+    for v in values:
+        if v and v not in seen:
+            seen.add(v)
+            out.append(v)
+    return out
+
+
+def command_of(call: ContextItem) -> str:
+    """The command a tool call ran: its ``command``-like argument, else its arguments."""
+    args: object = call.metadata.get("arguments")
+    if args is None and call.content.lstrip().startswith("{"):  # an action sent as JSON text
+        args = call.content
+    if isinstance(args, str):
+        text = args
+        try:
+            args = json.loads(text)
+        except ValueError:
+            return text if "arguments" in call.metadata else call.content.strip()
+    if isinstance(args, Mapping):
+        for key in _COMMAND_KEYS:
+            value = args.get(key)
+            if isinstance(value, str) and value.strip():
+                return value.strip()
+        if args:
+            return " ".join(f"{k}={v}" for k, v in args.items())
+    return call.content.strip()
+
+
+def _configs_from_command(command: str) -> dict[str, str]:
+    found = {k: v.rstrip("/") for k, v in _ASSIGN.findall(command) if v.strip("./")}
+    for key, value in _CONFIG_CMD.findall(command):
+        found.setdefault(key, value)
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def extract_output(text: str) -> OperationFacts:
+    """Facts of a command's output alone (no command, exit code from the text if printed)."""
+    exit_code: int | None = None
+    configs: dict[str, str] = {}
+    artifacts: list[str] = []
+    environment: list[str] = []
+    details: list[str] = []
+    errors: list[str] = []
+    first: str | None = None
+    for raw in text.splitlines():
+        line = _BUILDKIT.sub("", raw.strip()).strip("=─━ ")
+        if not line or _NOISE.match(line):
+            continue
+        low = line.lower()
+        if "exit" in low:
+            m = _EXIT.search(line)
+            if m:
+                exit_code = int(next(g for g in m.groups() if g is not None))
+                if len(line) - len(m.group(0)) < 12:  # a bare "exit code 1" line says nothing more
+                    continue
+        if first is None:
+            first = line
+        if len(line) < 160 and ("=" in line or ":" in line) and "://" not in line:
+            whole = _ASSIGN.fullmatch(line) or _INI.match(line)
+            if whole:
+                configs.setdefault(whole.group(1), whole.group(2))
+                continue
+        if any(w in low for w in _ERROR_WORDS) and _ERROR.search(line) and not _NOT_ERROR.search(line):
+            errors.append(_clip(line, 200))
+            environment += list(_HOSTPORT.findall(line))
+            continue
+        if any(w in low for w in _SALIENT_WORDS) and _SALIENT.search(line):
+            _salient(line, artifacts, environment, details)
+    if first is not None and not (configs or artifacts or environment or details or errors):
+        details.append(_clip(first, 100))  # nothing salient: the first line usually says what happened
+    return OperationFacts(
+        exit_code=exit_code,
+        configurations=configs,
+        artifacts=tuple(_dedupe(artifacts)[:6]),
+        environment=tuple(_dedupe(environment)[:6]),
+        details=tuple(_dedupe(details)[:6]),
+        errors=tuple(sorted(_dedupe(errors), key=lambda e: not _ERROR_RANK.search(e))[:3]),
+    )
+
+
+def _salient(line: str, artifacts: list[str], environment: list[str], details: list[str]) -> None:
+    low = line.lower()
+    hosts = _HOSTPORT.findall(line)
+    if hosts and ("listening" in low or "running on" in low or "bound" in low):
+        environment += hosts
+        return
+    if low.startswith("active:"):
+        environment.append(_clip(line.split(";")[0].split(" since ")[0], 60))
+        return
+    if "started" in low:
+        environment.append(_clip(line, 100))
+        return
+    urls = _URL.findall(line)
+    paths = [p for p in _PATH.findall(line) if "/" in p[1:] or "." in p]
+    if any(w in low for w in ("tagged", "naming to", "pushed", "generated", "wrote", "written", "saved")):
+        images = [m for m in _IMAGE.findall(line) if "/" in m or "." in m.split(":")[0]]
+        artifacts += [*images, *urls, *paths] or [_clip(line, 100)]
+        return
+    if "json" not in low and line.startswith("{"):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            data = None
+        if isinstance(data, Mapping):
+            details += [f"{k}={v}" for k, v in data.items() if isinstance(v, str | int | float)][:4]
+            return
+    if len(line) <= 100:  # short enough to keep as said: "Successfully installed a-1.2 b-3.4"
+        details.append(" ".join(line.split()))
+        return
+    found = [*urls, *(h for h in hosts if h not in environment)]
+    found += _HASH.findall(line) + [v for v in _VERSION.findall(line) if not v.replace(".", "").isdigit()]
+    found += [p for p in paths if p not in found]
+    details += found or [_clip(line, 100)]
+
+
+def extract_operation(call: ContextItem | None, result: ContextItem | None) -> OperationFacts:
+    """Facts of one tool call and its result (either may be missing)."""
+    command = command_of(call) if call is not None else ""
+    tool = str(call.metadata.get("name", "")) if call is not None else ""
+    out = extract_output(result.content) if result is not None else OperationFacts()
+    exit_code = out.exit_code
+    if result is not None and isinstance(result.metadata.get("exit_code"), int):
+        exit_code = int(result.metadata["exit_code"])
+    configs = {**_configs_from_command(command), **out.configurations}
+    artifacts = list(out.artifacts)
+    tag = re.search(r"(?:-t|--tag)\s+(\S+)", command)
+    if tag and exit_code in (0, None) and not out.errors:
+        artifacts.insert(0, tag.group(1))
+    out_flag = re.search(r"(?:-o|--output|--out)[ =](\S+)", command)
+    if out_flag:
+        artifacts.append(out_flag.group(1))
+    return OperationFacts(
+        tool=tool,
+        command=command,
+        exit_code=exit_code,
+        configurations=configs,
+        artifacts=tuple(_dedupe(artifacts)),
+        environment=out.environment,
+        details=out.details,
+        errors=out.errors,
+    )
+
+
+def _program(command: str) -> str:
+    """What a retry would repeat: the command without sudo/env prefixes, whitespace-normalised."""
+    words = command.split()
+    while words and (words[0] in ("sudo", "env", "time") or "=" in words[0]):
+        words = words[1:]
+    return " ".join(words)
+
+
+def find_resolutions(ops: Sequence[tuple[str, OperationFacts]]) -> list[Resolution]:
+    """Failures that a later run of the same command got past, with the commands between.
+
+    ``ops`` are (unit id, facts) in run order. A retry that succeeds with nothing run in
+    between resolves the failure "on retry".
+    """
+    out: list[Resolution] = []
+    open_failures: dict[str, int] = {}
+    for index, (_unit, facts) in enumerate(ops):
+        key = _program(facts.command)
+        if not key:
+            continue
+        if facts.failed:
+            open_failures.setdefault(key, index)
+            continue
+        start = open_failures.pop(key, None)
+        if start is None:
+            continue
+        failed = ops[start][1]
+        fixes = [f.command for _, f in ops[start + 1 : index] if f.command and not f.failed]
+        issue = (
+            failed.errors[0] if failed.errors else f"`{_clip(failed.command, 80)}` exited {failed.exit_code}"
+        )
+        how = "; ".join(f"`{_clip(c, 100)}`" for c in fixes) if fixes else "a retry"
+        ids = tuple(u for u, _ in ops[start : index + 1])
+        out.append(Resolution(issue=_clip(issue, 160), resolution=how, unit_ids=ids))
+    return out

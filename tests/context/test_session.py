@@ -1,0 +1,75 @@
+"""The session layer stays inside its budget on long runs; the policy reports what it did."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether.context import SUMMARY_ID, ContextWindow, Layer, new_item
+from tether.context.planted import generate_agent_transcript
+from tether.context.policy import ContextPolicy
+from tether.context.session import bound_summary, fold_lines, paragraph_text
+
+
+def test_bound_summary_folds_oldest_lines_then_merges_paragraphs() -> None:
+    """Oldest lines become paragraphs first; newest lines stay; paragraphs merge when needed."""
+    lines = [f"$ docker build -t reg/app:{k} . → exit 0: reg/app:{k}" for k in range(60)]
+    count = lambda text: len(text) // 4  # noqa: E731 - a stand-in tokenizer keeps it exact
+    history, kept = bound_summary([], lines, budget=400, count=count)
+    assert kept == lines[-len(kept) :] and len(kept) >= 6
+    assert sum(p["ops"] for p in history) + len(kept) == 60
+    total = sum(count(x) + 2 for x in kept) + sum(count(paragraph_text(p)) + 2 for p in history)
+    assert total <= 400
+    tight, kept2 = bound_summary(history, kept, budget=150, count=count)
+    assert len(tight) < len(history) and sum(p["ops"] for p in tight) + len(kept2) == 60
+    assert fold_lines(["$ npm ci → exit 1: ✗ EACCES", "$ npm ci → exit 0"]) == {
+        "ops": 2, "failed": 1, "programs": {"npm ci": 2}, "facts": []}  # fmt: skip
+
+
+def _steps(items):
+    step = []
+    for item in items:
+        if item.kind == "tool_call" and any(i.kind == "tool_call" for i in step):
+            yield step
+            step = []
+        step.append(item)
+    yield step
+
+
+@pytest.mark.slow
+def test_a_long_run_keeps_the_session_layer_and_prompt_bounded() -> None:
+    """300 operations at a 12k budget: never over budget, compressions rare, protected kept."""
+    tr = generate_agent_transcript(seed=41, operations=300)
+    window = ContextWindow("gpt-4o", budget=12_000)
+    policy = ContextPolicy()
+    session_budget = window.layer_budgets[Layer.SESSION]
+    compressions = []
+    for n, step in enumerate(_steps(tr.items)):
+        for item in step:
+            window.add(item)
+        events = policy.before_call(window)
+        usage = window.usage()
+        assert usage.tokens <= window.budget, n
+        assert usage.layers[Layer.SESSION].tokens <= session_budget, n
+        compressions += [n for e in events if e.kind == "context_compressed"]
+    late = [n for n in compressions if n >= 50]
+    assert late and len(late) <= (n - 50) / 5
+    summary = window.get(SUMMARY_ID)
+    assert summary is not None and summary.metadata["history"]  # older lines became paragraphs
+    kept = tr.retention(window.render())
+    for column in ("goal", "constraint", "todo", "decision"):
+        assert kept[column][0] == kept[column][1], column
+
+
+def test_protected_items_over_the_session_budget_are_reported_not_dropped() -> None:
+    """Decisions alone overflow the session layer: all kept, and the policy says so."""
+    window = ContextWindow("gpt-4o", budget=6_000)
+    for k in range(220):
+        window.add(new_item("decision", f"Decision {k}: use mirror-{k}.example.com for packages"))
+    for k in range(20):
+        window.add(new_item("tool_call", "", tool_call_id=f"c{k}", metadata={"name": "sh", "arguments": {"command": f"make {k}"}}))  # fmt: skip
+        window.add(new_item("tool_result", "ok\n" * 40, tool_call_id=f"c{k}"))
+    events = ContextPolicy().before_call(window)
+    kinds = [e.kind for e in events]
+    assert "context_session_over" in kinds
+    assert len([i for i in window.items() if i.kind == "decision"]) == 220
+    assert any("protected items" in w for e in events for w in e.warnings)
