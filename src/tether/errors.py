@@ -7,6 +7,7 @@ Split by who is at fault, so callers can decide what to do without parsing messa
   x StateError               a value or an operation the state model refuses
     + InvalidStateValue      not JSON-like data (refused at put/merge, never at save)
     + RunNotPaused           an update asked of a run that is not PAUSED
+    + WrongRunStatus         an action (resume, decide, roll back…) its status forbids
   x StoreError
     + StoreUnavailable       connection/timeout: transient, retry later
     + StoreNotWritable       disk full, read-only file system, full tablespace: not transient
@@ -70,6 +71,7 @@ __all__ = [
     "SubLoopLocked",
     "TetherError",
     "VersionConflict",
+    "WrongRunStatus",
 ]
 
 
@@ -107,6 +109,17 @@ class RunNotPaused(StateError):
         )
         self.run_id = run_id
         self.status = status
+
+
+class WrongRunStatus(StateError):
+    """The run's status does not allow the action asked (resume a finished run, decide
+    on a run with no pending failure…); the message names the status and what to do."""
+
+    def __init__(self, run_id: str, status: str, action: str, hint: str = "") -> None:
+        super().__init__(f"cannot {action} run {run_id!r}: it is {status}" + (f"; {hint}" if hint else ""))
+        self.run_id = run_id
+        self.status = status
+        self.action = action
 
 
 class StoreError(TetherError):
