@@ -1,7 +1,10 @@
 """Settings, read once at the edge (CLI, server) and passed down as arguments.
 
-Precedence: explicit argument or flag, then ``TETHER_*`` environment variables, then
-``.env``, then these defaults. Library code never reads the environment itself.
+Precedence: explicit argument or flag, then ``TETHER_*`` environment variables, then an
+env file named explicitly (``tether --env-file PATH``, ``Settings(_env_file=PATH)``), then
+these defaults. A ``.env`` in the current directory is never read on its own: a cloned
+repository must not choose the store or the encryption key. Library code never reads the
+environment itself.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ __all__ = ["Settings"]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="TETHER_", env_file=".env", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TETHER_", env_file=None, frozen=True, extra="ignore")
 
     store_url: str = "sqlite:///.tether/tether.db"
     """Where checkpoints live; the URL scheme picks the backend."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
@@ -30,15 +31,24 @@ T = TypeVar("T")
 StoreOpt = Annotated[
     str | None, typer.Option("--store", help="Store URL (default: TETHER_STORE_URL or SQLite).")
 ]
-_state: dict[str, bool] = {"debug": False}
+_state: dict[str, Any] = {"debug": False, "env_file": None}
 
 
 @app.callback()
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
+    env_file: Annotated[
+        str | None,
+        typer.Option(
+            "--env-file", help="Read TETHER_* settings from this file (never implicitly from ./.env)."
+        ),
+    ] = None,
 ) -> None:
     _state["debug"] = debug
+    if env_file is not None and not os.path.isfile(env_file):
+        raise typer.BadParameter(f"--env-file {env_file!r} is not a file")
+    _state["env_file"] = env_file
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
@@ -69,7 +79,8 @@ def _on_store(store: str | None, fn: Callable[[Any], Awaitable[T]]) -> T:
 def _settings(store: str | None) -> tuple[str, dict[str, Any]]:
     from tether.settings import Settings
 
-    settings = Settings() if store is None else Settings(store_url=store)
+    extra: dict[str, Any] = {} if store is None else {"store_url": store}
+    settings = Settings(_env_file=_state["env_file"], **extra)  # type: ignore[call-arg]
     return settings.store_url, settings.store_options()
 
 
