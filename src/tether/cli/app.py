@@ -347,8 +347,20 @@ def _deploy_printer(console: Any) -> Any:
             console.print(f"    {mark} {d.get('tail', '')}", highlight=False)
         elif event.kind in ("question", "step_failed", "finish_requested", "paused"):
             console.print(f"  {event.kind}: {d}", highlight=False, markup=False)
+        elif event.kind.startswith("context_"):
+            console.print(f"  [cyan]{_context_line(event.kind, d)}[/]", highlight=False)
 
     return show
+
+
+def _context_line(kind: str, d: dict[str, Any]) -> str:
+    """One line for a context event: the warning, a compression, an overflow."""
+    if kind == "context_compressed":
+        return (
+            f"context: {d.get('level')} compression {d.get('before_tokens')} -> {d.get('after_tokens')} "
+            f"tokens, {d.get('folded')} items folded ({d.get('reason')})"
+        )
+    return f"context: {kind.removeprefix('context_')} {d.get('reason') or ''}".rstrip()
 
 
 @app.command()
