@@ -9,8 +9,11 @@ Split by who is at fault, so callers can decide what to do without parsing messa
     + RunNotPaused           an update asked of a run that is not PAUSED
   x StoreError
     + StoreUnavailable       connection/timeout: transient, retry later
+    + StoreNotWritable       disk full, read-only file system, full tablespace: not transient
+    + StateTooLarge          a payload over a server limit (MariaDB max_allowed_packet…)
     + VersionConflict        another writer saved first; reload and redo
     + RunNotFound            the run (or the version asked for) is not stored
+      + RunExpired           the run was stored but its expiry time has passed
     + CheckpointCorrupt      undecodable payload, truncated row or unknown schema version
       + DecryptionError      encrypted with another key, or tampered with
     + RunExists              a run with that id is already stored
@@ -56,10 +59,13 @@ __all__ = [
     "RunInProgress",
     "SessionError",
     "ToolError",
+    "RunExpired",
     "RunNotFound",
     "RunNotPaused",
     "StateError",
+    "StateTooLarge",
     "StoreError",
+    "StoreNotWritable",
     "StoreUnavailable",
     "SubLoopLocked",
     "TetherError",
@@ -111,6 +117,30 @@ class StoreUnavailable(StoreError):
     """The backend could not be reached or timed out: transient, worth a retry."""
 
 
+class StoreNotWritable(StoreError):
+    """The store refuses writes for a reason that waiting will not fix: the disk or the
+    tablespace is full, the file system or the database is read-only. ``reason`` says which;
+    free space or make the store writable, then resume the run."""
+
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class StateTooLarge(StoreError):
+    """One checkpoint payload is bigger than the store's server accepts in one write.
+
+    ``size`` and ``limit`` are in bytes; the message names the server setting to raise
+    (or says to keep big data out of the state, e.g. as an artefact).
+    """
+
+    def __init__(self, message: str, *, run_id: str = "", size: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.size = size
+        self.limit = limit
+
+
 class VersionConflict(StoreError):
     """Two writers on one run: the other one saved first.
 
@@ -157,6 +187,22 @@ class RunNotFound(StoreError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
+
+
+class RunExpired(RunNotFound):
+    """The run was stored, but its expiry time has passed: it is gone, not overwritten by
+    another writer. Keep runs longer with ``ExpiryPolicy`` (``TETHER_CHECKPOINT_TTL_HOURS``)."""
+
+    def __init__(self, run_id: str, expired_at: float | None = None) -> None:
+        StoreError.__init__(
+            self,
+            f"run {run_id!r} has expired (its checkpoints outlived the store's expiry time) "
+            "and can no longer be loaded or written; start a new run, or keep runs longer "
+            "with a longer checkpoint TTL",
+        )
+        self.run_id = run_id
+        self.version = None
+        self.expired_at = expired_at
 
 
 class CheckpointCorrupt(StoreError):

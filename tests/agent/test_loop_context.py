@@ -136,11 +136,11 @@ def test_the_cli_live_view_prints_context_events():
 
     from rich.console import Console
 
-    from tether.cli.app import _deploy_printer
+    from tether.cli.agents import _printer
     from tether.runtime import Event
 
     out = StringIO()
-    show = _deploy_printer(Console(file=out, width=200))
+    show = _printer(Console(file=out, width=200))
     detail = {
         "level": "standard",
         "before_tokens": 7000,

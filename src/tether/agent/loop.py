@@ -6,9 +6,19 @@ and returns a state update. The :class:`~tether.runtime.Runner` checkpoints afte
 iteration, so a crashed agent resumes with its whole history, and a question the agent
 asked can be answered later, from another process.
 
-State keys: ``iteration`` (iterations done), ``goal``, ``context_window`` (the window,
-``ContextWindow.to_state()``), ``command_history`` and ``user_interactions`` (append), ``invalid_replies``,
-``pending_question`` (a question waiting for an answer), ``final_output``.
+State keys: ``iteration`` (iterations done), ``goal``; the context window as
+``context_meta`` (budget, calibration, ...: small, rewritten each step) and ``context_log``
+(append: the items each step added, replaced or removed, so a checkpoint stores what
+changed, not the window); ``command_history``, ``user_interactions``, ``event_log`` and
+``actions`` (append; ``actions`` holds every action that is not a command: questions,
+done, failed, invalid replies), ``invalid_replies``, ``pending_question`` (a question
+waiting for an answer), ``final_output``.
+
+Before each model call a :class:`~tether.context.policy.ContextPolicy` applies the
+configured thresholds; its events (the warning, each compression, overflow recoveries)
+are emitted and appended to ``event_log``. Trimmed command outputs go to a durable
+artefact store (beside an SQLite store's file, one directory per run), and the model can
+read them back with the ``read_artifact`` action.
 """
 
 from __future__ import annotations
@@ -133,20 +143,23 @@ class AgentLoop:
             default_registry()
             .register("command_history", "append")
             .register("user_interactions", "append")
+            .register("actions", "append")
             .register("context_log", "append")
             .register("event_log", "append")
         )
         return Runner(self.workflow(), self.store, reducers=reducers, on_event=self.on_event)
 
-    async def start(self, run_id: str, goal: str) -> RunResult:
+    async def start(self, run_id: str, goal: str, *, inputs: Mapping[str, Any] | None = None) -> RunResult:
+        """Start a run on ``goal``; ``inputs`` adds keys to its initial state."""
         window = self._new_window(goal)
-        inputs = {
+        state = {
+            **(inputs or {}),
             "goal": goal,
             "context_meta": window.meta_state(),
             "context_log": window.take_journal(),
             "invalid_replies": 0,
         }
-        return await self.runner().start(run_id, inputs)
+        return await self.runner().start(run_id, state)
 
     async def resume(self, run_id: str) -> RunResult:
         return await self.runner().resume(run_id)
@@ -273,9 +286,11 @@ class AgentLoop:
             update["final_output"] = action.message
             if action.outputs is not None:
                 update["step_outputs"] = action.outputs
+            update["actions"] = [self._logged(n, action)]
             sc.finish("COMPLETED", action.message or "")
         else:
             window.add(new_item("decision", f"failed: {action.message}", id=f"failed-{n}"))
+            update["actions"] = [self._logged(n, action)]
             sc.finish("FAILED", action.message or "")
 
     async def _execute(
@@ -390,6 +405,7 @@ class AgentLoop:
             "default_option": action.default_option,
             "iteration": n,
         }
+        update["actions"] = [self._logged(n, action)]
         if self.interaction is None:
             update["pending_question"] = question
             sc.pause(f"waiting for an answer: {action.question}")
@@ -447,11 +463,29 @@ class AgentLoop:
     ) -> dict[str, Any]:
         count = int(sc.get("invalid_replies") or 0) + 1
         update["invalid_replies"] = count
+        update["actions"] = [
+            {
+                "iteration": n,
+                "timestamp": dt.datetime.now(dt.UTC).isoformat(),
+                "action": "invalid",
+                "error": self.redact(str(exc)),
+                "reply": self.redact(str(getattr(exc, "raw", "") or ""))[:2000],
+            }
+        ]
         update["last_error"] = f"your last reply was invalid: {exc}. Answer with exactly one JSON object."
         if count >= self.config.max_invalid_replies:
             sc.finish("FAILED", f"the model sent {count} invalid replies in a row: {exc}")
         self._save_window(sc, window, update)
         return update
+
+    def _logged(self, n: int, action: AgentAction) -> dict[str, Any]:
+        """A non-command action as the run log's ``steps`` shows it."""
+        entry = {"iteration": n, "timestamp": dt.datetime.now(dt.UTC).isoformat()}
+        for key, value in action.to_dict().items():
+            if key in ("input_type", "category") and action.action_type != "ask_user":
+                continue  # defaults that mean nothing outside a question
+            entry[key] = self.redact(value) if isinstance(value, str) else value
+        return entry
 
     def _emit(self, kind: str, sc: StepContext, **detail: Any) -> None:
         if self.on_event is not None:
@@ -505,7 +539,7 @@ class AgentLoop:
         status = {RunStatus.COMPLETED: "success", RunStatus.FAILED: "failed"}.get(
             info.status if info else cp.status, str(info.status if info else cp.status).lower()
         )
-        steps = [
+        steps: list[dict[str, Any]] = [
             {
                 "iteration": h["iteration"],
                 "timestamp": h.get("timestamp"),
@@ -516,6 +550,13 @@ class AgentLoop:
             }
             for h in cp.state.get("command_history", [])
         ]
+        answers = {a.get("iteration"): a.get("answer") for a in cp.state.get("user_interactions", [])}
+        for entry in cp.state.get("actions", []):
+            entry = dict(entry)
+            if entry.get("action") == "ask_user" and entry["iteration"] in answers:
+                entry["answer"] = answers[entry["iteration"]]
+            steps.append(entry)
+        steps.sort(key=lambda e: int(e.get("iteration") or 0))  # stable: a command before its failure
         return {
             **header,
             "run_id": run_id,

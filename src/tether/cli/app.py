@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from tether.cli import agents
 from tether.errors import TetherError
 
 app = typer.Typer(
@@ -143,25 +144,45 @@ def run(
     wf = _workflow(workflow)
     url, options = _settings(store)
     rid = run_id or f"{wf.name}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10_000:04d}"
+    data.setdefault("_origin", {"kind": "workflow", "workflow": workflow})  # for `tether resume RUN`
     _drive(wf, url, options, lambda r: r.start(rid, data), plain=plain, title=f"run {rid}")
 
 
 @app.command()
 def resume(
-    workflow: Annotated[str, typer.Argument(help="module:attribute of the run's Workflow.")],
-    run_id: str,
+    target: Annotated[
+        str, typer.Argument(help="The run id (or, for old runs, module:attribute of its Workflow).")
+    ],
+    run_id: Annotated[
+        str | None, typer.Argument(help="The run id, when the first argument is a workflow.")
+    ] = None,
     store: StoreOpt = None,
     decision: Annotated[
         str | None, typer.Option(help="Answer a pending failure: retry, skip, replan or abort.")
     ] = None,
+    answer: agents.AnswerOpt = None,
+    script: agents.ScriptOpt = None,
     force: Annotated[bool, typer.Option(help="Take over a lease even if its holder looks alive.")] = False,
     plain: bool = False,
 ) -> None:
-    """Continue a paused or crashed run (and decide on a pending failure)."""
-    from tether.runtime import Decision
+    """Continue a paused or crashed run (a workflow, a deploy or a plan).
 
-    if decision is not None and decision not in {d.value for d in Decision}:
-        raise typer.BadParameter("--decision must be retry, skip, replan or abort")
+    What started the run is recorded in it, so the run id is enough; --answer answers
+    the question an agent run waits on, --decision the failure a run paused on.
+    """
+    agents._check_decision(decision)
+    if run_id is None:
+        agents.resume_run_id(
+            target, store=store, script=script, answer=answer, decision=decision, force=force, plain=plain
+        )
+        return
+    resume_workflow(target, run_id, store=store, decision=decision, force=force, plain=plain)
+
+
+def resume_workflow(
+    workflow: str, run_id: str, *, store: str | None, decision: str | None, force: bool, plain: bool
+) -> None:
+    """Resume a workflow run with the workflow found at ``module:attribute``."""
     wf = _workflow(workflow)
     url, options = _settings(store)
     _drive(
@@ -255,112 +276,8 @@ def _json_object(text: str, what: str) -> dict[str, Any]:
     return data
 
 
-@app.command()
-def deploy(
-    repo: Annotated[str, typer.Argument(help="Local path or git URL of the project to deploy.")],
-    host: Annotated[
-        str | None, typer.Option(help="user@host[:port] to deploy over SSH (default: this machine).")
-    ] = None,
-    key: Annotated[str | None, typer.Option(help="SSH private key file.")] = None,
-    deploy_dir: Annotated[
-        str | None, typer.Option("--dir", help="Where to deploy (default: the repo path).")
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option(help="Model name (provider from TETHER_MODEL_PROVIDER).")
-    ] = None,
-    script: Annotated[
-        str | None, typer.Option(help="Offline: a JSON file with the scripted model's replies.")
-    ] = None,
-    resume_run: Annotated[str | None, typer.Option("--resume", help="Continue this run id.")] = None,
-    answer: Annotated[str | None, typer.Option(help="Answer to the question a paused run waits on.")] = None,
-    max_iterations: int = 30,
-    store: StoreOpt = None,
-    log_dir: str = "./agent_logs",
-) -> None:
-    """Deploy a project with the agent (seed 002), checkpointed every iteration."""
-    import os
-    from pathlib import Path
-
-    url, options = _settings(store)
-    console = _console()
-    replies = json.loads(Path(script).read_text()) if script is not None else None
-    target_dir = deploy_dir or (repo if Path(repo).exists() else ".")
-
-    async def go() -> Any:
-        from tether.agent.deploy import DeploymentAgent
-        from tether.agent.interaction import CLIInteractionHandler
-        from tether.models import LLMConfig, ScriptedModel, create_model
-        from tether.stores import open_store
-        from tether.tools import CommandPolicy, LocalSession, Redactor, SSHCredentials, SSHSession
-
-        if replies is not None:
-            chat: Any = ScriptedModel(replies)
-        else:
-            cfg = LLMConfig.from_env(os.environ, **({"model": model} if model else {}))
-            chat = create_model(cfg)
-        if host:
-            creds = SSHCredentials.from_target(host)
-            if key:
-                creds = SSHCredentials(
-                    host=creds.host, port=creds.port, username=creds.username, key_path=key
-                )
-            session: Any = SSHSession(creds)
-        else:
-            session = LocalSession(cwd=target_dir)
-        redactor = Redactor()
-        async with open_store(url, **options) as st, session:
-            agent = DeploymentAgent(
-                chat,
-                st,
-                max_iterations=max_iterations,
-                log_dir=log_dir,
-                policy=CommandPolicy(),
-                redact=redactor,
-                interaction_handler=CLIInteractionHandler(),
-                on_event=_deploy_printer(console),
-            )
-            if resume_run:
-                return await agent.resume(resume_run, session=session, answer=answer)
-            if host:
-                return await agent.deploy(repo, session=session, deploy_dir=target_dir, target=host)
-            return await agent.deploy_local(repo, session=session, deploy_dir=target_dir)
-
-    result = _run(go)
-    colour = "green" if result.success else "red"
-    console.print(f"[{colour}]{result.status}[/] {result.run_id}: {result.message}")
-    console.print(f"run log: {result.log_file}")
-    if not result.success and str(result.status) != "PAUSED":
-        raise typer.Exit(3)
-
-
-def _deploy_printer(console: Any) -> Any:
-    """The live view: one line per iteration, command and result."""
-
-    def show(event: Any) -> None:
-        d = event.detail
-        if event.kind == "step_started":
-            console.print(f"[bold]{event.step}[/]")
-        elif event.kind == "command":
-            console.print(f"  $ {d.get('command')}", highlight=False, markup=False)
-        elif event.kind == "command_result":
-            mark = "[green]ok[/]" if d.get("exit_code") == 0 else f"[red]exit {d.get('exit_code')}[/]"
-            console.print(f"    {mark} {d.get('tail', '')}", highlight=False)
-        elif event.kind in ("question", "step_failed", "finish_requested", "paused"):
-            console.print(f"  {event.kind}: {d}", highlight=False, markup=False)
-        elif event.kind.startswith("context_"):
-            console.print(f"  [cyan]{_context_line(event.kind, d)}[/]", highlight=False)
-
-    return show
-
-
-def _context_line(kind: str, d: dict[str, Any]) -> str:
-    """One line for a context event: the warning, a compression, an overflow."""
-    if kind == "context_compressed":
-        return (
-            f"context: {d.get('level')} compression {d.get('before_tokens')} -> {d.get('after_tokens')} "
-            f"tokens, {d.get('folded')} items folded ({d.get('reason')})"
-        )
-    return f"context: {kind.removeprefix('context_')} {d.get('reason') or ''}".rstrip()
+app.command()(agents.deploy)
+app.command()(agents.plan)
 
 
 @app.command()
@@ -533,6 +450,15 @@ def _register_orchestrate() -> None:
 
 
 _register_orchestrate()
+
+
+def _register_langgraph() -> None:
+    from tether.cli import langgraph  # its own module: LangGraph is imported when the command runs
+
+    langgraph.register(app)
+
+
+_register_langgraph()
 
 
 def main() -> None:

@@ -1,0 +1,331 @@
+#!/usr/bin/env python
+"""A LangGraph graph on TetherSaver beside LangGraph's own savers.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_langgraph.py                 # 1 MB and 10 MB, every saver
+    .venv/bin/python benchmarks/bench_langgraph.py --sizes 1MB --steps 50
+
+The graph: one node that appends a ~1 KB AIMessage (``add_messages``) and loops
+``--steps`` times, on a thread whose state already holds 1 MB or 10 MB of such
+messages (written once, untimed, by ``update_state``; ``--seed input`` passes it as graph
+input instead, which every saver then also stores as the input channel). For each saver:
+
+- step: wall time of the 100-step ``invoke`` / steps (every checkpoint and pending write
+  included, LangGraph's default durability);
+- get_state: ``graph.get_state`` at the end, with the saver that ran the graph (warm) and
+  with a freshly opened one (cold: what a new process pays);
+- stored: payload bytes the thread holds in the database at the end / the final state's
+  size (its messages serialised once by LangGraph's serializer).
+
+Baseline, measured in the same run: the same graph with no checkpointer, plus one raw
+1 KB durable write (an INSERT and COMMIT into a scratch SQLite file in WAL mode with
+synchronous=FULL, as tether's SQLite store runs). The targets: step <= 1.5x the
+baseline, cold get_state <= SqliteSaver's, stored <= 2x the final state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sqlite3
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.messages import AIMessage, AnyMessage
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+
+KB, MB = 1024, 1024 * 1024
+PG = os.environ.get("TETHER_TEST_POSTGRESQL_URL", "postgresql://127.0.0.1:5432/test")
+REDIS = os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def message(i: int) -> AIMessage:
+    return AIMessage(content=f"{i:08d} " + "m" * (KB - 80), id=f"m-{i}")
+
+
+class State(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    left: int
+
+
+def _add_batch(state: list[Any], writes: Sequence[Any]) -> list[Any]:
+    return functools.reduce(add_messages, writes, state)  # type: ignore[arg-type]
+
+
+class DeltaState(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], DeltaChannel(_add_batch)]
+    left: int
+
+
+def build(delta: bool = False) -> Any:
+    """``delta``: the messages channel is LangGraph's own DeltaChannel (beta)."""
+    schema: Any = DeltaState if delta else State
+
+    def agent(state: Any) -> dict[str, Any]:
+        left = state.get("left", 0)
+        return {"messages": [message(10_000_000 + left)], "left": left - 1}
+
+    g = StateGraph(schema)
+    g.add_node("agent", agent)
+    g.add_conditional_edges(START, lambda s: "agent" if s.get("left", 0) > 0 else END, ["agent", END])
+    g.add_conditional_edges("agent", lambda s: "agent" if s["left"] > 0 else END, ["agent", END])
+    return g
+
+
+# == savers ===========================================================================
+@contextmanager
+def tether_saver(url: str) -> Iterator[Any]:
+    from tether.integrations.langgraph import TetherSaver
+
+    with TetherSaver.from_url(url) as saver:
+        yield saver
+
+
+def tether_bytes(url: str, thread: str) -> int:
+    from tether.integrations.langgraph._layout import ns_key
+    from tether.sync import open_store_sync
+
+    with open_store_sync(url) as store:
+        return sum(h.size for h in store.history(ns_key(thread, "")))
+
+
+@contextmanager
+def sqlite_saver(path: str) -> Iterator[Any]:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    with SqliteSaver.from_conn_string(path) as saver:
+        saver.conn.execute("PRAGMA secure_delete = FAST")  # what tether's SQLite store sets
+        yield saver
+
+
+def sqlite_bytes(path: str, thread: str) -> int:
+    c = sqlite3.connect(path)
+    q = (
+        "SELECT (SELECT COALESCE(SUM(LENGTH(checkpoint) + LENGTH(metadata)), 0) FROM checkpoints WHERE thread_id = ?)"
+        " + (SELECT COALESCE(SUM(LENGTH(value)), 0) FROM writes WHERE thread_id = ?)"
+    )
+    (n,) = c.execute(q, (thread, thread)).fetchone()
+    c.close()
+    return int(n)
+
+
+@contextmanager
+def postgres_saver(url: str) -> Iterator[Any]:
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    with PostgresSaver.from_conn_string(url) as saver:
+        saver.setup()
+        yield saver
+
+
+def postgres_bytes(url: str, thread: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url) as c:
+        row = c.execute(
+            "SELECT (SELECT COALESCE(SUM(pg_column_size(checkpoint) + pg_column_size(metadata)), 0)"
+            " FROM checkpoints WHERE thread_id = %s)"
+            " + (SELECT COALESCE(SUM(octet_length(blob)), 0) FROM checkpoint_blobs WHERE thread_id = %s)"
+            " + (SELECT COALESCE(SUM(octet_length(blob)), 0) FROM checkpoint_writes WHERE thread_id = %s)",
+            (thread, thread, thread),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+class Subject:
+    def __init__(
+        self,
+        name: str,
+        open_: Callable[[], AbstractContextManager[Any]],
+        stored: Callable[[str], int],
+        delta: bool = False,
+    ) -> None:
+        self.name, self.open, self.stored, self.delta = name, open_, stored, delta
+        self.backend = (
+            "postgresql" if "postgres" in name.lower() else "redis" if "redis" in name else "sqlite"
+        )
+
+
+def subjects(tmp: Path, only: set[str] | None) -> list[Subject]:
+    t_sqlite = f"sqlite:///{tmp}/tether.db"
+    lg_sqlite = str(tmp / "langgraph.db")
+    out = [
+        Subject(
+            "TetherSaver sqlite", lambda: tether_saver(t_sqlite), functools.partial(tether_bytes, t_sqlite)
+        ),
+        Subject("TetherSaver postgresql", lambda: tether_saver(PG), functools.partial(tether_bytes, PG)),
+        Subject("TetherSaver redis", lambda: tether_saver(REDIS), functools.partial(tether_bytes, REDIS)),
+        Subject("SqliteSaver", lambda: sqlite_saver(lg_sqlite), functools.partial(sqlite_bytes, lg_sqlite)),
+        Subject("PostgresSaver", lambda: postgres_saver(PG), functools.partial(postgres_bytes, PG)),
+        Subject(
+            "SqliteSaver + DeltaChannel",
+            lambda: sqlite_saver(lg_sqlite),
+            functools.partial(sqlite_bytes, lg_sqlite),
+            delta=True,
+        ),
+    ]
+    return [s for s in out if only is None or any(o in s.name.lower() for o in only)]
+
+
+# == measuring ========================================================================
+def _median_time(write: Callable[[], None], n: int) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        write()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def raw_writes(tmp: Path, n: int = 200) -> dict[str, float]:
+    """One raw durable 1 KB write per backend: the floor a checkpoint per step sits on."""
+    blob = os.urandom(KB)
+    out: dict[str, float] = {}
+    c = sqlite3.connect(tmp / "raw.db", isolation_level=None)
+    c.execute("PRAGMA journal_mode = WAL")
+    c.execute("PRAGMA synchronous = FULL")
+    c.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, b BLOB)")
+
+    def sqlite_write() -> None:
+        c.execute("BEGIN IMMEDIATE")
+        c.execute("INSERT INTO t (b) VALUES (?)", (blob,))
+        c.execute("COMMIT")
+
+    out["sqlite"] = _median_time(sqlite_write, n)
+    c.close()
+    try:
+        import psycopg
+
+        with psycopg.connect(PG, autocommit=True) as pg:
+            pg.execute("CREATE TEMP TABLE bench_raw (id SERIAL PRIMARY KEY, b BYTEA)")
+            out["postgresql"] = _median_time(
+                lambda: pg.execute("INSERT INTO bench_raw (b) VALUES (%s)", (blob,)), n
+            )
+    except Exception as exc:
+        print(f"no PostgreSQL baseline: {exc}")
+    try:
+        import redis
+
+        r = redis.Redis.from_url(REDIS)
+        key = f"bench-raw-{uuid.uuid4().hex}"
+        out["redis"] = _median_time(lambda: r.rpush(key, blob), n)  # type: ignore[arg-type]
+        r.delete(key)
+        r.close()
+    except Exception as exc:
+        print(f"no Redis baseline: {exc}")
+    return out
+
+
+def no_checkpointer_step(initial: list[AIMessage], steps: int) -> float:
+    graph = build().compile()
+    t0 = time.perf_counter()
+    graph.invoke({"messages": initial, "left": steps}, {"recursion_limit": steps + 10})
+    return (time.perf_counter() - t0) / steps
+
+
+def run_subject(s: Subject, initial: list[AIMessage], steps: int, reads: int, seed: str) -> dict[str, float]:
+    thread = f"bench-{uuid.uuid4().hex[:10]}"
+    cfg: dict[str, Any] = {"configurable": {"thread_id": thread}, "recursion_limit": steps + 10}
+    with s.open() as saver:
+        graph = build(s.delta).compile(checkpointer=saver)
+        if seed == "input":  # LangGraph then also stores the input channel: one more copy
+            graph.invoke({"messages": initial, "left": 0}, cfg)
+        else:
+            graph.update_state(cfg, {"messages": initial, "left": 0}, as_node="agent")
+        if hasattr(saver, "flush"):
+            saver.flush()
+        setup = s.stored(thread)
+        t0 = time.perf_counter()
+        graph.invoke({"left": steps}, cfg)
+        step = (time.perf_counter() - t0) / steps
+        final = graph.get_state(cfg).values["messages"]
+        warm = _median_time(lambda: graph.get_state(cfg), reads)
+    assert len(final) == len(initial) + steps, (s.name, len(final))
+    colds = []
+    for _ in range(reads):
+        with s.open() as saver:
+            graph = build(s.delta).compile(checkpointer=saver)
+            t0 = time.perf_counter()
+            again = graph.get_state(cfg).values["messages"]
+            colds.append(time.perf_counter() - t0)
+        assert len(again) == len(final)
+    serde = JsonPlusSerializer()
+    size = len(serde.dumps_typed(final)[1])
+    added = len(serde.dumps_typed(final[len(initial) :])[1])
+    total = s.stored(thread)
+    return {
+        "step": step,
+        "warm": warm,
+        "cold": statistics.median(colds),
+        "stored": total / size,
+        "setup": setup / size,
+        "steps_bytes": (total - setup) / added,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="1MB,10MB")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--only", default="", help="comma-separated saver name parts (e.g. tether,sqlitesaver)")
+    ap.add_argument("--reads", type=int, default=5, help="get_state repetitions (median)")
+    ap.add_argument(
+        "--seed",
+        choices=["update", "input"],
+        default="update",
+        help="how the big state enters the thread: update_state (one copy) or graph input",
+    )
+    args = ap.parse_args()
+    only = {o.strip().lower() for o in args.only.split(",") if o.strip()} or None
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        raw = raw_writes(tmp)
+        print("raw 1 KB durable write: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in raw.items()))
+        for size in args.sizes.split(","):
+            mb = int(size.upper().removesuffix("MB"))
+            initial = [message(i) for i in range(mb * MB // KB)]
+            bare = no_checkpointer_step(initial, args.steps)
+            print(
+                f"\n{size}: {len(initial)} messages, {args.steps} steps; no checkpointer {bare * 1e3:.2f} ms/step;"
+                " x base = step / (no checkpointer + one raw write on the saver's backend)"
+            )
+            print(
+                f"{'saver':28} {'step ms':>8} {'x base':>7} {'get_state warm':>15} {'cold ms':>8} "
+                f"{'stored/state':>13} {'setup/state':>12} {'steps/appended':>15}"
+            )
+            rows: dict[str, dict[str, float]] = {}
+            for s in subjects(tmp, only):
+                try:
+                    rows[s.name] = r = run_subject(s, initial, args.steps, args.reads, args.seed)
+                except Exception as exc:  # a server not running: say so, go on
+                    print(f"{s.name:28} failed: {type(exc).__name__}: {str(exc)[:120]}")
+                    continue
+                base = bare + raw.get(s.backend, raw["sqlite"])
+                print(
+                    f"{s.name:28} {r['step'] * 1e3:8.2f} {r['step'] / base:7.2f} "
+                    f"{r['warm'] * 1e3:13.2f}ms {r['cold'] * 1e3:8.2f} {r['stored']:13.2f} "
+                    f"{r['setup']:12.2f} {r['steps_bytes']:15.2f}"
+                )
+            ref = rows.get("SqliteSaver")
+            if ref:
+                for name, r in rows.items():
+                    if name.startswith("TetherSaver"):
+                        print(
+                            f"  {name}: cold get_state {r['cold'] / ref['cold']:.2f}x SqliteSaver's, "
+                            f"step {r['step'] / ref['step']:.2f}x"
+                        )
+
+
+if __name__ == "__main__":
+    main()

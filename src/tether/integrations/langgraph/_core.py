@@ -1,0 +1,646 @@
+"""The saver's work, as coroutines on the store's event loop (see ``_layout`` for the data).
+
+Each namespace run is guarded by a lock of this process and written through an
+:class:`ExecutionContext`, so a put is one atomic tether commit whose delta is what
+changed: the items a list channel gained, the channels LangGraph bumped, the new
+checkpoint record and index entry. Another process writing the same namespace makes
+the commit raise ``VersionConflict``; the namespace is then reloaded and the put redone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
+
+from tether.errors import ConfigError, RunNotFound, VersionConflict
+from tether.integrations.langgraph._layout import (
+    EMPTY,
+    LIST,
+    REDUCERS,
+    VALUE,
+    chunks_extend,
+    decode_channels,
+    extends,
+    ns_key,
+    run_index_key,
+    sort_writes,
+    thread_index_key,
+)
+from tether.state import ExecutionContext
+from tether.stores import CheckpointStore
+
+__all__ = ["Threads"]
+
+logger = logging.getLogger(__name__)
+
+_ATTEMPTS = 3
+_DROP_WRITES = 32
+_DROP_WRITE_BYTES = 32 * 1024
+
+
+def _wkey(entry: list[Any]) -> str:
+    return f"{entry[0]}|{entry[1]}|{entry[2]}"
+
+
+class _Ns:
+    """What this process knows of one namespace run: its latest context, decoded."""
+
+    __slots__ = ("buffer", "ctx", "key", "ns", "pos", "snaps", "thread_id", "timer", "values", "__weakref__")
+
+    def __init__(self, key: str, thread_id: str, ns: str) -> None:
+        self.key, self.thread_id, self.ns = key, thread_id, ns
+        self.ctx: ExecutionContext | None = None
+        self.values: dict[str, Any] = {}
+        """Channel values at the context's version (the objects LangGraph handed over)."""
+        self.snaps: dict[str, list[Any]] = {}
+        """For list channels, the items as stored: a copy, so in-place edits show."""
+        self.pos: dict[str, int] = {}
+        """Checkpoint id -> its (last) entry in ``ix``."""
+        self.buffer: list[tuple[str, dict[str, Any], bool]] = []
+        """Pending writes not stored yet (see ``Threads.flush_delay``)."""
+        self.timer: asyncio.TimerHandle | None = None
+
+    def forget(self) -> None:
+        self.ctx, self.values, self.snaps, self.pos = None, {}, {}, {}
+
+
+class Threads:
+    """LangGraph's checkpointer operations over one tether store (async, one loop)."""
+
+    def __init__(
+        self, store: CheckpointStore, serde: Any, *, cache_size: int = 256, flush_delay: float | None = 0.02
+    ) -> None:
+        self.store = store
+        self.serde = serde
+        self.cache_size = cache_size
+        self.flush_delay = flush_delay
+        """Task writes wait up to this long (seconds) to be stored in the same commit as
+        the checkpoint that follows them; None stores each batch at once."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._cache: OrderedDict[str, _Ns] = OrderedDict()
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._indexed: set[tuple[str, str]] = set()
+
+    def with_serde(self, serde: Any) -> Threads:
+        """The same store, cache and locks, with another serializer (``with_allowlist``)."""
+        twin = copy.copy(self)
+        twin.serde = serde
+        return twin
+
+    # == helpers ====================================================================
+    def _dumps(self, value: Any) -> list[Any]:
+        t, b = self.serde.dumps_typed(value)
+        return [t, b]
+
+    def _loads(self, typed: tuple[str, bytes]) -> Any:
+        return self.serde.loads_typed(typed)
+
+    def _ns(self, thread_id: str, ns: str, key: str | None = None) -> _Ns:
+        key = key or ns_key(thread_id, ns)
+        n = self._cache.get(key)
+        if n is None:
+            n = self._cache[key] = _Ns(key, thread_id, ns)
+            for old in list(self._cache.values())[: max(0, len(self._cache) - self.cache_size)]:
+                if not old.buffer:  # a namespace with writes still to store stays
+                    del self._cache[old.key]
+        else:
+            self._cache.move_to_end(key)
+        return n
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    def _adopt(self, n: _Ns, ctx: ExecutionContext, values: dict[str, Any]) -> None:
+        meta = ctx.get("m") or {}
+        n.ctx, n.values = ctx, values
+        n.snaps = {ch: list(v) for ch, v in values.items() if type(v) is list and meta[ch][1] == LIST}
+        n.pos = {e[0]: i for i, e in enumerate(ctx.get("ix") or [])}
+
+    async def _load(self, n: _Ns) -> bool:
+        ctx = await self.store.load_context(n.key, reducers=REDUCERS)
+        if ctx is None:
+            n.forget()
+            return False
+        self._adopt(n, ctx, decode_channels(ctx, None, self._loads))
+        return True
+
+    async def _fresh(self, n: _Ns) -> bool:
+        """Make ``n`` the store's latest; about one small read when it already is."""
+        if n.ctx is None:
+            return await self._load(n)
+        info = await self.store.get_run(n.key)
+        if info is None:
+            n.forget()
+            return False
+        if info.version != n.ctx.version:
+            return await self._load(n)
+        return True
+
+    def _new_ctx(self, n: _Ns) -> ExecutionContext:
+        ctx = ExecutionContext(n.key, reducers=REDUCERS)
+        ctx.put("t", [n.thread_id, n.ns])
+        return ctx
+
+    async def _index_add(self, key: str, item: Any, head: Mapping[str, Any]) -> None:
+        """Add ``item`` to an index run's list ``k`` (once; safe against other writers)."""
+        mark = (key, repr(item))
+        if mark in self._indexed:
+            return
+        for attempt in range(5):
+            ctx = await self.store.load_context(key, reducers=REDUCERS)
+            if ctx is None:
+                ctx = ExecutionContext(key, reducers=REDUCERS)
+                for k, v in head.items():
+                    ctx.put(k, v)
+            if item not in (ctx.get("k") or []):
+                ctx.merge({"k": [item]})
+                try:
+                    await self.store.commit(ctx)
+                except VersionConflict:
+                    if attempt == 4:
+                        raise
+                    continue
+            self._indexed.add(mark)
+            return
+
+    async def _index_items(self, key: str) -> list[Any]:
+        cp = await self.store.load(key)
+        return list(cp.state.get("k") or []) if cp is not None else []
+
+    async def namespaces(self, thread_id: str) -> list[str]:
+        return [str(ns) for ns in await self._index_items(thread_index_key(thread_id))]
+
+    async def _retrying(self, n: _Ns, work: Callable[[], Any], *, absorb: bool = False) -> Any:
+        """Run ``work`` under ``n``'s lock on its latest state; redo it after a conflict.
+        ``absorb``: ``work`` stores the buffered writes itself (a put, in its commit)."""
+        async with self._lock(n.key) if absorb else self._held(n):
+            for attempt in range(_ATTEMPTS):
+                if n.ctx is None:
+                    await self._load(n)
+                try:
+                    return await work()
+                except VersionConflict:
+                    n.forget()
+                    if attempt == _ATTEMPTS - 1:
+                        raise
+                except BaseException:
+                    n.forget()  # the context may hold ops that were never stored
+                    raise
+
+    # == put ========================================================================
+    async def put(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+        parent_id: str | None,
+        new_versions: Mapping[str, Any],
+        *,
+        equal: bool = False,
+    ) -> None:
+        """Store a checkpoint; ``equal``: detect appends by equality (values decoded afresh)."""
+        n = self._ns(thread_id, ns)
+
+        async def work() -> None:
+            await self._put_once(n, checkpoint, metadata, parent_id, new_versions, equal)
+            n.buffer.clear()
+
+        await self._retrying(n, work, absorb=True)
+
+    async def _put_once(
+        self,
+        n: _Ns,
+        checkpoint: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+        parent_id: str | None,
+        new_versions: Mapping[str, Any],
+        equal: bool,
+    ) -> None:
+        cid = str(checkpoint["id"])
+        if n.timer is not None:
+            n.timer.cancel()
+            n.timer = None
+        ctx = await self._ctx_for_write(n)
+        for batch in n.buffer:  # writes waiting for this checkpoint: one commit for both
+            self._apply_writes(n, ctx, batch)
+        ix: list[Any] = ctx.get("ix") or []
+        values, snaps = dict(n.values), dict(n.snaps)
+        if parent_id is not None and ix and parent_id != ix[-1][0] and parent_id in n.pos:
+            values, snaps = await self._fork(n, ctx, ix, parent_id)
+        meta: dict[str, Any] = ctx.get("m") or {}
+        versions: Mapping[str, Any] = checkpoint["channel_versions"]
+        given: Mapping[str, Any] = checkpoint["channel_values"]
+        update: dict[str, Any] = {}
+        for ch, ver in versions.items():
+            ent = meta.get(ch)
+            if ch not in new_versions and ent is not None and ent[0] == ver:
+                continue  # unchanged: the stored value is this version's
+            key = "c:" + ch
+            if ch not in given:
+                if ent is not None and ent[1] != EMPTY:
+                    ctx.put(key, [])
+                update[ch] = [ver, EMPTY]
+                values.pop(ch, None)
+                snaps.pop(ch, None)
+                continue
+            value = given[ch]
+            if type(value) is list:
+                old = snaps.get(ch) if ent is not None and ent[1] == LIST else None
+                if old is not None and extends(value, old, equal=equal):
+                    if len(value) > len(old):
+                        ctx.merge({key: [self._dumps(value[len(old) :])]})
+                elif ctx.get(key):
+                    ctx.put(key, [self._dumps(value)])
+                else:  # a first value is an append to nothing: growth, not a rewrite
+                    ctx.merge({key: [self._dumps(value)]})
+                snaps[ch], kind = list(value), LIST
+            else:
+                ctx.put(key, [self._dumps(value)])
+                snaps.pop(ch, None)
+                kind = VALUE
+            values[ch] = value
+            update[ch] = [ver, kind]
+        for ch, ent in meta.items():
+            if ent is not None and ch not in versions:
+                if ent[1] != EMPTY:
+                    ctx.put("c:" + ch, [])
+                update[ch] = None
+                values.pop(ch, None)
+                snaps.pop(ch, None)
+        if update:
+            ctx.merge({"m": update})
+        ctx.put("cp", self._dumps({k: v for k, v in checkpoint.items() if k != "channel_values"}))
+        ctx.merge({"ix": [[cid, ctx.version + 1, parent_id, *self._dumps(dict(metadata))]]})
+        pending: list[Any] = ctx.get("w") or []
+        kept = [e for e in pending if e[0] == cid or e[0] not in n.pos]
+        dead = len(pending) - len(kept)
+        # Reads pick writes by checkpoint id, so older ones may stay a while: dropping them
+        # rewrites the live ones, so it waits until they are worth it.
+        if dead >= _DROP_WRITES or (dead and sum(len(e[5]) for e in pending) > _DROP_WRITE_BYTES):
+            ctx.put("w", kept)
+        run_id = metadata.get("run_id")
+        if run_id is not None and str(run_id) != ctx.get("r"):
+            await self._index_add(run_index_key(str(run_id)), [n.thread_id, n.ns], {})
+            ctx.put("r", str(run_id))
+        await self.store.commit(ctx)
+        position = len(ix)
+        n.ctx, n.values, n.snaps = ctx, values, snaps
+        n.pos[cid] = position
+
+    async def _fork(
+        self, n: _Ns, ctx: ExecutionContext, ix: list[Any], parent_id: str
+    ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+        """Put the parent checkpoint's channels back in ``ctx`` (the next save is a full one):
+        a put whose parent is an older checkpoint starts a branch from it."""
+        i = n.pos[parent_id]
+        cp = await self.store.load(n.key, ix[i + 1][1] - 1)
+        if cp is None:  # pruned by another process meanwhile: reload and redo
+            raise VersionConflict(n.key, expected=ctx.version, actual=None)
+        base = {k: v for k, v in cp.state.items() if k.startswith("c:") or k == "m"}
+        for key in ("t", "r", "ix", "ow", "w", "cp"):
+            if key in ctx:
+                base[key] = ctx.get(key)
+        ctx.restore(base)
+        values = decode_channels(base, None, self._loads)
+        meta = base.get("m") or {}
+        return values, {ch: list(v) for ch, v in values.items() if type(v) is list and meta[ch][1] == LIST}
+
+    # == writes =====================================================================
+    async def put_writes(
+        self, thread_id: str, ns: str, cid: str, writes: Sequence[tuple[str, Any]], task_id: str, path: str
+    ) -> None:
+        n = self._ns(thread_id, ns)
+        special = all(ch in WRITES_IDX_MAP for ch, _ in writes)
+        entries: dict[str, list[Any]] = {}
+        for idx, (ch, value) in enumerate(writes):
+            widx = WRITES_IDX_MAP.get(ch, idx)
+            entries[f"{cid}|{task_id}|{widx}"] = [cid, task_id, widx, ch, *self._dumps(value), path]
+        batch = (cid, entries, special)
+        if self.flush_delay and not any(ch in WRITES_IDX_MAP for ch, _ in writes):
+            async with self._lock(n.key):
+                n.buffer.append(batch)  # stored with the next checkpoint, or by the timer
+                self._schedule(n)
+            return
+        async with self._lock(n.key):
+            n.buffer.append(batch)
+            await self._flush_locked(n)
+
+    def _apply_writes(self, n: _Ns, ctx: ExecutionContext, batch: tuple[str, dict[str, Any], bool]) -> bool:
+        """Add one batch of writes to ``ctx``; False when all of it is stored already."""
+        cid, entries, special = batch
+        ix = ctx.get("ix") or []
+        late = cid in n.pos and cid != ix[-1][0]
+        listed: list[Any] = [] if late else (ctx.get("w") or [])
+        have: dict[str, Any] = (
+            ((ctx.get("ow") or {}).get(cid) or {}) if late else {_wkey(e): e for e in listed}
+        )
+        add = {k: e for k, e in entries.items() if (special or k not in have) and have.get(k) != e}
+        if not add:
+            return False
+        if late:
+            ctx.merge({"ow": {cid: {**have, **add}}})
+        elif any(k in have for k in add):  # an upsert of special writes: rewrite the list
+            ctx.put("w", [e for e in listed if _wkey(e) not in add] + list(add.values()))
+        else:  # new writes are appended: growth, so they never force a full save
+            ctx.merge({"w": list(add.values())})
+        return True
+
+    async def _ctx_for_write(self, n: _Ns) -> ExecutionContext:
+        if n.ctx is not None:
+            return n.ctx
+        await self._index_add(thread_index_key(n.thread_id), n.ns, {"t": n.thread_id})
+        return self._new_ctx(n)
+
+    async def _flush_locked(self, n: _Ns) -> None:
+        """Store the writes buffered for ``n`` (its lock held)."""
+        if n.timer is not None:
+            n.timer.cancel()
+            n.timer = None
+        for attempt in range(_ATTEMPTS):
+            if not n.buffer:
+                return
+            if n.ctx is None:
+                await self._load(n)
+            try:
+                ctx = await self._ctx_for_write(n)
+                changed = [self._apply_writes(n, ctx, b) for b in n.buffer]
+                if any(changed):
+                    await self.store.commit(ctx)
+                    n.ctx = ctx
+                n.buffer.clear()
+                return
+            except VersionConflict:
+                n.forget()
+                if attempt == _ATTEMPTS - 1:
+                    raise
+            except BaseException:
+                n.forget()
+                raise
+
+    def _schedule(self, n: _Ns) -> None:
+        if n.timer is None:
+            n.timer = asyncio.get_running_loop().call_later(self.flush_delay or 0, self._spawn_flush, n)
+
+    def _spawn_flush(self, n: _Ns) -> None:
+        n.timer = None
+        task = asyncio.get_running_loop().create_task(self._timed_flush(n))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _timed_flush(self, n: _Ns) -> None:
+        try:
+            async with self._held(n):
+                pass
+        except Exception:  # nobody to raise to: the next call on this thread retries
+            logger.exception("storing pending writes of %s failed; retried on the next call", n.key)
+
+    async def flush(self) -> None:
+        """Store every buffered write now (``close`` and the context managers call it)."""
+        for n in [n for n in self._cache.values() if n.buffer]:
+            async with self._held(n):
+                pass
+
+    @asynccontextmanager
+    async def _held(self, n: _Ns) -> AsyncIterator[None]:
+        """``n``'s lock, with its buffered writes stored first: what every read sees."""
+        async with self._lock(n.key):
+            if n.buffer:
+                await self._flush_locked(n)
+            yield
+
+    # == reading ====================================================================
+    async def get_tuple(self, thread_id: str, ns: str, cid: str | None) -> CheckpointTuple | None:
+        n = self._ns(thread_id, ns)
+        async with self._held(n):
+            if not await self._fresh(n) or n.ctx is None:
+                return None
+            ix = n.ctx.get("ix") or []
+            if not ix:
+                return None
+            i = len(ix) - 1 if cid is None else n.pos.get(cid)
+            return None if i is None else await self._tuple(n, i)
+
+    async def _tuple(self, n: _Ns, i: int) -> CheckpointTuple:
+        ctx = n.ctx
+        assert ctx is not None
+        ix = ctx.get("ix")
+        entry = ix[i]
+        cid = entry[0]
+        late = list(((ctx.get("ow") or {}).get(cid) or {}).values())
+        if i == len(ix) - 1:
+            record = self._loads(tuple(ctx.get("cp")))
+            versions = record.get("channel_versions") or {}
+            meta = ctx.get("m") or {}
+            values = {ch: v for ch, v in n.values.items() if ch in versions and meta[ch][0] == versions[ch]}
+            pending = ctx.get("w") or []
+        else:
+            cp = await self.store.load(n.key, ix[i + 1][1] - 1)
+            if cp is None:
+                raise RunNotFound(n.key, ix[i + 1][1] - 1)
+            state = cp.state
+            record = self._loads(tuple(state["cp"]))
+            values = decode_channels(state, record.get("channel_versions") or {}, self._loads)
+            pending = state.get("w") or []
+        record["channel_values"] = values
+        writes = [e for e in pending if e[0] == cid] + late
+        conf = {"thread_id": n.thread_id, "checkpoint_ns": n.ns}
+        return CheckpointTuple(
+            config={"configurable": {**conf, "checkpoint_id": cid}},
+            checkpoint=record,
+            metadata=self._loads((entry[3], entry[4])),
+            parent_config={"configurable": {**conf, "checkpoint_id": entry[2]}} if entry[2] else None,
+            pending_writes=[(e[1], e[3], self._loads((e[4], e[5]))) for e in sort_writes(writes)],
+        )
+
+    async def select(
+        self,
+        thread_id: str | None,
+        ns: str | None,
+        *,
+        cid: str | None,
+        before: str | None,
+        filter: Mapping[str, Any] | None,
+        limit: int | None,
+    ) -> list[tuple[str, _Ns]]:
+        """The checkpoints ``list`` returns, newest id first: ``(checkpoint_id, namespace)``."""
+        if thread_id is None:
+            threads = await self._all_threads()
+        else:
+            threads = [(thread_id, [ns] if ns is not None else await self.namespaces(thread_id))]
+        found: list[tuple[str, _Ns]] = []
+        for tid, namespaces in threads:
+            for space in namespaces:
+                n = self._ns(tid, space)
+                async with self._held(n):
+                    if not await self._fresh(n) or n.ctx is None:
+                        continue
+                    ix = n.ctx.get("ix") or []
+                    for c, i in n.pos.items():
+                        if (cid is not None and c != cid) or (before is not None and c >= before):
+                            continue
+                        if filter:
+                            entry = ix[i]
+                            md = self._loads((entry[3], entry[4]))
+                            if any(md.get(k) != v for k, v in filter.items()):
+                                continue
+                        found.append((c, n))
+        found.sort(key=lambda f: f[0], reverse=True)
+        return found if limit is None else found[:limit]
+
+    async def tuple_of(self, cid: str, n: _Ns) -> CheckpointTuple | None:
+        async with self._held(n):
+            if n.ctx is None and not await self._load(n):
+                return None
+            i = n.pos.get(cid)
+            return None if i is None else await self._tuple(n, i)
+
+    async def _all_threads(self) -> list[tuple[str, list[str]]]:
+        out: list[tuple[str, list[str]]] = []
+        offset = 0
+        while True:
+            runs = await self.store.list_runs(limit=500, offset=offset)
+            for info in runs:
+                if info.run_id.startswith(("lgt:", "lgt#")):
+                    cp = await self.store.load(info.run_id)
+                    if cp is not None and "t" in cp.state:
+                        out.append((str(cp.state["t"]), [str(x) for x in cp.state.get("k") or []]))
+            if len(runs) < 500:
+                return out
+            offset += 500
+
+    # == whole threads ==============================================================
+    async def delete_thread(self, thread_id: str) -> None:
+        for ns in {"", *await self.namespaces(thread_id)}:
+            n = self._ns(thread_id, ns)
+            async with self._held(n):
+                await self.store.delete(n.key)
+                n.forget()
+        await self.store.delete(thread_index_key(thread_id))
+        self._indexed = {m for m in self._indexed if m[0] != thread_index_key(thread_id)}
+
+    async def prune(self, thread_ids: Sequence[str], strategy: str) -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise ConfigError(f"unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                await self.delete_thread(thread_id)
+                continue
+            for ns in await self.namespaces(thread_id):
+                n = self._ns(thread_id, ns)
+
+                async def work(n: _Ns = n) -> None:
+                    ctx = n.ctx
+                    if ctx is None or not ctx.get("ix"):
+                        return
+                    last = ctx.get("ix")[-1]
+                    if len(ctx.get("ix")) > 1 or ctx.get("ow"):
+                        ctx.put("ix", [last])  # the index first: versions it lists stay loadable
+                        ctx.put("ow", {})
+                        await self.store.commit(ctx)
+                    await self.store.prune(n.key, keep=ctx.version - last[1] + 1)
+                    n.forget()
+
+                await self._retrying(n, work)
+
+    async def copy_thread(self, source: str, target: str) -> None:
+        if await self.namespaces(target):
+            raise ConfigError(f"copy_thread: thread {target!r} already has checkpoints; delete it first")
+        for ns in await self.namespaces(source):
+            await self._copy_ns(self._ns(source, ns), self._ns(target, ns), keep=None)
+
+    async def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        drop = {str(r) for r in run_ids}
+        places = {tuple(item) for rid in drop for item in await self._index_items(run_index_key(rid))}
+        for thread_id, ns in sorted(places):
+            n = self._ns(str(thread_id), str(ns))
+            async with self._held(n):
+                if not await self._fresh(n) or n.ctx is None:
+                    continue
+                ix = n.ctx.get("ix") or []
+                runs = {c: self._loads((ix[i][3], ix[i][4])).get("run_id") for c, i in n.pos.items()}
+            keep = {c for c, r in runs.items() if r is None or str(r) not in drop}
+            if len(keep) == len(runs):
+                continue
+            if keep:  # rebuilt through a scratch run, so a crash midway leaves a copy
+                scratch = self._ns(n.thread_id, n.ns, key=n.key + "~rw")
+                await self.store.delete(scratch.key)
+                scratch.forget()
+                await self._copy_ns(n, scratch, keep=keep)
+            async with self._held(n):
+                await self.store.delete(n.key)
+                n.forget()
+            if keep:
+                await self._copy_ns(scratch, n, keep=None)
+                await self.store.delete(scratch.key)
+                scratch.forget()
+        for rid in drop:
+            await self.store.delete(run_index_key(rid))
+        self._indexed.clear()
+
+    async def _copy_ns(self, src: _Ns, dst: _Ns, *, keep: set[str] | None) -> None:
+        """Append ``src``'s checkpoints (those in ``keep``, or all) to ``dst`` in order,
+        copying stored chunks as they are: appended chunks stay appends."""
+        async with self._held(src):
+            if not await self._fresh(src) or src.ctx is None:
+                return
+            order = sorted(src.pos.values())
+        for i in order:
+            async with self._held(src):
+                if src.ctx is None and not await self._load(src):
+                    return
+                ix = src.ctx.get("ix") if src.ctx is not None else []
+                entry = ix[i]
+                if keep is not None and entry[0] not in keep:
+                    continue
+                if i == len(ix) - 1 and src.ctx is not None:
+                    state = {k: src.ctx.get(k) for k in src.ctx}
+                else:
+                    cp = await self.store.load(src.key, ix[i + 1][1] - 1)
+                    if cp is None:
+                        raise RunNotFound(src.key, ix[i + 1][1] - 1)
+                    state = cp.state
+                late = (src.ctx.get("ow") or {}).get(entry[0]) if src.ctx is not None else None
+            await self._append_state(dst, entry, state, late or {})
+
+    async def _append_state(
+        self, n: _Ns, entry: list[Any], state: Mapping[str, Any], late: Mapping[str, Any]
+    ) -> None:
+        cid = entry[0]
+
+        async def work() -> None:
+            ctx = n.ctx
+            if ctx is None:
+                await self._index_add(thread_index_key(n.thread_id), n.ns, {"t": n.thread_id})
+                ctx = self._new_ctx(n)
+            for key, value in state.items():
+                if key.startswith("c:"):
+                    old = ctx.get(key)
+                    if old is not None and value != old and chunks_extend(value, old):
+                        ctx.merge({key: value[len(old) :]})
+                    elif value != old:
+                        ctx.put(key, value)
+                elif key in ("m", "cp") and value != ctx.get(key):
+                    ctx.put(key, value)
+            writes = [e for e in state.get("w") or [] if e[0] == cid]
+            ctx.put("w", writes + list(late.values()))
+            ctx.merge({"ix": [[cid, ctx.version + 1, *entry[2:]]]})
+            run_id = self._loads((entry[3], entry[4])).get("run_id")
+            if run_id is not None and str(run_id) != ctx.get("r"):
+                await self._index_add(run_index_key(str(run_id)), [n.thread_id, n.ns], {})
+                ctx.put("r", str(run_id))
+            await self.store.commit(ctx)
+            n.forget()  # values are decoded again when this namespace is next read
+
+        await self._retrying(n, work)

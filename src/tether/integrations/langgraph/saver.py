@@ -1,0 +1,359 @@
+"""``TetherSaver``: LangGraph's checkpointer interface on tether's stores.
+
+A store belongs to one event loop. ``async with TetherSaver.from_url(url)`` opens it on
+the caller's loop, for async graphs (``ainvoke``, ``astream``). ``with
+TetherSaver.from_url(url)`` opens it on a loop thread of its own, for sync graphs
+(``invoke``), and works in Jupyter or any thread. Either way both the sync and the async
+methods work: a call from another loop or thread is handed to the store's loop. Only a
+sync call on the store's own loop is refused (it would block that loop forever).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import random
+from collections.abc import AsyncIterator, Collection, Coroutine, Iterator, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from tether.errors import ConfigError
+from tether.integrations.langgraph._core import Threads
+from tether.stores import CheckpointStore, ExpiryPolicy, create_store
+from tether.sync import SyncStore, open_store_sync
+
+__all__ = ["TetherSaver"]
+
+T = TypeVar("T")
+
+
+def _where(config: RunnableConfig) -> tuple[str, str, str | None]:
+    conf = config.get("configurable") or {}
+    thread_id = conf.get("thread_id")
+    if thread_id is None:
+        raise ConfigError('TetherSaver needs a thread id: pass config={"configurable": {"thread_id": "..."}}')
+    return str(thread_id), str(conf.get("checkpoint_ns") or ""), conf.get("checkpoint_id")
+
+
+def _store_options(options: dict[str, Any]) -> dict[str, Any]:
+    # LangGraph keeps checkpoints until they are deleted; tether's stores expire runs by
+    # default, so a saver opened from a URL keeps them unless told otherwise.
+    options.setdefault("expiry", ExpiryPolicy(checkpoint_ttl=None, completed_ttl=None))
+    return options
+
+
+class TetherSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer that stores threads in a tether store.
+
+    Open it with :meth:`from_url` (``sqlite:///…``, ``postgresql://…``, ``redis://…``,
+    ``mysql://…``, ``tiered+redis://…``), or wrap a store you opened yourself:
+    ``TetherSaver(store)`` then serves the event loop of its first async call.
+
+    Channels that grow by appending (``add_messages``, ``operator.add``) are stored as
+    the items each step added; the latest checkpoint of a namespace this process wrote
+    or read is served from memory after one small read that proves it is still the
+    latest. Values go through LangGraph's serializer (``serde``), as with its own savers.
+
+    Args:
+        store: an open (set up) tether store.
+        serde: LangGraph serializer; its default ``JsonPlusSerializer`` when None.
+        cache_size: how many namespaces keep their latest state decoded in memory.
+        flush_delay: seconds a task's writes may wait to be stored in the same commit as
+            the checkpoint that follows them (one durable write per step instead of two).
+            Interrupts, errors and resumes are stored at once; a process killed within
+            that window runs the finished task again on resume. None: store at once.
+    """
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        *,
+        serde: SerializerProtocol | None = None,
+        cache_size: int = 256,
+        flush_delay: float | None = 0.02,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.store = store
+        self._threads = Threads(store, self.serde, cache_size=cache_size, flush_delay=flush_delay)
+        self._loop = loop
+        self._sync_store: SyncStore | None = None
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        serde: SerializerProtocol | None = None,
+        flush_delay: float | None = 0.02,
+        **options: Any,
+    ) -> _SaverOpener:
+        """Open a saver on the store at ``url``; use with ``with`` or ``async with``.
+
+        ``options`` go to the store (``codec``, ``compaction``, ``expiry``...); checkpoints
+        never expire unless an ``expiry`` is given.
+
+        >>> with TetherSaver.from_url("sqlite:///checkpoints.db") as saver:  # doctest: +SKIP
+        ...     graph = builder.compile(checkpointer=saver)
+        """
+        return _SaverOpener(url, serde, flush_delay, _store_options(dict(options)))
+
+    # == running on the store's loop ================================================
+    async def _arun(self, coro: Coroutine[Any, Any, T]) -> T:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        if loop is self._loop:
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    def _srun(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._loop is None:
+            coro.close()
+            raise ConfigError(
+                "this TetherSaver has no event loop yet: for sync graphs open it with "
+                "`with TetherSaver.from_url(url) as saver:`"
+            )
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            coro.close()
+            raise ConfigError(
+                "a sync TetherSaver method was called on the event loop its store runs on, "
+                "which would block it: use the async graph methods here (ainvoke, astream, "
+                "aget_state), or open the saver with `with TetherSaver.from_url(url)` for sync graphs"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    # == the checkpointer interface (async) ==========================================
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, ns, cid = _where(config)
+        return await self._arun(self._threads.get_tuple(thread_id, ns, cid))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await self._arun(self._select(config, filter, before, limit))
+        for cid, ns in found:
+            tup = await self._arun(self._threads.tuple_of(cid, ns))
+            if tup is not None:
+                yield tup
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._arun(self._put(config, checkpoint, metadata, new_versions))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id, ns, cid = _where(config)
+        if cid is None:
+            raise ConfigError(
+                "put_writes needs configurable.checkpoint_id (the checkpoint the writes follow)"
+            )
+        await self._arun(self._threads.put_writes(thread_id, ns, cid, writes, task_id, task_path))
+
+    async def aflush(self) -> None:
+        """Store the task writes still waiting for their checkpoint (see ``flush_delay``)."""
+        await self._arun(self._threads.flush())
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._arun(self._threads.delete_thread(str(thread_id)))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._arun(self._threads.delete_for_runs(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._arun(self._threads.copy_thread(str(source_thread_id), str(target_thread_id)))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._arun(self._threads.prune([str(t) for t in thread_ids], strategy))
+
+    # == the same, blocking ==========================================================
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, ns, cid = _where(config)
+        return self._srun(self._threads.get_tuple(thread_id, ns, cid))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        for cid, ns in self._srun(self._select(config, filter, before, limit)):
+            tup = self._srun(self._threads.tuple_of(cid, ns))
+            if tup is not None:
+                yield tup
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._srun(self._put(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id, ns, cid = _where(config)
+        if cid is None:
+            raise ConfigError(
+                "put_writes needs configurable.checkpoint_id (the checkpoint the writes follow)"
+            )
+        self._srun(self._threads.put_writes(thread_id, ns, cid, writes, task_id, task_path))
+
+    def flush(self) -> None:
+        """Store the task writes still waiting for their checkpoint (see ``flush_delay``)."""
+        self._srun(self._threads.flush())
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._srun(self._threads.delete_thread(str(thread_id)))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._srun(self._threads.delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._srun(self._threads.copy_thread(str(source_thread_id), str(target_thread_id)))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._srun(self._threads.prune([str(t) for t in thread_ids], strategy))
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> BaseCheckpointSaver[str]:
+        """LangGraph's clone with a stricter serializer; it shares this saver's cache."""
+        clone = super().with_allowlist(extra_allowlist)
+        if clone is not self and isinstance(clone, TetherSaver):
+            clone._threads = self._threads.with_serde(clone.serde)
+        return clone
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """Versions as LangGraph's SQL savers write them, so imported threads continue."""
+        if current is None:
+            number = 0
+        elif isinstance(current, int):
+            number = current
+        else:
+            number = int(str(current).split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"
+
+    # == internals ==================================================================
+    async def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id, ns, parent = _where(config)
+        meta = get_serializable_checkpoint_metadata(config, metadata)
+        await self._threads.put(thread_id, ns, checkpoint, meta, parent, new_versions)
+        return {
+            "configurable": {
+                "thread_id": config["configurable"]["thread_id"],
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    async def _select(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> builtins.list[tuple[str, Any]]:
+        conf = (config or {}).get("configurable") or {}
+        thread_id = conf.get("thread_id")
+        ns = conf.get("checkpoint_ns")
+        before_id = ((before or {}).get("configurable") or {}).get("checkpoint_id")
+        return await self._threads.select(
+            None if thread_id is None else str(thread_id),
+            None if ns is None else str(ns),
+            cid=conf.get("checkpoint_id"),
+            before=before_id,
+            filter=filter,
+            limit=limit,
+        )
+
+
+class _SaverOpener:
+    """What :meth:`TetherSaver.from_url` returns: a sync and an async context manager."""
+
+    def __init__(
+        self, url: str, serde: SerializerProtocol | None, flush_delay: float | None, options: dict[str, Any]
+    ) -> None:
+        self.url, self.serde, self.flush_delay, self.options = url, serde, flush_delay, options
+        self._saver: TetherSaver | None = None
+
+    async def __aenter__(self) -> TetherSaver:
+        store = create_store(self.url, **self.options)
+        try:
+            await store.setup()
+        except BaseException:
+            await store.aclose()
+            raise
+        self._saver = TetherSaver(
+            store, serde=self.serde, flush_delay=self.flush_delay, loop=asyncio.get_running_loop()
+        )
+        return self._saver
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._saver is not None:
+            try:
+                await self._saver.aflush()
+            finally:
+                await self._saver.store.aclose()
+                self._saver = None
+
+    def __enter__(self) -> TetherSaver:
+        sync_store = open_store_sync(self.url, **self.options)
+        saver = TetherSaver(
+            sync_store.store, serde=self.serde, flush_delay=self.flush_delay, loop=sync_store.runner.loop
+        )
+        saver._sync_store = sync_store
+        self._saver = saver
+        return saver
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._saver is not None and self._saver._sync_store is not None:
+            try:
+                self._saver.flush()
+            finally:
+                self._saver._sync_store.close()
+        self._saver = None

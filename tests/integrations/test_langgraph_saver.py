@@ -1,0 +1,112 @@
+"""TetherSaver's own promises beyond the conformance suite: appends stored as appends, the
+latest checkpoint served after one small read, writes batched with their checkpoint, long
+ids, and LangGraph's serializer for objects."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.serde.types import INTERRUPT
+from pydantic import BaseModel
+
+from tests.integrations._lg_graph import FIRST_INPUT, build
+from tether.integrations.langgraph import TetherSaver
+from tether.integrations.langgraph._layout import ns_key
+
+
+class Plan(BaseModel):
+    goal: str
+    steps: list[str]
+
+
+def stored_bytes(saver: TetherSaver, thread: str) -> int:
+    return sum(h.size for h in saver._srun(saver.store.history(ns_key(thread, ""))))
+
+
+def test_a_growing_message_list_is_stored_as_appends(tmp_path: Path) -> None:
+    """Steps on a ~300 KB conversation add a few KB each, not the whole list again."""
+    with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db") as saver:
+        graph = build(turns=1_000, pause_at=-1).compile(checkpointer=saver)
+        big = [AIMessage(content="h" * 1000, id=f"old-{i}") for i in range(300)]
+        cfg: dict[str, Any] = {"configurable": {"thread_id": "grow"}, "recursion_limit": 100}
+        graph.update_state(cfg, {**FIRST_INPUT, "messages": big}, as_node="agent")
+        before = stored_bytes(saver, "grow")
+        graph.update_state(cfg, {"turn": 989})  # the graph ends after 1,000 turns: 11 steps
+        graph.invoke(None, cfg)
+        state = graph.get_state(cfg).values
+        added = stored_bytes(saver, "grow") - before
+    assert state["turn"] == 1_000 and len(state["messages"]) == 300 + 11
+    assert before > 300_000
+    assert added < 12 * 8_000, f"{added} bytes for 12 checkpoints on a 300 KB state"
+
+
+def test_the_latest_checkpoint_is_served_after_one_small_read(tmp_path: Path) -> None:
+    """A warm get_tuple asks the store only for the run record, and decodes nothing."""
+    with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db") as saver:
+        graph = build(pause_at=99).compile(checkpointer=saver)
+        cfg = {"configurable": {"thread_id": "warm"}}
+        graph.invoke(FIRST_INPUT, cfg)
+        calls: list[str] = []
+        store = saver.store
+        for name in ("get_run", "load", "load_context", "_read", "_read_chain"):
+            real = getattr(store, name)
+
+            async def spy(*a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
+                calls.append(_name)
+                return await _real(*a, **k)
+
+            setattr(store, name, spy)
+        first = saver.get_tuple(cfg)
+        second = saver.get_tuple(cfg)
+    assert calls == ["get_run", "get_run"]
+    assert first is not None and second is not None
+    assert (
+        first.checkpoint["channel_values"]["messages"][-1]
+        is second.checkpoint["channel_values"]["messages"][-1]
+    )
+    assert first.checkpoint["channel_values"]["turn"] == 6
+
+
+def test_task_writes_wait_for_their_checkpoint_and_interrupts_do_not(tmp_path: Path) -> None:
+    """Writes join the next commit (or the flush); an interrupt is durable at once."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    thread = f"w-{uuid.uuid4().hex[:6]}"
+    cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    with TetherSaver.from_url(url, flush_delay=30) as writer, TetherSaver.from_url(url) as reader:
+        cp = empty_checkpoint()
+        stored = writer.put(cfg, cp, {"source": "loop", "step": 0}, {})
+        writer.put_writes(stored, [("messages", "hello")], "task-1")
+        assert reader.get_tuple(stored).pending_writes == []  # type: ignore[union-attr]
+        assert writer.get_tuple(stored).pending_writes == [("task-1", "messages", "hello")]  # type: ignore[union-attr]
+        assert reader.get_tuple(stored).pending_writes == [("task-1", "messages", "hello")]  # type: ignore[union-attr]
+        writer.put_writes(stored, [(INTERRUPT, {"ask": "ok?"})], "task-2")
+        pending = reader.get_tuple(stored).pending_writes  # type: ignore[union-attr]
+        assert ("task-2", INTERRUPT, {"ask": "ok?"}) in pending
+        writer.put_writes(stored, [("log", "late")], "task-3")
+    with TetherSaver.from_url(url) as again:  # closing the writer stored what it held
+        pending = again.get_tuple(stored).pending_writes  # type: ignore[union-attr]
+    assert ("task-3", "log", "late") in pending
+
+
+def test_long_ids_and_objects_round_trip(tmp_path: Path) -> None:
+    """A 300-character thread id and namespace, a Pydantic model and messages come back."""
+    thread, ns = "t" * 300, "child:" + "n" * 200
+    cfg = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
+    plan = Plan(goal="ship", steps=["build", "test"])
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"plan": plan, "messages": [AIMessage(content="hi", id="m1")]}
+    cp["channel_versions"] = {"plan": 1, "messages": 1}
+    with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db") as saver:
+        saver.put(cfg, cp, {"source": "input", "step": -1}, {"plan": 1, "messages": 1})
+    with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db") as cold:
+        tup = cold.get_tuple(cfg)
+        listed = list(cold.list({"configurable": {"thread_id": thread}}))
+    assert tup is not None
+    assert tup.config["configurable"]["checkpoint_ns"] == ns
+    assert tup.checkpoint["channel_values"]["plan"] == plan
+    assert isinstance(tup.checkpoint["channel_values"]["messages"][0], AIMessage)
+    assert [t.checkpoint["id"] for t in listed] == [cp["id"]]
