@@ -7,6 +7,7 @@ Split by who is at fault, so callers can decide what to do without parsing messa
   x StateError               a value or an operation the state model refuses
     + InvalidStateValue      not JSON-like data (refused at put/merge, never at save)
     + RunNotPaused           an update asked of a run that is not PAUSED
+    + WrongRunStatus         an action (resume, decide, roll back…) its status forbids
   x StoreError
     + StoreUnavailable       connection/timeout: transient, retry later
     + StoreNotWritable       disk full, read-only file system, full tablespace: not transient
@@ -26,6 +27,7 @@ Split by who is at fault, so callers can decide what to do without parsing messa
   x ToolError                a command could not be run as asked
     + CommandTimeout         it ran past its timeout and was killed
     + CommandRefused         the command policy refused it (destructive or unconfirmed)
+      + ApprovalRequired     it needs a human's approval and no one is there to ask
     + SessionError           the local or SSH session failed (connect, auth, lost)
   x ContextError             the context engine was asked something impossible
     + BudgetExceeded         pinned content alone does not fit the budget
@@ -48,6 +50,7 @@ __all__ = [
     "ContextError",
     "DecryptionError",
     "InvalidStateValue",
+    "ApprovalRequired",
     "CommandRefused",
     "CommandTimeout",
     "ModelError",
@@ -70,6 +73,7 @@ __all__ = [
     "SubLoopLocked",
     "TetherError",
     "VersionConflict",
+    "WrongRunStatus",
 ]
 
 
@@ -107,6 +111,17 @@ class RunNotPaused(StateError):
         )
         self.run_id = run_id
         self.status = status
+
+
+class WrongRunStatus(StateError):
+    """The run's status does not allow the action asked (resume a finished run, decide
+    on a run with no pending failure…); the message names the status and what to do."""
+
+    def __init__(self, run_id: str, status: str, action: str, hint: str = "") -> None:
+        super().__init__(f"cannot {action} run {run_id!r}: it is {status}" + (f"; {hint}" if hint else ""))
+        self.run_id = run_id
+        self.status = status
+        self.action = action
 
 
 class StoreError(TetherError):
@@ -280,6 +295,14 @@ class CommandRefused(ToolError, PermissionError):
         super().__init__(f"refused by the command policy ({reason}): {command}")
         self.command = command
         self.reason = reason
+
+
+class ApprovalRequired(CommandRefused):
+    """The command needs approval (risky, or an escalation out of the sandbox) and the run has
+    no one to ask: an unattended run pauses here until a human decides."""
+
+    key: str = ""
+    """What an approval of this command is stored as (``GuardedSession.approval_key``)."""
 
 
 class SessionError(ToolError):

@@ -227,3 +227,24 @@ async def test_deploy_over_ssh_through_the_facade(project, tmp_path):
     assert (project / "ssh.txt").read_text() == "over-ssh\n"
     log = json.loads(agent.current_log_file.read_text())
     assert log["target"] == target and log["status"] == "success"
+
+
+@pytest.mark.parametrize(
+    ("last", "status"),
+    [
+        ({"action": "failed", "message": "no docker here"}, "failed"),
+        ({"action": "step_done", "outputs": {"summary": "built"}}, "success"),
+    ],
+)
+async def test_the_run_log_lists_failed_and_step_done_turns(tmp_path, last, status):
+    from tether.agent import AgentLoop
+    from tether.stores import open_store
+
+    model = ScriptedModel([{"action": "execute", "command": "true"}, last])
+    async with open_store(f"sqlite:///{tmp_path}/loop.db") as store:
+        loop = AgentLoop(model, LocalSession(cwd=tmp_path), store)
+        await loop.start("r", "build it")
+        log = await loop.run_log("r")
+    assert log["status"] == status
+    assert [s["action"] for s in log["steps"]] == ["execute", last["action"]]
+    assert {k: log["steps"][1][k] for k in last} == last

@@ -88,9 +88,10 @@ from tether.context.tokens import (
     tokenizer_for_model,
 )
 from tether.context.trim import TrimmedOutput, trim_item, trim_output
-from tether.context.window import ContextWindow, LayerUsage, WindowUsage
+from tether.context.window import ContextWindow, LayerUsage, WindowUsage, window_from_run_state
 
 __all__ = [
+    "window_from_run_state",
     "ContextEvent",
     "ContextPolicy",
     "OperationFacts",

@@ -39,6 +39,7 @@ from tether.errors import ContextError
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "window_from_run_state",
     "LAYER_TITLES",
     "SEED_LAYER_BUDGETS",
     "ContextWindow",
@@ -515,3 +516,16 @@ class ContextWindow:
         if result.level != "none":
             self.replace_all(result.items)
         return result
+
+
+def window_from_run_state(state: Mapping[str, Any], key: str = "context_window") -> ContextWindow | None:
+    """The context window a run's state holds, in either of its stored shapes.
+
+    The agent loop stores ``context_meta`` plus an append-only ``context_log``; runtime
+    hooks and older runs store one ``context_window`` dict. ``None`` when there is neither.
+    """
+    meta = state.get("context_meta")
+    if isinstance(meta, Mapping):
+        return ContextWindow.from_log(meta, state.get("context_log") or [])
+    data = state.get(key)
+    return ContextWindow.from_state(data) if isinstance(data, Mapping) else None
