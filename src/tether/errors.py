@@ -27,6 +27,7 @@ Split by who is at fault, so callers can decide what to do without parsing messa
   x ToolError                a command could not be run as asked
     + CommandTimeout         it ran past its timeout and was killed
     + CommandRefused         the command policy refused it (destructive or unconfirmed)
+      + ApprovalRequired     it needs a human's approval and no one is there to ask
     + SessionError           the local or SSH session failed (connect, auth, lost)
   x ContextError             the context engine was asked something impossible
     + BudgetExceeded         pinned content alone does not fit the budget
@@ -49,6 +50,7 @@ __all__ = [
     "ContextError",
     "DecryptionError",
     "InvalidStateValue",
+    "ApprovalRequired",
     "CommandRefused",
     "CommandTimeout",
     "ModelError",
@@ -293,6 +295,14 @@ class CommandRefused(ToolError, PermissionError):
         super().__init__(f"refused by the command policy ({reason}): {command}")
         self.command = command
         self.reason = reason
+
+
+class ApprovalRequired(CommandRefused):
+    """The command needs approval (risky, or an escalation out of the sandbox) and the run has
+    no one to ask: an unattended run pauses here until a human decides."""
+
+    key: str = ""
+    """What an approval of this command is stored as (``GuardedSession.approval_key``)."""
 
 
 class SessionError(ToolError):

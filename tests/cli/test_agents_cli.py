@@ -117,6 +117,8 @@ def test_plan_pauses_on_a_step_question_and_resumes_by_run_id(tmp_path):
     assert [s["step_name"] for s in log["steps"]] == ["Prepare", "Configure"]
     assert log["execution_summary"]["configurations"] == {"LEVEL": "debug"}
     assert log["execution_summary"]["completed_actions"][0] == "[PREREQUISITE] Prepare: Created data/"
+    nested = runner.invoke(app, ["resume", "p1.2", "--store", f"sqlite:///{tmp_path}/cli.db"])
+    assert nested.exit_code == 1 and "step 2 of the plan 'p1': `tether resume p1`" in nested.output
 
 
 def test_workflow_runs_resume_by_run_id_and_old_runs_need_the_workflow(tmp_path):

@@ -28,7 +28,7 @@ from tether.context import ContextWindow, InMemoryArtifactStore, Layer, new_item
 from tether.context.artifacts import ArtifactStore
 from tether.context.recovery import call_with_recovery
 from tether.context.trim import trim_output
-from tether.errors import ModelOutputError, ToolError
+from tether.errors import ApprovalRequired, ConfigError, ModelOutputError, ToolError
 from tether.models.base import ChatModel
 from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
 from tether.state import ExecutionContext, RunStatus, default_registry
@@ -137,6 +137,26 @@ class AgentLoop:
     async def resume(self, run_id: str) -> RunResult:
         return await self.runner().resume(run_id)
 
+    async def approve(self, run_id: str, approved: bool = True) -> RunResult:
+        """Decide the approval a paused run waits on (``pending_approval``), then resume it.
+
+        Approved: the command runs when the model proposes it again. Refused: the model is
+        told so and adapts.
+        """
+        checkpoint = await self.store.load(run_id)
+        state = checkpoint.state if checkpoint is not None else {}
+        pending = state.get("pending_approval") or {}
+        if not pending:
+            raise ConfigError(f"run {run_id} is not waiting on an approval")
+        approvals = sorted({*(state.get("approvals") or ()), pending["key"]}) if approved else None
+        update: dict[str, Any] = {"pending_approval": None}
+        if approvals is not None:
+            update["approvals"] = approvals
+        else:
+            update["last_error"] = f"the operator refused: {pending.get('command', '')}"
+        await self.store.update_state(run_id, update)
+        return await self.resume(run_id)
+
     async def answer(self, run_id: str, value: str) -> RunResult:
         """Answer the question a paused run is waiting on, then resume it."""
         await self.store.update_state(run_id, {"answer": value})
@@ -227,13 +247,23 @@ class AgentLoop:
         call_id: str,
     ) -> None:
         command = action.command or ""
-        self._emit("command", sc, command=self.redact(command), reasoning=action.reasoning)
+        provenance = _provenance(command, window)
+        self._emit(
+            "command", sc, command=self.redact(command), reasoning=action.reasoning, provenance=provenance
+        )
+        guarded = isinstance(self.session, GuardedSession)
+        if guarded:  # approvals live in the run's state, so a resumed run does not ask twice
+            self.session.approvals = set(sc.get("approvals") or ())
         try:
+            extra = {"provenance": provenance} if guarded else {}
             result = await self.session.run(
-                command, timeout=self.config.command_timeout, env=dict(self._secret_env) or None
+                command, timeout=self.config.command_timeout, env=dict(self._secret_env) or None, **extra
             )
         except ToolError as exc:  # CommandRefused included: the model reads why and adapts
             text = self.redact(f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, ApprovalRequired):  # unattended: a human decides, then resume
+                sc.pause(self.redact(f"approval needed: {exc.reason}"))
+                update["pending_approval"] = {"key": exc.key, "command": self.redact(command), "reason": text}
             window.add(new_item("tool_result", text, id=f"result-{n}", tool_call_id=call_id))
             update["command_history"] = [
                 {
@@ -244,10 +274,13 @@ class AgentLoop:
                     "stdout": "",
                     "stderr": text,
                     "reasoning": action.reasoning,
+                    "provenance": provenance,
                 }
             ]
             update["last_error"] = text
             return
+        if guarded and self.session.approvals != set(sc.get("approvals") or ()):
+            update["approvals"] = sorted(self.session.approvals)
         stdout, stderr = self.redact(result.stdout or ""), self.redact(result.stderr or "")
         tail = (stdout.strip() or stderr.strip()).splitlines()[-1:] or [""]
         self._emit("command_result", sc, exit_code=result.exit_code, tail=tail[0][:160])
@@ -267,14 +300,16 @@ class AgentLoop:
                 "stdout": stdout[-4000:],
                 "stderr": stderr[-4000:],
                 "artifact_id": trimmed.artifact_id,
+                "provenance": provenance,
             }
         ]
         update["last_error"] = None if result.success else f"`{command}` exited {result.exit_code}"
 
-    async def _confirm(self, command: str, reason: str) -> bool:
-        """GuardedSession's confirmation of a risky command, asked through the handler."""
+    async def _confirm(self, command: str, reason: str) -> bool | None:
+        """GuardedSession's confirmation of a risky command, asked through the handler;
+        ``None`` without one: the command raises ApprovalRequired and the run pauses."""
         if self.interaction is None:
-            return False
+            return None
         from tether.agent.interaction import InteractionRequest
 
         response = await self.interaction.ask(
@@ -370,6 +405,8 @@ class AgentLoop:
         update["last_error"] = f"your last reply was invalid: {exc}. Answer with exactly one JSON object."
         if count >= self.config.max_invalid_replies:
             sc.finish("FAILED", f"the model sent {count} invalid replies in a row: {exc}")
+        elif n >= self.config.max_iterations:  # the last reply decides: an invalid one is no success
+            sc.finish("FAILED", f"the last reply (iteration {n}) was invalid: {exc}")
         update["context_window"] = window.to_state()
         self._windows[sc.run_id] = (sc.state.version + 1, window)
         return update
@@ -464,3 +501,16 @@ def _shell_quote(value: str) -> str:
 
 def _now() -> float:
     return time.time()
+
+
+def _provenance(command: str, window: ContextWindow) -> str:
+    """``tool_output`` when the command appears in what commands printed (or files showed):
+    the model copied it, perhaps from an injected instruction; else the model's own ``model``."""
+    needle = " ".join(command.split())
+    if len(needle) < 8:
+        return "model"
+    for item in window:
+        refusal = item.content.startswith(("CommandRefused", "ApprovalRequired"))  # quotes the command itself
+        if item.kind == "tool_result" and not refusal and needle in " ".join(item.content.split()):
+            return "tool_output"
+    return "model"

@@ -161,6 +161,13 @@ def deploy(
     max_iterations: int = 30,
     store: StoreOpt = None,
     log_dir: str = "./agent_logs",
+    safety: Annotated[
+        str,
+        typer.Option(
+            help="sandboxed: each command in a bubblewrap sandbox, host changes asked first; "
+            "ask: no sandbox, anything not plainly safe asked; trusted: no sandbox (dangerous)."
+        ),
+    ] = "sandboxed",
 ) -> None:
     """Deploy a project with the agent, checkpointed every iteration.
 
@@ -168,6 +175,8 @@ def deploy(
     terminal) the run pauses and `tether resume RUN --answer TEXT` answers it.
     """
     _check_decision(decision)
+    if safety not in ("sandboxed", "ask", "trusted"):
+        raise typer.BadParameter("--safety must be sandboxed, ask or trusted")
     if resume_run:
         resume_run_id(resume_run, store=store, script=script, answer=answer, decision=decision)
         return
@@ -175,6 +184,7 @@ def deploy(
     target_dir = deploy_dir or (repo if Path(repo).exists() else ".")
     origin = {
         "kind": "deploy",
+        "safety": safety,
         "repo": repo,
         "deploy_dir": target_dir,
         "host": host,
@@ -204,9 +214,12 @@ def _deploy_run(
         from tether.agent.deploy import AsyncDeploymentAgent
         from tether.stores import open_store
         from tether.tools import CommandPolicy, LocalSession, Redactor, SSHCredentials, SSHSession
+        from tether.tools.sandbox import Sandbox
 
         chat, cfg = _model(replies, origin.get("model"), model)
         origin["model"] = _spec(chat, cfg)
+        safety = origin.get("safety") or "sandboxed"
+        redactor = Redactor()
         if origin.get("host"):
             creds = SSHCredentials.from_target(origin["host"])
             if origin.get("key"):
@@ -214,8 +227,17 @@ def _deploy_run(
                     host=creds.host, port=creds.port, username=creds.username, key_path=origin["key"]
                 )
             session: Any = SSHSession(creds)
+            mode = "ask" if safety == "sandboxed" else safety  # the remote host has no sandbox of ours
         else:
-            session = LocalSession(cwd=origin["deploy_dir"])
+            sandbox = Sandbox.detect() if safety == "sandboxed" else None
+            mode = "ask" if safety == "sandboxed" and sandbox is None else safety
+            session = LocalSession(cwd=origin["deploy_dir"], sandbox=sandbox, redact=redactor)
+        if mode != safety:
+            console.print(
+                f"[yellow]no sandbox for this target (install bubblewrap locally): using the {mode} mode[/]"
+            )
+        elif mode == "trusted":
+            console.print("[red]trusted mode: commands run unsandboxed; only risky ones are asked[/]")
         try:
             async with open_store(url, **options) as st, session:
                 agent = AsyncDeploymentAgent(
@@ -224,8 +246,8 @@ def _deploy_run(
                     llm_config=cfg,
                     max_iterations=int(origin.get("max_iterations") or 30),
                     log_dir=origin.get("log_dir") or "./agent_logs",
-                    policy=CommandPolicy(),
-                    redact=Redactor(),
+                    policy=CommandPolicy(mode=mode),  # type: ignore[arg-type]  # checked in deploy()
+                    redact=redactor,
                     interaction_handler=_handler(),
                     on_event=_printer(console),
                 )
@@ -479,6 +501,14 @@ def resume_run_id(
         if cp is None:
             raise TetherError(f"run {run_id!r} not found in {url}: check the id with `tether runs`")
         origin = cp.state.get("_origin")
+        parent, _, step = run_id.rpartition(".")
+        if not isinstance(origin, dict) and parent and step.isdigit():
+            async with open_store(url, **options) as st:
+                outer = await st.load(parent)
+            if outer is not None and (outer.state.get("_origin") or {}).get("kind") == "plan":
+                raise ConfigError(
+                    f"{run_id!r} is step {step} of the plan {parent!r}: `tether resume {parent}`"
+                )
         if not isinstance(origin, dict) or "kind" not in origin:
             raise ConfigError(
                 f"run {run_id!r} does not record what started it: "
