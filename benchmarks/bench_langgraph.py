@@ -234,7 +234,7 @@ def no_checkpointer_step(initial: list[AIMessage], steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def run_subject(s: Subject, initial: list[AIMessage], steps: int, reads: int, seed: str) -> dict[str, float]:
+def run_subject(s: Subject, initial: list[AIMessage], steps: int, reads: int, seed: str) -> dict[str, Any]:
     thread = f"bench-{uuid.uuid4().hex[:10]}"
     cfg: dict[str, Any] = {"configurable": {"thread_id": thread}, "recursion_limit": steps + 10}
     with s.open() as saver:
@@ -252,14 +252,6 @@ def run_subject(s: Subject, initial: list[AIMessage], steps: int, reads: int, se
         final = graph.get_state(cfg).values["messages"]
         warm = _median_time(lambda: graph.get_state(cfg), reads)
     assert len(final) == len(initial) + steps, (s.name, len(final))
-    colds = []
-    for _ in range(reads):
-        with s.open() as saver:
-            graph = build(s.delta).compile(checkpointer=saver)
-            t0 = time.perf_counter()
-            again = graph.get_state(cfg).values["messages"]
-            colds.append(time.perf_counter() - t0)
-        assert len(again) == len(final)
     serde = JsonPlusSerializer()
     size = len(serde.dumps_typed(final)[1])
     added = len(serde.dumps_typed(final[len(initial) :])[1])
@@ -267,11 +259,31 @@ def run_subject(s: Subject, initial: list[AIMessage], steps: int, reads: int, se
     return {
         "step": step,
         "warm": warm,
-        "cold": statistics.median(colds),
+        "thread": thread,  # type: ignore[dict-item]
+        "final": len(final),
         "stored": total / size,
         "setup": setup / size,
         "steps_bytes": (total - setup) / added,
     }
+
+
+def cold_reads(subjects: list[Subject], rows: dict[str, dict[str, Any]], reads: int) -> None:
+    """``get_state`` through a freshly opened saver, subjects interleaved rep by rep so that
+    the noise of a shared machine hits them alike; the median goes to ``rows[...]["cold"]``."""
+    times: dict[str, list[float]] = {s.name: [] for s in subjects if s.name in rows}
+    for _ in range(reads):
+        for s in subjects:
+            if s.name not in rows:
+                continue
+            cfg = {"configurable": {"thread_id": rows[s.name]["thread"]}}
+            with s.open() as saver:
+                graph = build(s.delta).compile(checkpointer=saver)
+                t0 = time.perf_counter()
+                again = graph.get_state(cfg).values["messages"]
+                times[s.name].append(time.perf_counter() - t0)
+            assert len(again) == rows[s.name]["final"]
+    for name, ts in times.items():
+        rows[name]["cold"] = statistics.median(ts)
 
 
 def main() -> None:
@@ -304,13 +316,18 @@ def main() -> None:
                 f"{'saver':28} {'step ms':>8} {'x base':>7} {'get_state warm':>15} {'cold ms':>8} "
                 f"{'stored/state':>13} {'setup/state':>12} {'steps/appended':>15}"
             )
-            rows: dict[str, dict[str, float]] = {}
-            for s in subjects(tmp, only):
+            rows: dict[str, dict[str, Any]] = {}
+            chosen = subjects(tmp, only)
+            for s in chosen:
                 try:
-                    rows[s.name] = r = run_subject(s, initial, args.steps, args.reads, args.seed)
+                    rows[s.name] = run_subject(s, initial, args.steps, args.reads, args.seed)
                 except Exception as exc:  # a server not running: say so, go on
                     print(f"{s.name:28} failed: {type(exc).__name__}: {str(exc)[:120]}")
+            cold_reads(chosen, rows, args.reads)
+            for s in chosen:
+                if s.name not in rows:
                     continue
+                r = rows[s.name]
                 base = bare + raw.get(s.backend, raw["sqlite"])
                 print(
                     f"{s.name:28} {r['step'] * 1e3:8.2f} {r['step'] / base:7.2f} "
