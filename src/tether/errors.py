@@ -7,10 +7,14 @@ Split by who is at fault, so callers can decide what to do without parsing messa
   x StateError               a value or an operation the state model refuses
     + InvalidStateValue      not JSON-like data (refused at put/merge, never at save)
     + RunNotPaused           an update asked of a run that is not PAUSED
+    + WrongRunStatus         an action (resume, decide, roll back…) its status forbids
   x StoreError
     + StoreUnavailable       connection/timeout: transient, retry later
+    + StoreNotWritable       disk full, read-only file system, full tablespace: not transient
+    + StateTooLarge          a payload over a server limit (MariaDB max_allowed_packet…)
     + VersionConflict        another writer saved first; reload and redo
     + RunNotFound            the run (or the version asked for) is not stored
+      + RunExpired           the run was stored but its expiry time has passed
     + CheckpointCorrupt      undecodable payload, truncated row or unknown schema version
       + DecryptionError      encrypted with another key, or tampered with
     + RunExists              a run with that id is already stored
@@ -23,6 +27,7 @@ Split by who is at fault, so callers can decide what to do without parsing messa
   x ToolError                a command could not be run as asked
     + CommandTimeout         it ran past its timeout and was killed
     + CommandRefused         the command policy refused it (destructive or unconfirmed)
+      + ApprovalRequired     it needs a human's approval and no one is there to ask
     + SessionError           the local or SSH session failed (connect, auth, lost)
   x ContextError             the context engine was asked something impossible
     + BudgetExceeded         pinned content alone does not fit the budget
@@ -45,6 +50,7 @@ __all__ = [
     "ContextError",
     "DecryptionError",
     "InvalidStateValue",
+    "ApprovalRequired",
     "CommandRefused",
     "CommandTimeout",
     "ModelError",
@@ -56,14 +62,18 @@ __all__ = [
     "RunInProgress",
     "SessionError",
     "ToolError",
+    "RunExpired",
     "RunNotFound",
     "RunNotPaused",
     "StateError",
+    "StateTooLarge",
     "StoreError",
+    "StoreNotWritable",
     "StoreUnavailable",
     "SubLoopLocked",
     "TetherError",
     "VersionConflict",
+    "WrongRunStatus",
 ]
 
 
@@ -103,12 +113,47 @@ class RunNotPaused(StateError):
         self.status = status
 
 
+class WrongRunStatus(StateError):
+    """The run's status does not allow the action asked (resume a finished run, decide
+    on a run with no pending failure…); the message names the status and what to do."""
+
+    def __init__(self, run_id: str, status: str, action: str, hint: str = "") -> None:
+        super().__init__(f"cannot {action} run {run_id!r}: it is {status}" + (f"; {hint}" if hint else ""))
+        self.run_id = run_id
+        self.status = status
+        self.action = action
+
+
 class StoreError(TetherError):
     """A checkpoint store could not do what was asked."""
 
 
 class StoreUnavailable(StoreError):
     """The backend could not be reached or timed out: transient, worth a retry."""
+
+
+class StoreNotWritable(StoreError):
+    """The store refuses writes for a reason that waiting will not fix: the disk or the
+    tablespace is full, the file system or the database is read-only. ``reason`` says which;
+    free space or make the store writable, then resume the run."""
+
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class StateTooLarge(StoreError):
+    """One checkpoint payload is bigger than the store's server accepts in one write.
+
+    ``size`` and ``limit`` are in bytes; the message names the server setting to raise
+    (or says to keep big data out of the state, e.g. as an artefact).
+    """
+
+    def __init__(self, message: str, *, run_id: str = "", size: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.size = size
+        self.limit = limit
 
 
 class VersionConflict(StoreError):
@@ -157,6 +202,22 @@ class RunNotFound(StoreError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
+
+
+class RunExpired(RunNotFound):
+    """The run was stored, but its expiry time has passed: it is gone, not overwritten by
+    another writer. Keep runs longer with ``ExpiryPolicy`` (``TETHER_CHECKPOINT_TTL_HOURS``)."""
+
+    def __init__(self, run_id: str, expired_at: float | None = None) -> None:
+        StoreError.__init__(
+            self,
+            f"run {run_id!r} has expired (its checkpoints outlived the store's expiry time) "
+            "and can no longer be loaded or written; start a new run, or keep runs longer "
+            "with a longer checkpoint TTL",
+        )
+        self.run_id = run_id
+        self.version = None
+        self.expired_at = expired_at
 
 
 class CheckpointCorrupt(StoreError):
@@ -234,6 +295,14 @@ class CommandRefused(ToolError, PermissionError):
         super().__init__(f"refused by the command policy ({reason}): {command}")
         self.command = command
         self.reason = reason
+
+
+class ApprovalRequired(CommandRefused):
+    """The command needs approval (risky, or an escalation out of the sandbox) and the run has
+    no one to ask: an unattended run pauses here until a human decides."""
+
+    key: str = ""
+    """What an approval of this command is stored as (``GuardedSession.approval_key``)."""
 
 
 class SessionError(ToolError):

@@ -13,7 +13,7 @@ import pytest
 
 from tests.stores.conftest import new_id
 from tether.agent import AgentLoop, CallbackInteractionHandler, LoopConfig, NonInteractiveHandler
-from tether.agent.deploy import DeploymentAgent
+from tether.agent.deploy import AsyncDeploymentAgent
 from tether.models import ScriptedModel
 from tether.state import RunStatus
 from tether.stores import open_store
@@ -60,14 +60,15 @@ async def test_local_deployment_of_the_sample_app(store, app_dir, tmp_path):
             {"action": "done", "message": f"deployed and verified on http://127.0.0.1:{port}/health"},
         ]
     )
-    agent = DeploymentAgent(model, store, log_dir=tmp_path / "logs", max_iterations=10)
+    agent = AsyncDeploymentAgent(model, store, log_dir=tmp_path / "logs", max_iterations=10)
     async with LocalSession(cwd=app_dir) as session:
         result = await agent.deploy_local(str(app_dir), session=session, deploy_dir=str(app_dir))
     assert result.success, result.message
     log = json.loads(result.log_file.read_text())
     assert log["status"] == "success" and log["context"]["project_type"] == "python"
-    commands = [s["command"] for s in log["steps"]]
+    commands = [s["command"] for s in log["steps"] if s["action"] == "execute"]
     assert commands[0] == "ls" and len(commands) == 4
+    assert log["steps"][-1]["action"] == "done" and log["steps"][-1]["iteration"] == 5
     assert '{"status": "ok"}' in log["steps"][2]["result"]["stdout"]
     assert "stopped" in log["steps"][3]["result"]["stdout"]
     assert "app.py" in log["steps"][0]["result"]["stdout"]
@@ -176,7 +177,7 @@ async def test_secrets_never_reach_the_log_or_the_next_prompt(store, tmp_path):
     )
     handler = CallbackInteractionHandler(lambda req: password)
     redactor = Redactor()
-    agent = DeploymentAgent(
+    agent = AsyncDeploymentAgent(
         model, store, log_dir=tmp_path / "logs", interaction_handler=handler, redact=redactor
     )
     app = tmp_path / "repo"
@@ -247,7 +248,7 @@ async def test_the_same_deployment_over_ssh(store, app_dir, tmp_path):
             {"action": "done", "message": "deployed over ssh"},
         ]
     )
-    agent = DeploymentAgent(model, store, log_dir=tmp_path / "logs")
+    agent = AsyncDeploymentAgent(model, store, log_dir=tmp_path / "logs")
     async with loopback_ssh(tmp_path) as server:
         creds = SSHCredentials(
             host="127.0.0.1",

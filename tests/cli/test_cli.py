@@ -127,7 +127,7 @@ def test_run_report_and_resume_with_a_decision(tmp_path):
     first = runner.invoke(
         app, ["run", "tests.cli._flows:flaky_plan", "--run-id", "f1", "--store", url, "--plain"]
     )
-    assert first.exit_code == 0, first.output
+    assert first.exit_code == 4, first.output  # PAUSED: waits for a decision
     assert "status: PAUSED" in first.output and 'TODO item: "Find dataset"' in first.output
     rep = runner.invoke(app, ["report", "f1", "--store", url])
     assert "item 2 of 3" in rep.output and "data failure" in rep.output
@@ -165,3 +165,28 @@ def test_deploy_with_a_scripted_model(tmp_path):
     assert "$ ls" in out.output and "index.html" in out.output and "COMPLETED" in out.output
     logs = list((tmp_path / "logs").glob("*.json"))
     assert len(logs) == 1 and json.loads(logs[0].read_text())["status"] == "success"
+
+
+def test_deploy_escalates_host_changes_and_a_no_keeps_them_out(tmp_path, monkeypatch):
+    """Sandboxed deploy: a write outside the workdir is an escalation; with no terminal the run pauses."""
+    target = tmp_path / "app"
+    target.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {"action": "execute", "command": "echo planted > ~/x.conf"},
+                {"action": "done", "message": "tried"},
+            ]
+        )
+    )
+    url = f"sqlite:///{tmp_path}/d.db"
+    out = runner.invoke(
+        cli,
+        ["deploy", str(target), "--script", str(script), "--store", url, "--log-dir", str(tmp_path / "logs")],
+    )
+    assert out.exit_code == 4 and "PAUSED" in out.output, out.output  # no terminal: it waits for a human
+    assert not (home / "x.conf").exists()

@@ -43,24 +43,81 @@ def test_compression_only_when_it_pays():
     assert len(text) < 2_000
     blob = __import__("os").urandom(10_000)
     random_bytes = codec.encode(payload(blob=blob))
-    assert not random_bytes.startswith(b"TT")  # incompressible: stored raw, as a plain body
+    assert random_bytes.startswith(b"TT\x02\x00")  # incompressible: stored uncompressed
     assert codec.decode(random_bytes) == payload(blob=blob)
     assert codec.decode(text) == payload(blob="abc" * 10_000)
 
 
-def test_a_plain_body_is_stored_without_a_frame_and_old_framed_ones_still_read():
-    """No header on plain payloads: a frame would copy a 10 MB body on every save."""
+def test_rows_carry_a_checksum_and_rows_of_earlier_formats_still_read():
+    """Every row written has a CRC-32 frame; bare bodies and format-1 frames (how earlier
+    versions wrote plain and compressed payloads) still load."""
     import ormsgpack
 
     codec = Codec()
     data = codec.encode(payload(n=1))
-    assert data[0] in range(0x80, 0x90)  # a MessagePack map, not b"TT"
+    assert data[:4] == b"TT\x02\x00" and data[8] in range(0x80, 0x90)
     assert codec.decode(data) == payload(n=1)
-    framed = b"TT\x01\x00" + data  # how earlier versions wrote the same payload
-    assert codec.decode(framed) == payload(n=1)
+    bare = ormsgpack.packb(payload(n=1), option=ormsgpack.OPT_PASSTHROUGH_DATETIME, default=str)
+    old = {"v": 1, "kind": "full", "state": {"a": 1}}
+    assert codec.decode(ormsgpack.packb(old)) == old  # a bare body (before checksums)
+    assert codec.decode(b"TT\x01\x00" + ormsgpack.packb(old)) == old  # an old frame
+    assert bare[0] in range(0x80, 0x90)
     big = {"v": 1, **{f"k{i}": i for i in range(20)}}  # 16+ keys: a map16 (0xde) body
     assert ormsgpack.packb(big)[0] == 0xDE
     assert codec.decode(codec.encode(big)) == big
+    assert codec.decode(ormsgpack.packb(big)) == big
+
+
+@pytest.mark.parametrize("at", [2, 3, 5, 12, -1])
+def test_a_changed_byte_is_corrupt_never_altered_state(at):
+    """A byte flipped anywhere in a row (header, checksum, a stored string) is reported."""
+    codec = Codec(compress_min_bytes=None)
+    data = bytearray(codec.encode(payload(text="a stored string " * 20)))
+    data[at] ^= 0x01
+    with pytest.raises(CheckpointCorrupt, match="run 'r' version 4"):
+        codec.decode(bytes(data), run_id="r", version=4)
+    with pytest.raises(CheckpointCorrupt, match="run 'r' version 4"):
+        codec.decode_many([codec.encode(payload(n=1)), bytes(data)], run_id="r", versions=[3, 4])
+
+
+def test_a_compression_bomb_fails_fast_without_allocating():
+    """A ~45 KB zstd row declaring 1.5 GB is refused from its declared size."""
+    import time
+    import tracemalloc
+
+    import zstandard
+
+    comp = zstandard.ZstdCompressor(level=19)
+    chunk = comp.compress(b"\0" * (1 << 20))  # 1 MiB of zeros, no size written below
+    body = comp.compress(b"\0" * (64 << 20))  # a real 64 MiB frame, its size declared
+    frame = zstandard.ZstdCompressor(level=1, write_content_size=True)
+    declared = frame.compress(b"")  # header template only
+    assert chunk and body and declared
+    bomb_src = b"\0" * (1536 * 1000 * 1000)  # never stored: only the compressed form is kept
+    bomb = comp.compress(bomb_src)
+    del bomb_src
+    assert len(bomb) < 100_000 and zstandard.frame_content_size(bomb) == 1_536_000_000
+    row = b"TT\x01\x01" + bomb  # how a compressed row is framed (format 1, zstd)
+    codec = Codec()  # a store that never compresses still reads compressed rows
+    tracemalloc.start()
+    started = time.perf_counter()
+    with pytest.raises(CheckpointCorrupt, match=r"declares 1536000000 bytes.*max_payload_bytes"):
+        codec.decode(row, run_id="r", version=2)
+    _size, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 50 << 20 and time.perf_counter() - started < 1.0
+
+
+def test_a_compressed_row_without_a_declared_size_is_inflated_only_to_the_limit():
+    import zstandard
+
+    raw = b"x" * (3 << 20)
+    stream = zstandard.ZstdCompressor().compressobj()
+    body = stream.compress(raw) + stream.flush()  # streaming: no content size in the frame
+    assert zstandard.frame_content_size(body) == -1
+    codec = Codec(max_payload_bytes=1 << 20)
+    with pytest.raises(CheckpointCorrupt, match="inflates past"):
+        codec.decode(b"TT\x01\x01" + body, run_id="r", version=1)
 
 
 @pytest.mark.parametrize(
@@ -143,8 +200,9 @@ def test_the_state_of_a_plain_full_body_decodes_alone():
     body = Codec().encode({**head, "state": state})
     at = state_offset(body, head)
     assert at > 0 and bytes(body[at - 6 : at]) == b"\xa5state"
-    # what precedes the state is exactly the head (its map header one pair short)
-    head_bytes = bytes((body[0] - 1,)) + body[1 : at - 6]
+    # what precedes the state is exactly the head (its map header one pair short), after
+    # the 8-byte checksum frame
+    head_bytes = bytes((body[8] - 1,)) + body[9 : at - 6]
     assert ormsgpack.unpackb(head_bytes, ext_hook=_ext_hook) == head
     assert ormsgpack.unpackb(memoryview(body)[at:], ext_hook=_ext_hook) == state
     # not such a body: 0, so nothing reads a state from the wrong place

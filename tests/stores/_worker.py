@@ -56,6 +56,7 @@ async def main(url: str, run_id: str, mode: str, *args: str) -> None:
             ctx = await store.load_context(run_id, reducers=REDUCERS)
             assert ctx is not None
             ctx.merge({"items": [str(os.getpid())]})
+            print("ready", flush=True)  # loaded: the test may open the barrier
             while not os.path.exists(args[0]):
                 time.sleep(0.001)
             try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 
@@ -42,7 +41,8 @@ async def test_exactly_one_of_two_racing_processes_wins_each_version(url, store,
     for round_ in range(3):
         go = tmp_path / f"go{round_}"
         procs = [spawn(url, run_id, "race", str(go)) for _ in range(2)]
-        time.sleep(1.5)  # both have loaded and wait at the barrier
+        for proc in procs:  # both have loaded and wait at the barrier, however slow the host
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         go.touch()
         results = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
         assert results == ["conflict", "won"], results

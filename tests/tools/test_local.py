@@ -268,3 +268,17 @@ def test_missing_cwd_is_a_config_error(tmp_path: Path) -> None:
     """A session cannot start in a directory that does not exist."""
     with pytest.raises(ConfigError):
         LocalSession(tmp_path / "missing")
+
+
+async def test_commands_get_a_scrubbed_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Secrets of the agent's environment stay out; the allow-list and explicit env= go in."""
+    monkeypatch.setenv("OPENAI_API_KEY", "PLANTED-KEY-1")
+    monkeypatch.setenv("DEPLOY_TOKEN", "PLANTED-TOKEN-2")
+    monkeypatch.setenv("LC_TETHER_TEST", "kept")
+    session = LocalSession(tmp_path, env={"APP_PORT": "8080"})
+    out = (await session.run("env", env={"GIVEN_SECRET": "passed-on-purpose"})).stdout
+    assert "PLANTED" not in out
+    assert "LC_TETHER_TEST=kept" in out and "APP_PORT=8080" in out and "GIVEN_SECRET=passed-on-purpose" in out
+    assert "PATH=" in out and "HOME=" in out
+    everything = LocalSession(tmp_path, inherit_env=None)
+    assert "PLANTED-KEY-1" in (await everything.run("env")).stdout  # the control: it was there to leak

@@ -92,8 +92,7 @@ ALLOWED = [
     "sudo apt-get install -y nginx",
     "chown -R www-data:www-data /var/www/html",
     "chmod +x /usr/local/bin/docker-compose",
-    "curl -fsSL https://example.com/health",
-    "curl -o install.sh https://get.docker.com",
+    "curl -fsSL http://localhost:8080/health",
     "kill -9 12345",
     "pkill -f 'node server.js'",
     "echo 'rm -rf /'",
@@ -219,7 +218,7 @@ def test_allow_does_not_override_custom_deny() -> None:
 
 def test_disabled_rules_and_confirm_sudo() -> None:
     """Built-in rules can be switched off; sudo can be made to ask."""
-    relaxed = CommandPolicy(disabled=["pipe-to-shell", "package-removal"])
+    relaxed = CommandPolicy(disabled=["pipe-to-shell", "package-removal", "network", "dynamic"])
     assert relaxed.check("curl -fsSL https://get.docker.com | sh").action == "allow"
     assert relaxed.check("apt-get remove -y nginx").action == "allow"
     strict = CommandPolicy(confirm_sudo=True)

@@ -80,8 +80,11 @@ async def test_untrusted_host_key_is_refused(server: LoopbackSSH, tmp_path: Path
     other = tmp_path / "other_known_hosts"
     stranger = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode()
     other.write_text(f"[127.0.0.1]:{server.port} {stranger}")
-    with pytest.raises(SessionError, match="known_hosts"):
+    with pytest.raises(SessionError, match="known_hosts") as refused:
         await SSHSession(creds(server, known_hosts=other)).connect()
+    message = str(refused.value)
+    assert server.host_key.get_fingerprint() in message, "the fingerprint to verify is shown"
+    assert f"ssh-keyscan -p {server.port} 127.0.0.1 >> {other}" in message, "and the command that trusts it"
     async with SSHSession(creds(server, known_hosts="ignore")) as s:
         assert (await s.run("echo trusted")).stdout == "trusted\n"
 

@@ -53,8 +53,9 @@ class AgentAction(BaseModel):
 
 
 def extract_json(text: str) -> dict[str, Any]:
-    """The first JSON object in ``text`` (inside a code fence or surrounded by prose)."""
-    return parse_json_reply(text)
+    """The action object: the whole reply, or the contents of a code fence; never JSON
+    quoted inside prose (a refusal that quotes a command must not run it)."""
+    return parse_json_reply(text, in_prose=False)
 
 
 def parse_action(text: str) -> AgentAction:

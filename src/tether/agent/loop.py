@@ -7,7 +7,9 @@ iteration, so a crashed agent resumes with its whole history, and a question the
 asked can be answered later, from another process.
 
 State keys: ``iteration`` (iterations done), ``goal``, ``context_window`` (the window,
-``ContextWindow.to_state()``), ``command_history`` and ``user_interactions`` (append), ``invalid_replies``,
+``ContextWindow.to_state()``), ``command_history``, ``user_interactions`` and ``actions``
+(append; ``actions`` holds every action that is not a command: questions, done, failed,
+invalid replies), ``invalid_replies``,
 ``pending_question`` (a question waiting for an answer), ``final_output``.
 """
 
@@ -26,7 +28,7 @@ from tether.context import ContextWindow, InMemoryArtifactStore, Layer, new_item
 from tether.context.artifacts import ArtifactStore
 from tether.context.recovery import call_with_recovery
 from tether.context.trim import trim_output
-from tether.errors import ModelOutputError, ToolError
+from tether.errors import ApprovalRequired, ConfigError, ModelOutputError, ToolError
 from tether.models.base import ChatModel
 from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
 from tether.state import ExecutionContext, RunStatus, default_registry
@@ -119,17 +121,41 @@ class AgentLoop:
 
     def runner(self) -> Runner:
         reducers = (
-            default_registry().register("command_history", "append").register("user_interactions", "append")
+            default_registry()
+            .register("command_history", "append")
+            .register("user_interactions", "append")
+            .register("actions", "append")
         )
         return Runner(self.workflow(), self.store, reducers=reducers, on_event=self.on_event)
 
-    async def start(self, run_id: str, goal: str) -> RunResult:
+    async def start(self, run_id: str, goal: str, *, inputs: Mapping[str, Any] | None = None) -> RunResult:
+        """Start a run on ``goal``; ``inputs`` adds keys to its initial state."""
         window = self._new_window(goal)
-        inputs = {"goal": goal, "context_window": window.to_state(), "invalid_replies": 0}
-        return await self.runner().start(run_id, inputs)
+        state = {**(inputs or {}), "goal": goal, "context_window": window.to_state(), "invalid_replies": 0}
+        return await self.runner().start(run_id, state)
 
     async def resume(self, run_id: str) -> RunResult:
         return await self.runner().resume(run_id)
+
+    async def approve(self, run_id: str, approved: bool = True) -> RunResult:
+        """Decide the approval a paused run waits on (``pending_approval``), then resume it.
+
+        Approved: the command runs when the model proposes it again. Refused: the model is
+        told so and adapts.
+        """
+        checkpoint = await self.store.load(run_id)
+        state = checkpoint.state if checkpoint is not None else {}
+        pending = state.get("pending_approval") or {}
+        if not pending:
+            raise ConfigError(f"run {run_id} is not waiting on an approval")
+        approvals = sorted({*(state.get("approvals") or ()), pending["key"]}) if approved else None
+        update: dict[str, Any] = {"pending_approval": None}
+        if approvals is not None:
+            update["approvals"] = approvals
+        else:
+            update["last_error"] = f"the operator refused: {pending.get('command', '')}"
+        await self.store.update_state(run_id, update)
+        return await self.resume(run_id)
 
     async def answer(self, run_id: str, value: str) -> RunResult:
         """Answer the question a paused run is waiting on, then resume it."""
@@ -204,9 +230,11 @@ class AgentLoop:
             update["final_output"] = action.message
             if action.outputs is not None:
                 update["step_outputs"] = action.outputs
+            update["actions"] = [self._logged(n, action)]
             sc.finish("COMPLETED", action.message or "")
         else:
             window.add(new_item("decision", f"failed: {action.message}", id=f"failed-{n}"))
+            update["actions"] = [self._logged(n, action)]
             sc.finish("FAILED", action.message or "")
 
     async def _execute(
@@ -219,13 +247,23 @@ class AgentLoop:
         call_id: str,
     ) -> None:
         command = action.command or ""
-        self._emit("command", sc, command=self.redact(command), reasoning=action.reasoning)
+        provenance = _provenance(command, window)
+        self._emit(
+            "command", sc, command=self.redact(command), reasoning=action.reasoning, provenance=provenance
+        )
+        guarded = isinstance(self.session, GuardedSession)
+        if guarded:  # approvals live in the run's state, so a resumed run does not ask twice
+            self.session.approvals = set(sc.get("approvals") or ())
         try:
+            extra = {"provenance": provenance} if guarded else {}
             result = await self.session.run(
-                command, timeout=self.config.command_timeout, env=dict(self._secret_env) or None
+                command, timeout=self.config.command_timeout, env=dict(self._secret_env) or None, **extra
             )
         except ToolError as exc:  # CommandRefused included: the model reads why and adapts
             text = self.redact(f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, ApprovalRequired):  # unattended: a human decides, then resume
+                sc.pause(self.redact(f"approval needed: {exc.reason}"))
+                update["pending_approval"] = {"key": exc.key, "command": self.redact(command), "reason": text}
             window.add(new_item("tool_result", text, id=f"result-{n}", tool_call_id=call_id))
             update["command_history"] = [
                 {
@@ -236,10 +274,13 @@ class AgentLoop:
                     "stdout": "",
                     "stderr": text,
                     "reasoning": action.reasoning,
+                    "provenance": provenance,
                 }
             ]
             update["last_error"] = text
             return
+        if guarded and self.session.approvals != set(sc.get("approvals") or ()):
+            update["approvals"] = sorted(self.session.approvals)
         stdout, stderr = self.redact(result.stdout or ""), self.redact(result.stderr or "")
         tail = (stdout.strip() or stderr.strip()).splitlines()[-1:] or [""]
         self._emit("command_result", sc, exit_code=result.exit_code, tail=tail[0][:160])
@@ -259,14 +300,16 @@ class AgentLoop:
                 "stdout": stdout[-4000:],
                 "stderr": stderr[-4000:],
                 "artifact_id": trimmed.artifact_id,
+                "provenance": provenance,
             }
         ]
         update["last_error"] = None if result.success else f"`{command}` exited {result.exit_code}"
 
-    async def _confirm(self, command: str, reason: str) -> bool:
-        """GuardedSession's confirmation of a risky command, asked through the handler."""
+    async def _confirm(self, command: str, reason: str) -> bool | None:
+        """GuardedSession's confirmation of a risky command, asked through the handler;
+        ``None`` without one: the command raises ApprovalRequired and the run pauses."""
         if self.interaction is None:
-            return False
+            return None
         from tether.agent.interaction import InteractionRequest
 
         response = await self.interaction.ask(
@@ -292,6 +335,7 @@ class AgentLoop:
             "default_option": action.default_option,
             "iteration": n,
         }
+        update["actions"] = [self._logged(n, action)]
         if self.interaction is None:
             update["pending_question"] = question
             sc.pause(f"waiting for an answer: {action.question}")
@@ -349,12 +393,32 @@ class AgentLoop:
     ) -> dict[str, Any]:
         count = int(sc.get("invalid_replies") or 0) + 1
         update["invalid_replies"] = count
+        update["actions"] = [
+            {
+                "iteration": n,
+                "timestamp": dt.datetime.now(dt.UTC).isoformat(),
+                "action": "invalid",
+                "error": self.redact(str(exc)),
+                "reply": self.redact(str(getattr(exc, "raw", "") or ""))[:2000],
+            }
+        ]
         update["last_error"] = f"your last reply was invalid: {exc}. Answer with exactly one JSON object."
         if count >= self.config.max_invalid_replies:
             sc.finish("FAILED", f"the model sent {count} invalid replies in a row: {exc}")
+        elif n >= self.config.max_iterations:  # the last reply decides: an invalid one is no success
+            sc.finish("FAILED", f"the last reply (iteration {n}) was invalid: {exc}")
         update["context_window"] = window.to_state()
         self._windows[sc.run_id] = (sc.state.version + 1, window)
         return update
+
+    def _logged(self, n: int, action: AgentAction) -> dict[str, Any]:
+        """A non-command action as the run log's ``steps`` shows it."""
+        entry = {"iteration": n, "timestamp": dt.datetime.now(dt.UTC).isoformat()}
+        for key, value in action.to_dict().items():
+            if key in ("input_type", "category") and action.action_type != "ask_user":
+                continue  # defaults that mean nothing outside a question
+            entry[key] = self.redact(value) if isinstance(value, str) else value
+        return entry
 
     def _emit(self, kind: str, sc: StepContext, **detail: Any) -> None:
         if self.on_event is not None:
@@ -402,7 +466,7 @@ class AgentLoop:
         status = {RunStatus.COMPLETED: "success", RunStatus.FAILED: "failed"}.get(
             info.status if info else cp.status, str(info.status if info else cp.status).lower()
         )
-        steps = [
+        steps: list[dict[str, Any]] = [
             {
                 "iteration": h["iteration"],
                 "timestamp": h.get("timestamp"),
@@ -413,6 +477,13 @@ class AgentLoop:
             }
             for h in cp.state.get("command_history", [])
         ]
+        answers = {a.get("iteration"): a.get("answer") for a in cp.state.get("user_interactions", [])}
+        for entry in cp.state.get("actions", []):
+            entry = dict(entry)
+            if entry.get("action") == "ask_user" and entry["iteration"] in answers:
+                entry["answer"] = answers[entry["iteration"]]
+            steps.append(entry)
+        steps.sort(key=lambda e: int(e.get("iteration") or 0))  # stable: a command before its failure
         return {
             **header,
             "run_id": run_id,
@@ -430,3 +501,16 @@ def _shell_quote(value: str) -> str:
 
 def _now() -> float:
     return time.time()
+
+
+def _provenance(command: str, window: ContextWindow) -> str:
+    """``tool_output`` when the command appears in what commands printed (or files showed):
+    the model copied it, perhaps from an injected instruction; else the model's own ``model``."""
+    needle = " ".join(command.split())
+    if len(needle) < 8:
+        return "model"
+    for item in window:
+        refusal = item.content.startswith(("CommandRefused", "ApprovalRequired"))  # quotes the command itself
+        if item.kind == "tool_result" and not refusal and needle in " ".join(item.content.split()):
+            return "tool_output"
+    return "model"

@@ -1,54 +1,242 @@
-"""Seed 000's plan orchestrator: a plan of steps, each run by the agent loop with the
-rolling :class:`ExecutionSummary` in its prompt and finished by a validated ``step_done``.
+"""The plan orchestrator: a plan of steps, each run by the agent loop with the rolling
+:class:`ExecutionSummary` and its predecessor's :class:`StepOutputs` in its prompt, each
+finished by a ``step_done`` whose outputs are validated and folded into the summary.
 
 The plan is a runtime workflow (one runtime step per plan step) and each plan step is
 a nested agent run (``<run_id>.<step index>``), so both levels checkpoint, resume and
 report failures the same way. A plan step whose agent fails raises :class:`DataError`,
 which the runtime rolls back and reports (retry / skip / abort).
+
+State keys of a plan run:
+
+    execution_summary  the rolling summary; its reducer folds one step's outputs in, so
+                       a step's checkpoint stores that step's outputs, never the summary
+    plan_steps         one entry per finished step (append): step_id, step_name,
+                       category, outputs, structured_outputs, run_id
+    started_at         when the plan started (for the plan log)
+
+When a run stops (completed, failed or paused) the plan log is written to
+``<log_dir>/<run_id>.json`` (``version`` "2.0": steps with their structured outputs,
+and the execution summary).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import datetime as dt
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from tether.agent.loop import AgentLoop, LoopConfig
 from tether.context.distill import step_outputs_from_commands
-from tether.context.summaries import SummaryManager
-from tether.runtime import DataError, Event, Runner, RunResult, Step, StepContext, Workflow
-from tether.state import RunStatus
+from tether.context.summaries import ExecutionSummary, StepOutputs, SummaryManager, parse_step_outputs
+from tether.errors import ConfigError
+from tether.runtime import DataError, Event, Runner, RunResult, Step, Workflow
+from tether.runtime import StepContext as RuntimeStepContext
+from tether.state import ReducerRegistry, RunStatus, default_registry, replayable
 from tether.stores.base import CheckpointStore
 
-__all__ = ["PlanOrchestrator", "PlanStep"]
+__all__ = [
+    "PLAN_LOG_VERSION",
+    "PlanOrchestrator",
+    "PlanStep",
+    "StepContext",
+    "StepExecutor",
+    "StepResult",
+    "plan_reducers",
+    "step_prompt",
+]
 
-STEP_DONE_RULE = """When this step's goal is met, answer:
-  {"action": "step_done", "message": "<one line>", "outputs": {"summary": "<one sentence, required>",
-   "environment_changes": {}, "new_configurations": {}, "artifacts": [], "services_started": [],
-   "custom_data": {}, "issues_resolved": []}}
-Use {"action": "failed", "message": "..."} only if the step cannot be done."""
+logger = logging.getLogger(__name__)
+
+PLAN_LOG_VERSION = "2.0"
+
+STEP_ROLE = "You are a deployment agent executing a specific deployment step."
+
+STEP_DONE_INSTRUCTION = """When step is COMPLETE, you MUST provide:
+{
+  "action": "step_done",
+  "outputs": {
+    "summary": "REQUIRED: One sentence describing what was accomplished",
+    "environment_changes": {"<name>": "<value>"},
+    "new_configurations": {"<KEY>": "<value>"},
+    "artifacts": ["<path of a key file you created>"],
+    "services_started": [{"name": "<service>", "port": 0}],
+    "custom_data": {},
+    "issues_resolved": [{"issue": "<problem>", "resolution": "<how it was fixed>"}]
+  }
+}"""
+
+ACTION_RULES = """Until then, answer every turn with ONE JSON object and nothing else:
+  {"action": "execute", "command": "<one shell command>", "reasoning": "<why>"}
+  {"action": "ask_user", "question": "...", "options": ["..."], "input_type": "choice|text|confirm|secret"}
+  {"action": "failed", "message": "<why this step cannot be done>"}
+Run non-interactive commands (-y, --no-input), never destructive ones; start long-running
+services in the background and verify them; when a command fails, fix the cause."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanStep:
+    """One step of a plan, as the planner wrote it."""
+
     name: str
     goal: str
     category: str = "general"
+    """Shown in the summary's completed actions as ``[CATEGORY]``."""
     success_criteria: str = ""
 
 
 @dataclass(slots=True, kw_only=True)
+class StepContext:
+    """What a plan step is given: its own description plus what came before.
+
+    Not the runtime's :class:`tether.runtime.StepContext` (one per runtime step): this
+    one is the plan level's, built from the plan run's state before the step runs.
+    """
+
+    step_id: int
+    """1-based position in the plan."""
+    step_name: str
+    goal: str
+    category: str = "general"
+    success_criteria: str = ""
+    run_id: str = ""
+    """The id of the nested run that executes this step (``<plan run id>.<step_id>``)."""
+    structured_outputs: StepOutputs | None = None
+    """This step's own outputs once it finished (None before)."""
+    execution_summary: ExecutionSummary | None = None
+    """The rolling summary of the steps before this one."""
+    predecessor_outputs: dict[int, StepOutputs] = field(default_factory=dict)
+    """The previous step's outputs by step id (empty for step 1)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class StepResult:
+    """How a plan step ended."""
+
+    success: bool
+    message: str = ""
+    outputs: dict[str, Any] = field(default_factory=dict)
+    """Free key/values (kept for callers that read plain dicts)."""
+    structured_outputs: StepOutputs | None = None
+    """What the step hands to the steps after it; merged into the rolling summary."""
+
+    @classmethod
+    def succeeded(
+        cls,
+        outputs: Mapping[str, Any] | None = None,
+        structured_outputs: StepOutputs | None = None,
+        *,
+        message: str = "",
+    ) -> StepResult:
+        return cls(
+            success=True,
+            message=message,
+            outputs=dict(outputs or {}),
+            structured_outputs=structured_outputs,
+        )
+
+    @classmethod
+    def failed(cls, message: str, outputs: Mapping[str, Any] | None = None) -> StepResult:
+        return cls(success=False, message=message, outputs=dict(outputs or {}))
+
+
+StepExecutor = Callable[[StepContext], Awaitable[StepResult]]
+"""Runs one plan step; the default runs the agent loop as a nested durable run."""
+
+
+def step_prompt(ctx: StepContext) -> str:
+    """The system prompt of one plan step: role, the rolling summary (and the previous
+    step's outputs), the step itself, and what ``step_done`` must carry."""
+    summary = ctx.execution_summary or ExecutionSummary()
+    state = summary.to_prompt_context()
+    for step_id, outputs in sorted(ctx.predecessor_outputs.items()):
+        shown = json.dumps(_non_empty(outputs.to_dict()), ensure_ascii=False, default=str)
+        state += f"\n\n## Outputs of Step {step_id}\n{shown}"
+    current = [f"- **Step {ctx.step_id}**: {ctx.step_name}", f"- **Goal**: {ctx.goal}"]
+    if ctx.success_criteria:
+        current.append(f"- **Success Criteria**: {ctx.success_criteria}")
+    return "\n\n".join(
+        [STEP_ROLE, state, "---", "# Current Step\n" + "\n".join(current), "---", STEP_DONE_INSTRUCTION]
+    )
+
+
+def _non_empty(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if v not in ({}, [], "", None)}
+
+
+# == the rolling summary as a reducer ===============================================
+def _reduce_summary(old: Any, update: Any) -> dict[str, Any]:
+    """Fold ``{"step_name", "step_category", "outputs", "now"}`` into the summary; an
+    update without ``outputs`` is a whole summary and replaces it (a human's edit)."""
+    if not isinstance(update, Mapping):
+        raise ConfigError("an execution_summary update is a dict (a step's outputs or a whole summary)")
+    if "outputs" not in update:
+        return ExecutionSummary.from_dict(update).to_dict()
+    manager = SummaryManager.from_state(old if isinstance(old, Mapping) else {})
+    manager.merge_step_outputs(
+        str(update.get("step_name", "")),
+        str(update.get("step_category", "")),
+        parse_step_outputs(update["outputs"]),
+        now=update.get("now"),
+    )
+    return manager.to_state()
+
+
+SUMMARY_REDUCER = replayable("tether.agent.plan:execution_summary", _reduce_summary)
+"""``SummaryManager.merge_step_outputs`` as the reducer of ``execution_summary``."""
+
+
+def plan_reducers(base: ReducerRegistry | None = None) -> ReducerRegistry:
+    """The reducers a plan run needs (register them on any run that keeps a summary)."""
+    reg = (base or default_registry()).copy()
+    return reg.register("execution_summary", SUMMARY_REDUCER).register("plan_steps", "append")
+
+
+def summary_update(step: PlanStep, outputs: StepOutputs) -> dict[str, Any]:
+    """The delta one step adds to ``execution_summary``."""
+    return {
+        "step_name": step.name,
+        "step_category": step.category,
+        "outputs": outputs.to_dict(),
+        "now": _now(),
+    }
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+# == the orchestrator ================================================================
+@dataclass(slots=True, kw_only=True)
 class PlanOrchestrator:
-    """Runs a plan; ``loop_factory`` builds the agent loop of each step (model, session…)."""
+    """Runs a plan durably.
+
+    Give either ``loop_factory`` (builds the agent loop of each step from its
+    :class:`LoopConfig`: model, session, store…) or a custom ``step_executor``.
+    """
 
     store: CheckpointStore
-    loop_factory: Callable[[LoopConfig], AgentLoop]
     steps: list[PlanStep]
+    loop_factory: Callable[[LoopConfig], AgentLoop] | None = None
+    step_executor: StepExecutor | None = None
     project_name: str = ""
     deploy_dir: str = ""
     strategy: str = ""
     base_config: LoopConfig = field(default_factory=LoopConfig)
+    log_dir: str | Path | None = "agent_logs"
+    """Where the plan log goes (``<run_id>.json``); None writes none."""
     on_event: Callable[[Event], None] | None = None
+    current_log_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.loop_factory is None and self.step_executor is None:
+            raise ConfigError("PlanOrchestrator needs loop_factory= (agent steps) or step_executor=")
+        if not self.steps:
+            raise ConfigError("a plan needs at least one step")
 
     def workflow(self) -> Workflow:
         return Workflow.plan(
@@ -59,54 +247,136 @@ class PlanOrchestrator:
             name="plan",
         )
 
-    async def start(self, run_id: str) -> RunResult:
+    def runner(self) -> Runner:
+        return Runner(self.workflow(), self.store, reducers=plan_reducers(), on_event=self.on_event)
+
+    async def start(self, run_id: str, *, origin: Mapping[str, Any] | None = None) -> RunResult:
+        """Start the plan; ``origin`` is recorded as ``_origin`` (what ``tether resume`` reads)."""
         manager = SummaryManager(self.project_name, self.deploy_dir, self.strategy)
-        inputs = {"execution_summary": manager.to_state(), "structured_outputs": {}}
-        return await Runner(self.workflow(), self.store, on_event=self.on_event).start(run_id, inputs)
+        inputs: dict[str, Any] = {"execution_summary": manager.to_state(), "started_at": _now()}
+        if origin is not None:
+            inputs["_origin"] = dict(origin)
+        result = await self.runner().start(run_id, inputs)
+        self.write_log(result)
+        return result
 
     async def resume(self, run_id: str, *, decision: str | None = None) -> RunResult:
-        return await Runner(self.workflow(), self.store, on_event=self.on_event).resume(
-            run_id, decision=decision
+        result = await self.runner().resume(run_id, decision=decision)
+        self.write_log(result)
+        return result
+
+    # -- one step ------------------------------------------------------------------
+    def step_context(
+        self, index: int, plan_step: PlanStep, state: Mapping[str, Any], run_id: str
+    ) -> StepContext:
+        """Step N's context: the rolling summary plus step N-1's outputs."""
+        done = {int(e["step_id"]): e for e in state.get("plan_steps") or () if isinstance(e, Mapping)}
+        previous = done.get(index - 1)
+        predecessors = (
+            {index - 1: parse_step_outputs(previous.get("structured_outputs"))}
+            if previous is not None and previous.get("structured_outputs")
+            else {}
+        )
+        return StepContext(
+            step_id=index,
+            step_name=plan_step.name,
+            goal=plan_step.goal,
+            category=plan_step.category,
+            success_criteria=plan_step.success_criteria,
+            run_id=f"{run_id}.{index}",
+            execution_summary=ExecutionSummary.from_dict(state.get("execution_summary") or {}),
+            predecessor_outputs=predecessors,
         )
 
-    def _make(self, index: int, plan_step: PlanStep) -> Callable[[StepContext], Any]:
-        async def run_step(sc: StepContext) -> Mapping[str, Any]:
-            manager = SummaryManager.from_state(sc.get("execution_summary") or {})
-            goal = plan_step.goal + (
-                f"\nSuccess criteria: {plan_step.success_criteria}" if plan_step.success_criteria else ""
-            )
-            blocks = {**self.base_config.blocks, "execution_summary": manager.get_prompt_context()}
-            config = replace(
-                self.base_config,
-                blocks=blocks,
-                system_prompt=self.base_config.system_prompt + "\n" + STEP_DONE_RULE,
-            )
-            loop = self.loop_factory(config)
-            nested = f"{sc.run_id}.{index}"
-            info = await self.store.get_run(nested)
-            if info is None:
-                result = await loop.start(nested, goal)
-            elif info.status is RunStatus.COMPLETED:
-                cp = await self.store.load(nested)
-                assert cp is not None
-                result = RunResult(run_id=nested, status=info.status, version=cp.version, state=cp.state)
-            else:
-                result = await loop.resume(nested)
-            if result.status is not RunStatus.COMPLETED:
+    def _make(self, index: int, plan_step: PlanStep) -> Callable[[RuntimeStepContext], Any]:
+        async def run_step(sc: RuntimeStepContext) -> Mapping[str, Any]:
+            state = {k: sc.get(k) for k in ("plan_steps", "execution_summary")}
+            ctx = self.step_context(index, plan_step, state, sc.run_id)
+            execute = self.step_executor or self._agent_step
+            result = await execute(ctx)
+            if not result.success:
                 raise DataError(
-                    f"plan step {plan_step.name!r} did not complete ({result.status}): "
-                    f"{result.state.get('final_output') or 'no message'}"
+                    f"plan step {plan_step.name!r} did not complete: {result.message or 'no message'}"
                 )
-            outputs = result.state.get("step_outputs")
-            if not outputs:  # no step_done outputs: read them from what the step's commands did
-                outputs = step_outputs_from_commands(
-                    result.state.get("command_history") or [],
-                    summary=str(result.state.get("final_output") or ""),
-                ).to_dict()
-            manager.merge_step_outputs(plan_step.name, plan_step.category, outputs)
-            return {
-                "execution_summary": manager.to_state(),
-                "structured_outputs": {**(sc.get("structured_outputs") or {}), plan_step.name: outputs or {}},
+            ctx.structured_outputs = result.structured_outputs
+            entry = {
+                "step_id": index,
+                "step_name": plan_step.name,
+                "category": plan_step.category,
+                "outputs": result.outputs,
+                "structured_outputs": result.structured_outputs.to_dict()
+                if result.structured_outputs
+                else None,
+                "run_id": ctx.run_id,
             }
+            update: dict[str, Any] = {"plan_steps": [entry]}
+            if result.structured_outputs is not None:
+                update["execution_summary"] = summary_update(plan_step, result.structured_outputs)
+            logger.info("plan step %d %s done", index, plan_step.name, extra={"run_id": sc.run_id})
+            return update
 
         return run_step
+
+    async def _agent_step(self, ctx: StepContext) -> StepResult:
+        """The default executor: the agent loop as the nested run ``ctx.run_id``."""
+        assert self.loop_factory is not None
+        config = replace(self.base_config, system_prompt=step_prompt(ctx) + "\n\n" + ACTION_RULES)
+        loop = self.loop_factory(config)
+        info = await self.store.get_run(ctx.run_id)
+        if info is None:
+            result = await loop.start(ctx.run_id, ctx.goal)
+        elif info.status is RunStatus.COMPLETED:  # finished before a crash of the plan
+            cp = await self.store.load(ctx.run_id)
+            assert cp is not None
+            result = RunResult(run_id=ctx.run_id, status=info.status, version=cp.version, state=cp.state)
+        else:
+            result = await loop.resume(ctx.run_id)
+        message = str(result.state.get("final_output") or "")
+        if result.status is not RunStatus.COMPLETED:
+            return StepResult.failed(f"{message or 'no message'} ({result.status})")
+        raw = result.state.get("step_outputs")
+        if raw:
+            structured = parse_step_outputs(raw, fallback_summary=message or "Step completed")
+        else:  # no step_done outputs: read them from what the step's commands did
+            structured = step_outputs_from_commands(
+                result.state.get("command_history") or [], summary=message or "Step completed"
+            )
+        return StepResult.succeeded(
+            outputs={"message": message, **(raw if isinstance(raw, Mapping) else {})},
+            structured_outputs=structured,
+            message=message,
+        )
+
+    # -- the plan log ----------------------------------------------------------------
+    def plan_log(self, result: RunResult) -> dict[str, Any]:
+        """The plan log of a run as it stands (see the module docstring)."""
+        state = result.state
+        status = {RunStatus.COMPLETED: "success", RunStatus.FAILED: "failed"}.get(
+            result.status, str(result.status).lower()
+        )
+        return {
+            "version": PLAN_LOG_VERSION,
+            "run_id": result.run_id,
+            "project_name": self.project_name,
+            "deploy_dir": self.deploy_dir,
+            "strategy": self.strategy,
+            "start_time": state.get("started_at"),
+            "end_time": _now(),
+            "status": status,
+            "steps": [
+                {k: e.get(k) for k in ("step_id", "step_name", "outputs", "structured_outputs")}
+                for e in state.get("plan_steps") or ()
+            ],
+            "execution_summary": state.get("execution_summary") or {},
+        }
+
+    def write_log(self, result: RunResult) -> Path | None:
+        if self.log_dir is None:
+            return None
+        path = Path(self.log_dir) / f"{result.run_id}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            json.dumps(self.plan_log(result), indent=2, ensure_ascii=False, default=str), encoding="utf-8"
+        )
+        self.current_log_file = path
+        return path

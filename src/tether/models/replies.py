@@ -62,11 +62,13 @@ def find_json_objects(text: str) -> Iterator[dict[str, Any]]:
         pos = text.find("{", pos + 1)
 
 
-def parse_json_reply(text: str) -> dict[str, Any]:
+def parse_json_reply(text: str, *, in_prose: bool = True) -> dict[str, Any]:
     """The JSON object in a model's reply.
 
-    Tries, in order: the whole reply; the contents of each code fence; the first balanced
-    ``{...}`` in the text that parses as JSON (so prose before or after is ignored).
+    Tries, in order: the whole reply; the contents of each code fence; with ``in_prose``,
+    the first balanced ``{...}`` in the text that parses as JSON (so prose before or after
+    is ignored). Pass ``in_prose=False`` where the object is acted on: a reply that quotes
+    an action inside a sentence ("I will not run {...}") must not run it.
 
     Raises:
         ModelOutputError: no JSON object found (``raw`` holds the reply).
@@ -92,7 +94,13 @@ def parse_json_reply(text: str) -> dict[str, Any]:
         if isinstance(value, dict):
             return value
     for value in find_json_objects(stripped):
-        return value
+        if in_prose:
+            return value
+        raise ModelOutputError(
+            "the reply has JSON inside prose, which is never acted on: answer with the JSON object "
+            f"alone, or alone in a ```json code fence (got: {_excerpt(stripped)})",
+            raw=text,
+        )
     raise ModelOutputError(
         f"no JSON object in the reply; answer with one JSON object (got: {_excerpt(stripped)})",
         raw=text,

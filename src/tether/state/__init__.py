@@ -23,6 +23,7 @@ from tether.state.reducers import (
     Reducer,
     ReducerRegistry,
     default_registry,
+    replayable,
     upsert_by,
 )
 from tether.state.serde import SCHEMA_VERSION, Codec, generate_key
@@ -49,5 +50,6 @@ __all__ = [
     "check_value",
     "default_registry",
     "generate_key",
+    "replayable",
     "upsert_by",
 ]

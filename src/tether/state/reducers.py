@@ -14,6 +14,7 @@ Reducers never mutate their inputs: callers may hold references to old values.
 from __future__ import annotations
 
 import fnmatch
+import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -30,6 +31,7 @@ __all__ = [
     "ReducerRegistry",
     "apply_op",
     "default_registry",
+    "replayable",
     "upsert_by",
 ]
 
@@ -122,6 +124,42 @@ def upsert_by(id_key: str = "id") -> Reducer:
     return _Builtin(f"upsert:{id_key}", _upsert(id_key), _as_list)
 
 
+_CUSTOM_OPS: dict[str, Callable[[Any, Any], Any]] = {}
+
+
+def replayable(op: str, fn: Callable[[Any, Any], Any]) -> Reducer:
+    """Make a pure ``fn(old, update)`` a reducer whose deltas store the update, not the result.
+
+    A plain callable reducer is recorded as a ``set`` of the key's whole new value; a
+    replayable one is recorded as ``(key, op, update)`` and replayed by calling ``fn``
+    again, so a step that folds a small update into a big value writes only the update.
+    ``fn`` must be deterministic (put timestamps in the update, not in ``fn``).
+
+    ``op`` names the reducer in stored checkpoints as ``"module:name"``: a process that
+    loads such a run must have called ``replayable`` with the same name first (modules
+    under ``tether.`` are imported on demand).
+    """
+    module, _, name = op.partition(":")
+    if not module or not name or op.startswith("upsert:"):
+        raise ConfigError(f"a replayable op is named 'module:name', got {op!r}")
+    _CUSTOM_OPS[op] = fn
+    return _Builtin(op, fn)
+
+
+def _custom_op(op: str) -> Callable[[Any, Any], Any]:
+    fn = _CUSTOM_OPS.get(op)
+    module = op.partition(":")[0]
+    if fn is None and module.startswith("tether."):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+        fn = _CUSTOM_OPS.get(op)
+    if fn is None:
+        raise ValueError(f"unknown op {op!r} (import the module that registers it first)")
+    return fn
+
+
 _NAMED: dict[str, Reducer] = {
     "append": APPEND,
     "overwrite": OVERWRITE,
@@ -160,7 +198,7 @@ def apply_op(old: Any, op: str, arg: Any) -> Any:
         return _count(old, arg)
     if op.startswith("upsert:"):
         return _upsert(op[7:])(old, arg)
-    raise ValueError(f"unknown op {op!r}")
+    return _custom_op(op)(old, arg)
 
 
 class ReducerRegistry:

@@ -2,19 +2,25 @@
 
 Layout of a stored payload::
 
-    body                                                    plain (no compression, no key)
-    b"TT" | format (1 byte) | flags (1 byte) | [key id (4) | nonce (12)] | body
+    b"TT" | 2 | flags (1 byte) | crc32 (4, little-endian) | body      written by this tether
+    b"TT" | 1 | flags | key id (4) | nonce (12) | body                encrypted (AES-GCM tag)
+    body                                                              read only: older rows
+    b"TT" | 1 | flags | body                                          read only: older rows
 
-A plain body is stored as it is: prefixing a frame would copy a 10 MB body on every save
-and slice it on every load. The two cannot be confused: a body is a MessagePack map, so
-its first byte is 0x80-0x8f, 0xde or 0xdf, while a frame starts with ``T`` (0x54). Plain
-payloads written framed (flags 0) by earlier versions still read.
+Every row written carries an integrity check: the CRC-32 of its frame header and body
+(format 2), or, when encrypted, the AES-GCM tag, which authenticates it already. A row
+whose bytes changed fails to load with :class:`CheckpointCorrupt` naming the run and
+version, never as altered state. Rows written before the check (a bare MessagePack body,
+or format 1 without a key) still load, unchecked. The check is :func:`_seal` and
+:func:`_checked`; the encryption layer stays apart from it in :class:`Codec`.
 
 ``body`` is MessagePack (``ormsgpack``: at 10 MB it decodes ~2.5x faster than JSON),
 optionally zstd-compressed, then optionally AES-256-GCM-encrypted. ``datetime`` travels
 as a MessagePack extension holding its ISO form (and zone key), so it comes back equal
 and with the same kind of tzinfo. Decoding builds only dicts, lists and scalars: no
-class is ever constructed from stored bytes.
+class is ever constructed from stored bytes. A compressed body is inflated only up to
+the size its frame declares and never past ``Codec.max_payload_bytes``: a small row
+claiming gigabytes fails at once instead of allocating them.
 
 Payload dicts carry ``"v": SCHEMA_VERSION``; a payload from a newer tether fails fast.
 """
@@ -27,6 +33,7 @@ import functools
 import gc
 import hashlib
 import os
+import zlib
 from collections.abc import Callable
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -54,12 +61,45 @@ SCHEMA_CHANGES = {
 
 _MAGIC = b"TT"
 _FORMAT = 1
+"""Frames written before checksums, and encrypted frames (their GCM tag is the check)."""
+_FORMAT_CRC = 2
+"""Frames with a CRC-32 after the flags byte: every unencrypted row written now."""
+_CRC_HEAD = 8
+_CRC_PLAIN = b"TT\x02\x00"
+"""The header of a checksummed row that is neither compressed nor encrypted."""
+_CRC_PLAIN_SEED = zlib.crc32(_CRC_PLAIN)
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024 * 1024
+"""The largest body a compressed row may inflate to, unless the codec is told otherwise."""
 _F_ZSTD = 1
 _F_AES = 2
 _EXT_DATETIME = 1
 _MAP_START = frozenset((*range(0x80, 0x90), 0xDE, 0xDF))
 """First byte of a MessagePack map: a plain body, stored without a frame."""
 _PACK_OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+
+
+def _seal(body: bytes, flags: int) -> bytes:
+    """``body`` in a format-2 frame: the CRC-32 covers the 4 header bytes and the body.
+
+    zlib's CRC-32 because it needs no dependency; it costs one pass over the bytes
+    (see benchmarks/README.md, "checksums"). One copy of the body, as any frame costs.
+    """
+    head = bytes((0x54, 0x54, _FORMAT_CRC, flags))
+    crc = zlib.crc32(body, zlib.crc32(head))
+    return b"".join((head, crc.to_bytes(4, "little"), body))
+
+
+_SMALL_BODY = 64 * 1024
+"""Below this a checked body is sliced out as bytes (ormsgpack reads those fastest), from it
+on as a view (no copy of a 10 MB body)."""
+
+
+def _checked(data: bytes) -> bytes | memoryview | None:
+    """The body of a format-2 frame whose CRC matches, else None."""
+    body = data[_CRC_HEAD:] if len(data) < _SMALL_BODY else memoryview(data)[_CRC_HEAD:]
+    if zlib.crc32(body, zlib.crc32(data[:4])) != int.from_bytes(data[4:8], "little"):
+        return None
+    return body
 
 
 def _fast_pack(payload: Any) -> bytes:
@@ -116,8 +156,9 @@ def _unpack(body: bytes | memoryview) -> Any:
 
 
 def is_plain(data: bytes) -> bool:
-    """Whether a stored payload is a bare body (readable by any codec, key or not)."""
-    return bool(data) and data[0] in _MAP_START
+    """Whether a stored payload is neither encrypted nor compressed (readable by any codec,
+    key or not): a checksummed frame of a bare body, or an older bare body."""
+    return bool(data) and (data[0] in _MAP_START or data[:4] == _CRC_PLAIN)
 
 
 def state_offset(payload: bytes, head: dict[str, Any], *, datetimes: bool = True) -> int:
@@ -128,9 +169,10 @@ def state_offset(payload: bytes, head: dict[str, Any], *, datetimes: bool = True
     body would cost a parse. Checked against the body's bytes, so a layout change reads
     as 0, never as a wrong offset.
     """
-    if len(head) > 14 or not payload or payload[0] != 0x81 + len(head):
-        return 0  # a framed body, or a map too big for a one-byte header
-    at = len(pack_plain(head, datetimes=datetimes)) + len(_STATE_KEY)
+    skip = _CRC_HEAD if payload[:4] == _CRC_PLAIN else 0
+    if len(head) > 14 or len(payload) <= skip or payload[skip] != 0x81 + len(head):
+        return 0  # compressed or encrypted, or a map too big for a one-byte header
+    at = skip + len(pack_plain(head, datetimes=datetimes)) + len(_STATE_KEY)
     return at if payload[at - len(_STATE_KEY) : at] == _STATE_KEY else 0
 
 
@@ -158,22 +200,28 @@ def pack_plain(payload: dict[str, Any], *, datetimes: bool = True) -> bytes:
 
 
 def decode_plain(data: bytes) -> dict[str, Any] | None:
-    """The payload of a plain body this tether reads, else None (framed, damaged, a newer
-    schema: :meth:`Codec.decode` then says which). The common case, kept short: a small
-    load is mostly overhead. Needs no codec: a plain body reads the same with any key.
-    ``Codec._decode_all`` inlines these checks for a chain's rows: change both together."""
-    if data and data[0] in _MAP_START:
-        try:
-            if len(data) < _BULK_BYTES:  # without _unpack's extra call
-                payload = ormsgpack.unpackb(data, ext_hook=_ext_hook)
-            else:
-                payload = _unpack(data)
-        except Exception:
-            return None
-        if type(payload) is dict:
-            schema = payload.get("v")
-            if type(schema) is int and schema <= SCHEMA_VERSION:
-                return payload
+    """The payload of a plain row this tether reads, else None (compressed, encrypted,
+    damaged, a newer schema: :meth:`Codec.decode` then says which). The common case, kept
+    short: a small load is mostly overhead. Needs no codec: a plain row reads the same with
+    any key. ``Codec._decode_all`` inlines these checks for a chain's rows: change both."""
+    body: bytes | memoryview | None
+    if data[:4] == _CRC_PLAIN:
+        body = _checked(data)
+        if body is None:
+            return None  # the slow path names the mismatch
+    elif data and data[0] in _MAP_START:
+        body = data  # a row from before checksums
+    else:
+        return None
+    try:  # a small body without _unpack's extra call
+        small = len(body) < _BULK_BYTES
+        payload = ormsgpack.unpackb(body, ext_hook=_ext_hook) if small else _unpack(body)
+    except Exception:
+        return None
+    if type(payload) is dict:
+        schema = payload.get("v")
+        if type(schema) is int and schema <= SCHEMA_VERSION:
+            return payload
     return None
 
 
@@ -192,13 +240,23 @@ class Codec:
         compress_min_bytes: zstd-compress bodies at least this big (``None``: never).
             Off by default: at 10 MB decompression costs more than it saves on a local
             disk or loopback, but it pays on remote databases and for text-heavy state.
+        max_payload_bytes: the most a compressed row may inflate to (256 MiB by default).
+            A row declaring more fails with :class:`CheckpointCorrupt` before anything is
+            allocated; raise it only if your states really are that big.
     """
 
-    __slots__ = ("_aes", "_key_id", "_zc", "_zd", "compress_min_bytes")
+    __slots__ = ("_aes", "_key_id", "_zc", "_zd", "compress_min_bytes", "max_payload_bytes")
 
     def __init__(
-        self, *, encryption_key: str | bytes | None = None, compress_min_bytes: int | None = None
+        self,
+        *,
+        encryption_key: str | bytes | None = None,
+        compress_min_bytes: int | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
+        if max_payload_bytes < 1:
+            raise ConfigError("max_payload_bytes must be a positive number of bytes")
+        self.max_payload_bytes = max_payload_bytes
         self._aes: Any = None
         self._key_id = b""
         if encryption_key:
@@ -233,7 +291,8 @@ class Codec:
             if len(packed) < len(body) * 0.9:  # keep it only when it pays
                 body, flags = packed, flags | _F_ZSTD
         if self._aes is None:
-            return body if not flags else _MAGIC + bytes((_FORMAT, flags)) + body
+            return _seal(body, flags)  # the integrity check of every unencrypted row
+        # encrypted: the GCM tag authenticates header and body, so no CRC is added
         nonce = os.urandom(12)
         header = _MAGIC + bytes((_FORMAT, flags | _F_AES)) + self._key_id + nonce
         sealed: bytes = self._aes.encrypt(nonce, body, header)
@@ -253,10 +312,18 @@ class Codec:
             flags = 0
         elif len(data) < 4 or bytes(data[:2]) != _MAGIC:
             raise corrupt("not a tether payload (bad header; truncated or overwritten row)")
+        elif data[2] == _FORMAT_CRC:
+            flags = data[3]
+            checked = _checked(data) if len(data) >= _CRC_HEAD else None
+            if checked is None:
+                raise corrupt("checksum mismatch: the stored row was altered or truncated")
+            if flags & _F_AES:
+                raise corrupt("checksummed payload claims encryption (damaged header)")
+            body = checked
         else:
             fmt, flags = data[2], data[3]
             if fmt != _FORMAT:
-                raise corrupt(f"payload format {fmt} is not supported by this tether (format 1)")
+                raise corrupt(f"payload format {fmt} is not supported by this tether (formats 1, 2)")
             body = memoryview(data)[4:]  # no copy of a 10 MB body
         if flags & _F_AES:
             body = self._decrypt(bytes(data), run_id=run_id, version=version)
@@ -269,10 +336,7 @@ class Codec:
                         "this checkpoint is zstd-compressed: pip install 'tether[zstd]'"
                     ) from None
                 self._zd = zstandard.ZstdDecompressor()
-            try:
-                body = self._zd.decompress(body)
-            except Exception as exc:
-                raise corrupt(f"compressed body is damaged ({exc})") from exc
+            body = self._inflate(body, corrupt)
         try:
             payload = _unpack(body)
         except Exception as exc:
@@ -286,6 +350,38 @@ class Codec:
                 f"{SCHEMA_VERSION}: upgrade tether"
             )
         return payload
+
+    def _inflate(self, body: bytes | memoryview, corrupt: Callable[[str], CheckpointCorrupt]) -> bytes:
+        """A zstd body decompressed, never past its declared size nor ``max_payload_bytes``
+        (checked before allocating: a 45 KB bomb declaring 1.5 GB fails at once)."""
+        import zstandard
+
+        limit = self.max_payload_bytes
+        try:
+            declared = zstandard.frame_content_size(body)
+        except Exception as exc:
+            raise corrupt(f"compressed body is damaged ({exc})") from exc
+        if declared > limit:
+            raise corrupt(
+                f"compressed body declares {declared} bytes, over the codec's limit of {limit} "
+                "(a damaged or hostile row; if states really are this big, raise "
+                "Codec(max_payload_bytes=...))"
+            )
+        try:
+            if declared >= 0:
+                return self._zd.decompress(body)  # type: ignore[no-any-return]
+            parts, total = [], 0  # no size declared: inflate by chunks, up to the limit
+            with self._zd.stream_reader(body) as reader:
+                while chunk := reader.read(1 << 20):
+                    total += len(chunk)
+                    if total > limit:
+                        raise corrupt(f"compressed body inflates past the codec's limit of {limit} bytes")
+                    parts.append(chunk)
+            return b"".join(parts)
+        except CheckpointCorrupt:
+            raise
+        except Exception as exc:
+            raise corrupt(f"compressed body is damaged ({exc})") from exc
 
     def decode_many(
         self, payloads: list[bytes], *, run_id: str = "", versions: list[int] | None = None
@@ -312,8 +408,21 @@ class Codec:
         :meth:`decode`, which says what is wrong."""
         out: list[dict[str, Any]] = []
         unpackb, hook, starts, newest = ormsgpack.unpackb, _ext_hook, _MAP_START, SCHEMA_VERSION
+        crc32, crc_plain = zlib.crc32, _CRC_PLAIN_SEED
         for data, version in zip(payloads, vs, strict=True):
-            if data and data[0] in starts and len(data) < _BULK_BYTES:
+            if data[:4] == _CRC_PLAIN and len(data) < _BULK_BYTES:
+                body = data[_CRC_HEAD:]
+                if crc32(body, crc_plain) == int.from_bytes(data[4:8], "little"):
+                    try:
+                        payload = unpackb(body, ext_hook=hook)
+                    except Exception:
+                        payload = None
+                    if type(payload) is dict:
+                        schema = payload.get("v")
+                        if type(schema) is int and schema <= newest:
+                            out.append(payload)
+                            continue
+            elif data and data[0] in starts and len(data) < _BULK_BYTES:  # before checksums
                 try:
                     payload = unpackb(data, ext_hook=hook)
                 except Exception:

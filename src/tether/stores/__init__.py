@@ -5,7 +5,7 @@ Backends are imported lazily: ``import tether.stores`` never imports a driver.
 
 from __future__ import annotations
 
-from tether.stores.base import CheckpointStore, CompactionPolicy, ExpiryPolicy
+from tether.stores.base import CheckpointStore, CompactionPolicy, ExpiryPolicy, RetryPolicy
 from tether.stores.registry import BACKENDS, create_store, open_store
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "CheckpointStore",
     "CompactionPolicy",
     "ExpiryPolicy",
+    "RetryPolicy",
     "create_store",
     "open_store",
 ]

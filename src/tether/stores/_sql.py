@@ -26,8 +26,9 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from tether.errors import RunNotFound, RunNotPaused, VersionConflict
+from tether.errors import CheckpointCorrupt, RunExpired, RunNotFound, RunNotPaused, VersionConflict
 from tether.state.model import _NO_CHAIN, ChainStats, CheckpointInfo, RunInfo, RunStatus
+from tether.stores._retry import retried
 from tether.stores.base import CheckpointStore, StaleSeal, StoredRow, Write, _hint, _utc
 
 __all__ = ["Dialect", "SqlStore", "Tx"]
@@ -113,6 +114,8 @@ class Dialect:
                 *separate_idx,
                 *d.extra,
             ],
+            # the id of the run's latest write: a retry after a lost reply recognises its own
+            [f"ALTER TABLE tether_runs ADD COLUMN write_id {d.text_key}"],
         ]
 
 
@@ -303,13 +306,20 @@ class SqlStore(CheckpointStore):
 
     async def _write_in(self, tx: Tx, w: Write) -> tuple[int, ChainStats]:
         row = await tx.one(
-            f"SELECT {_RUN_COLS} FROM tether_runs WHERE run_id = ? {self.dialect.lock}", (w.run_id,)
+            f"SELECT {_RUN_COLS}, write_id FROM tether_runs WHERE run_id = ? {self.dialect.lock}",
+            (w.run_id,),
         )
         if row is not None and _expired(row[11], time.time()):
+            if w.expected_version:  # the writer's run is gone, not taken by another writer
+                raise RunExpired(w.run_id, row[11])
             await self._drop(tx, w.run_id)
             row = None
         info = None if row is None else _run_info(row)
         current = info.version if info else 0
+        if info is not None and w.write_id and row is not None and row[12] == w.write_id:
+            return current, info.chain  # this very write landed; its reply was lost
+        if info is None and w.expected_version:
+            raise RunNotFound(w.run_id)  # deleted (or expired and purged) under the writer
         if w.expected_version is not None and w.expected_version != current:
             raise VersionConflict(w.run_id, expected=w.expected_version, actual=current)
         if w.require_status is not None and (info is None or info.status is not w.require_status):
@@ -336,7 +346,7 @@ class SqlStore(CheckpointStore):
         )
         if info is None:
             await tx.run(
-                f"INSERT INTO tether_runs ({_RUN_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO tether_runs ({_RUN_COLS}, write_id) VALUES ({', '.join('?' * 13)})",
                 (
                     w.run_id,
                     str(w.status),
@@ -346,14 +356,24 @@ class SqlStore(CheckpointStore):
                     w.created_at,
                     w.created_at,
                     w.expires_at,
+                    w.write_id or None,
                 ),
             )
         else:
             await tx.run(
                 "UPDATE tether_runs SET status = ?, version = ?, node_id = ?, base_version = ?, "
                 "base_bytes = ?, growth_bytes = ?, rewrite_bytes = ?, chain_len = ?, updated_at = ?, "
-                "expires_at = ? WHERE run_id = ?",
-                (str(w.status), version, w.node_id, *stats, w.created_at, w.expires_at, w.run_id),
+                "expires_at = ?, write_id = ? WHERE run_id = ?",
+                (
+                    str(w.status),
+                    version,
+                    w.node_id,
+                    *stats,
+                    w.created_at,
+                    w.expires_at,
+                    w.write_id or None,
+                    w.run_id,
+                ),
             )
         return version, chain
 
@@ -473,12 +493,36 @@ class SqlStore(CheckpointStore):
             for r in rows
         ]
 
+    async def _is_expired(self, run_id: str) -> bool:
+        """Asked after a load found nothing: True for an expired run, CheckpointCorrupt for a
+        live run whose latest row is gone (a load must not call that "not found")."""
+        rows = await self._query(
+            "SELECT r.expires_at, r.version, (SELECT COUNT(*) FROM tether_checkpoints c "
+            "WHERE c.run_id = r.run_id AND c.version = r.version) FROM tether_runs r WHERE r.run_id = ?",
+            (run_id,),
+        )
+        if not rows:
+            return False
+        expires_at, version, present = rows[0]
+        if _expired(expires_at, time.time()):
+            return True
+        if not int(present):
+            raise CheckpointCorrupt(
+                f"the row of version {version} is missing while its run is stored (deleted by "
+                "hand, or a damaged database?); roll back to an earlier version or restore a copy",
+                run_id=run_id,
+                version=int(version),
+            )
+        return False  # created since the load looked: nothing was there then
+
+    @retried
     async def get_run(self, run_id: str) -> RunInfo | None:
         rows = await self._query(f"SELECT {_RUN_COLS} FROM tether_runs WHERE run_id = ?", (run_id,))
         if not rows or _expired(rows[0][11], time.time()):
             return None
         return _run_info(rows[0])
 
+    @retried
     async def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
     ) -> list[RunInfo]:
@@ -495,7 +539,8 @@ class SqlStore(CheckpointStore):
     async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
         async def change(tx: Tx) -> None:
             if await self._live_run(tx, run_id) is None:
-                raise RunNotFound(run_id)
+                row = await tx.one("SELECT expires_at FROM tether_runs WHERE run_id = ?", (run_id,))
+                raise RunNotFound(run_id) if row is None else RunExpired(run_id, row[0])
             await tx.run(
                 "UPDATE tether_runs SET status = ?, updated_at = ?, expires_at = ? WHERE run_id = ?",
                 (str(status), time.time(), expires_at, run_id),
@@ -503,6 +548,7 @@ class SqlStore(CheckpointStore):
 
         await self._in_tx(change, write=True)
 
+    @retried
     async def delete(self, run_id: str) -> bool:
         _hint(self._chains, run_id, None)
         return await self._in_tx(lambda tx: self._drop(tx, run_id), write=True) > 0
@@ -543,6 +589,7 @@ class SqlStore(CheckpointStore):
 
         return await self._in_tx(rebase, write=True)
 
+    @retried
     async def purge_expired(self) -> int:
         now = time.time()
 

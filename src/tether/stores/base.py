@@ -19,19 +19,23 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+import itertools
 import logging
+import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import ormsgpack
 
 from tether.errors import (
     CheckpointCorrupt,
     ConfigError,
+    RunExpired,
     RunNotFound,
     RunNotPaused,
+    StoreUnavailable,
 )
 from tether.state.context import Delta, ExecutionContext
 from tether.state.model import (
@@ -48,17 +52,21 @@ from tether.state.model import (
 from tether.state.reducers import ReducerRegistry
 from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
 from tether.state.values import check_run_id, check_value
+from tether.stores._retry import RetryPolicy, retry_call
 from tether.stores._segment import apply_ops, apply_segment, pack_segment, segment_length, split_segment
 
 __all__ = [
     "CheckpointStore",
     "CompactionPolicy",
     "ExpiryPolicy",
+    "RetryPolicy",
     "StoredRow",
     "Write",
 ]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,6 +173,10 @@ class Write:
     dated: bool = True
     """False: the payload holds no datetime, so none of its values is a MessagePack
     extension and a decode needs no ``ext_hook`` (see ``serde.pack_plain``)."""
+    write_id: str = ""
+    """Unique per commit, stored with the run: a retry of a write that landed but whose
+    reply was lost finds its own id as the latest and returns that version instead of a
+    VersionConflict (or a second copy). "" for none."""
     seal_from: int = 0
     """For a ``segment`` write, the first version it packs: the payload replaces that
     row's, the rows after it up to the new version (included) are stored sealed (kind
@@ -239,6 +251,8 @@ class CheckpointStore(abc.ABC):
         codec: how payloads become bytes (encryption, compression); default plain.
         expiry: TTLs for checkpoints and finished runs.
         compaction: when a save writes a full state instead of a delta.
+        retry: how transient failures (connection lost, deadlock) are retried inside the
+            store before :class:`StoreUnavailable` reaches the caller.
     """
 
     #: URL scheme(s) this backend answers to, for ``open_store``.
@@ -256,10 +270,36 @@ class CheckpointStore(abc.ABC):
         codec: Codec | None = None,
         expiry: ExpiryPolicy | None = None,
         compaction: CompactionPolicy | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.codec = codec or Codec()
         self.expiry = expiry or ExpiryPolicy()
         self.compaction = compaction or CompactionPolicy()
+        self.retry = retry or RetryPolicy()
+        self._write_ids = itertools.count(1)
+        self._writer = os.urandom(6).hex()
+
+    def _write_id(self) -> str:
+        """A new write id: this store's random tag and a counter (unique across processes)."""
+        return f"{self._writer}.{next(self._write_ids)}"
+
+    async def _retry(self, call: Callable[[], Awaitable[T]], failed: StoreUnavailable) -> T:
+        """Run ``call`` again after it failed with ``failed`` (see :class:`RetryPolicy`)."""
+        return await retry_call(self.retry, type(self).__name__, call, failed)
+
+    async def _write_retried(self, w: Write) -> tuple[int, ChainStats]:
+        """``_write`` with the retry policy (the write id makes a retry safe)."""
+        try:
+            return await self._write(w)
+        except StoreUnavailable as exc:
+            return await self._retry(lambda: self._write(w), exc)
+
+    async def _is_expired(self, run_id: str) -> bool:
+        """Whether ``run_id`` is stored but past its expiry (a load then says so, rather
+        than "not found"), asked after a load found nothing; a backend may raise
+        CheckpointCorrupt here for a stored run whose rows are gone. A backend that drops
+        expired runs outright returns False."""
+        return False
 
     # == primitives every backend implements =====================================
     @abc.abstractmethod
@@ -391,13 +431,14 @@ class CheckpointStore(abc.ABC):
             growth_bytes=growth,
             rewrite_bytes=rewrite,
             seal_from=seal_from,
+            write_id=self._write_id(),
         )
         try:
             try:
-                version, chain = await self._write(write)
+                version, chain = await self._write_retried(write)
             except StaleSeal:
                 write.kind, write.payload, write.seal_from = "delta", plain, 0
-                version, chain = await self._write(write)
+                version, chain = await self._write_retried(write)
                 tail = None  # the rows are not what this context saw: no seal until a full row
         except BaseException:
             ctx._give_back(taken)
@@ -523,7 +564,7 @@ class CheckpointStore(abc.ABC):
         head = _full_head(checkpoint)
         datetimes = any(dated)
         payload, state_at = self._encode_full(head, checkpoint.state, datetimes=datetimes)
-        version, _ = await self._write(
+        version, _ = await self._write_retried(
             Write(
                 run_id=checkpoint.run_id,
                 kind="full",
@@ -536,6 +577,7 @@ class CheckpointStore(abc.ABC):
                 state_at=state_at,
                 head=head if state_at else None,
                 dated=datetimes,
+                write_id=self._write_id(),
             )
         )
         return version
@@ -544,8 +586,15 @@ class CheckpointStore(abc.ABC):
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         """The checkpoint at ``version`` (latest when None), or None if not stored."""
         check_run_id(run_id)
-        chain = await self._read_chain(run_id, version)
-        return self._checkpoint_of(run_id, chain) if chain else None
+        try:
+            chain = await self._read_chain(run_id, version)
+        except StoreUnavailable as exc:
+            chain = await self._retry(lambda: self._read_chain(run_id, version), exc)
+        if chain:
+            return self._checkpoint_of(run_id, chain)
+        if await self._is_expired(run_id):
+            raise RunExpired(run_id)
+        return None
 
     def _checkpoint_of(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> Checkpoint:
         """The checkpoint a non-empty ``(version, payload)`` chain ends at."""
@@ -571,8 +620,16 @@ class CheckpointStore(abc.ABC):
         raises VersionConflict (use :meth:`rollback` to continue from an old version).
         """
         check_run_id(run_id)
-        info, rows = await self._read(run_id, version)
+        info, rows = await self._read_retried(run_id, version)
         if not rows or info is None:
+            if info is None and await self._is_expired(run_id):
+                raise RunExpired(run_id)
+            if info is not None and version is None:
+                raise CheckpointCorrupt(
+                    "the rows of the latest version are missing while the run is stored",
+                    run_id=run_id,
+                    version=info.version,
+                )
             return None
         state, executed, _last, tail = self._replay(run_id, [(r.version, r.payload) for r in rows])
         ctx = ExecutionContext(run_id, reducers=reducers)
@@ -586,6 +643,12 @@ class CheckpointStore(abc.ABC):
             tail=None if tail is None else _last_bytes(tail, self.compaction.seal_bytes),
         )
         return ctx
+
+    async def _read_retried(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
+        try:
+            return await self._read(run_id, version)
+        except StoreUnavailable as exc:
+            return await self._retry(lambda: self._read(run_id, version), exc)
 
     def _replay(
         self, run_id: str, chain: Sequence[tuple[int, bytes]]
@@ -658,13 +721,24 @@ class CheckpointStore(abc.ABC):
         check_run_id(run_id)
         if limit is not None and limit < 0:
             raise ConfigError("limit must be >= 0")
-        return await self._history(run_id, before=before, limit=limit)
+        try:
+            return await self._history(run_id, before=before, limit=limit)
+        except StoreUnavailable as exc:
+            return await self._retry(lambda: self._history(run_id, before=before, limit=limit), exc)
 
     async def snapshot(self, run_id: str) -> ExecutionContextSnapshot | None:
         """What a human reviewing the run sees (seed 003 §2.1), or None."""
         check_run_id(run_id)
-        info, rows = await self._read(run_id, None)
+        info, rows = await self._read_retried(run_id, None)
         if info is None or not rows:
+            if info is None and await self._is_expired(run_id):
+                raise RunExpired(run_id)
+            if info is not None:
+                raise CheckpointCorrupt(
+                    "the rows of the latest version are missing while the run is stored",
+                    run_id=run_id,
+                    version=info.version,
+                )
             return None
         state, _executed, head, _tail = self._replay(run_id, [(r.version, r.payload) for r in rows])
         last = rows[-1]
@@ -690,7 +764,11 @@ class CheckpointStore(abc.ABC):
         """Record the run's status (PAUSED for review, COMPLETED at the end…)."""
         check_run_id(run_id)
         st = RunStatus(status)
-        await self._set_status(run_id, st, self.expiry.expires_at(st, time.time()))
+        expires = self.expiry.expires_at(st, time.time())
+        try:
+            await self._set_status(run_id, st, expires)
+        except StoreUnavailable as exc:
+            await self._retry(lambda: self._set_status(run_id, st, expires), exc)
 
     async def update_state(
         self,
@@ -790,9 +868,11 @@ class CheckpointStore(abc.ABC):
         if not chain:
             return 0
         cp = self._checkpoint_of(run_id, chain)
-        return await self._rebase(
-            run_id, cut, self.codec.encode(_full_payload(cp)), self._recut(run_id, chain)
-        )
+        full, after = self.codec.encode(_full_payload(cp)), self._recut(run_id, chain)
+        try:
+            return await self._rebase(run_id, cut, full, after)
+        except StoreUnavailable as exc:
+            return await self._retry(lambda: self._rebase(run_id, cut, full, after), exc)
 
     def _recut(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> bytes:
         """When the chain's last version is inside a segment that holds later versions too,

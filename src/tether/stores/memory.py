@@ -11,7 +11,7 @@ from typing import Any
 
 import ormsgpack
 
-from tether.errors import CheckpointCorrupt, RunNotFound, RunNotPaused, VersionConflict
+from tether.errors import CheckpointCorrupt, RunExpired, RunNotFound, RunNotPaused, VersionConflict
 from tether.state.model import (
     _NO_CHAIN,
     ChainStats,
@@ -150,7 +150,10 @@ class InMemoryStore(CheckpointStore):
 
     async def _write(self, w: Write) -> tuple[int, ChainStats]:
         with self._lock:
+            old = self._runs.get(w.run_id)
             run = self._live(w.run_id)
+            if run is None and w.expected_version:  # the writer's run is gone: say why
+                raise RunExpired(w.run_id) if old is not None else RunNotFound(w.run_id)
             current = run.version if run else 0
             if w.expected_version is not None and w.expected_version != current:
                 raise VersionConflict(w.run_id, expected=w.expected_version, actual=current)

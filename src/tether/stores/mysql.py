@@ -14,8 +14,17 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from tether.errors import ConfigError, StoreError, StoreUnavailable, TetherError
+from tether.errors import (
+    ConfigError,
+    StateTooLarge,
+    StoreError,
+    StoreNotWritable,
+    StoreUnavailable,
+    TetherError,
+)
+from tether.state.model import ChainStats
 from tether.stores._sql import Dialect, SqlStore, Tx
+from tether.stores.base import Write
 
 __all__ = ["MySQLStore"]
 
@@ -30,8 +39,23 @@ _DIALECT = Dialect(
     inline_indexes=True,
 )
 
-_UNAVAILABLE = {2002, 2003, 2006, 2013, 2055, 1040, 1205, 1213}
+_LOST = {2002, 2003, 2006, 2013, 2055, 1040, 1927, 4031}
+"""Connection refused, gone away, lost, killed (1927), idle-disconnected: reconnect, retry."""
+_ROLLED_BACK = {1205: "lock wait timeout", 1213: "deadlock", 1637: "too many transactions"}
+"""The server rolled the statement or transaction back: retry it on the same connection."""
+_NOT_WRITABLE = {
+    1021: "disk full",
+    1114: "table full",
+    3: "disk full",
+    1030: "storage engine error (disk full?)",
+    1036: "read-only",
+    1290: "read-only",
+    1792: "read-only",
+}
+_TOO_LARGE = {1153, 1301, 1118}
 _DUPLICATE = 1062
+_ESCAPED = (b"\0", b"\n", b"\r", b"\\", b"'", b'"', b"\x1a")
+"""Bytes the driver escapes (two bytes each) when it inlines a payload in a statement."""
 
 
 def _asyncmy() -> Any:
@@ -93,6 +117,7 @@ class MySQLStore(SqlStore):
         }
         self._conn: Any = None
         self._lock = asyncio.Lock()
+        self._max_packet: int | None = None
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MySQLStore:
@@ -126,11 +151,12 @@ class MySQLStore(SqlStore):
             except errors.IntegrityError:
                 raise
             except errors.Error as exc:
-                code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-                if code in _UNAVAILABLE or isinstance(exc, errors.OperationalError | errors.InterfaceError):
-                    await self._reset()
-                    raise StoreUnavailable(f"mysql: {exc}") from exc
-                raise StoreError(f"mysql: {exc}") from exc
+                translated = self._translate(exc)
+                if isinstance(translated, StoreUnavailable | StateTooLarge):
+                    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+                    if code not in _ROLLED_BACK:
+                        await self._reset()  # the server may have closed it: start afresh
+                raise translated from exc
             except OSError as exc:
                 await self._reset()
                 raise StoreUnavailable(f"mysql: {exc}") from exc
@@ -151,6 +177,56 @@ class MySQLStore(SqlStore):
     ) -> list[tuple[Any, ...]]:
         async with self._guard() as conn:  # autocommit: one consistent read, one round trip
             return await _MyTx(conn).all(sql, params)
+
+    def _translate(self, exc: Exception) -> StoreError:
+        """A driver error as the store error for its cause (by MySQL error number)."""
+        errors = _asyncmy().errors
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        if code in _ROLLED_BACK:
+            return StoreUnavailable(f"mysql: {_ROLLED_BACK[code]}, rolled back: {exc}")
+        if code in _NOT_WRITABLE:
+            reason = _NOT_WRITABLE[code]
+            fix = (
+                "free space on the server's disk or grow the tablespace"
+                if reason != "read-only"
+                else "point the store at a writable server (read_only is set)"
+            )
+            return StoreNotWritable(f"mysql: {exc} ({fix}; then resume the run)", reason=reason)
+        if code in _TOO_LARGE:
+            limit = self._max_packet or 0
+            return StateTooLarge(
+                f"mysql: {exc}: a checkpoint is over a server limit; raise max_allowed_packet"
+                f"{f' (now {limit} bytes)' if limit else ''} (and innodb_log_file_size for row size), "
+                "or keep big data out of the state",
+                limit=limit,
+            )
+        if code in _LOST or isinstance(exc, errors.OperationalError | errors.InterfaceError):
+            return StoreUnavailable(f"mysql: {exc}")
+        return StoreError(f"mysql: {exc}")
+
+    async def _packet_limit(self) -> int:
+        """The server's ``max_allowed_packet``, read once per store."""
+        if self._max_packet is None:
+            rows = await self._query("SELECT @@max_allowed_packet")
+            self._max_packet = int(rows[0][0]) if rows and rows[0][0] is not None else 0
+        return self._max_packet
+
+    async def _commit_write(self, w: Write) -> tuple[int, ChainStats]:
+        limit = await self._packet_limit()
+        size = len(w.payload)
+        if limit and size * 2 + 4096 > limit:  # only then can escaping push it over: count
+            sent = size + sum(w.payload.count(c) for c in _ESCAPED) + 4096
+            if sent > limit:
+                raise StateTooLarge(
+                    f"run {w.run_id!r}: a checkpoint of {size} bytes ({sent} as sent) is over the "
+                    f"server's max_allowed_packet of {limit} bytes; raise it on the server "
+                    f"(SET GLOBAL max_allowed_packet = {max(sent * 2, 64 << 20)}, and in my.cnf) or "
+                    "keep big data out of the state",
+                    run_id=w.run_id,
+                    size=size,
+                    limit=limit,
+                )
+        return await super()._commit_write(w)
 
     async def _reset(self) -> None:
         conn, self._conn = self._conn, None

@@ -13,7 +13,15 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import ConfigError, StoreError, StoreUnavailable, TetherError, VersionConflict
+from tether.errors import (
+    ConfigError,
+    StateTooLarge,
+    StoreError,
+    StoreNotWritable,
+    StoreUnavailable,
+    TetherError,
+    VersionConflict,
+)
 from tether.state.model import ChainStats, _chain_stats
 from tether.stores._sql import Dialect, SqlStore, Tx
 from tether.stores.base import Write
@@ -61,7 +69,8 @@ UPDATE tether_runs AS r SET
     base_bytes = CASE WHEN %(full)s THEN %(nbytes)s::bigint ELSE cur.base_bytes END,
     growth_bytes = CASE WHEN %(full)s THEN 0 ELSE cur.growth_bytes + %(growth)s::bigint END,
     rewrite_bytes = CASE WHEN %(full)s THEN 0 ELSE cur.rewrite_bytes + %(rewrite)s::bigint END,
-    chain_len = CASE WHEN %(full)s THEN 0 ELSE cur.chain_len + 1 END
+    chain_len = CASE WHEN %(full)s THEN 0 ELSE cur.chain_len + 1 END,
+    write_id = %(wid)s
 FROM cur, ins
 WHERE r.run_id = %(run)s
 RETURNING r.version, r.base_version, r.base_bytes, r.growth_bytes, r.rewrite_bytes, r.chain_len
@@ -69,8 +78,9 @@ RETURNING r.version, r.base_version, r.base_bytes, r.growth_bytes, r.rewrite_byt
 _FAST_CREATE = """
 WITH run AS (
     INSERT INTO tether_runs (run_id, status, version, node_id, base_version, base_bytes, growth_bytes,
-                             rewrite_bytes, chain_len, created_at, updated_at, expires_at)
-    VALUES (%(run)s, %(status)s, 1, %(node)s, 1, %(nbytes)s, 0, 0, 0, %(created)s, %(created)s, %(expires)s)
+                             rewrite_bytes, chain_len, created_at, updated_at, expires_at, write_id)
+    VALUES (%(run)s, %(status)s, 1, %(node)s, 1, %(nbytes)s, 0, 0, 0, %(created)s, %(created)s, %(expires)s,
+            %(wid)s)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING version
 ), ins AS (
@@ -83,6 +93,32 @@ SELECT version FROM ins
 """The common write, a run at a known version, as one statement: one round trip instead of
 five (BEGIN, SELECT … FOR UPDATE, INSERT, UPDATE, COMMIT). When it changes nothing (a new
 or expired run, a conflict, a status mismatch) the general transaction runs and says why."""
+
+
+MAX_PAYLOAD_BYTES = (1 << 30) - 1024
+"""PostgreSQL stores at most 1 GiB in one ``bytea`` value (and in one protocol message)."""
+
+_TRANSIENT = {"40P01": "deadlock", "40001": "serialization failure", "55P03": "lock not available"}
+_NOT_WRITABLE = {
+    "53100": ("disk full", "the disk or tablespace is full: free space or move the tables"),
+    "25006": ("read-only", "the server is read-only (a standby?): point the store at the primary"),
+}
+
+
+def _translate(exc: Exception) -> StoreError:
+    """A psycopg error as the store error for its cause (by SQLSTATE, then by class)."""
+    psycopg = _psycopg()
+    state = getattr(exc, "sqlstate", None) or ""
+    if state in _TRANSIENT:
+        return StoreUnavailable(f"postgresql: {_TRANSIENT[state]}, the transaction was rolled back: {exc}")
+    if state in _NOT_WRITABLE:
+        reason, fix = _NOT_WRITABLE[state]
+        return StoreNotWritable(f"postgresql: {exc} ({fix}; then resume the run)", reason=reason)
+    if state == "54000":
+        return StateTooLarge(f"postgresql: {exc} (a server limit: keep big data out of the state)")
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return StoreUnavailable(f"postgresql: {exc}")
+    return StoreError(f"postgresql: {exc}")
 
 
 def _psycopg() -> Any:
@@ -162,12 +198,14 @@ class PostgresStore(SqlStore):
                 raise
             except psycopg.errors.UniqueViolation:
                 raise
-            except psycopg.OperationalError as exc:
-                if self._conn is not None and self._conn.closed:
-                    self._conn = None
-                raise StoreUnavailable(f"postgresql: {exc}") from exc
             except psycopg.Error as exc:
-                raise StoreError(f"postgresql: {exc}") from exc
+                conn = self._conn
+                if conn is not None and (conn.closed or getattr(conn, "broken", False)):
+                    self._conn = None  # a lost connection: the next call reconnects
+                raise _translate(exc) from exc
+            except OSError as exc:
+                self._conn = None
+                raise StoreUnavailable(f"postgresql: {exc}") from exc
 
     @asynccontextmanager
     async def _tx(self, *, write: bool) -> AsyncIterator[Tx]:
@@ -184,6 +222,15 @@ class PostgresStore(SqlStore):
             return await cur.fetchall()
 
     async def _commit_write(self, w: Write) -> tuple[int, ChainStats]:
+        if len(w.payload) > MAX_PAYLOAD_BYTES:
+            raise StateTooLarge(
+                f"run {w.run_id!r}: a checkpoint of {len(w.payload)} bytes is over PostgreSQL's "
+                f"limit of {MAX_PAYLOAD_BYTES} bytes for one value; keep big data out of the "
+                "state (store it as a file or an artefact and keep its id)",
+                run_id=w.run_id,
+                size=len(w.payload),
+                limit=MAX_PAYLOAD_BYTES,
+            )
         if w.expected_version == 0 and w.kind == "full" and w.require_status is None:
             params = {
                 "run": w.run_id,
@@ -193,6 +240,7 @@ class PostgresStore(SqlStore):
                 "created": w.created_at,
                 "expires": w.expires_at,
                 "payload": w.payload,
+                "wid": w.write_id or None,
             }
             async with self._guard() as conn:
                 cur = await conn.execute(_FAST_CREATE, params)
@@ -215,6 +263,7 @@ class PostgresStore(SqlStore):
                 "expires": w.expires_at,
                 "growth": w.growth_bytes,
                 "rewrite": w.rewrite_bytes,
+                "wid": w.write_id or None,
             }
             try:
                 async with self._guard() as conn:

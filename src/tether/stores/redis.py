@@ -39,12 +39,15 @@ from tether.errors import (
     ConfigError,
     RunNotFound,
     RunNotPaused,
+    StateTooLarge,
     StoreError,
+    StoreNotWritable,
     StoreUnavailable,
     TetherError,
     VersionConflict,
 )
 from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus, _chain_stats
+from tether.stores._retry import retried
 from tether.stores.base import CheckpointStore, StaleSeal, StoredRow, Write, _hint, _utc
 
 try:
@@ -130,7 +133,8 @@ end
 """.replace("GEN_TTL_MS", str(GEN_TTL_MS))
 
 # KEYS: run rows hist full index gen
-# ARGV: 1 mode (write|mirror) 2 run_id 3 expected ('' = any) 4 require_status 5 kind
+# ARGV (the write id last: 18 in write mode, 24 in mirror mode)
+#       1 mode (write|mirror) 2 run_id 3 expected ('' = any) 4 require_status 5 kind
 #       6 payload 7 member tail 8 status 9 node_set 10 node 11 created_at 12 expires_ms
 #       13 expires_at 14 growth 15 rewrite 16 indexed 17 seal_from (a segment write: the
 #       payload goes to that row, which must hold a delta or a segment, no row up to the
@@ -143,6 +147,13 @@ local mode = ARGV[1]
 local info = read_run(run)
 local current = tonumber(info['version']) or 0
 local epoch = ''
+local wid = ARGV[18] or ''
+if mode == 'mirror' then wid = ARGV[24] or '' end
+if mode ~= 'mirror' and wid ~= '' and info['wid'] == wid then
+  -- this very write landed and its reply was lost: answer as the write did
+  return {'ok', current, info['base_version'], info['base_bytes'], info['growth_bytes'],
+    info['rewrite_bytes'], info['chain_len'], info['carriers'] or ''}
+end
 if mode == 'mirror' then
   redis.call('HDEL', run, 'lease:' .. ARGV[18])
   epoch = server_epoch()
@@ -214,7 +225,7 @@ redis.call('ZADD', hist, v, string.format('%d|%s|%d|', v, kind, #payload) .. ARG
 if kind == 'full' then redis.call('ZADD', full, v, v) end
 redis.call('HSET', run, 'version', v, 'status', ARGV[8], 'updated_at', ARGV[11],
   'base_version', bv, 'base_bytes', bb, 'growth_bytes', gb, 'rewrite_bytes', rb,
-  'chain_len', len, 'epoch', epoch, 'carriers', cs)
+  'chain_len', len, 'epoch', epoch, 'carriers', cs, 'wid', wid)
 if ARGV[9] == '1' then redis.call('HSET', run, 'node_id', ARGV[10])
 else redis.call('HDEL', run, 'node_id') end
 if ARGV[13] == '' then redis.call('HDEL', run, 'expires_at')
@@ -258,7 +269,7 @@ if ARGV[4] ~= '' and total > tonumber(ARGV[4]) then return {1, fields, members, 
 local payloads = {}
 for i = 1, #members do
   local p = redis.call('HGET', KEYS[2], string.match(members[i], '^(%d+)|'))
-  if not p then return {1, fields, {}, {}, 1} end
+  if not p then return {1, fields, {}, {}, 1, string.match(members[i], '^(%d+)|')} end
   payloads[i] = p
 end
 return {1, fields, members, payloads, 1}
@@ -475,8 +486,14 @@ class RedisStore(CheckpointStore):
     scheme = "redis"
     _seals = True
 
-    def __init__(self, client: aioredis.Redis, *, prefix: str = "tether:", **kwargs: Any) -> None:
+    def __init__(
+        self, client: aioredis.Redis, *, prefix: str = "tether:", allow_eviction: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
+        self.allow_eviction = allow_eviction
+        """False: :meth:`setup` refuses a server whose ``maxmemory-policy`` may evict this
+        store's keys (every policy but ``noeviction``: tether sets TTLs on its keys, so
+        ``volatile-*`` policies can evict them too). True: it logs a warning instead."""
         self._r = client
         self.prefix = prefix
         self._owns_client = False
@@ -498,10 +515,17 @@ class RedisStore(CheckpointStore):
         ``?prefix=`` in the URL sets the key prefix. ``codec``, ``expiry`` and
         ``compaction`` go to the store, any other option to ``redis.asyncio.from_url``.
         """
-        store_opts = {k: options.pop(k) for k in ("codec", "expiry", "compaction") if k in options}
+        store_opts = {
+            k: options.pop(k)
+            for k in ("codec", "expiry", "compaction", "retry", "allow_eviction")
+            if k in options
+        }
         if options.pop("decode_responses", False):
             raise ConfigError("RedisStore stores bytes: do not set decode_responses")
         url, query = _pop_query(url, "prefix")
+        url, evict = _pop_query(url, "allow_eviction")
+        if evict is not None:
+            store_opts["allow_eviction"] = evict.lower() in {"1", "true", "yes", "on"}
         options.setdefault("socket_connect_timeout", 5.0)
         try:
             client = aioredis.Redis.from_url(url, decode_responses=False, **options)
@@ -519,10 +543,10 @@ class RedisStore(CheckpointStore):
             yield
         except TetherError:
             raise
-        except (rexc.ConnectionError, rexc.TimeoutError, TimeoutError, ConnectionError) as exc:
+        except (rexc.ConnectionError, rexc.TimeoutError, TimeoutError, ConnectionError, OSError) as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
         except rexc.RedisError as exc:
-            raise StoreError(f"redis: {exc}") from exc
+            raise _translate(exc) from exc
 
     def _keys(self, run_id: str) -> list[str]:
         """run, rows, hist and full keys of a run, the order every script expects."""
@@ -539,12 +563,36 @@ class RedisStore(CheckpointStore):
             version = str(info.get("redis_version", "0"))
             if int(version.split(".")[0]) < 5:
                 raise ConfigError(f"RedisStore needs Redis >= 5, the server runs {version}")
+            await self._check_eviction()
             scripts: list[AsyncScript] = [
                 self._s_write, self._s_read, self._s_status, self._s_delete, self._s_begin,
                 self._s_rebase, self._s_warm, self._s_unindex, self._s_chain,
             ]  # fmt: skip
             for script in scripts:
                 await self._r.script_load(script.script)
+
+    async def _check_eviction(self) -> None:
+        """Refuse (or, with ``allow_eviction``, warn about) a server that may evict keys: an
+        evicted row makes its run unreadable, an evicted run record makes it look new."""
+        memory = await self._r.info("memory")
+        policy = str(memory.get("maxmemory_policy", "noeviction"))
+        if policy == "noeviction":
+            return
+        message = (
+            f"Redis at {self._where()} has maxmemory-policy {policy}: it may evict tether's "
+            "keys (tether sets TTLs on them, so volatile-* policies can evict them too), and an "
+            "evicted checkpoint is lost. Set `maxmemory-policy noeviction` on the server "
+            "(CONFIG SET maxmemory-policy noeviction, and in redis.conf), use a tiered store "
+            "(Redis in front of SQL), or pass allow_eviction=True (URL ?allow_eviction=1) to "
+            "accept the risk"
+        )
+        if not self.allow_eviction:
+            raise ConfigError(message)
+        logger.warning("%s (allowed: allow_eviction=True)", message)
+
+    def _where(self) -> str:
+        kwargs = getattr(self._r.connection_pool, "connection_kwargs", {})
+        return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
 
     async def aclose(self) -> None:
         if self._owns_client:
@@ -575,11 +623,13 @@ class RedisStore(CheckpointStore):
         ]
 
     async def _write(self, w: Write) -> tuple[int, ChainStats]:
-        args = self._write_args(w, "write", w.expected_version)
+        args = [*self._write_args(w, "write", w.expected_version), w.write_id]
         with self._errors():
             reply = await self._s_write(keys=self._all_keys(w.run_id), args=args)
         tag = bytes(reply[0])
         if tag == b"conflict":
+            if int(reply[1]) == 0 and w.expected_version:
+                raise RunNotFound(w.run_id)  # its keys are gone: expired (Redis TTL) or deleted
             raise VersionConflict(w.run_id, expected=w.expected_version, actual=int(reply[1]))
         if tag == b"status":
             raise RunNotPaused(w.run_id, bytes(reply[1]).decode())
@@ -588,7 +638,7 @@ class RedisStore(CheckpointStore):
         if tag == b"stale":
             raise StaleSeal(w.run_id)
         version, chain = int(reply[1]), _chain(reply[2:7])
-        self._hint(w.run_id, (chain.base_version, version, _versions(reply[7])))
+        self._hint(w.run_id, (chain.base_version, version, _versions(reply[7])) if reply[7] else None)
         return version, chain
 
     async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
@@ -598,6 +648,7 @@ class RedisStore(CheckpointStore):
         if not done:
             raise RunNotFound(run_id)
 
+    @retried
     async def delete(self, run_id: str) -> bool:
         self._hint(run_id, None)
         with self._errors():
@@ -627,7 +678,7 @@ class RedisStore(CheckpointStore):
     async def _mirror(self, w: Write, version: int, chain: ChainStats, token: str) -> bool:
         """Append a row SQL committed as ``version``; drop the copy unless it is at v - 1."""
         args = [*self._write_args(w, "mirror", version - 1), token, chain.base_version]
-        args += [chain.base_bytes, chain.growth_bytes, chain.rewrite_bytes, chain.length]
+        args += [chain.base_bytes, chain.growth_bytes, chain.rewrite_bytes, chain.length, w.write_id]
         with self._errors():
             reply = await self._s_write(keys=self._all_keys(w.run_id), args=args)
         if bytes(reply[0]) != b"ok":
@@ -693,6 +744,15 @@ class RedisStore(CheckpointStore):
                 return None, [], bytes(reply[1])
             fields = _pairs(reply[1])
             info = _run_info(run_id, fields)
+            if len(reply) > 5 and not tiered:  # a row of the chain is gone, its run is not
+                gone = int(reply[5])
+                raise CheckpointCorrupt(
+                    f"the row of version {gone} is missing from Redis while its run is stored "
+                    "(evicted under memory pressure, or deleted by hand?); set maxmemory-policy "
+                    "noeviction, and restore the run from a copy or roll back past it",
+                    run_id=run_id,
+                    version=gone,
+                )
             payloads = reply[3]
             if reply[2] and not int(reply[4]):
                 payloads = await self._payloads(run_id, reply[2], fields[b"created_at"])
@@ -842,10 +902,12 @@ class RedisStore(CheckpointStore):
             return []
         return [_checkpoint_info(run_id, m) for m in members]
 
+    @retried
     async def get_run(self, run_id: str) -> RunInfo | None:
         info, _, _ = await self._fetch(run_id, None, record=True)
         return info
 
+    @retried
     async def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
     ) -> list[RunInfo]:
@@ -880,6 +942,7 @@ class RedisStore(CheckpointStore):
         keys = [self._index_key, *(self._keys(rid)[0] for rid in run_ids)]
         return int(await self._s_unindex(keys=keys, args=run_ids))
 
+    @retried
     async def purge_expired(self) -> int:
         """Redis expires the runs itself; this sweeps their ids out of the run index."""
         removed = 0
@@ -898,6 +961,27 @@ class RedisStore(CheckpointStore):
 
 
 # -- encoding helpers -------------------------------------------------------------------
+_NOT_WRITABLE = {
+    "OOM": ("out of memory", "raise maxmemory, or free memory on the server"),
+    "READONLY": ("read-only", "point the store at the primary, not a replica"),
+    "MISCONF": ("cannot persist", "the server cannot write its snapshot to disk: free disk space"),
+}
+
+
+def _translate(exc: Exception) -> StoreError:
+    """A Redis error reply as the store error for its cause (by its first word)."""
+    word = str(exc).split(" ", 1)[0]
+    if word in _NOT_WRITABLE:
+        reason, fix = _NOT_WRITABLE[word]
+        return StoreNotWritable(f"redis: {exc} ({fix}; then resume the run)", reason=reason)
+    if "max bulk length" in str(exc) or "invalid bulk length" in str(exc):
+        return StateTooLarge(
+            f"redis: {exc}: a checkpoint is over the server's proto-max-bulk-len; raise it, "
+            "or keep big data out of the state"
+        )
+    return StoreError(f"redis: {exc}")
+
+
 def _status_args(
     run_id: str, status: RunStatus, now: float, expires_at: float | None, indexed: bool, mode: str
 ) -> list[Any]:

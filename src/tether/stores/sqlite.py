@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
-from tether.errors import ConfigError, StoreError, StoreUnavailable, TetherError
+from tether.errors import ConfigError, RunExpired, StoreError, StoreNotWritable, StoreUnavailable, TetherError
 from tether.state.model import ChainStats, Checkpoint
 from tether.stores._sql import (
     _CHAIN_SQL,
@@ -59,6 +60,14 @@ _CHAIN_IF_SMALL_SQL = _CHAIN_SQL.replace(
 )
 """``_CHAIN_SQL`` for a run of unknown size: payloads only if the chain is small enough to
 read on the event loop (a payload not selected is never read from disk), else the size."""
+
+
+def _read_only_fs(path: str | os.PathLike[str]) -> bool:
+    """Whether the database's directory sits on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(os.path.dirname(os.path.abspath(path)) or ".").f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 class _SqliteTx:
@@ -258,14 +267,10 @@ class SqliteStore(SqlStore):
             return await asyncio.get_running_loop().run_in_executor(self._pool, job)
         except TetherError:
             raise
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc) or "unable to open" in str(exc):
-                raise StoreUnavailable(f"sqlite {self.path}: {exc}") from exc
-            raise StoreError(f"sqlite {self.path}: {exc}") from exc
         except sqlite3.IntegrityError:
             raise
         except sqlite3.Error as exc:
-            raise StoreError(f"sqlite {self.path}: {exc}") from exc
+            raise self._translate(exc) from exc
 
     @asynccontextmanager
     async def _tx(self, *, write: bool) -> AsyncIterator[Tx]:
@@ -389,7 +394,11 @@ class SqliteStore(SqlStore):
                     cp = _lone_full(run_id, chain[0][0], chain[0][1])
                     if cp is not None:
                         return cp
-                return self._checkpoint_of(run_id, chain) if chain else None
+                if chain:
+                    return self._checkpoint_of(run_id, chain)
+                if await self._is_expired(run_id):
+                    raise RunExpired(run_id)
+                return None
         return await super().load(run_id, version)
 
     async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
@@ -411,12 +420,34 @@ class SqliteStore(SqlStore):
             self._conn = self._connect()
         try:
             return fn(self._conn)
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc) or "unable to open" in str(exc):
-                raise StoreUnavailable(f"sqlite {self.path}: {exc}") from exc
-            raise StoreError(f"sqlite {self.path}: {exc}") from exc
         except sqlite3.Error as exc:
-            raise StoreError(f"sqlite {self.path}: {exc}") from exc
+            raise self._translate(exc) from exc
+
+    def _translate(self, exc: sqlite3.Error) -> StoreError:
+        """A driver error as the store error for its cause (by SQLite's result code)."""
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        text = f"sqlite {self.path}: {exc}"
+        if _read_only_fs(self.path) and (name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")) or not name):
+            name = "SQLITE_READONLY"  # a read-only file system: nothing a retry would fix
+        elif name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or name == "SQLITE_CANTOPEN":
+            return StoreUnavailable(text)
+        if name.startswith("SQLITE_FULL"):
+            return StoreNotWritable(
+                f"{text}: the disk is full; free space, then resume the run", reason="disk full"
+            )
+        if name.startswith("SQLITE_READONLY"):
+            return StoreNotWritable(
+                f"{text}: the database file or its directory is read-only; make both writable "
+                "by this process (the journal needs the directory), then resume the run",
+                reason="read-only",
+            )
+        if name == "SQLITE_IOERR_WRITE" or name == "SQLITE_IOERR_FSYNC" or "disk I/O" in str(exc):
+            return StoreNotWritable(
+                f"{text}: a disk write failed (full or failing disk?)", reason="I/O error"
+            )
+        if not name and ("locked" in str(exc) or "busy" in str(exc) or "unable to open" in str(exc)):
+            return StoreUnavailable(text)
+        return StoreError(text)
 
     def _is_duplicate(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError)

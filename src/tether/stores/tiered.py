@@ -74,6 +74,7 @@ class TieredStore(CheckpointStore):
         self._seals = sql._seals  # a segment is written to SQL first, then mirrored
         self.lease = lease
         redis._indexed = False  # list_runs comes from SQL
+        redis.allow_eviction = True  # a cache: an evicted copy is refilled from SQL
         self._suspect: set[str] = set()
         """Runs whose Redis copy this process could not update: read them from SQL."""
 
@@ -98,7 +99,9 @@ class TieredStore(CheckpointStore):
                 "mysql%3A%2F%2Fuser%40host%3A3306%2Fdb (URL-encoded)"
             )
         redis_url = urlunsplit(parts._replace(query=urlencode([kv for kv in query if kv[0] != "sql"])))
-        mine = {k: options.pop(k) for k in ("codec", "expiry", "compaction", "lease") if k in options}
+        mine = {
+            k: options.pop(k) for k in ("codec", "expiry", "compaction", "lease", "retry") if k in options
+        }
         options.setdefault("socket_timeout", 10.0)  # a hung Redis must not hang saves
         sql = create_store(sql_url)
         return cls(redis=RedisStore.from_url(redis_url, **options), sql=sql, **mine)
@@ -230,6 +233,9 @@ class TieredStore(CheckpointStore):
             warmed = await self._cache(run_id, "refill", self.redis._warm(info, rows, hit[2]))
             logger.debug("tiered: %s v%d read from SQL, refilled=%s", run_id, info.version, warmed)
         return info, rows
+
+    async def _is_expired(self, run_id: str) -> bool:
+        return await self.sql._is_expired(run_id)
 
     async def get_run(self, run_id: str) -> RunInfo | None:
         if await self._trusted(run_id):

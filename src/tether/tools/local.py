@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import logging
 import os
 import signal
+import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
@@ -27,8 +29,18 @@ from tether.tools.result import TIMEOUT_EXIT_CODE, CommandResult
 
 if TYPE_CHECKING:
     from tether.tools.facts import HostFacts
+    from tether.tools.sandbox import Sandbox
 
-__all__ = ["LocalSession"]
+__all__ = ["ENV_ALLOW_LIST", "LocalSession"]
+
+ENV_ALLOW_LIST = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "TZ", "TMPDIR",
+    "HOSTNAME", "VIRTUAL_ENV", "CONDA_PREFIX", "NODE_ENV", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
+    "CI", "DEBIAN_FRONTEND", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME",
+)  # fmt: skip
+"""Variables of this process that commands inherit (``fnmatch`` patterns). Everything else,
+``*_KEY``, ``*_TOKEN``, ``*_PASSWORD``, cloud credentials, proxies with passwords in them,
+stays out unless passed with ``env=``."""
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +92,9 @@ class LocalSession(ShellOptions):
 
     Args:
         cwd: where commands start (default: the current directory, resolved now).
-        env: variables added to this process's environment for every command.
+        env: variables passed to every command (on top of the inherited ones).
+        inherit_env: names (``fnmatch`` patterns) of this process's variables that commands
+            inherit; ``None`` passes the whole environment (secrets included: avoid).
         default_timeout: seconds before a command is killed, unless ``run`` says otherwise.
         max_output_bytes: cap per stream; past it the middle of the output is cut.
         shell: the POSIX shell that runs each line.
@@ -88,6 +102,9 @@ class LocalSession(ShellOptions):
         kill_grace: seconds between SIGTERM and SIGKILL on timeout.
         raise_on_timeout: raise ``CommandTimeout`` instead of returning exit code 124.
         redact: applied to commands and output before they reach DEBUG logs.
+        sandbox: run every command in this ``Sandbox`` (``cwd`` is the writable working
+            directory); ``run(..., sandboxed=False)`` runs one outside, ``network=True``
+            keeps the network for one. In the sandbox nothing a command starts outlives it.
     """
 
     def __init__(
@@ -102,6 +119,8 @@ class LocalSession(ShellOptions):
         kill_grace: float = 2.0,
         raise_on_timeout: bool = False,
         redact: Callable[[str], str] | None = None,
+        sandbox: Sandbox | None = None,
+        inherit_env: Iterable[str] | None = ENV_ALLOW_LIST,
     ) -> None:
         base = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
         if not os.path.isdir(base):
@@ -119,6 +138,8 @@ class LocalSession(ShellOptions):
         self._base_cwd: str = base
         self._cwd: str = base
         self.shell = shell
+        self.sandbox = sandbox
+        self.inherit_env = None if inherit_env is None else tuple(inherit_env)
 
     def __repr__(self) -> str:
         return f"LocalSession(cwd={self._cwd!r})"
@@ -141,6 +162,8 @@ class LocalSession(ShellOptions):
 
     async def close(self) -> None:
         self._closed = True
+        if self.sandbox is not None:
+            self.sandbox.close()
 
     async def host_facts(self) -> HostFacts:
         from tether.tools.facts import gather_host_facts
@@ -154,8 +177,13 @@ class LocalSession(ShellOptions):
         timeout: float | None = None,  # noqa: ASYNC109 - a per-command limit, part of the Session API
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
+        sandboxed: bool = True,
+        network: bool = False,
     ) -> CommandResult:
-        """Run one shell line and return its result (see the class docstring)."""
+        """Run one shell line and return its result (see the class docstring).
+
+        ``sandboxed`` and ``network`` apply only when the session has a sandbox.
+        """
         if self._closed:
             raise SessionError("LocalSession is closed")
         limit = self.default_timeout if timeout is None else timeout
@@ -164,13 +192,16 @@ class LocalSession(ShellOptions):
         script = wrap_script(command, cwd_sentinel=self._sentinel if self.persist_cwd else None)
         logger.debug("run %s (cwd=%s)", preview(command, self._redact), start_dir)
         loop = asyncio.get_running_loop()
+        argv = [self.shell, "-c", script]
+        launch = None
+        if self.sandbox is not None and sandboxed:
+            launch = self.sandbox.prepare(argv, workdir=self._base_cwd, cwd=start_dir, network=network)
+            argv = launch.argv
         started = time.monotonic()
         try:
             transport, proto = await loop.subprocess_exec(
                 lambda: _Capture(loop, self.max_output_bytes),
-                self.shell,
-                "-c",
-                script,
+                *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -178,8 +209,10 @@ class LocalSession(ShellOptions):
                 env=merged,
                 start_new_session=True,
             )
-        except OSError as exc:
-            raise SessionError(f"cannot start {self.shell}: {exc}") from exc
+        except (OSError, subprocess.SubprocessError) as exc:
+            if launch is not None:
+                launch.close()
+            raise SessionError(f"cannot start {argv[0]}: {exc}") from exc
         timed_out = False
         pipes_held = False
         pid = transport.get_pid()
@@ -201,6 +234,8 @@ class LocalSession(ShellOptions):
                 except (TimeoutError, asyncio.CancelledError):
                     pass
             transport.close()
+            if launch is not None:
+                launch.close()
         duration = time.monotonic() - started
         returncode = transport.get_returncode()
         stdout, out_cut, where = proto.stdout.finish(self._sentinel if self.persist_cwd else None)
@@ -246,11 +281,16 @@ class LocalSession(ShellOptions):
             self._cwd = where
 
     def _merged_env(self, env: Mapping[str, str] | None) -> dict[str, str] | None:
-        if not self._env and not env:
-            return None  # inherit this process's environment unchanged
         for name in env or {}:
             check_env_name(name)
-        return {**os.environ, **self._env, **(env or {})}
+        if self.inherit_env is None:
+            if not self._env and not env:
+                return None  # inherit this process's environment unchanged
+            return {**os.environ, **self._env, **(env or {})}
+        kept = {
+            k: v for k, v in os.environ.items() if any(fnmatch.fnmatchcase(k, p) for p in self.inherit_env)
+        }
+        return {**kept, **self._env, **(env or {})}
 
 
 def _killpg(pgid: int, sig: int) -> bool:

@@ -1,10 +1,25 @@
 """``CommandPolicy``: decide, before anything runs, whether a command may run.
 
-``check(command)`` returns a ``PolicyVerdict``: ``allow``, ``confirm`` (risky: ask a
-human) or ``deny`` (destructive: never), naming the rule that decided. The line is read
-by ``tether.tools._shell`` (every simple command, through ``&&``, ``;``, pipes, ``$( )``,
-``sh -c``, ``sudo``...), then each command goes through the rules below. The most severe
-verdict wins.
+``check(command)`` returns a ``PolicyVerdict``: ``allow``, ``sandbox`` (what it does is
+decided at run time, so it runs only inside the sandbox, or with approval), ``confirm``
+(risky: ask a human) or ``deny`` (destructive: never), naming the rule that decided, plus
+``needs``: what the command requires beyond the default sandbox (``network``, ``host``).
+The line is read by ``tether.tools._shell`` (every simple command, through ``&&``, ``;``,
+pipes, ``$( )``, ``sh -c``, ``sudo``, ``ssh host CMD``...), then each command goes through
+the rules below. The most severe verdict wins. Judging is linear in the line's length;
+lines longer than ``max_line_chars`` are not read at all and need confirmation.
+
+Sandbox (rule ``dynamic``): a command name computed by a substitution or an unknown
+variable, ``eval`` of computed text, data piped into a shell or an interpreter, inline
+code (``python -c``, ``perl -e``, ``node -e``), ``awk`` calling ``system()``, aliases,
+``xargs``/``find -exec`` feeding a shell, a script written by the same line then run.
+
+Network, secrets, configuration and the host (``tether.tools._risks``): ``curl``, ``nc``,
+``ssh``... to a host outside ``allow_hosts`` need confirmation; reading ``~/.ssh``,
+``~/.aws`` and other credentials needs confirmation; writing shell rc files, ``pip.conf``,
+``~/.npmrc`` or setting ``git config core.hooksPath`` needs confirmation; services,
+system packages, the container engine, ``sudo`` and writes outside the working directory
+need the host (``needs={"host"}``), which the sandboxed mode escalates.
 
 Deny: deleting ``/``, ``~`` or a system directory; ``--no-preserve-root``; ``mkfs``, ``dd``,
 ``wipefs`` or redirections onto a block device; fork bombs; shutdown, reboot, halt,
@@ -32,12 +47,23 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tether.errors import ConfigError
-from tether.tools._shell import SHELLS, Line, SimpleCommand, parse_line
+from tether.tools._risks import LOOPBACK_HOSTS, RISK_RULES, Where
+from tether.tools._shell import INTERPRETERS, Line, SimpleCommand, parse_line
 
-__all__ = ["Action", "CommandPolicy", "PolicyVerdict", "Rule", "BUILTIN_RULES"]
+__all__ = [
+    "BUILTIN_RULES",
+    "LOOPBACK_HOSTS",
+    "MAX_LINE_CHARS",
+    "Action",
+    "CommandPolicy",
+    "PolicyVerdict",
+    "Rule",
+]
 
-Action = Literal["allow", "confirm", "deny"]
-_SEVERITY: dict[str, int] = {"allow": 0, "confirm": 1, "deny": 2}
+Action = Literal["allow", "sandbox", "confirm", "deny"]
+_SEVERITY: dict[str, int] = {"allow": 0, "sandbox": 1, "confirm": 2, "deny": 3}
+MAX_LINE_CHARS = 65_536
+"""Longer lines are not read (the cost must stay bounded): they need confirmation."""
 
 SYSTEM_DIRS = frozenset(
     {
@@ -57,12 +83,12 @@ _BLOCK_DEVICE = re.compile(
     r"^/dev/(?:sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|md\d|dm-\d|loop\d|sr\d|disk/|mapper/)"
 )
 _DOWNLOADERS = frozenset({"curl", "wget", "fetch", "aria2c"})
-_INTERPRETERS = SHELLS | {"python", "python3", "perl", "ruby", "node", "php"}
+_INTERPRETERS = INTERPRETERS
 _HOME = re.compile(r"^(?:~|\$HOME|\$\{HOME\})(?=/|$)")
 _GLOB = re.compile(r"[*?\[]")
-_FORK_BOMBS = (
-    re.compile(r"(?P<n>[\w:.\-]+)\s*\(\s*\)\s*\{[^}]*?(?P=n)\s*\|\s*(?P=n)\s*&"),
-    re.compile(r"function\s+(?P<n>[\w:.\-]+)\s*(?:\(\s*\))?\s*\{[^}]*?(?P=n)\s*\|\s*(?P=n)\s*&"),
+_FORK_BOMBS = (  # each starts at a word boundary and stops at "}": linear in the line
+    re.compile(r"(?<![\w:.\-])(?P<n>[\w:.\-]+)\s*\(\s*\)\s*\{[^}]*?(?P=n)\s*\|\s*(?P=n)\s*&"),
+    re.compile(r"\bfunction\s+(?P<n>[\w:.\-]+)\s*(?:\(\s*\))?\s*\{[^}]*?(?P=n)\s*\|\s*(?P=n)\s*&"),
     re.compile(r"\bfork\s+while\s+fork\b"),
 )
 
@@ -79,6 +105,8 @@ class PolicyVerdict:
     """The rule that decided (``None`` when nothing objected)."""
     segment: str = ""
     """The simple command that triggered the rule, normalised (``rm -rf /``)."""
+    needs: frozenset[str] = frozenset()
+    """What the line needs beyond the default sandbox: ``network``, ``host``."""
 
     @property
     def allowed(self) -> bool:
@@ -102,6 +130,7 @@ class Rule:
 
 
 _Finding = tuple[Action, str, str]  # action, rule, reason
+_NO_NEEDS: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +138,8 @@ class _Ctx:
     cwd: str | None
     zones: tuple[str, ...]
     """Directories where deleting is routine: the working directory and the safe paths."""
+    allow_hosts: tuple[str, ...] = ()
+    registries: bool = True
 
 
 class CommandPolicy:
@@ -121,6 +152,14 @@ class CommandPolicy:
         workdir: the deployment directory; deleting inside it needs no confirmation.
         safe_paths: more directories where deleting is routine.
         confirm_sudo: ask before any command run through ``sudo``/``doas``.
+        allow_hosts: hosts (``fnmatch`` patterns) that network commands may reach without
+            asking; loopback by default.
+        allow_package_registries: package managers (pip, npm, cargo...) may reach their
+            registries without asking (they still need the network).
+        max_line_chars: longer lines are not read and need confirmation.
+        mode: the safety mode a ``GuardedSession`` applies with this policy (``sandboxed``,
+            ``ask`` or ``trusted``; default: ``sandboxed`` when the session has a sandbox,
+            else ``ask``). See ``tether.tools.guard``.
     """
 
     def __init__(
@@ -133,24 +172,48 @@ class CommandPolicy:
         workdir: str | None = None,
         safe_paths: Iterable[str] = ("/tmp", "/var/tmp"),
         confirm_sudo: bool = False,
+        allow_hosts: Iterable[str] = LOOPBACK_HOSTS,
+        allow_package_registries: bool = True,
+        max_line_chars: int = MAX_LINE_CHARS,
+        mode: Literal["sandboxed", "ask", "trusted"] | None = None,
     ) -> None:
         self._deny = [_rule(r, "deny", "custom-deny") for r in deny]
         self._confirm = [_rule(r, "confirm", "custom-confirm") for r in confirm]
         self._allow = [_rule(r, "allow", "custom-allow") for r in allow]
         self.disabled = frozenset(disabled)
-        unknown = self.disabled - set(BUILTIN_RULES) - {"fork-bomb", "pipe-to-shell", "unparsable", "sudo"}
+        unknown = self.disabled - set(BUILTIN_RULES) - set(LINE_RULES)
         if unknown:
             raise ConfigError(f"unknown policy rules {sorted(unknown)}; known: {sorted(BUILTIN_RULES)}")
         self.workdir = _normalise_dir(workdir) if workdir else None
         self.safe_paths = tuple(_normalise_dir(p) for p in safe_paths)
         self.confirm_sudo = confirm_sudo
+        self.allow_hosts = tuple(allow_hosts)
+        self.allow_package_registries = allow_package_registries
+        self.max_line_chars = max_line_chars
+        if mode not in (None, "sandboxed", "ask", "trusted"):
+            raise ConfigError(f"unknown safety mode {mode!r}; use sandboxed, ask or trusted")
+        self.mode = mode
+        self._builtin = [(n, f) for n, f in BUILTIN_RULES.items() if n not in self.disabled]
+        self._risks = [(n, f) for n, f in RISK_RULES.items() if n not in self.disabled]
 
     def check(self, command: str, *, cwd: str | None = None, workdir: str | None = None) -> PolicyVerdict:
         """Judge ``command``; ``cwd`` resolves relative paths, ``workdir`` overrides the policy's."""
         home = _normalise_dir(workdir) if workdir else self.workdir
         zones = tuple(z for z in (home, *self.safe_paths) if z)
-        ctx = _Ctx(_normalise_dir(cwd) if cwd else None, zones)
+        ctx = _Ctx(
+            _normalise_dir(cwd) if cwd else None, zones, self.allow_hosts, self.allow_package_registries
+        )
+        if len(command) > self.max_line_chars:
+            return PolicyVerdict(
+                action="confirm",
+                rule="too-long",
+                reason=f"{len(command)} characters is too long to judge (limit {self.max_line_chars}): "
+                "write the content to a file with a short command, or split the line",
+                segment=command[:80],
+            )
         findings: list[tuple[_Finding, str]] = []
+        needs: set[str] = set()
+        host: list[tuple[str, str]] = []
         flat = " ".join(command.split())
         for rule in self._deny + self._confirm:
             if re.search(rule.pattern, command) or re.search(rule.pattern, flat):
@@ -163,13 +226,23 @@ class CommandPolicy:
             findings.append((("confirm", "unparsable", reason), flat))
         if "pipe-to-shell" not in self.disabled:
             findings += _pipe_to_shell(line)
+        if "dynamic" not in self.disabled:
+            findings += [(("sandbox", "dynamic", reason), segment) for segment, reason in line.dynamic]
         for cmd in line.commands:
-            findings += self._judge(cmd, ctx)
+            findings += self._judge(cmd, ctx, needs, host)
             if cmd.program == "cd":  # `cd / && rm -rf *` deletes in /
-                ctx = _Ctx(_cd(ctx.cwd, cmd.args), ctx.zones)
-        return _worst(findings)
+                ctx = _Ctx(_cd(ctx.cwd, cmd.args), ctx.zones, ctx.allow_hosts, ctx.registries)
+        verdict = _worst(findings, frozenset(needs))
+        if verdict.action == "allow" and host:
+            reason, segment = host[0]
+            return PolicyVerdict(
+                action="allow", reason=reason, rule="host-change", segment=segment, needs=verdict.needs
+            )
+        return verdict
 
-    def _judge(self, cmd: SimpleCommand, ctx: _Ctx) -> list[tuple[_Finding, str]]:
+    def _judge(
+        self, cmd: SimpleCommand, ctx: _Ctx, needs: set[str], host: list[tuple[str, str]]
+    ) -> list[tuple[_Finding, str]]:
         text = cmd.text
         out: list[tuple[_Finding, str]] = []
         for rule in self._deny:
@@ -177,11 +250,19 @@ class CommandPolicy:
                 out.append(((rule.action, rule.name, rule.reason or f"matches {rule.pattern!r}"), text))
         if any(re.search(rule.pattern, text) for rule in self._allow):
             return out
-        for name, check in BUILTIN_RULES.items():
-            if name not in self.disabled:
-                found = check(cmd, ctx)
-                if found is not None:
-                    out.append(((found[0], name, found[1]), text))
+        for name, check in self._builtin:
+            found = check(cmd, ctx)
+            if found is not None:
+                out.append(((found[0], name, found[1]), text))
+        where = Where(ctx.cwd, ctx.zones, ctx.allow_hosts, ctx.registries, lambda w: _resolve(w, ctx))
+        for name, risk in self._risks:
+            hit = risk(cmd, where)
+            if hit is not None:
+                needs.update(hit[2])
+                if hit[0] != "allow":
+                    out.append(((hit[0], name, hit[1]), text))  # type: ignore[arg-type]
+                elif "host" in hit[2] and not host:
+                    host.append((hit[1], text))
         if self.confirm_sudo and "sudo" not in self.disabled and {"sudo", "doas"} & set(cmd.wrappers):
             out.append((("confirm", "sudo", "runs as root"), text))
         for rule in self._confirm:
@@ -196,11 +277,11 @@ def _rule(spec: str | Rule, action: Action, name: str) -> Rule:
     return Rule(name=name, pattern=spec, action=action)
 
 
-def _worst(findings: list[tuple[_Finding, str]]) -> PolicyVerdict:
+def _worst(findings: list[tuple[_Finding, str]], needs: frozenset[str] = _NO_NEEDS) -> PolicyVerdict:
     if not findings:
-        return PolicyVerdict(action="allow", reason="no rule objected")
+        return PolicyVerdict(action="allow", reason="no rule objected", needs=needs)
     (action, rule, reason), segment = max(findings, key=lambda f: _SEVERITY[f[0][0]])
-    return PolicyVerdict(action=action, reason=reason, rule=rule, segment=segment)
+    return PolicyVerdict(action=action, reason=reason, rule=rule, segment=segment, needs=needs)
 
 
 def _pipe_to_shell(line: Line) -> list[tuple[_Finding, str]]:
@@ -342,8 +423,10 @@ def _rm(cmd: SimpleCommand, ctx: _Ctx) -> tuple[Action, str] | None:
             if path and (path in CRITICAL_FILES or path.startswith(_CRITICAL_PREFIXES)):
                 return "confirm", f"deletes the system file {path}"
         return None
-    if not targets and "xargs" in cmd.wrappers:
-        return "confirm", "recursive delete of paths read from input"
+    if {"xargs", "parallel"} & set(cmd.wrappers) or (
+        cmd.from_input and "__tether_found__" not in " ".join(targets)
+    ):
+        return "confirm", "recursive delete of paths read at run time (xargs, find -execdir)"
     return _delete_targets(targets, ctx, "recursive delete")
 
 
@@ -532,8 +615,35 @@ def _accounts(cmd: SimpleCommand, ctx: _Ctx) -> tuple[Action, str] | None:
     return None
 
 
+def _archive_delete(cmd: SimpleCommand, ctx: _Ctx) -> tuple[Action, str] | None:
+    """``tar --remove-files`` deletes what it archives; ``rsync --delete`` empties its destination."""
+    prog, args = cmd.program, cmd.args
+    if prog == "tar" and "--remove-files" in args:
+        skip = {args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-f", "--file", "-C")}
+        sources = [a for a in args[1:] if not a.startswith("-") and a not in skip] or ["."]
+        return _delete_targets(sources, ctx, "tar --remove-files") or (
+            "confirm",
+            "tar --remove-files deletes files",
+        )
+    if prog == "rsync" and any(a.startswith(("--delete", "--remove-source")) for a in args):
+        _, operands = _flags(args)
+        if len(operands) >= 2 and not any(":" in o for o in operands[-1:]):
+            if any(a.startswith("--remove-source") for a in args):
+                return _delete_targets(operands[:-1], ctx, "rsync --remove-source-files")
+            return _delete_targets(operands[-1:], ctx, "rsync --delete") or _glob_dest(operands[-1], ctx)
+    return None
+
+
+def _glob_dest(dest: str, ctx: _Ctx) -> tuple[Action, str] | None:
+    path = _resolve(dest, ctx)
+    if path is not None and path.startswith("/") and _critical_dir(path):
+        return "deny", f"rsync --delete onto {dest} would wipe it"
+    return None
+
+
 BUILTIN_RULES: dict[str, Callable[[SimpleCommand, _Ctx], tuple[Action, str] | None]] = {
     "rm-recursive": _rm,
+    "archive-delete": _archive_delete,
     "find-delete": _find_delete,
     "block-device": _block_device,
     "power": _power,
@@ -545,5 +655,8 @@ BUILTIN_RULES: dict[str, Callable[[SimpleCommand, _Ctx], tuple[Action, str] | No
     "package-removal": _packages,
     "accounts": _accounts,
 }
-"""Built-in per-command rules by name (plus line-level ``fork-bomb``, ``pipe-to-shell``,
-``unparsable`` and the opt-in ``sudo``): pass names to ``CommandPolicy(disabled=...)``."""
+"""Built-in per-command rules by name (plus ``LINE_RULES``): pass names to
+``CommandPolicy(disabled=...)``."""
+
+LINE_RULES = ("fork-bomb", "pipe-to-shell", "unparsable", "sudo", "dynamic", *RISK_RULES)
+"""Rules judged on the whole line or in ``tether.tools._risks``; they can be disabled too."""

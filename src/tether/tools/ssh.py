@@ -317,10 +317,7 @@ class SSHSession(ShellOptions):
                     f"SSH authentication failed for {creds.target}: check the username, password or key"
                 ) from exc
             except lib.HostKeyNotVerifiable as exc:
-                raise SessionError(
-                    f"SSH host key of {creds.host}:{creds.port} is not trusted: add it to known_hosts "
-                    "(ssh-keyscan) or pass known_hosts= a file that has it"
-                ) from exc
+                raise SessionError(await _untrusted_host_key(lib, creds)) from exc
             except (lib.KeyImportError, lib.KeyEncryptionError) as exc:
                 raise SessionError(
                     f"cannot load SSH key {creds.key_path}: wrong passphrase or not a private key"
@@ -490,3 +487,27 @@ def _scrub(text: str, creds: SSHCredentials) -> str:
         if secret:
             text = text.replace(secret, "***")
     return text
+
+
+async def _untrusted_host_key(lib: Any, creds: SSHCredentials) -> str:
+    """The refusal, with the key's fingerprint to verify and the command that trusts it."""
+    target = creds.host if creds.port == 22 else f"[{creds.host}]:{creds.port}"
+    where = (
+        os.fspath(creds.known_hosts) if creds.known_hosts not in (None, "ignore") else "~/.ssh/known_hosts"
+    )
+    try:
+        key = await asyncio.wait_for(lib.get_server_host_key(creds.host, creds.port), creds.connect_timeout)
+    except (OSError, lib.Error, TimeoutError):
+        key = None
+    port = "" if creds.port == 22 else f"-p {creds.port} "
+    trust = f"ssh-keyscan {port}{creds.host} >> {where}"
+    if key is None:
+        return (
+            f"SSH host key of {target} is not trusted and could not be read again: check it with the "
+            f"host's administrator, then run: {trust}"
+        )
+    return (
+        f"SSH host key of {target} is not trusted: {key.get_algorithm()} {key.get_fingerprint()}. "
+        f"Compare it with the host's own (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub on the host); "
+        f"if it matches, trust it with: {trust}"
+    )

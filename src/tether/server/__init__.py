@@ -1,0 +1,11 @@
+"""The HTTP API and web dashboard over runs, context and failures (``tether serve``).
+
+Needs the ``server`` extra (``pip install 'tether[server]'``). See docs/server.md.
+"""
+
+from __future__ import annotations
+
+from tether.server.app import create_app
+from tether.server.config import ApiToken, ServerSettings, hash_token, new_token
+
+__all__ = ["ApiToken", "ServerSettings", "create_app", "hash_token", "new_token"]

@@ -1,0 +1,65 @@
+"""A run's failure: the report (text and JSON), the options, and the decision the run
+then takes in a server task (retry, skip, replan or abort)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+from pydantic import BaseModel, ConfigDict
+
+from tether.errors import RunNotFound
+from tether.runtime import Decision, FailureReport
+from tether.runtime.report import _OPTIONS
+from tether.server.api_runs import Accepted
+from tether.server.auth import check_run
+from tether.server.deps import Exec, Operator, Reader, Store, json_response
+from tether.server.problems import PROBLEM_RESPONSES
+
+router = APIRouter(prefix="/api/runs", tags=["failures"], responses=PROBLEM_RESPONSES)
+
+
+class Option(BaseModel):
+    decision: str
+    description: str
+
+
+class FailureView(BaseModel):
+    pending: bool
+    report: dict[str, Any] | None
+    text: str | None
+    options: list[Option]
+
+
+class DecisionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    decision: Decision
+
+
+@router.get("/{run_id}/failure", response_model=FailureView, summary="The run's last failure report")
+async def failure(run_id: str, token: Reader, store: Store) -> Response:
+    check_run(token, run_id)
+    cp = await store.load(run_id)
+    if cp is None:
+        raise RunNotFound(run_id)
+    data = cp.state.get("failure_report")
+    pending = cp.state.get("pending_decision")
+    if not isinstance(data, dict):
+        return json_response({"pending": False, "report": None, "text": None, "options": []})
+    report = FailureReport.from_dict(data)
+    options = [{"decision": str(o), "description": _OPTIONS[o]} for o in report.options] if pending else []
+    return json_response(
+        {"pending": bool(pending), "report": report.to_dict(), "text": report.render(), "options": options}
+    )
+
+
+@router.post(
+    "/{run_id}/failure/decision",
+    status_code=202,
+    response_model=Accepted,
+    summary="Decide on a pending failure; the run continues in a server task",
+)
+async def decide(run_id: str, body: DecisionBody, token: Operator, executor: Exec) -> Response:
+    check_run(token, run_id)
+    await executor.resume(run_id, decision=str(body.decision))
+    return json_response({"runId": run_id, "status": "RUNNING"}, 202)

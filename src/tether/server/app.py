@@ -1,0 +1,157 @@
+"""``create_app(settings)``: the API, the dashboard and the OpenAPI document as one ASGI app.
+
+The store, the event broadcaster and the executor are opened in the app's lifespan and
+reached through dependencies, so a test builds an app on a temporary SQLite file and
+calls it through ``httpx.ASGITransport``. Nothing is built at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tether.context import Thresholds
+from tether.runtime import Workflow
+from tether.runtime.stream import EventBroadcaster
+from tether.server.config import ApiToken, ServerSettings
+from tether.server.deps import SnapshotCache
+from tether.server.executor import Executor
+from tether.server.problems import install_problem_handlers, problem
+from tether.state import ReducerRegistry
+from tether.stores.base import CheckpointStore
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(
+    settings: ServerSettings | None = None,
+    *,
+    store: CheckpointStore | None = None,
+    workflows: Sequence[Workflow] = (),
+    tokens: Sequence[ApiToken] | None = None,
+    reducers: ReducerRegistry | None = None,
+    thresholds: Thresholds | None = None,
+    dashboard: bool = True,
+) -> FastAPI:
+    """Build the service.
+
+    Args:
+        settings: where the store is, tokens, limits (default: from ``TETHER_*``).
+        store: an open store to use instead of opening ``settings.store_url`` (the
+            caller keeps ownership and closes it).
+        workflows: the workflows the server may start and resume runs of.
+        tokens: bearer tokens (default: from the settings); none means open access,
+            which ``tether serve`` allows only on a loopback address.
+    """
+    cfg = settings or ServerSettings()
+    known = list(cfg.tokens() if tokens is None else tokens)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            opened = store
+            if opened is None:
+                from tether.settings import Settings
+                from tether.stores import open_store
+
+                base = Settings(store_url=cfg.store_url)
+                opened = await stack.enter_async_context(open_store(base.store_url, **base.store_options()))
+            events = EventBroadcaster()
+            executor = Executor(opened, events, workflows, reducers=reducers, thresholds=thresholds)
+            app.state.store = opened
+            app.state.events = events
+            app.state.executor = executor
+            tracer = None
+            if cfg.otel_exporter != "none":
+                from tether.tracing import RunTracer, configure_exporter
+
+                tracer = RunTracer(configure_exporter(cfg.otel_exporter))
+                stack.callback(tracer.shutdown)
+                executor.taps.append(tracer.on_event)
+            try:
+                yield
+            finally:
+                await executor.aclose()
+
+    app = FastAPI(
+        title="tether",
+        summary="Runs, checkpoints, context and failures of long-running agents.",
+        version="1",
+        lifespan=lifespan,
+        openapi_url="/api/openapi.json",
+        docs_url="/api/docs",
+        redoc_url=None,
+    )
+    app.state.tokens = {t.digest: t for t in known}
+    app.state.snapshots = SnapshotCache()
+    app.state.settings = cfg
+    install_problem_handlers(app)
+
+    from tether.server import api_checkpoints, api_context, api_events, api_failures, api_runs
+
+    for module in (api_runs, api_checkpoints, api_context, api_failures, api_events):
+        app.include_router(module.router)
+    if dashboard:
+        from tether.server import dashboard as pages
+
+        pages.mount(app)
+    origins = cfg.origins()
+    if origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "PATCH"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+        )
+    app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)
+    return app
+
+
+class BodyLimit:
+    """413 for a body over ``limit`` bytes, declared or streamed (chunked)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await self._refuse(scope, receive, send)
+            return
+        seen = 0
+        refused = False
+
+        async def limited() -> Message:
+            nonlocal seen, refused
+            message = await receive()
+            if message["type"] == "http.request" and not refused:
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    refused = True
+                    await self._refuse(scope, receive, send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            if not refused:  # the 413 already went out: drop what the app answers
+                await send(message)
+
+        await self.app(scope, limited, guarded_send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = problem(
+            413, "body-too-large", "Request body too large", f"the limit is {self.limit} bytes"
+        )
+        await response(scope, receive, send)

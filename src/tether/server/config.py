@@ -1,0 +1,133 @@
+"""What the service needs to know: where to listen, who may call it, what it accepts.
+
+Tokens are kept hashed (``sha256:<hex>``), in ``TETHER_API_TOKENS`` (entries separated
+by ``;`` or new lines) or in a file named by ``TETHER_API_TOKENS_FILE`` (one entry a
+line, ``#`` comments). An entry reads::
+
+    sha256:9f86d0… scope=operate namespace=team-a name=ci
+
+``tether serve --new-token`` prints a fresh token and the entry to store for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tether.errors import ConfigError
+
+__all__ = ["SCOPES", "ApiToken", "ServerSettings", "hash_token", "is_loopback", "new_token", "parse_tokens"]
+
+Scope = Literal["read", "operate", "admin"]
+SCOPES: tuple[Scope, ...] = ("read", "operate", "admin")
+"""Each scope includes the ones before it."""
+
+
+class ServerSettings(BaseSettings):
+    """The service's settings (``TETHER_*`` variables, then ``.env``, then defaults)."""
+
+    model_config = SettingsConfigDict(env_prefix="TETHER_", env_file=".env", frozen=True, extra="ignore")
+
+    store_url: str = "sqlite:///.tether/tether.db"
+    host: str = "127.0.0.1"
+    port: int = 8765
+    api_tokens: str = ""
+    """Hashed token entries, separated by ``;`` or new lines."""
+    api_tokens_file: str | None = None
+    cors_origins: str = ""
+    """Comma-separated origins allowed to call the API from a browser (none by default)."""
+    max_body_bytes: int = 16 * 1024 * 1024
+    """Requests with a larger body get 413 (a 10 MB state update fits)."""
+    otel_exporter: Literal["none", "console", "otlp"] = "none"
+    """Where trace spans go; ``otlp`` uses the standard ``OTEL_EXPORTER_OTLP_*`` variables."""
+
+    def tokens(self) -> list[ApiToken]:
+        """Every configured token, from the setting and the file."""
+        found = parse_tokens(self.api_tokens, source="TETHER_API_TOKENS")
+        if self.api_tokens_file:
+            path = Path(self.api_tokens_file)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"cannot read the token file {path}: {exc.strerror}") from None
+            found += parse_tokens(text, source=str(path))
+        return found
+
+    def origins(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiToken:
+    """One bearer token, known only by its hash."""
+
+    digest: str
+    scope: Scope
+    namespace: str | None = None
+    """When set, the token sees and changes only runs whose id starts with ``namespace:``."""
+    name: str = ""
+
+    def allows(self, needed: Scope) -> bool:
+        return SCOPES.index(self.scope) >= SCOPES.index(needed)
+
+    def owns(self, run_id: str) -> bool:
+        return self.namespace is None or run_id.startswith(f"{self.namespace}:")
+
+
+def hash_token(token: str) -> str:
+    """The stored form of a token (tokens are random, so a plain SHA-256 is enough)."""
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token(scope: Scope = "read", namespace: str | None = None, name: str = "") -> tuple[str, str]:
+    """A new random token and the entry that configures it (store only the entry)."""
+    token = "tth_" + secrets.token_urlsafe(32)
+    entry = f"{hash_token(token)} scope={scope}"
+    if namespace:
+        entry += f" namespace={namespace}"
+    if name:
+        entry += f" name={name}"
+    return token, entry
+
+
+def parse_tokens(text: str, *, source: str) -> list[ApiToken]:
+    """Parse token entries; a malformed one is a ConfigError naming the line."""
+    tokens: list[ApiToken] = []
+    for n, raw in enumerate(text.replace(";", "\n").splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        digest, *fields = line.split()
+        where = f"{source}, entry {n}"
+        if not digest.startswith("sha256:") or len(digest) != 7 + 64:
+            raise ConfigError(
+                f"{where}: expected 'sha256:<64 hex digits>' first (the hash, never the token "
+                "itself; `tether serve --new-token` prints an entry)"
+            )
+        opts: dict[str, str] = {}
+        for f in fields:
+            key, sep, value = f.partition("=")
+            if not sep or key not in {"scope", "namespace", "name"}:
+                raise ConfigError(f"{where}: unknown field {f!r} (use scope=, namespace=, name=)")
+            opts[key] = value
+        scope = next((s for s in SCOPES if s == opts.get("scope", "read")), None)
+        if scope is None:
+            raise ConfigError(f"{where}: scope must be one of {', '.join(SCOPES)}, not {opts['scope']!r}")
+        tokens.append(ApiToken(digest, scope, opts.get("namespace") or None, opts.get("name", "")))
+    return tokens
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine can reach (``localhost`` included)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

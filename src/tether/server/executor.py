@@ -1,0 +1,233 @@
+"""Runs executed inside the server: start, resume, decide, pause and cancel.
+
+Each run the server executes is an asyncio task owned here. One Runner per workflow
+drives all of that workflow's runs, and they share one lease owner, so a run the server
+paused is resumed by the server without a lease conflict, while a run held by another
+live process is refused (409). Pause and cancel store the status; the runner executing
+the run, here or elsewhere, adopts it at its next checkpoint. Every event goes to
+the broadcaster, and after every checkpoint the run's context window (if it keeps one)
+is measured, so crossings of the 70/85/90% thresholds are events too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tether.context import ContextWindow, Thresholds, UsageMonitor
+from tether.errors import ConfigError, RunNotFound, VersionConflict, WrongRunStatus
+from tether.runtime import Event, Runner, RunResult, Workflow
+from tether.runtime.context_hooks import WINDOW_KEY
+from tether.runtime.lease import check_lease
+from tether.runtime.stream import EventBroadcaster
+from tether.state import ExecutionContext, ReducerRegistry, RunStatus
+from tether.stores.base import CheckpointStore
+
+__all__ = ["WORKFLOW_KEY", "Executor"]
+
+logger = logging.getLogger(__name__)
+
+WORKFLOW_KEY = "_workflow"
+"""State key naming the workflow of a run the server started."""
+
+
+class Executor:
+    """Owns the tasks of the runs this server executes."""
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        events: EventBroadcaster,
+        workflows: Sequence[Workflow] = (),
+        *,
+        reducers: ReducerRegistry | None = None,
+        thresholds: Thresholds | None = None,
+    ) -> None:
+        self.store = store
+        self.events = events
+        self.workflows = {wf.name: wf for wf in workflows}
+        self.reducers = reducers
+        self.thresholds = thresholds or Thresholds()
+        self.owner = f"tether-serve:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._tasks: dict[str, asyncio.Task[RunResult | None]] = {}
+        self._by_workflow: dict[str, Runner] = {}
+        self._monitors: dict[str, UsageMonitor] = {}
+        self.taps: list[Callable[[Event], None]] = []
+        """Also called with every event of the runs executed here (traces)."""
+
+    # == queries =====================================================================
+    def executing(self, run_id: str) -> bool:
+        return run_id in self._tasks
+
+    def workflow_for(self, run_id: str, state: Mapping[str, Any]) -> Workflow:
+        """The registered workflow of a run: named in its state, else the only one whose
+        steps cover the run's TODO list."""
+        name = state.get(WORKFLOW_KEY)
+        if isinstance(name, str) and name in self.workflows:
+            return self.workflows[name]
+        todo = state.get("todo")
+        ids = set(todo) if isinstance(todo, dict) else set()
+        fits = [wf for wf in self.workflows.values() if ids and ids <= {s.id for s in wf.steps}]
+        if len(fits) == 1:
+            return fits[0]
+        known = ", ".join(sorted(self.workflows)) or "none"
+        raise ConfigError(
+            f"cannot tell which workflow run {run_id!r} belongs to (registered: {known}); "
+            "start the server with `tether serve --workflow module:attribute` for it"
+        )
+
+    # == actions =====================================================================
+    async def start(self, workflow: str, run_id: str, inputs: Mapping[str, Any]) -> None:
+        wf = self.workflows.get(workflow)
+        if wf is None:
+            known = ", ".join(sorted(self.workflows)) or "none"
+            raise ConfigError(f"no workflow named {workflow!r} is registered (registered: {known})")
+        if await self.store.get_run(run_id) is not None or self.executing(run_id):
+            raise VersionConflict(run_id, expected=0, actual=None)
+        runner = self._runner(wf)
+        self._spawn(run_id, runner, runner.start(run_id, {**inputs, WORKFLOW_KEY: wf.name}))
+
+    async def resume(self, run_id: str, *, decision: str | None = None) -> None:
+        """Continue a run in a server task (after a decision when one is given)."""
+        if self.executing(run_id):
+            raise WrongRunStatus(run_id, "RUNNING", "resume", "it is already executing in this server")
+        info = await self.store.get_run(run_id)
+        cp = await self.store.load(run_id) if info is not None else None
+        if info is None or cp is None:
+            raise RunNotFound(run_id)
+        if info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+            raise WrongRunStatus(run_id, str(info.status), "resume", "it has finished")
+        pending = cp.state.get("pending_decision")
+        if decision is None and info.status is RunStatus.FAILED:
+            raise WrongRunStatus(run_id, "FAILED", "resume", "send a decision (retry, skip, replan or abort)")
+        if decision is not None and not pending and info.status is not RunStatus.FAILED:
+            raise WrongRunStatus(run_id, str(info.status), "decide on", "it has no failure waiting")
+        if decision is not None and isinstance(pending, dict) and decision not in pending.get("options", []):
+            raise ConfigError(f"{decision!r} is not offered here; choose one of {pending.get('options')}")
+        self._check_lease(run_id, cp.state.get("_lease"))
+        runner = self._runner(self.workflow_for(run_id, cp.state))
+        self._spawn(run_id, runner, runner.resume(run_id, decision=decision, force=True))
+
+    async def stop(self, run_id: str, status: RunStatus) -> str:
+        """Pause or cancel by storing the status: a runner executing the run (here or in
+        another process) adopts it at its next checkpoint, keeping the step's work.
+
+        Returns the status now in effect (``PAUSING``/``CANCELLING`` while a step of a run
+        executing here finishes).
+        """
+        action = "pause" if status is RunStatus.PAUSED else "cancel"
+        info = await self.store.get_run(run_id)
+        if info is None:
+            raise RunNotFound(run_id)
+        if info.status is status:
+            return str(status)
+        if info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED) or (
+            status is RunStatus.PAUSED and info.status is RunStatus.FAILED
+        ):
+            raise WrongRunStatus(run_id, str(info.status), action)
+        await self.store.set_status(run_id, status)
+        self.events.publish(Event(kind="stop_requested", run_id=run_id, detail={"status": str(status)}))
+        if self.executing(run_id):
+            return "PAUSING" if status is RunStatus.PAUSED else "CANCELLING"
+        return str(status)
+
+    async def join(self, run_id: str) -> RunResult | None:
+        """Wait for a run executing here to stop (tests, shutdown)."""
+        task = self._tasks.get(run_id)
+        if task is None:
+            return None
+        return await asyncio.shield(task)
+
+    async def aclose(self, grace: float = 10.0) -> None:
+        """Pause every run at its next step boundary; cancel what is still going after
+        ``grace`` seconds (the runner records those as INTERRUPTED)."""
+        for run_id in list(self._tasks):
+            try:
+                await self.store.set_status(run_id, RunStatus.PAUSED)
+            except Exception:  # shutting down: the task cancel below still stops it
+                logger.warning("could not pause run %s on shutdown", run_id, exc_info=True)
+        tasks = list(self._tasks.values())
+        if tasks:
+            _done, late = await asyncio.wait(tasks, timeout=grace)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=2.0)
+
+    # == internals ===================================================================
+    def _runner(self, wf: Workflow) -> Runner:
+        """One Runner per workflow drives all of that workflow's runs at once."""
+        runner = self._by_workflow.get(wf.name)
+        if runner is None:
+            runner = Runner(
+                wf, self.store, reducers=self.reducers, on_event=self._on_event, on_checkpoint=self._measure
+            )
+            runner.owner = self.owner
+            self._by_workflow[wf.name] = runner
+        return runner
+
+    def _on_event(self, event: Event) -> None:
+        self.events.publish(event)
+        for tap in self.taps:
+            try:
+                tap(event)
+            except Exception:  # a broken tap must not stop a run
+                logger.exception("event tap failed on %s", event.kind)
+
+    def _spawn(self, run_id: str, runner: Runner, work: Any) -> None:
+        task: asyncio.Task[RunResult | None] = asyncio.create_task(self._guard(run_id, work))
+        self._tasks[run_id] = task
+
+    async def _guard(self, run_id: str, work: Any) -> RunResult | None:
+        try:
+            result: RunResult = await work
+            return result
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("run %s stopped on an error", run_id, extra={"run_id": run_id})
+            self.events.publish(Event(kind="run_error", run_id=run_id, detail={"error": repr(exc)[:500]}))
+            return None
+        finally:
+            self._tasks.pop(run_id, None)
+
+    def _measure(self, version: int, ctx: ExecutionContext) -> None:
+        """After each checkpoint: context usage as an event, and threshold crossings."""
+        data = ctx.get(WINDOW_KEY)
+        if not isinstance(data, dict):
+            return None
+        try:
+            usage = ContextWindow.from_state(data).usage()
+        except Exception:  # a malformed window must not stop the run
+            logger.warning("run %s: unreadable context window", ctx.run_id, exc_info=True)
+            return None
+        monitor = self._monitors.setdefault(ctx.run_id, UsageMonitor(self.thresholds))
+        self.events.publish(
+            Event(
+                kind="context_usage",
+                run_id=ctx.run_id,
+                detail={"tokens": usage.tokens, "budget": usage.budget, "ratio": round(usage.ratio, 4)},
+            )
+        )
+        for crossed in monitor.observe(usage):
+            self.events.publish(
+                Event(
+                    kind="usage_crossed",
+                    run_id=ctx.run_id,
+                    detail={
+                        "level": crossed.kind,
+                        "ratio": round(crossed.ratio, 4),
+                        "tokens": crossed.tokens,
+                    },
+                )
+            )
+        return None
+
+    def _check_lease(self, run_id: str, lease: Any) -> None:
+        """Refuse a run that another live process is executing (its lease is fresh)."""
+        check_lease(run_id, lease, owner=self.owner, force=False)

@@ -1,0 +1,279 @@
+// The dashboard's script: thin views over the JSON API, refreshed by server-sent events.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const LAYERS = { 1: "system", 2: "session", 3: "working", 4: "instant" };
+
+async function api(method, path, body) {
+  const opts = { method, headers: {}, credentials: "same-origin" };
+  if (body !== undefined) { opts.headers["Content-Type"] = "application/json"; opts.body = JSON.stringify(body); }
+  const r = await fetch(path, opts);
+  if (r.status === 401) { showLogin(); throw new Error("sign in first"); }
+  const data = r.headers.get("content-type", "").includes("json") ? await r.json() : null;
+  if (!r.ok) throw new Error((data && data.detail) || r.statusText);
+  return data;
+}
+
+function text(el, value) { el.textContent = value == null ? "" : String(value); }
+function clear(el) { while (el.firstChild) el.removeChild(el.firstChild); }
+function node(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") el.className = v; else if (k.startsWith("on")) el.addEventListener(k.slice(2), v); else el.setAttribute(k, v);
+  }
+  for (const c of children) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return el;
+}
+
+function showLogin() { $("login").classList.remove("hidden"); $("token").focus(); }
+function setupLogin(after) {
+  $("login-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    try {
+      await api("POST", "/ui/login", { token: $("token").value });
+      $("login").classList.add("hidden"); $("token").value = ""; text($("login-error"), "");
+      after();
+    } catch (err) { text($("login-error"), err.message); }
+  });
+}
+
+function debounce(fn, ms) { let t = null; return () => { clearTimeout(t); t = setTimeout(fn, ms); }; }
+
+function listen(path, onEvent) {
+  const source = new EventSource(path, { withCredentials: true });
+  source.onopen = () => text($("live"), "● live");
+  source.onerror = () => text($("live"), "○ reconnecting…");
+  source.onmessage = onEvent;
+  for (const kind of ["run_started", "run_resumed", "step_started", "step_done", "step_failed", "step_retry", "decision",
+    "paused", "completed", "cancelled", "failed", "compressed", "usage_crossed", "context_usage", "state_updated",
+    "rolled_back", "forked", "stop_requested", "replanned", "run_error", "state_restored", "rollback_action"]) {
+    source.addEventListener(kind, onEvent);
+  }
+  return source;
+}
+
+// ---- runs list -----------------------------------------------------------------------
+function runsPage() {
+  let offset = 0; const limit = 50;
+  async function load() {
+    const status = $("status-filter").value;
+    const q = new URLSearchParams({ limit, offset }); if (status) q.set("status", status);
+    const page = await api("GET", "/api/runs?" + q);
+    const body = $("runs"); clear(body);
+    for (const r of page.items) {
+      body.append(node("tr", { "data-run": r.runId },
+        node("td", {}, node("a", { href: "/ui/runs/" + encodeURIComponent(r.runId) }, r.runId)),
+        node("td", {}, node("span", { class: "badge " + r.status }, r.status + (r.executing ? " ▶" : ""))),
+        node("td", {}, r.version), node("td", {}, r.nodeId || ""),
+        node("td", {}, new Date(r.updatedAt).toLocaleString())));
+    }
+    $("prev").disabled = offset === 0; $("next").disabled = page.nextOffset == null;
+  }
+  $("status-filter").addEventListener("change", () => { offset = 0; load(); });
+  $("prev").addEventListener("click", () => { offset = Math.max(0, offset - limit); load(); });
+  $("next").addEventListener("click", () => { offset += limit; load(); });
+  setupLogin(() => { load(); listen("/api/events", debounce(load, 200)); });
+  load().then(() => listen("/api/events", debounce(load, 200))).catch(() => {});
+}
+
+// ---- one run -------------------------------------------------------------------------
+function runPage() {
+  const runId = decodeURIComponent(location.pathname.split("/ui/runs/")[1]);
+  const base = "/api/runs/" + encodeURIComponent(runId);
+  let snap = null, ctx = null, preview = null;
+  text($("run-id"), runId); document.title = "tether · " + runId;
+
+  async function act(fn) {
+    text($("action-error"), "");
+    try { await fn(); } catch (err) { text($("action-error"), err.message); }
+    refresh();
+  }
+
+  function renderSnapshot() {
+    const st = snap.status;
+    const badge = $("status"); badge.className = "badge " + st; text(badge, st + (snap.executing ? " ▶" : ""));
+    text($("where"), `version ${snap.version} · at ${snap.currentNodeName || snap.currentNodeId || "start"} · ` +
+      new Date(snap.timestamp).toLocaleString());
+    const finished = ["COMPLETED", "CANCELLED"].includes(st);
+    $("pause").disabled = finished || st === "PAUSED" || st === "FAILED";
+    $("resume").disabled = snap.executing || finished || st === "FAILED";
+    $("cancel").disabled = finished;
+    const paused = st === "PAUSED" && !snap.executing;
+    for (const id of ["state-edit", "edit-node", "save-state"]) $(id).disabled = !paused;
+    if (!$("edit-node").value) $("edit-node").value = snap.currentNodeId || "";
+    text($("editor-note"), paused ? "The JSON object is merged through the run's reducers (lists append, the rest overwrites)."
+      : "Editing is enabled only while the run is paused.");
+    text($("state-view"), JSON.stringify(snap.stateData, null, 2).slice(0, 200000));
+    renderTodo(snap.stateData.todo || {});
+  }
+
+  function renderTodo(todo) {
+    const phases = new Map();
+    for (const [id, t] of Object.entries(todo)) {
+      if (!phases.has(t.phase)) phases.set(t.phase, []);
+      phases.get(t.phase).push([id, t]);
+    }
+    const box = $("todo"); clear(box);
+    const icon = { done: "✓", failed: "✗", skipped: "↷", pending: "○" };
+    for (const [phase, items] of phases) {
+      const done = items.filter(([, t]) => t.status === "done" || t.status === "skipped").length;
+      box.append(node("h3", {}, `${phase} (${done}/${items.length})`));
+      box.append(node("ul", {}, ...items.map(([id, t]) =>
+        node("li", { "data-todo": id, "data-status": t.status }, `${icon[t.status] || "•"} ${t.name || id}`,
+          node("span", { class: "muted" }, ` ${t.status}${t.attempts > 1 ? ", " + t.attempts + " attempts" : ""}`)))));
+    }
+    if (!phases.size) box.append(node("p", { class: "muted" }, "no TODO list in this run"));
+  }
+
+  function renderContext() {
+    const bar = $("context-bar"); clear(bar);
+    const legend = $("context-legend"); clear(legend);
+    const warn = $("context-warning");
+    if (!ctx.hasWindow) {
+      text($("context-numbers"), "this run keeps no context window");
+      warn.classList.add("hidden"); $("open-compress-2").disabled = true; return;
+    }
+    for (const layer of ctx.layers) {
+      const seg = node("div", { class: "seg l" + layer.layer, title: `${layer.name}: ${layer.tokens} tokens` });
+      seg.style.width = (100 * layer.tokens / ctx.budget).toFixed(2) + "%";
+      bar.append(seg);
+      legend.append(node("span", {}, node("i", { class: "seg l" + layer.layer }), `${layer.name} ${layer.tokens}`));
+    }
+    for (const [name, at] of Object.entries(ctx.thresholds)) {
+      const mark = node("div", { class: "mark", title: `${name} at ${Math.round(at * 100)}%` }, node("span", {}, Math.round(at * 100) + "%"));
+      mark.style.left = (100 * at) + "%"; bar.append(mark);
+    }
+    for (const i of legend.querySelectorAll("i")) i.style.background = getComputedStyle(document.documentElement).getPropertyValue("--l" + i.className.slice(-1));
+    const pct = Math.round(ctx.ratio * 100);
+    bar.setAttribute("aria-label", `context usage ${pct}%`);
+    bar.dataset.ratio = String(ctx.ratio);
+    text($("context-numbers"), `${ctx.tokens} of ${ctx.budget} tokens (${pct}%)`);
+    $("open-compress-2").disabled = false;
+    if (ctx.level === "ok") { warn.classList.add("hidden"); }
+    else {
+      warn.className = "warning " + ctx.level;
+      const msg = { warn: `Context is ${pct}% full: compress it soon (automatic compression starts at ${Math.round(ctx.thresholds.standard * 100)}%).`,
+        standard: `Context is ${pct}% full: standard compression is due.`,
+        deep: `Context is ${pct}% full: deep compression is due now.` }[ctx.level];
+      text($("context-warning-text"), msg);
+    }
+    const items = $("context-items"); clear(items);
+    for (const layer of ctx.layers) {
+      items.append(node("h3", {}, `${layer.layer}. ${layer.name} (${layer.tokens}/${layer.budget})`));
+      items.append(node("ul", {}, ...layer.items.map((it) => node("li", {}, `${it.pinned ? "[pinned] " : ""}[${it.kind}] ${it.preview} `, node("span", { class: "muted" }, `${it.tokens} tok`)))));
+    }
+  }
+
+  async function renderFailure() {
+    const f = await api("GET", base + "/failure");
+    const box = $("failure");
+    if (!f.pending) { box.classList.add("hidden"); return; }
+    box.classList.remove("hidden");
+    text($("failure-text"), f.text);
+    const offered = new Set(f.options.map((o) => o.decision));
+    for (const b of box.querySelectorAll("button[data-decision]")) {
+      const opt = f.options.find((o) => o.decision === b.dataset.decision);
+      b.disabled = !offered.has(b.dataset.decision) || snap.executing;
+      b.title = opt ? opt.description : "not offered for this failure";
+    }
+  }
+
+  async function renderTimeline() {
+    const page = await api("GET", base + "/checkpoints?limit=50");
+    const list = $("timeline"); clear(list);
+    for (const cp of page.items) {
+      list.append(node("li", { "data-version": cp.version },
+        `v${cp.version} ${cp.nodeId || ""} `, node("span", { class: "muted" }, `${cp.status} · ${new Date(cp.timestamp).toLocaleTimeString()} `),
+        node("button", { type: "button", onclick: () => { $("diff-from").value = Math.max(1, cp.version - 1); $("diff-to").value = cp.version; showDiff(); } }, "diff"),
+        " ", node("button", { type: "button", onclick: () => fork(cp.version) }, "fork"),
+        " ", node("button", { type: "button", onclick: () => rollback(cp.version) }, "roll back")));
+    }
+  }
+
+  async function showDiff() {
+    const out = $("diff-out");
+    try {
+      const d = await api("GET", `${base}/diff?from=${$("diff-from").value}&to=${$("diff-to").value || ""}`);
+      const lines = [];
+      for (const [k, v] of Object.entries(d.added)) lines.push(`+ ${k}: ${JSON.stringify(v).slice(0, 300)}`);
+      for (const k of d.removed) lines.push(`- ${k}`);
+      for (const [k, c] of Object.entries(d.changed)) {
+        if (c.op === "append") lines.push(`~ ${k}: appended ${JSON.stringify(c.appended).slice(0, 300)}`);
+        else if (c.op === "merge") lines.push(`~ ${k}: ${JSON.stringify({ added: c.added, removed: c.removed, changed: c.changed }).slice(0, 300)}`);
+        else lines.push(`~ ${k}: ${JSON.stringify(c.before).slice(0, 120)} → ${JSON.stringify(c.after).slice(0, 120)}`);
+      }
+      text(out, `v${d.fromVersion} → v${d.toVersion}\n` + (lines.join("\n") || "no changes"));
+    } catch (err) { text(out, err.message); }
+    out.classList.remove("hidden");
+  }
+
+  function fork(version) {
+    const target = prompt(`Fork v${version} into a new run id:`, `${runId}-fork-${version}`);
+    if (target) act(async () => { await api("POST", `${base}/checkpoints/${version}/fork`, { newRunId: target }); location.href = "/ui/runs/" + encodeURIComponent(target); });
+  }
+  function rollback(version) {
+    if (confirm(`Make v${version} the latest state again? Later versions stay in the history.`))
+      act(() => api("POST", `${base}/checkpoints/${version}/rollback`));
+  }
+
+  async function refresh() {
+    try {
+      snap = await api("GET", base + "/snapshot");
+      renderSnapshot();
+      ctx = await api("GET", base + "/context");
+      renderContext();
+      await renderFailure();
+      await renderTimeline();
+      document.body.dataset.version = String(snap.version);
+    } catch (err) { text($("action-error"), err.message); }
+  }
+
+  // the CompressDialog: choose a level, preview, then confirm
+  const dialog = $("compress-dialog");
+  function openCompress() { preview = null; $("compress-confirm").disabled = true; text($("compress-summary"), "Choose a level and preview what it would do."); clear($("compress-items")); text($("compress-error"), ""); dialog.showModal(); $("compress-level").focus(); }
+  $("open-compress").addEventListener("click", openCompress);
+  $("open-compress-2").addEventListener("click", openCompress);
+  $("compress-close").addEventListener("click", () => dialog.close());
+  $("compress-preview").addEventListener("click", async () => {
+    text($("compress-error"), "");
+    try {
+      preview = await api("POST", base + "/context/compress", { level: $("compress-level").value });
+      const pct = (n) => Math.round(100 * n / preview.budget);
+      text($("compress-summary"), `${preview.beforeTokens} → ${preview.afterTokens} tokens (${pct(preview.beforeTokens)}% → ${pct(preview.afterTokens)}%): ` +
+        `${preview.summarized.length} folded into the summary, ${preview.dropped.length} dropped.`);
+      const list = $("compress-items"); clear(list);
+      for (const it of preview.summarized) list.append(node("li", {}, `folded [${it.kind}] ${it.preview}`));
+      for (const it of preview.dropped) list.append(node("li", {}, `dropped [${it.kind}] ${it.preview}`));
+      $("compress-confirm").disabled = snap.status !== "PAUSED" || snap.executing;
+      if ($("compress-confirm").disabled) text($("compress-error"), "Pause the run to apply a compression.");
+    } catch (err) { text($("compress-error"), err.message); }
+  });
+  $("compress-confirm").addEventListener("click", async () => {
+    try {
+      await api("POST", base + "/context/compress", { level: $("compress-level").value, apply: true, expectedVersion: snap.version });
+      dialog.close(); refresh();
+    } catch (err) { text($("compress-error"), err.message); }
+  });
+
+  $("pause").addEventListener("click", () => act(() => api("POST", base + "/pause")));
+  $("resume").addEventListener("click", () => act(() => api("POST", base + "/resume")));
+  $("cancel").addEventListener("click", () => { if (confirm("Cancel this run?")) act(() => api("POST", base + "/cancel")); });
+  for (const b of document.querySelectorAll("#failure-actions button")) {
+    b.addEventListener("click", () => act(() => api("POST", base + "/failure/decision", { decision: b.dataset.decision })));
+  }
+  $("diff").addEventListener("click", showDiff);
+  $("save-state").addEventListener("click", async () => {
+    let data;
+    try { data = JSON.parse($("state-edit").value); } catch (err) { text($("state-msg"), "not JSON: " + err.message); return; }
+    try {
+      const r = await api("PATCH", base + "/snapshot", { nodeId: $("edit-node").value || snap.currentNodeId || "manual", stateData: data });
+      text($("state-msg"), `merged: version ${r.version}`);
+    } catch (err) { text($("state-msg"), err.message); }
+    refresh();
+  });
+
+  setupLogin(() => { refresh(); listen(base + "/events", debounce(refresh, 150)); });
+  refresh().then(() => listen(base + "/events", debounce(refresh, 150)));
+}
+
+if (document.body.dataset.page === "runs") runsPage(); else runPage();

@@ -1,0 +1,287 @@
+"""``Sandbox``: run each command in an OS sandbox (bubblewrap) with resource limits.
+
+Inside, the file system is the host's, read-only, except the working directory and a
+private ``/tmp`` kept for the session; secret paths (``~/.ssh``, ``~/.aws``, cloud and
+registry credentials, ``/etc/shadow``, ``.env`` files above the working directory) are
+hidden; there is no network unless the command is allowed it; daemons' sockets under
+``/run`` are out of reach when offline. Each command gets its own PID namespace, so
+nothing it starts outlives it, and limits on processes (a pids cgroup per session when one
+is writable, else ``RLIMIT_NPROC`` for a non-root user; root ignores that one), address
+space and file size (``prlimit`` from util-linux).
+
+``Sandbox.detect()`` finds a working ``bwrap`` (Debian/Ubuntu package ``bubblewrap``) and
+returns ``None`` when there is none or it cannot create namespaces here; callers then say
+so and fall back to the ``ask`` mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+__all__ = ["SECRET_PATHS", "Limits", "Sandbox"]
+
+logger = logging.getLogger(__name__)
+
+SECRET_PATHS = (
+    "~/.ssh", "~/.aws", "~/.config/gcloud", "~/.azure", "~/.kube", "~/.docker", "~/.gnupg", "~/.netrc",
+    "~/.git-credentials", "~/.npmrc", "~/.pypirc", "~/.password-store", "~/.vault-token", "~/.config/gh",
+    "~/.pgpass", "~/.my.cnf", "~/.env", "/root/.ssh", "/etc/shadow", "/etc/gshadow", "/run/secrets",
+    "/var/run/secrets", "/var/run/docker.sock", "/run/docker.sock", "/run/containerd", "/run/podman",
+)  # fmt: skip
+"""Hidden inside the sandbox (an empty directory or an empty file in their place)."""
+
+_COUNTER = itertools.count()
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Resource limits of every sandboxed command (``None``: no limit)."""
+
+    processes: int | None = 256
+    """Processes and threads at once (a pids cgroup, or RLIMIT_NPROC for a non-root user)."""
+    memory_bytes: int | None = 4 * 1024**3
+    """Address space of each process (RLIMIT_AS)."""
+    file_bytes: int | None = 2 * 1024**3
+    """Largest file a command may write (RLIMIT_FSIZE)."""
+
+
+@dataclass(slots=True)
+class _Launch:
+    """One prepared command: the argv to exec, what runs in the child before exec, cleanup."""
+
+    argv: list[str]
+    cgroup: str | None = None
+    cleanup: list[Callable[[], None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Kill whatever is left in the command's cgroup."""
+        if self.cgroup is not None:
+            _kill_cgroup(self.cgroup, remove=False)
+        for fn in self.cleanup:
+            with contextlib.suppress(OSError):
+                fn()
+
+
+class Sandbox:
+    """Wraps command lines in ``bwrap`` (see the module docstring).
+
+    Args:
+        bwrap: path of the ``bwrap`` binary.
+        limits: resource limits per command.
+        hidden: paths hidden inside the sandbox (``~`` is the user's home).
+        writable: more directories that commands may write, besides the working directory.
+        cgroups: use a pids cgroup for the process limit when one is writable.
+    """
+
+    def __init__(
+        self,
+        bwrap: str,
+        *,
+        limits: Limits | None = None,
+        hidden: Iterable[str] = SECRET_PATHS,
+        writable: Iterable[str] = (),
+        cgroups: bool = True,
+    ) -> None:
+        self.bwrap = bwrap
+        self.limits = limits or Limits()
+        self.hidden = tuple(hidden)
+        self.writable = tuple(os.path.abspath(os.path.expanduser(p)) for p in writable)
+        self._pids_root = _pids_cgroup_root() if cgroups and self.limits.processes else None
+        self._cgroup: str | None = None
+        """The session's pids cgroup, made on first use (one per session: its setup is not cheap)."""
+        self._tmp = tempfile.mkdtemp(prefix="tether-sandbox-tmp-")
+        self._prlimit = shutil.which("prlimit")
+        if self._prlimit is None and (self.limits.memory_bytes or self.limits.file_bytes):
+            logger.warning("prlimit (util-linux) not found: memory and file-size limits are not enforced")
+
+    def __repr__(self) -> str:
+        return f"Sandbox({self.bwrap!r}, limits={self.limits!r})"
+
+    @classmethod
+    def detect(cls, *, limits: Limits | None = None, writable: Iterable[str] = ()) -> Sandbox | None:
+        """A working sandbox, or ``None`` (no ``bwrap`` on PATH, or namespaces refused here)."""
+        path = shutil.which("bwrap")
+        if path is None:
+            return None
+        probe = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-net", "--unshare-pid", "true"]
+        try:
+            done = subprocess.run(probe, capture_output=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode != 0:
+            logger.warning(
+                "bwrap cannot create namespaces here: %s", done.stderr.decode(errors="replace").strip()
+            )
+            return None
+        return cls(path, limits=limits, writable=writable)
+
+    @property
+    def process_limit_enforced(self) -> bool:
+        """Whether the process limit holds (root ignores RLIMIT_NPROC: it needs a cgroup)."""
+        return self.limits.processes is None or self._pids_root is not None or os.geteuid() != 0
+
+    def prepare(self, argv: list[str], *, workdir: str, cwd: str, network: bool) -> _Launch:
+        """The launch of ``argv`` in the sandbox: ``workdir`` writable, ``cwd`` the start directory."""
+        args = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        args += [
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+        ]
+        if not network:
+            args += ["--unshare-net"]
+            if os.path.isdir("/run"):
+                args += ["--tmpfs", "/run"]  # daemons' sockets: a socket ignores read-only mounts
+        args += ["--bind", self._tmp, "/tmp"]
+        home = os.path.expanduser("~")
+        for spec in (*self.hidden, *_env_files_above(workdir)):
+            path = os.path.abspath(os.path.join(home, spec[2:]) if spec.startswith("~/") else spec)
+            if _inside(workdir, path) or not os.path.lexists(path):
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                args += ["--tmpfs", path]
+            else:
+                args += ["--ro-bind", "/dev/null", path]
+        for path in (workdir, *self.writable):
+            if os.path.isdir(path):
+                args += ["--bind", path, path]
+        args += ["--chdir", cwd, "--", *argv]
+        if self._pids_root and self._cgroup is None:
+            self._cgroup = _new_cgroup(self._pids_root, self.limits.processes)
+        return _Launch(self._limited(args), self._cgroup)
+
+    def _limited(self, args: list[str]) -> list[str]:
+        """Join the cgroup and set the rlimits in a tiny shell before exec'ing bwrap.
+
+        A Python ``preexec_fn`` would do the same but forces a full fork of this process
+        (slower by several ms: see benchmarks/README.md, "bench_sandbox").
+        """
+        limits = self.limits
+        prlimit: list[str] = []
+        if self._prlimit is not None:
+            if limits.memory_bytes is not None:
+                prlimit.append(f"--as={limits.memory_bytes}")
+            if limits.file_bytes is not None:
+                prlimit.append(f"--fsize={limits.file_bytes}")
+            if limits.processes is not None and self._cgroup is None and os.geteuid() != 0:
+                prlimit.append(f"--nproc={limits.processes + _count_own_processes()}")
+        head = [self._prlimit, *prlimit, "--"] if prlimit and self._prlimit else []
+        if self._cgroup is None:
+            return [*head, *args]
+        procs = os.path.join(self._cgroup, "cgroup.procs")
+        join = 'echo $$ > "$1" && shift && exec "$@"'
+        return ["/bin/sh", "-c", join, "tether-sandbox", procs, *head, *args]
+
+    def close(self) -> None:
+        """Remove the session's private ``/tmp`` and its cgroup (killing what is left in it)."""
+        shutil.rmtree(self._tmp, ignore_errors=True)
+        if self._cgroup is not None:
+            _kill_cgroup(self._cgroup, remove=True)
+            self._cgroup = None
+
+
+def _inside(root: str, path: str) -> bool:
+    root = root.rstrip("/") or "/"
+    return path == root or path.startswith(root + "/")
+
+
+def _env_files_above(workdir: str) -> list[str]:
+    """``.env`` files in the directories above the working directory (a cloned repo's neighbours)."""
+    out = []
+    parent = os.path.dirname(os.path.abspath(workdir))
+    while True:
+        candidate = os.path.join(parent, ".env")
+        if os.path.lexists(candidate):
+            out.append(candidate)
+        if parent == os.path.dirname(parent):
+            return out
+        parent = os.path.dirname(parent)
+
+
+def _count_own_processes() -> int:
+    uid = os.getuid()
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    count += 1
+    return count
+
+
+def _pids_cgroup_root() -> str | None:
+    """A pids cgroup directory this process may create children in, or ``None``."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            base = os.path.join("/sys/fs/cgroup/pids", path.lstrip("/"))
+        elif controllers == "" and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            base = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
+            with contextlib.suppress(OSError), open(os.path.join(base, "cgroup.controllers")) as f:
+                if "pids" not in f.read().split():
+                    continue
+        else:
+            continue
+        probe = os.path.join(base, f"tether-probe-{os.getpid()}")
+        try:
+            os.mkdir(probe)
+            os.rmdir(probe)
+        except OSError:
+            continue
+        return base
+    return None
+
+
+def _new_cgroup(root: str, limit: int | None) -> str | None:
+    path = os.path.join(root, f"tether-{os.getpid()}-{next(_COUNTER)}")
+    try:
+        os.mkdir(path)
+        with open(os.path.join(path, "pids.max"), "w") as f:
+            f.write(str(limit) if limit is not None else "max")
+    except OSError as exc:
+        logger.warning("cannot create the pids cgroup %s: %s", path, exc)
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+        return None
+    return path
+
+
+def _kill_cgroup(path: str, *, remove: bool) -> None:
+    """SIGKILL every process in the cgroup until it is empty, then maybe remove it (up to ~2 s)."""
+    for _ in range(200):
+        try:
+            with open(os.path.join(path, "cgroup.procs")) as f:
+                pids = [int(p) for p in f.read().split()]
+        except OSError:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if not pids and not remove:
+            return
+        if not pids:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass  # the last ones are still being reaped
+            else:
+                return
+        time.sleep(0.01)
+    logger.warning("the pids cgroup %s could not be removed", path)

@@ -1,0 +1,256 @@
+"""OpenTelemetry spans for runs, in the GenAI semantic conventions.
+
+A run is an ``invoke_workflow`` span; each step an ``invoke_agent`` span inside it;
+each command a step runs an ``execute_tool`` span; each model call made through
+:class:`TracedModel` a ``chat`` span. tether's own attributes (``tether.run_id``,
+``tether.step``, ``tether.version``, ``tether.context.*``) ride along, and usage
+crossings, compressions, rollbacks and decisions are span events.
+
+Needs the ``otel`` extra; nothing is imported until a tracer is built, and nothing
+is exported unless :func:`configure_exporter` (or your own SDK set-up) says where::
+
+    tracer = RunTracer(configure_exporter("console"))
+    runner = Runner(workflow, store, on_event=tracer.on_event)
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Literal
+
+from tether.runtime.events import Event
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, TracerProvider
+
+    from tether.models.base import ChatModel, ModelReply
+
+__all__ = ["RunTracer", "TracedModel", "configure_exporter"]
+
+logger = logging.getLogger(__name__)
+
+_END = {"completed": "COMPLETED", "paused": "PAUSED", "cancelled": "CANCELLED", "failed": "FAILED"}
+_MARKS = {
+    "usage_crossed",
+    "compressed",
+    "decision",
+    "rollback_action",
+    "rollback_failed",
+    "state_restored",
+    "replanned",
+    "stop_requested",
+    "phase_done",
+    "state_updated",
+}
+
+
+def configure_exporter(kind: Literal["console", "otlp"]) -> TracerProvider:
+    """An SDK tracer provider exporting to the console or to OTLP over HTTP (configured by
+    the standard ``OTEL_EXPORTER_OTLP_*`` variables)."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider as SdkProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+    provider = SdkProvider(resource=Resource.create({"service.name": "tether"}))
+    exporter: SpanExporter
+    if kind == "otlp":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter()
+    else:
+        exporter = ConsoleSpanExporter()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+class RunTracer:
+    """Turns a run's events into spans; pass :meth:`on_event` as a Runner's ``on_event``."""
+
+    def __init__(self, provider: TracerProvider | None = None, *, workflow: str | None = None) -> None:
+        from opentelemetry import trace
+
+        self._trace = trace
+        self._provider = provider
+        self._tracer = (provider or trace.get_tracer_provider()).get_tracer("tether")
+        self.workflow = workflow
+        self._runs: dict[str, Span] = {}
+        self._steps: dict[tuple[str, str], tuple[Span, Any]] = {}
+        self._tools: dict[tuple[str, str], Span] = {}
+
+    def on_event(self, event: Event) -> None:
+        try:
+            self._handle(event)
+        except Exception:  # tracing must never break a run
+            logger.exception("tracing failed on %s", event.kind)
+
+    def _run_span(self, event: Event) -> Span:
+        span = self._runs.get(event.run_id)
+        if span is None:
+            name = self.workflow or event.detail.get("workflow") or "workflow"
+            span = self._tracer.start_span(
+                f"invoke_workflow {name}",
+                attributes={
+                    "gen_ai.operation.name": "invoke_workflow",
+                    "gen_ai.workflow.name": str(name),
+                    "tether.run_id": event.run_id,
+                },
+            )
+            self._runs[event.run_id] = span
+        return span
+
+    def _handle(self, event: Event) -> None:
+        kind, run_id, d = event.kind, event.run_id, event.detail
+        if kind in ("run_started", "run_resumed"):
+            span = self._run_span(event)
+            span.add_event(kind, {k: str(v) for k, v in d.items()})
+        elif kind == "step_started" and event.step:
+            parent = self._trace.set_span_in_context(self._run_span(event))
+            span = self._tracer.start_span(
+                f"invoke_agent {d.get('name') or event.step}",
+                context=parent,
+                attributes={
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.agent.name": str(d.get("name") or event.step),
+                    "gen_ai.agent.id": event.step,
+                    "tether.run_id": run_id,
+                    "tether.step": event.step,
+                },
+            )
+            # current while the step runs, so chat and tool spans nest under it
+            from opentelemetry import context
+
+            token = context.attach(self._trace.set_span_in_context(span))
+            self._steps[(run_id, event.step)] = (span, token)
+        elif kind in ("step_done", "step_failed") and event.step:
+            self._end_step(event)
+        elif kind == "step_retry" and event.step:
+            found = self._steps.get((run_id, event.step))
+            if found:
+                found[0].add_event(
+                    "retry", {"attempt": int(d.get("attempt", 0)), "error": str(d.get("error"))}
+                )
+        elif kind == "command":
+            step_span = self._current(run_id, event.step)
+            self._tools[(run_id, event.step or "")] = self._tracer.start_span(
+                "execute_tool shell",
+                context=self._trace.set_span_in_context(step_span) if step_span else None,
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "shell",
+                    "gen_ai.tool.type": "function",
+                    "tether.run_id": run_id,
+                    "tether.command": str(d.get("command", ""))[:500],
+                },
+            )
+        elif kind == "command_result":
+            tool = self._tools.pop((run_id, event.step or ""), None)
+            if tool is not None:
+                code = int(d.get("exit_code", 0) or 0)
+                tool.set_attribute("tether.exit_code", code)
+                if code != 0:
+                    tool.set_status(self._trace.StatusCode.ERROR, f"exit {code}")
+                tool.end()
+        elif kind == "context_usage":
+            target = self._current(run_id, None) or self._runs.get(run_id)
+            if target is not None:
+                target.set_attribute("tether.context.tokens", int(d.get("tokens", 0)))
+                target.set_attribute("tether.context.budget", int(d.get("budget", 0)))
+                target.set_attribute("tether.context.ratio", float(d.get("ratio", 0.0)))
+        elif kind in _MARKS:
+            target = self._runs.get(run_id)
+            if target is not None:
+                target.add_event(kind, {k: str(v) for k, v in d.items()})
+        elif kind in _END:
+            ended = self._runs.pop(run_id, None)
+            if ended is not None:
+                span = ended
+                span.set_attribute("tether.status", _END[kind])
+                if "version" in d:
+                    span.set_attribute("tether.version", int(d["version"]))
+                if kind == "failed":
+                    span.set_status(self._trace.StatusCode.ERROR, "run failed")
+                span.end()
+
+    def _current(self, run_id: str, step: str | None) -> Span | None:
+        if step is not None and (run_id, step) in self._steps:
+            return self._steps[(run_id, step)][0]
+        for (rid, _s), (span, _t) in reversed(self._steps.items()):
+            if rid == run_id:
+                return span
+        return None
+
+    def _end_step(self, event: Event) -> None:
+        assert event.step is not None
+        found = self._steps.pop((event.run_id, event.step), None)
+        if found is None:
+            return
+        span, token = found
+        from opentelemetry import context
+
+        try:
+            context.detach(token)
+        except Exception:  # detached from another context: the span still ends
+            pass
+        d = event.detail
+        if "version" in d:
+            span.set_attribute("tether.version", int(d["version"]))
+        if "attempts" in d:
+            span.set_attribute("tether.attempts", int(d["attempts"]))
+        if event.kind == "step_failed":
+            span.set_attribute("error.type", str(d.get("failure", "error")))
+            span.set_status(self._trace.StatusCode.ERROR, str(d.get("error", ""))[:200])
+        span.end()
+
+    def shutdown(self) -> None:
+        """End open spans and flush the provider (when it is an SDK one)."""
+        for span, _token in self._steps.values():
+            span.end()
+        for span in self._runs.values():
+            span.end()
+        self._steps.clear()
+        self._runs.clear()
+        if self._provider is not None and hasattr(self._provider, "shutdown"):
+            self._provider.shutdown()
+
+
+class TracedModel:
+    """A chat model whose every call is a ``chat`` span (GenAI conventions), nested under
+    the step that made it."""
+
+    def __init__(self, model: ChatModel, *, provider: TracerProvider | None = None, system: str = "") -> None:
+        from opentelemetry import trace
+
+        self.model = model
+        self._trace = trace
+        self._tracer = (provider or trace.get_tracer_provider()).get_tracer("tether")
+        self.system = system or type(model).__name__.lower()
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        json_mode: bool = False,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> ModelReply:
+        name = str(getattr(self.model, "model", "") or getattr(self.model, "name", "") or "model")
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": self.system,
+            "gen_ai.request.model": name,
+        }
+        if max_tokens is not None:
+            attrs["gen_ai.request.max_tokens"] = max_tokens
+        if temperature is not None:
+            attrs["gen_ai.request.temperature"] = temperature
+        with self._tracer.start_as_current_span(f"chat {name}", attributes=attrs) as span:
+            reply = await self.model.complete(
+                messages, json_mode=json_mode, max_tokens=max_tokens, temperature=temperature
+            )
+            span.set_attribute("gen_ai.response.model", reply.model)
+            if reply.finish_reason:
+                span.set_attribute("gen_ai.response.finish_reasons", [reply.finish_reason])
+            if reply.usage is not None:
+                span.set_attribute("gen_ai.usage.input_tokens", reply.usage.prompt_tokens)
+                span.set_attribute("gen_ai.usage.output_tokens", reply.usage.completion_tokens)
+            return reply

@@ -1,0 +1,134 @@
+"""The dashboard in headless Chromium (Debian's, driven by Playwright): the context warning,
+the compress dialog, the failure recovery panel. Screenshots go to .artifacts/screenshots/."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.async_api import expect
+
+from tests.server.conftest import live, new_id
+from tests.server.test_api import wait_status
+from tests.stores.conftest import IN_CI
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SHOTS = Path(__file__).resolve().parents[2] / ".artifacts" / "screenshots"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    if not os.path.exists(CHROMIUM):
+        if IN_CI:
+            pytest.fail("CI=true but /usr/bin/chromium is missing (scripts/browser installs it)")
+        pytest.skip("install Debian's chromium (scripts/browser) to run the dashboard tests")
+    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        b = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            yield b
+        finally:
+            await b.close()
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[tuple[str, Any, httpx.AsyncClient]]:
+    async with (
+        live(f"sqlite:///{tmp_path}/ui.db") as (base, app),
+        httpx.AsyncClient(base_url=base, timeout=10) as client,
+    ):
+        yield base, app, client
+
+
+def shot(name: str) -> str:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    return str(SHOTS / f"{name}.png")
+
+
+async def test_warning_then_compress_through_the_dialog_drops_the_bar(served, browser):
+    """A run near 75%: the warning shows; preview and confirm in the dialog (by keyboard); the bar drops."""
+    base, _app, client = served
+    rid = new_id("ui-ctx")
+    await client.post("/api/runs", json={"workflow": "context", "runId": rid})
+    await wait_status(client, rid, "PAUSED")
+    page = await browser.new_page(viewport={"width": 1366, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    await page.goto(f"{base}/ui/runs/{rid}")
+    warning = page.get_by_test_id("context-warning")
+    await warning.wait_for(state="visible")
+    assert "% full" in await warning.inner_text()
+    bar = page.locator("#context-bar")
+    before = float(await bar.get_attribute("data-ratio"))
+    assert 0.70 < before < 0.85
+    assert await bar.locator(".mark").count() == 3
+    await page.screenshot(path=shot("context-warning"), full_page=True)
+
+    await page.focus("#open-compress")
+    await page.keyboard.press("Enter")
+    dialog = page.get_by_test_id("compress-dialog")
+    await dialog.wait_for(state="visible")
+    await page.keyboard.press("Tab")  # from the level to Preview
+    await page.keyboard.press("Enter")
+    summary = page.locator("#compress-summary")
+    await expect(summary).to_contain_text("→")
+    assert "folded" in await summary.inner_text()
+    await page.screenshot(path=shot("compress-dialog"), full_page=True)
+    await page.focus("#compress-confirm")
+    await page.keyboard.press("Enter")
+    await dialog.wait_for(state="hidden")
+    await expect(warning).to_be_hidden()
+    after = float(await bar.get_attribute("data-ratio"))
+    assert after < 0.70 and await warning.is_hidden()
+    await page.screenshot(path=shot("after-compress"), full_page=True)
+    usage = (await client.get(f"/api/runs/{rid}/context")).json()
+    assert usage["ratio"] == pytest.approx(after)
+    assert errors == []
+
+
+async def test_failed_step_skip_in_the_recovery_panel_continues_the_run(served, browser):
+    """A failed step shows the report and four actions; Skip makes the run finish."""
+    base, _app, client = served
+    rid = new_id("ui-fail")
+    await client.post("/api/runs", json={"workflow": "failing", "runId": rid})
+    await wait_status(client, rid, "PAUSED")
+    page = await browser.new_page(viewport={"width": 1366, "height": 900})
+    await page.goto(f"{base}/ui/runs/{rid}")
+    panel = page.get_by_test_id("failure-recovery")
+    await panel.wait_for(state="visible")
+    text = await panel.inner_text()
+    assert "Select the dataset" in text and "test-data" in text
+    buttons = panel.locator("button[data-decision]")
+    assert await buttons.count() == 4
+    assert await panel.locator("button[data-decision=replan]").is_disabled()  # no re-planner configured
+    editable = await page.locator("#state-edit").is_enabled()
+    assert editable  # paused: the state editor is on
+    await page.screenshot(path=shot("failure-recovery"), full_page=True)
+    await panel.locator("button[data-decision=skip]").click()
+    await expect(page.locator("#status")).to_have_class("badge COMPLETED")
+    await panel.wait_for(state="hidden")
+    assert await page.locator("[data-todo=fetch]").get_attribute("data-status") == "skipped"
+    assert await page.locator("[data-todo=report]").get_attribute("data-status") == "done"
+    assert await page.locator("#state-edit").is_disabled()  # finished: no edits
+    await page.screenshot(path=shot("after-skip"), full_page=True)
+    await page.goto(f"{base}/ui/runs")
+    row = page.locator(f"tr[data-run='{rid}']")
+    await row.wait_for()
+    assert "COMPLETED" in await row.inner_text()
