@@ -55,7 +55,15 @@ async def test_normal_flow_test_dev_review_finish(repo, store):
 async def test_subloop_fixes_the_bug_without_main(repo, store, caplog):
     """TEST FAIL on code blockers → DEV → TEST inside the sub-loop, then back to MAIN."""
     caplog.set_level(logging.INFO, logger="tether.orchestrator")
-    result = await orchestrator(repo, store).start("sub", "make the tests pass")
+    runners = demo_runners()
+    orch = Orchestrator(repo, store, main=ScriptedMain(rule_main), runners=runners)
+    result = await orch.start("sub", "make the tests pass")
+    dev, test = [c for c in runners.calls if c.subloop_round == 1]
+    assert dev.role == "DEV" and "Fast-fix loop, round 1" in dev.prompt
+    assert "[TEST #1 full report: reports/report_test_1.md]" in dev.prompt  # the full TEST report
+    assert "short test summary info" in dev.prompt  # pytest's own output, in full
+    assert test.role == "TEST" and "[DEV #1 full report: reports/report_dev_subloop_1.md]" in test.prompt
+    assert "[TEST #1] verdict: FAIL" in test.prompt  # the last TEST report as a summary
     assert result.status is RunStatus.COMPLETED
     assert stages(result)[:5] == ["main", "test", "subloop_dev", "subloop_test", "main"]
     assert result.state["subloop_result"] == {"success": True, "final_test_verdict": "PASS", "iterations": 1}

@@ -8,7 +8,7 @@ import os
 
 from tether.context.reports import extract_verdict_fast
 from tether.orchestrator import Blackboard, PromptConfig, SummaryStore
-from tether.orchestrator.engine import add_history, render_history
+from tether.orchestrator.history import add_history, render_history
 from tether.orchestrator.prompts import build_finish_check_prompt, build_main_prompt, build_role_prompt
 from tether.orchestrator.summaries import inject_report
 
@@ -46,7 +46,7 @@ def board_with_reports(tmp_path, body_lines=200):
     ]:
         path = board.write(f"reports/report_{role.lower()}_{it}.md", text.format(body=body))
         latest[role] = {"iteration": it, "path": board.relative(path), "verdict": "", "blockers": []}
-    history = []
+    history = {}
     for i in range(1, 31):
         history = add_history(
             history,
@@ -141,7 +141,7 @@ def test_semantic_history_keeps_milestones_within_budget(tmp_path):
     assert "## Iteration 27:" not in history and "## Iteration 3:" not in history
     (tmp_path / "b").mkdir()
     plain = board_with_reports(tmp_path / "b")[0]
-    plain.write("project_history.md", render_history(add_history([], 1, "TEST", ["next_agent: TEST"])))
+    plain.write("project_history.md", render_history(add_history({}, 1, "TEST", ["next_agent: TEST"])))
     text, _ = build_main_prompt(SummaryStore(plain), state, PromptConfig())
     assert "## Iteration 1: TEST" in text  # no milestones: the fixed window
 

@@ -150,3 +150,24 @@ def test_the_same_failing_test_three_times_is_a_stall(repo, store):
         text, stall = orch._stall({**failing, "iteration": i, "stall": stall, "dev_plan": plan})
         texts.append(text)
     assert texts[:2] == ["", ""] and "the same TEST failure 3 times in a row" in texts[2]
+
+
+async def test_a_plan_update_of_more_than_five_statuses_is_a_milestone(repo, store):
+    tasks = [{"id": f"t{i}", "title": f"task {i}", "status": "TODO"} for i in range(7)]
+
+    def main(req: MainRequest) -> MainDecision:
+        if req.mode == "finish_check":
+            return MainDecision(next_agent="FINISH", reason="ok")
+        if req.iteration == 1:
+            return MainDecision(next_agent="REVIEW", reason="plan", dev_plan=tasks)
+        done = [{"id": t["id"], "status": "DONE"} for t in tasks]
+        return MainDecision(next_agent="FINISH", reason="all done", dev_plan=done)
+
+    result = await Orchestrator(repo, store, main=ScriptedMain(main), runners=review_only()).start(
+        "big", "plan"
+    )
+    assert result.status is RunStatus.COMPLETED
+    history = (repo / "project_history.md").read_text()
+    assert "## Iteration 1: [MILESTONE] dev_plan: 7 task statuses changed - REVIEW" in history
+    assert "## Iteration 2: [MILESTONE] FINISH attempt #1 - FINISH" in history  # FINISH wins the mark
+    assert "- [DONE] t6: task 6" in (repo / "dev_plan.md").read_text()

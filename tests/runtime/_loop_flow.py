@@ -21,7 +21,7 @@ from tether.stores import create_store
 ROUNDS = 4
 
 
-def make_workflow(log_path: str, crash_at: int) -> Workflow:
+def make_workflow(log_path: str, crash_at: int, idempotent: bool = True) -> Workflow:
     def log(line: str) -> None:
         with open(log_path, "a") as f:
             f.write(line + "\n")
@@ -50,21 +50,26 @@ def make_workflow(log_path: str, crash_at: int) -> Workflow:
     return Workflow(
         [
             Step(id="decide", fn=decide, max_visits=ROUNDS + 1),
-            Step(id="left", fn=work("left")),
-            Step(id="right", fn=work("right")),
+            Step(id="left", fn=work("left"), idempotent=idempotent),
+            Step(id="right", fn=work("right"), idempotent=idempotent),
         ]
     )
 
 
-async def main(url: str, run_id: str, mode: str, log_path: str, crash_at: int) -> None:
+async def main(url: str, run_id: str, mode: str, log_path: str, crash_at: int, flags: str = "") -> None:
     store = create_store(url)
     await store.setup()
-    runner = Runner(make_workflow(log_path, crash_at), store)
-    result = await (runner.start(run_id) if mode == "start" else runner.resume(run_id))
+    runner = Runner(make_workflow(log_path, crash_at, idempotent="nonidem" not in flags), store)
+    if mode == "start":
+        result = await runner.start(run_id)
+    else:
+        result = await runner.resume(run_id, decision="retry" if "retry" in flags else None)
     print(result.status.value)
     await store.aclose()
 
 
 if __name__ == "__main__":
     url, run_id, mode, log_path, *rest = sys.argv[1:]
-    asyncio.run(main(url, run_id, mode, log_path, int(rest[0]) if rest else 0))
+    asyncio.run(
+        main(url, run_id, mode, log_path, int(rest[0]) if rest else 0, rest[1] if len(rest) > 1 else "")
+    )

@@ -115,9 +115,19 @@ async def test_goto_an_unknown_step_names_the_known_ones(tmp_path):
 
 
 def run_loop(
-    url: str, run_id: str, mode: str, log: Path, crash_at: int = 0
+    url: str, run_id: str, mode: str, log: Path, crash_at: int = 0, flags: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    args = [sys.executable, "-m", "tests.runtime._loop_flow", url, run_id, mode, str(log), str(crash_at)]
+    args = [
+        sys.executable,
+        "-m",
+        "tests.runtime._loop_flow",
+        url,
+        run_id,
+        mode,
+        str(log),
+        str(crash_at),
+        flags,
+    ]
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -159,3 +169,25 @@ def test_the_routing_snippet_in_the_runtime_docs_runs_as_shown():
     assert out.stdout.strip() == (
         "COMPLETED ['check', 'retry', 'check', 'retry', 'check', 'retry', 'check', 'done']"
     )
+
+
+async def test_a_non_idempotent_routed_step_killed_inside_pauses_and_stays_queued(tmp_path):
+    """The runner's side-effect guard and routing agree: after kill -9 the run pauses with
+    the interrupted step still first in the queue; a retry decision runs it and goes on."""
+    url = f"sqlite:///{tmp_path}/loop.db"
+    log = tmp_path / "side_effects.log"
+    run_id = new_id("nonidem")
+    killed = run_loop(url, run_id, "start", log, 2, "nonidem")
+    assert killed.returncode == -9, killed.stderr
+    paused = run_loop(url, run_id, "resume", log, 0, "nonidem")
+    assert paused.stdout.strip() == "PAUSED", paused.stderr
+    store = create_store(url)
+    cp = await store.load(run_id)
+    chosen = [line.split(":")[2] for line in log.read_text().split() if line.startswith("decide:")]
+    assert cp is not None and cp.state[ROUTE_KEY]["pending"][0] == chosen[1]
+    assert cp.state["failure_report"]["error_type"] == "Interrupted"
+    done = run_loop(url, run_id, "resume", log, 0, "nonidem,retry")
+    assert done.stdout.strip() == "COMPLETED", done.stderr
+    cp = await store.load(run_id)
+    assert cp is not None and cp.state["work_done"] == 4
+    await store.aclose()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -63,7 +64,20 @@ class Blackboard:
                 f"blackboard path {rel!r} must be relative to the working directory, without '..'",
                 path=rel,
             )
-        target = (self.root / rel).resolve()  # follows symlinks, also of missing leaves' parents
+        # Without '..', only a symlink can lead out: lstat each existing component below the
+        # root (2 calls for reports/x.md) and resolve the whole path only if one is a link.
+        current = self.root
+        for part in parts:
+            current = current / part
+            try:
+                mode = os.lstat(current).st_mode
+            except FileNotFoundError:
+                return self.root / rel  # the rest does not exist yet: nothing to follow
+            if stat.S_ISLNK(mode):
+                break
+        else:
+            return self.root / rel
+        target = (self.root / rel).resolve()
         if target != self.root and self.root not in target.parents:
             raise BlackboardPathError(
                 f"blackboard path {rel!r} leads to {target}, outside {self.root} (a symlink?)", path=rel

@@ -21,6 +21,14 @@ from typing import Any
 from tether.errors import ConfigError
 from tether.orchestrator import stages
 from tether.orchestrator.blackboard import Blackboard
+from tether.orchestrator.history import (
+    add_history,
+    add_line,
+    delta,
+    history_of,
+    mark_milestone,
+    render_history,
+)
 from tether.orchestrator.metrics import check_thresholds, empty_metrics, rates
 from tether.orchestrator.prompts import (
     PromptConfig,
@@ -114,6 +122,8 @@ class Orchestrator:
 
     def runner(self) -> Runner:
         reducers = default_registry().register("stage_changes", "append").register("warnings", "append")
+        for key in ("history", "latest", "verdicts", "report_index"):  # keyed: a stage writes what it changed
+            reducers = reducers.register(key, "merge")
         return Runner(self.workflow(), self.store, reducers=reducers, on_event=self.on_event)
 
     async def start(
@@ -128,7 +138,7 @@ class Orchestrator:
             "latest": {},
             "report_index": {},
             "verdicts": {},
-            "history": [],
+            "history": {},
             "stall": {"done": 0, "rounds": 0, "fail_sig": "", "repeats": 0},
             "finish_attempts": 0,
             "metrics": empty_metrics(),
@@ -190,7 +200,7 @@ class Orchestrator:
         ]
         if replan:
             lines.append(f"re-plan requested: {replan}")
-        history = add_history(state.get("history") or [], iteration, title, lines, milestone)
+        history = delta(state, add_history(history_of(state), iteration, title, lines, milestone))
         update |= {
             "dev_plan": plan,
             "history": history,
@@ -310,7 +320,7 @@ class Orchestrator:
             + (f", downgraded: {', '.join(fc.downgraded)}" if fc.downgraded else "")
         )
         update: dict[str, Any] = {
-            "history": add_line(state.get("history") or [], line),
+            "history": delta(state, add_line(history_of(state), line)),
             "finish_check": {"size": fc.size, "downgraded": list(fc.downgraded), "accepted": accepted},
             "stage_changes": [f"iteration {state['iteration']}: FINISH_CHECK -> {decision.next_agent}"],
             "last_stage": "FINISH_CHECK",
@@ -337,8 +347,8 @@ class Orchestrator:
             self.emit(sc, "USER", iteration=state["iteration"], question=question)
             return {}
         iteration = int(state["iteration"])
-        history = mark_milestone(state.get("history") or [], iteration, f"user decision - {str(answer)[:80]}")
-        history = add_line(history, f"user answered: {answer}")
+        history = mark_milestone(history_of(state), iteration, f"user decision - {str(answer)[:80]}")
+        history = delta(state, add_line(history, f"user answered: {answer}"))
         update: dict[str, Any] = {
             "history": history,
             "user_answer": None,
@@ -447,8 +457,7 @@ class Orchestrator:
             "dev_plan.md", f"# dev_plan ({plan_counts(plan)})\n\n{render_plan(plan)}\n"
         )
         if history:
-            entries = update.get("history", state.get("history") or [])
-            self.board.write_if_changed("project_history.md", render_history(entries))
+            self.board.write_if_changed("project_history.md", render_history(history_of(state, update)))
             self.summaries().flush(every=1 if final else 5)
 
     def emit(self, sc: StepContext, stage: str, **detail: Any) -> None:
@@ -460,39 +469,7 @@ class Orchestrator:
             )
 
 
-# == history and plan (pure) ===========================================================
-def add_history(
-    history: list[dict[str, Any]], iteration: int, title: str, lines: list[str], milestone: str = ""
-) -> list[dict[str, Any]]:
-    entry = {"iteration": iteration, "title": title, "milestone": milestone, "lines": list(lines)}
-    return [*(h for h in history if h["iteration"] != iteration), entry]
-
-
-def add_line(history: list[dict[str, Any]], line: str) -> list[dict[str, Any]]:
-    if not history:
-        return [{"iteration": 0, "title": "setup", "milestone": "", "lines": [line]}]
-    last = history[-1]
-    return [*history[:-1], {**last, "lines": [*last["lines"], line]}]
-
-
-def mark_milestone(history: list[dict[str, Any]], iteration: int, reason: str) -> list[dict[str, Any]]:
-    out = []
-    for h in history:
-        if h["iteration"] == iteration and not h.get("milestone"):
-            h = {**h, "milestone": reason}
-        out.append(h)
-    return out
-
-
-def render_history(history: list[dict[str, Any]]) -> str:
-    blocks = []
-    for h in history:
-        mark = f"[MILESTONE] {h['milestone']} - " if h.get("milestone") else ""
-        body = "\n".join(f"- {line}" for line in h["lines"])
-        blocks.append(f"## Iteration {h['iteration']}: {mark}{h['title']}\n{body}")
-    return "# project_history\n\n" + "\n\n".join(blocks) + "\n"
-
-
+# == plan (pure) ================================================================
 def apply_plan(
     plan: list[dict[str, Any]], updates: list[dict[str, Any]] | None
 ) -> tuple[list[dict[str, Any]], int]:

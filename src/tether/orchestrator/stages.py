@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.context.reports import extract_verdict_fast, validate_report
 from tether.errors import SubLoopLocked
+from tether.orchestrator.history import add_line, delta, history_of, mark_milestone
 from tether.orchestrator.roles import RoleOutput
 from tether.orchestrator.subloop import STATE_FILE, SubLoopLock, SubLoopResult, SubLoopState, should_enter
 
@@ -102,34 +103,27 @@ def record_report(
         "blockers": list(summary.blockers),
         "subloop": subloop,
     }
-    latest = {**(state.get("latest") or {}), role: entry}
-    index = dict(state.get("report_index") or {})
+    latest = {role: entry}  # "latest", "report_index", "verdicts": merged per role
+    index = {}
     if not subloop:
-        index[role] = [*(index.get(role) or []), [iteration, entry["path"]]][-20:]
-    verdicts = {**(state.get("verdicts") or {}), role: summary.verdict}
+        index[role] = [*((state.get("report_index") or {}).get(role) or []), [iteration, entry["path"]]][-20:]
+    verdicts = {role: summary.verdict}
     blockers = "; ".join(summary.blockers) or "none"
     line = (
         f"{role}{f' (sub-loop round {subloop})' if subloop else ''}: {summary.verdict}, blockers: {blockers}"
     )
-    history = _line({}, state, line)
+    history = add_line(history_of(state), line)
     previous = (state.get("verdicts") or {}).get("TEST")
-    if (
-        role == "TEST"
-        and summary.verdict == "PASS"
-        and previous == "FAIL"
-        and not state.get("first_pass_marked")
-    ):
-        from tether.orchestrator.engine import mark_milestone
-
+    latest_extra: dict[str, Any] = {}
+    first_pass = role == "TEST" and summary.verdict == "PASS" and previous == "FAIL"
+    if first_pass and not state.get("first_pass_marked"):
         history = mark_milestone(history, iteration, "first TEST PASS after a FAIL")
-        latest_extra: dict[str, Any] = {"first_pass_marked": True}
-    else:
-        latest_extra = {}
+        latest_extra["first_pass_marked"] = True
     return {
         "latest": latest,
         "report_index": index,
         "verdicts": verdicts,
-        "history": history,
+        "history": delta(state, history),
         "last_stage": role,
         "stage_changes": [
             f"iteration {iteration}: {role}{f' #{subloop}' if subloop else ''} -> {summary.verdict}"
@@ -313,7 +307,6 @@ def _failure(role: str, k: int, exc: Exception) -> str:
     return f"error in {role} round {k}: {exc!r}"[:300]
 
 
-def _line(update: dict[str, Any], state: dict[str, Any], line: str) -> list[dict[str, Any]]:
-    from tether.orchestrator.engine import add_line
-
-    return add_line(update.get("history", state.get("history") or []), line)
+def _line(update: dict[str, Any], state: dict[str, Any], line: str) -> dict[str, Any]:
+    """The history entries changed by the pending ``update`` plus ``line``."""
+    return delta(state, add_line(history_of(state, update), line))

@@ -285,6 +285,7 @@ class Runner:
             }
         )
         ctx.mark_executed(step.id)
+        sc.leave_route()  # a routed step leaves the queue in the checkpoint that records it done
         lease = ctx.get("_lease")
         if not isinstance(lease, dict) or lease.get("expires_at", 0) - time.time() < self.lease_ttl / 2:
             ctx.put("_lease", self._lease(run))

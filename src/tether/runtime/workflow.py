@@ -136,16 +136,37 @@ class StepContext:
     last_heartbeat: float = field(default_factory=time.monotonic)
     workflow: Workflow | None = None
     """The workflow being run: ``goto`` checks targets and loop bounds against it."""
+    _from_queue: bool = field(default=False, init=False, repr=False)
+    _inserted: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        # A routed step leaves the queue when it starts; the change is committed with its
-        # checkpoint (or rolled back with the state if it fails), so a crash mid-step
-        # finds it still queued and runs it again, like any interrupted step.
+        self._from_queue = self._queued_first()
+
+    def _queued_first(self) -> bool:
+        """Whether this step runs because it heads the routing queue (skipped ones aside)."""
         route = self.state.get(ROUTE_KEY)
-        pending = list(route.get("pending") or ()) if isinstance(route, dict) else []
-        if self.step.id in pending:
-            pending.remove(self.step.id)
-            self.state.put(ROUTE_KEY, {**route, "pending": pending})
+        if not isinstance(route, dict):
+            return False
+        todo = self.state.get("todo") or {}
+        for target in route.get("pending") or ():
+            if (todo.get(target) or {}).get("status") != "skipped":
+                return bool(target == self.step.id)
+        return False
+
+    def leave_route(self) -> None:
+        """Called by the runner when the step is done: a step that ran from the routing
+        queue leaves it in the same checkpoint that records it done, so a crash anywhere
+        inside the step (or between its attempts) finds it still queued and runs it again."""
+        route = self.state.get(ROUTE_KEY)
+        if not self._from_queue or not isinstance(route, dict):
+            return
+        pending = list(route.get("pending") or ())
+        # its entry is the first one after what goto() put in front of it during the step
+        for i in range(self._inserted, len(pending)):
+            if pending[i] == self.step.id:
+                del pending[i]
+                self.state.put(ROUTE_KEY, {**route, "pending": pending})
+                return
 
     def goto(self, *targets: str, reason: str = "") -> None:
         """Choose the step(s) that run next, in the order given, before any already queued.
@@ -182,6 +203,7 @@ class StepContext:
                 limit=wf.max_routed,
             )
         pending = [*targets, *(route.get("pending") or [])]
+        self._inserted += len(targets)
         self.state.put(ROUTE_KEY, {"pending": pending, "visits": visits, "total": total})
         detail = {"from": self.step.id, "to": list(targets), "reason": reason, "total": total}
         self.state.merge(

@@ -1,0 +1,60 @@
+"""project_history as the run's state holds it, and its markdown (pure functions).
+
+The history is a dict ``{str(iteration): {iteration, title, milestone, lines}}`` kept with
+a dict-merge reducer: a stage's checkpoint holds only the entries it changed (its
+:func:`delta`), and ``project_history.md`` is rendered from the whole of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["History", "add_history", "add_line", "delta", "history_of", "mark_milestone", "render_history"]
+
+History = dict[str, dict[str, Any]]
+"""project_history in the state: {str(iteration): {iteration, title, milestone, lines}}, kept
+with a dict-merge reducer so that a stage's checkpoint holds only the entries it changed."""
+
+
+def history_of(state: Mapping[str, Any], update: Mapping[str, Any] | None = None) -> History:
+    """The whole history: the state's entries with those of a pending ``update`` over them."""
+    return {**(state.get("history") or {}), **((update or {}).get("history") or {})}
+
+
+def delta(state: Mapping[str, Any], history: History) -> History:
+    """The entries of ``history`` that differ from the state's (what a stage returns)."""
+    old = state.get("history") or {}
+    return {k: v for k, v in history.items() if old.get(k) != v}
+
+
+def add_history(
+    history: History, iteration: int, title: str, lines: list[str], milestone: str = ""
+) -> History:
+    entry = {"iteration": iteration, "title": title, "milestone": milestone, "lines": list(lines)}
+    return {**history, str(iteration): entry}
+
+
+def add_line(history: History, line: str) -> History:
+    if not history:
+        return {"0": {"iteration": 0, "title": "setup", "milestone": "", "lines": [line]}}
+    key = max(history, key=int)
+    last = history[key]
+    return {**history, key: {**last, "lines": [*last["lines"], line]}}
+
+
+def mark_milestone(history: History, iteration: int, reason: str) -> History:
+    entry = history.get(str(iteration))
+    if entry is None or entry.get("milestone"):
+        return history
+    return {**history, str(iteration): {**entry, "milestone": reason}}
+
+
+def render_history(history: History) -> str:
+    blocks = []
+    for key in sorted(history, key=int):
+        h = history[key]
+        mark = f"[MILESTONE] {h['milestone']} - " if h.get("milestone") else ""
+        body = "\n".join(f"- {line}" for line in h["lines"])
+        blocks.append(f"## Iteration {h['iteration']}: {mark}{h['title']}\n{body}")
+    return "# project_history\n\n" + "\n\n".join(blocks) + "\n"
