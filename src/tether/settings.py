@@ -12,10 +12,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings"]
+from tether.errors import ConfigError
+
+__all__ = ["Settings", "load_settings"]
+
+_NEVER = {"", "0", "none", "never", "off"}
 
 
 class Settings(BaseSettings):
@@ -28,9 +32,23 @@ class Settings(BaseSettings):
     compress_min_bytes: int | None = None
     """zstd-compress payloads at least this big (unset: never)."""
     checkpoint_ttl_hours: float | None = 7 * 24
-    """A run's checkpoints expire this long after its last save (unset: never)."""
+    """A run's checkpoints expire this long after its last save (0 or ``none``: never)."""
     completed_ttl_hours: float | None = 24
-    """A finished run expires this long after it finished (unset: never)."""
+    """A finished run expires this long after it finished (0 or ``none``: never)."""
+
+    @field_validator("checkpoint_ttl_hours", "completed_ttl_hours", mode="before")
+    @classmethod
+    def _ttl(cls, value: Any) -> Any:
+        """0, ``none`` or ``never`` mean never expire (a TTL of 0 would expire every run at
+        once); a negative TTL is a mistake."""
+        if value is None or (isinstance(value, str) and value.strip().lower() in _NEVER):
+            return None
+        if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
+            return None
+        number = float(value)
+        if number < 0:
+            raise ValueError("must be >= 0 hours (0 or none: never expire)")
+        return number
 
     def store_options(self) -> dict[str, Any]:
         """Keyword arguments for :func:`tether.stores.open_store`."""
@@ -48,3 +66,18 @@ class Settings(BaseSettings):
                 completed_ttl=hours(self.completed_ttl_hours),
             ),
         }
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """``Settings(**overrides)`` with a mistake reported as a :class:`ConfigError` naming
+    the environment variable and what it accepts, not a pydantic traceback."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err.get("loc") else "?"
+            name = f"TETHER_{field.upper()}" if field not in overrides else field
+            got = err.get("input")
+            problems.append(f"{name}={got!r}: {err['msg']}")
+        raise ConfigError("bad setting: " + "; ".join(problems)) from None

@@ -127,7 +127,7 @@ def test_run_report_and_resume_with_a_decision(tmp_path):
     first = runner.invoke(
         app, ["run", "tests.cli._flows:flaky_plan", "--run-id", "f1", "--store", url, "--plain"]
     )
-    assert first.exit_code == 0, first.output
+    assert first.exit_code == 4, first.output  # PAUSED: waits for a decision
     assert "status: PAUSED" in first.output and 'TODO item: "Find dataset"' in first.output
     rep = runner.invoke(app, ["report", "f1", "--store", url])
     assert "item 2 of 3" in rep.output and "data failure" in rep.output

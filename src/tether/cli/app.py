@@ -1,8 +1,10 @@
-"""``tether`` command line: the demo, and inspecting/operating runs in a store.
+"""``tether`` command line: the demo, running workflows, and inspecting/operating runs in
+a store (``cli/runs.py``).
 
 Every command takes ``--store URL`` (default from ``TETHER_STORE_URL``, else
-``sqlite:///.tether/tether.db``). TetherErrors become a one-line message and exit
-code 1; ``--debug`` shows the traceback.
+``sqlite:///.tether/tether.db``). A user's mistake becomes one ``error:`` line and exit
+code 1 (``--debug`` shows the traceback); ``run`` and ``resume`` exit with a code per
+final status (see ``_common.EXIT_FOR_STATUS``).
 """
 
 from __future__ import annotations
@@ -11,13 +13,27 @@ import asyncio
 import json
 import logging
 import os
+import sys
 import time
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Any
 
 import typer
 
 from tether.cli import agents
+from tether.cli import runs as _runs
+from tether.cli._common import (
+    EXIT_CTRL_C,
+    EXIT_FOR_STATUS,
+    STATE,
+    StoreOpt,
+    console,
+    continue_hint,
+    on_store,
+    run_async,
+    settings,
+)
+from tether.cli.runs import json_object
 from tether.errors import TetherError
 
 app = typer.Typer(
@@ -27,17 +43,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-T = TypeVar("T")
-StoreOpt = Annotated[
-    str | None, typer.Option("--store", help="Store URL (default: TETHER_STORE_URL or SQLite).")
-]
-_state: dict[str, Any] = {"debug": False, "env_file": None}
 
-
-@app.callback()
+@app.callback(invoke_without_command=True)
 def _main(
+    ctx: typer.Context,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
     env_file: Annotated[
         str | None,
         typer.Option(
@@ -45,49 +57,26 @@ def _main(
         ),
     ] = None,
 ) -> None:
-    _state["debug"] = debug
+    if version:
+        from importlib.metadata import version as installed
+
+        typer.echo(f"tether {installed('tether')}")
+        raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+    STATE["debug"] = debug
     if env_file is not None and not os.path.isfile(env_file):
         raise typer.BadParameter(f"--env-file {env_file!r} is not a file")
-    _state["env_file"] = env_file
+    STATE["env_file"] = env_file
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
-def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
-    try:
-        return asyncio.run(coro_fn())  # type: ignore[arg-type]
-    except TetherError as exc:
-        if _state["debug"]:
-            raise
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from None
-
-
-def _on_store(store: str | None, fn: Callable[[Any], Awaitable[T]]) -> T:
-    """Open the configured store, run ``fn(store)``, close it; TetherErrors as one line."""
-    url, options = _settings(store)
-
-    async def go() -> T:
-        from tether.stores import open_store
-
-        async with open_store(url, **options) as s:
-            return await fn(s)
-
-    return _run(go)
-
-
-def _settings(store: str | None) -> tuple[str, dict[str, Any]]:
-    from tether.settings import Settings
-
-    extra: dict[str, Any] = {} if store is None else {"store_url": store}
-    settings = Settings(_env_file=_state["env_file"], **extra)  # type: ignore[call-arg]
-    return settings.store_url, settings.store_options()
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    return Console(highlight=False)
+_run = run_async  # the names the other command modules use
+_settings = settings
+_console = console
+_on_store = on_store
 
 
 @app.command()
@@ -148,15 +137,21 @@ def run(
     store: StoreOpt = None,
     run_id: Annotated[str | None, typer.Option(help="Run id (default: generated).")] = None,
     inputs: Annotated[str, typer.Option("--input", help="Initial state as a JSON object.")] = "{}",
-    plain: Annotated[bool, typer.Option(help="Print events as lines instead of a live table.")] = False,
+    plain: Annotated[
+        bool, typer.Option(help="Print events as lines instead of a live table (always when piped).")
+    ] = False,
 ) -> None:
-    """Start a run of a workflow with a live progress view."""
-    data = _json_object(inputs, "--input")
+    """Start a run of a workflow with a live progress view.
+
+    Exit code: 0 COMPLETED, 3 FAILED, 4 PAUSED (waits for a decision, an answer or a
+    review), 5 CANCELLED, 6 INTERRUPTED (left for resume), 130 Ctrl-C, 1 an error.
+    """
+    data = json_object(inputs, "--input")
     wf = _workflow(workflow)
     url, options = _settings(store)
     rid = run_id or f"{wf.name}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10_000:04d}"
     data.setdefault("_origin", {"kind": "workflow", "workflow": workflow})  # for `tether resume RUN`
-    _drive(wf, url, options, lambda r: r.start(rid, data), plain=plain, title=f"run {rid}")
+    _drive(wf, url, options, lambda r: r.start(rid, data), plain=plain, title=f"run {rid}", run_id=rid)
 
 
 @app.command()
@@ -176,10 +171,11 @@ def resume(
     force: Annotated[bool, typer.Option(help="Take over a lease even if its holder looks alive.")] = False,
     plain: bool = False,
 ) -> None:
-    """Continue a paused or crashed run (a workflow, a deploy or a plan).
+    """Continue a paused, interrupted or crashed run (a workflow, a deploy or a plan).
 
     What started the run is recorded in it, so the run id is enough; --answer answers
-    the question an agent run waits on, --decision the failure a run paused on.
+    the question an agent run waits on, --decision the failure a run paused on. Exit
+    codes as for ``run``.
     """
     agents._check_decision(decision)
     if run_id is None:
@@ -204,6 +200,7 @@ def resume_workflow(
         plain=plain,
         title=f"resume {run_id}",
         run_id=run_id,
+        seed=True,
     )
 
 
@@ -224,36 +221,82 @@ def _drive(
     *,
     plain: bool,
     title: str,
-    run_id: str | None = None,
+    run_id: str,
+    seed: bool = False,
 ) -> None:
-    console = _console()
-    console.print(f"[bold]{title}[/] on {url}")
+    out = _console()
+    out.print(f"{title} on {url}", markup=False)
 
     async def go() -> Any:
         from tether.cli.progress import LiveView
         from tether.runtime import Runner
         from tether.stores import open_store
 
+        asyncio.get_running_loop().set_default_executor(_NoWaitExecutor())
         async with open_store(url, **options) as s:
-            view = LiveView(wf, console, plain=plain)
-            if run_id is not None and (ctx := await s.load_context(run_id)) is not None:
+            view = LiveView(wf, out, plain=plain or not out.is_terminal)
+            if seed and (ctx := await s.load_context(run_id)) is not None:
                 view.seed(ctx.get("todo") or {})
             with view:
                 return await call(Runner(wf, s, on_event=view))
 
-    result = _run(go)
-    console.print(f"status: [bold]{result.status}[/] at version {result.version}")
+    try:
+        result = _run(go)
+    except KeyboardInterrupt:
+        _where(url, options, run_id)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_CTRL_C)  # a sync step's thread cannot be stopped: do not wait for it
+
+    status = str(result.status)
+    out.print(f"status: {status} at version {result.version}", markup=False)
     if result.report is not None:
-        console.print(result.report.render(), highlight=False)
-    if str(result.status) in {"FAILED", "CANCELLED"}:
-        raise typer.Exit(3)
+        out.print(result.report.render(), markup=False)
+    reason = result.state.get("pause_reason")
+    if reason and status in ("PAUSED", "INTERRUPTED"):
+        out.print(f"reason: {reason}", markup=False)
+    hint = continue_hint(run_id, result.state, status)
+    if hint:
+        out.print(f"continue with: {hint}", markup=False)
+    raise typer.Exit(EXIT_FOR_STATUS.get(status, 1))
+
+
+class _NoWaitExecutor(ThreadPoolExecutor):
+    """The loop's default executor, whose shutdown does not wait for a step still running
+    in a thread (after Ctrl-C the run is already committed INTERRUPTED)."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait=False, cancel_futures=cancel_futures)
+
+
+def _where(url: str, options: dict[str, Any], run_id: str) -> None:
+    """After Ctrl-C: where the run was left and the command that continues it."""
+
+    async def look() -> tuple[Any, Any]:
+        from tether.stores import open_store
+
+        async with open_store(url, **options) as s:
+            return await s.get_run(run_id), await s.load(run_id)
+
+    try:
+        info, cp = run_async(look)
+    except BaseException:  # a second Ctrl-C, a store away: say what we know
+        info = cp = None
+    if info is None or cp is None:
+        typer.echo(f"\ninterrupted: run {run_id} was not checkpointed; nothing to resume", err=True)
+        return
+    after = f" after step '{info.node_id}'" if info.node_id else ""
+    hint = continue_hint(run_id, cp.state, "INTERRUPTED")
+    typer.echo(f"\ninterrupted: run {run_id} left {info.status} at version {info.version}{after}", err=True)
+    typer.echo(f"continue with: {hint}", err=True)
 
 
 @app.command()
 def report(
     run_id: str, store: StoreOpt = None, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
-    """Show a run's last failure report (seed 004 template, or --json)."""
+    """Show a run's last failure report (or --json)."""
+    from tether.errors import RunNotFound
     from tether.runtime import FailureReport
 
     url, options = _settings(store)
@@ -264,186 +307,22 @@ def report(
         async with open_store(url, **options) as s:
             cp = await s.load(run_id)
             if cp is None:
-                raise TetherError(f"run {run_id!r} not found")
+                raise RunNotFound(run_id)
             found = cp.state.get("failure_report")
             return found if isinstance(found, dict) else None
 
     data = _run(go)
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        return
     if data is None:
         typer.echo(f"{run_id}: no failure report")
         return
-    typer.echo(
-        json.dumps(data, indent=2, ensure_ascii=False) if as_json else FailureReport.from_dict(data).render()
-    )
-
-
-def _json_object(text: str, what: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"{what} is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise typer.BadParameter(f"{what} must be a JSON object")
-    return data
+    typer.echo(FailureReport.from_dict(data).render())
 
 
 app.command()(agents.deploy)
 app.command()(agents.plan)
-
-
-@app.command()
-def runs(
-    store: StoreOpt = None,
-    status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
-    limit: int = 50,
-) -> None:
-    """List runs, most recently updated first."""
-    from rich.table import Table
-
-    from tether.state import RunStatus
-
-    result = _on_store(
-        store, lambda s: s.list_runs(status=RunStatus(status.upper()) if status else None, limit=limit)
-    )
-
-    table = Table("status", "version", "node", "updated")
-    table.add_column("run", no_wrap=True)
-    for r in result:
-        table.add_row(
-            str(r.status),
-            str(r.version),
-            r.node_id or "",
-            f"{r.updated_at:%Y-%m-%d %H:%M:%S}",
-            r.run_id,
-        )
-    _console().print(table)
-
-
-@app.command()
-def show(run_id: str, store: StoreOpt = None, version: int | None = None) -> None:
-    """Print a run's snapshot (or one version's checkpoint) as JSON."""
-    url, options = _settings(store)
-
-    async def go() -> dict[str, Any]:
-        from tether.stores import open_store
-
-        async with open_store(url, **options) as s:
-            if version is None:
-                snap = await s.snapshot(run_id)
-                if snap is None:
-                    raise TetherError(f"run {run_id!r} not found")
-                return {
-                    "run_id": snap.run_id,
-                    "status": str(snap.status),
-                    "version": snap.version,
-                    "current_node_id": snap.current_node_id,
-                    "current_node_name": snap.current_node_name,
-                    "timestamp": snap.timestamp.isoformat(),
-                    "state": snap.state,
-                }
-            cp = await s.load(run_id, version)
-            if cp is None:
-                raise TetherError(f"version {version} of run {run_id!r} not found")
-            return {
-                "run_id": run_id,
-                "version": cp.version,
-                "node_id": cp.node_id,
-                "state": cp.state,
-            }
-
-    typer.echo(json.dumps(_run(go), indent=2, default=_json_default, ensure_ascii=False))
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, bytes):
-        return {"$bytes": len(obj)}
-    return str(obj)
-
-
-@app.command()
-def history(run_id: str, store: StoreOpt = None, limit: int = 20, before: int | None = None) -> None:
-    """List a run's checkpoints, newest first."""
-    from rich.table import Table
-
-    result = _on_store(store, lambda s: s.history(run_id, before=before, limit=limit))
-
-    table = Table("version", "node", "status", "kind", "bytes", "time")
-    for h in result:
-        table.add_row(
-            str(h.version),
-            h.node_id or "",
-            str(h.status),
-            h.kind,
-            str(h.size),
-            f"{h.timestamp:%H:%M:%S.%f}",
-        )
-    _console().print(table)
-
-
-@app.command()
-def status(run_id: str, new_status: str, store: StoreOpt = None) -> None:
-    """Set a run's status (PAUSED to review and update it, RUNNING, CANCELLED…)."""
-    from tether.state import RunStatus
-
-    try:
-        st = RunStatus(new_status.upper())
-    except ValueError:
-        raise typer.BadParameter(f"status must be one of {', '.join(RunStatus)}") from None
-
-    _on_store(store, lambda s: s.set_status(run_id, st))
-
-    typer.echo(f"{run_id}: {st}")
-
-
-@app.command()
-def update(
-    run_id: str,
-    data: Annotated[
-        str, typer.Argument(help='JSON object merged through the reducers, e.g. \'{"goal": "x"}\'')
-    ],
-    store: StoreOpt = None,
-) -> None:
-    """Merge a JSON update into a PAUSED run's state."""
-    patch = _json_object(data, "the update")
-    result = _on_store(store, lambda s: s.update_state(run_id, patch))
-
-    typer.echo(f"{run_id}: updated, version {result}")
-
-
-@app.command()
-def prune(
-    run_id: str,
-    keep: Annotated[int, typer.Option(help="Versions to keep.")],
-    store: StoreOpt = None,
-) -> None:
-    """Drop all but the latest KEEP versions of a run (safe with deltas)."""
-    result = _on_store(store, lambda s: s.prune(run_id, keep=keep))
-
-    typer.echo(f"{run_id}: removed {result} versions")
-
-
-@app.command()
-def copy(run_id: str, new_run_id: str, store: StoreOpt = None, version: int | None = None) -> None:
-    """Fork a run (at VERSION, default latest) into NEW_RUN_ID."""
-    _on_store(store, lambda s: s.copy(run_id, new_run_id, version=version))
-
-    typer.echo(f"{new_run_id}: forked from {run_id}")
-
-
-@app.command()
-def delete(run_id: str, store: StoreOpt = None) -> None:
-    """Delete a run and all its checkpoints."""
-    result = _on_store(store, lambda s: s.delete(run_id))
-
-    typer.echo(f"{run_id}: {'deleted' if result else 'not found'}")
-
-
-@app.command()
-def purge(store: StoreOpt = None) -> None:
-    """Delete expired runs now (SQL stores; Redis expires keys by itself)."""
-    result = _on_store(store, lambda s: s.purge_expired())
-
-    typer.echo(f"purged {result} expired runs")
 
 
 @app.command()
@@ -452,6 +331,9 @@ def keygen() -> None:
     from tether.state.serde import generate_key
 
     typer.echo(generate_key())
+
+
+_runs.register(app)
 
 
 def _register_orchestrate() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Any
 
 from tether.errors import ConfigError
@@ -18,6 +20,8 @@ def load_workflow(target: str) -> Workflow:
     module, _, attr = target.partition(":")
     if not module or not attr:
         raise ConfigError(f"workflow must be 'module:attribute', got {target!r}")
+    if os.getcwd() not in sys.path:  # a project's own module, as `python -m` would find it
+        sys.path.insert(0, os.getcwd())
     try:
         obj = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
@@ -74,12 +78,14 @@ class LiveView:
             self.status[sid] = "skipped" if event.detail.get("decision") == "skip" else "pending"
         if self.plain:
             extra = " ".join(f"{k}={v}" for k, v in event.detail.items())
-            self.console.print(f"  {event.kind:<15} {sid or '':<12} {extra}".rstrip(), highlight=False)
+            line = f"  {event.kind:<15} {sid or '':<12} {extra}".rstrip()
+            self.console.print(line, highlight=False, markup=False)  # user data: never markup
         elif self.live is not None:
             self.live.update(self.render())
 
     def render(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title=f"{self.workflow.name}", show_lines=False)
         table.add_column("phase")
@@ -89,6 +95,9 @@ class LiveView:
         for step in self.workflow.steps:
             st = self.status.get(step.id, "pending")
             table.add_row(
-                step.phase, step.title, f"[{_STYLE.get(st, '')}]{st}[/]", str(self.attempts.get(step.id, 0))
+                Text(step.phase),
+                Text(step.title),
+                Text(st, style=_STYLE.get(st, "")),
+                str(self.attempts.get(step.id, 0)),
             )
         return table

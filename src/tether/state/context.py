@@ -83,6 +83,8 @@ class ExecutionContext:
         """Keys whose value holds a datetime (None: not known, for a state read back from a
         store). A full checkpoint of a state without any is encoded by the faster encoder."""
         if state:
+            for key in state:
+                _check_key(key)
             self._dated = {key for key, value in state.items() if check_value(value, key=key)}
             self._state = copy_value(dict(state))
 
