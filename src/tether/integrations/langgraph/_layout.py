@@ -71,19 +71,19 @@ def _key(prefix: str, *parts: str) -> str:
     return prefix + "#" + hashlib.sha256(raw.encode()).hexdigest()
 
 
-def ns_key(thread_id: str, ns: str) -> str:
+def ns_key(thread_id: str, ns: str, prefix: str = "lg") -> str:
     """The tether run id of one namespace of a thread (unambiguous; hashed when long)."""
-    return _key("lg", thread_id, ns)
+    return _key(prefix, thread_id, ns)
 
 
-def thread_index_key(thread_id: str) -> str:
+def thread_index_key(thread_id: str, prefix: str = "lg") -> str:
     """The run that lists a thread's namespaces."""
-    return _key("lgt", thread_id)
+    return _key(prefix + "t", thread_id)
 
 
-def run_index_key(run_id: str) -> str:
+def run_index_key(run_id: str, prefix: str = "lg") -> str:
     """The run that lists the namespaces holding checkpoints of one LangGraph run id."""
-    return _key("lgr", run_id)
+    return _key(prefix + "r", run_id)
 
 
 def extends(new: list[Any], old: Sequence[Any], *, equal: bool = False) -> bool:
