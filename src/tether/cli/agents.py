@@ -23,10 +23,9 @@ from typing import Annotated, Any
 
 import typer
 
+from tether.cli._common import EXIT_FOR_STATUS, run_async
 from tether.errors import ConfigError, TetherError
 
-EXIT_FOR_STATUS = {"COMPLETED": 0, "FAILED": 3, "PAUSED": 4, "CANCELLED": 5, "INTERRUPTED": 6}
-"""How an agent command ends, by the run's final status (the same codes as ``run``)."""
 EXIT_FAILED = EXIT_FOR_STATUS["FAILED"]
 EXIT_PAUSED = EXIT_FOR_STATUS["PAUSED"]
 """The run is PAUSED: it waits for an answer or a decision (the output says which)."""
@@ -55,8 +54,6 @@ def _settings(store: str | None) -> tuple[str, dict[str, Any]]:
 
 
 def _run(fn: Callable[[], Any]) -> Any:
-    from tether.cli.app import _run as run_async
-
     return run_async(fn)
 
 
