@@ -328,7 +328,10 @@ class Threads:
         ctx.put("cp", self._dumps({k: v for k, v in checkpoint.items() if k != "channel_values"}))
         ctx.merge({"ix": [[cid, ctx.version + 1, parent_id, *self._dumps(dict(metadata))]]})
         pending: list[Any] = ctx.get("w") or []
-        kept = [e for e in pending if e[0] == cid or e[0] not in n.pos]
+        # The previous checkpoint's writes stay in this version too: those that waited for
+        # this put are stored only here (see ``_writes_after``).
+        previous = ix[-1][0] if ix else None
+        kept = [e for e in pending if e[0] in (cid, previous) or e[0] not in n.pos]
         dead = len(pending) - len(kept)
         # Reads pick writes by checkpoint id, so older ones may stay a while: dropping them
         # rewrites the live ones, so it waits until they are worth it.
@@ -496,7 +499,7 @@ class Threads:
             state = cp.state
             record = self._loads(tuple(state["cp"]))
             values = decode_channels(state, record.get("channel_versions") or {}, self._loads)
-            pending = state.get("w") or []
+            pending = await self._writes_after(n.key, ix[i + 1][1])
         record["channel_values"] = values
         writes = [e for e in pending if e[0] == cid] + late
         conf = {"thread_id": n.thread_id, "checkpoint_ns": n.ns}
@@ -507,6 +510,15 @@ class Threads:
             parent_config={"configurable": {**conf, "checkpoint_id": entry[2]}} if entry[2] else None,
             pending_writes=[(e[1], e[3], self._loads((e[4], e[5]))) for e in sort_writes(writes)],
         )
+
+    async def _writes_after(self, key: str, version: int) -> list[Any]:
+        """The pending writes stored with the put at ``version``: they hold the previous
+        checkpoint's writes, including those that waited (``flush_delay``) for that put and
+        were stored in its commit."""
+        cp = await self.store.load(key, version)
+        if cp is None:
+            raise RunNotFound(key, version)
+        return list(cp.state.get("w") or [])
 
     async def select(
         self,
@@ -657,7 +669,7 @@ class Threads:
                     cp = await self.store.load(src.key, ix[i + 1][1] - 1)
                     if cp is None:
                         raise RunNotFound(src.key, ix[i + 1][1] - 1)
-                    state = cp.state
+                    state = {**cp.state, "w": await self._writes_after(src.key, ix[i + 1][1])}
                 late = (view.get("ow") or {}).get(entry[0])
             await self._append_state(dst, entry, state, late or {})
 
@@ -681,7 +693,9 @@ class Threads:
                 elif key in ("m", "cp") and value != ctx.get(key):
                     ctx.put(key, value)
             writes = [e for e in state.get("w") or [] if e[0] == cid]
-            ctx.put("w", writes + list(late.values()))
+            ix = ctx.get("ix") or []
+            previous = [e for e in ctx.get("w") or [] if ix and e[0] == ix[-1][0]]  # see _writes_after
+            ctx.put("w", previous + writes + list(late.values()))
             ctx.merge({"ix": [[cid, ctx.version + 1, *entry[2:]]]})
             run_id = self._loads((entry[3], entry[4])).get("run_id")
             if run_id is not None and str(run_id) != ctx.get("r"):

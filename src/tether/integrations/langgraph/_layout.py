@@ -17,10 +17,10 @@ that point:
                  ``[checkpoint_id, version, parent_id, meta_type, meta_bytes]``.
 ``w``            pending writes of the latest checkpoint (and of ones not put yet), a
                  list of ``[cid, task_id, idx, channel, type, bytes, task_path]``, unique
-                 by ``cid|task_id|idx``. Reads pick a checkpoint's writes by its id; a put
-                 drops older checkpoints' writes once there are enough of them (32 or
-                 32 KiB), so the writes of checkpoint X are still in the state just
-                 before the next put.
+                 by ``cid|task_id|idx``. Reads pick a checkpoint's writes by its id. Writes
+                 may wait for the next put and be stored in its commit, so the writes of
+                 checkpoint X are read from the version of the put after it; a put drops
+                 writes older than its parent's once there are enough (32 or 32 KiB).
 ``ow``           writes that arrived for an older checkpoint after a newer one existed
                  (replaying from an old checkpoint): ``{cid: {key: entry}}``.
 ``r``            the LangGraph run id of the latest checkpoint (for ``delete_for_runs``).
