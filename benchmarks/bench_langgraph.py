@@ -188,43 +188,54 @@ def _median_time(write: Callable[[], None], n: int) -> float:
     return statistics.median(times)
 
 
-def raw_writes(tmp: Path, n: int = 200) -> dict[str, float]:
-    """One raw durable 1 KB write per backend: the floor a checkpoint per step sits on."""
-    blob = os.urandom(KB)
-    out: dict[str, float] = {}
-    c = sqlite3.connect(tmp / "raw.db", isolation_level=None)
-    c.execute("PRAGMA journal_mode = WAL")
-    c.execute("PRAGMA synchronous = FULL")
-    c.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, b BLOB)")
+class RawWrites:
+    """One raw durable 1 KB write per backend: the floor a checkpoint per step sits on.
 
-    def sqlite_write() -> None:
-        c.execute("BEGIN IMMEDIATE")
-        c.execute("INSERT INTO t (b) VALUES (?)", (blob,))
-        c.execute("COMMIT")
+    Measured right before and right after each saver's steps (the median of each, averaged),
+    since the disks of a shared machine are fast one minute and slow the next."""
 
-    out["sqlite"] = _median_time(sqlite_write, n)
-    c.close()
-    try:
-        import psycopg
+    def __init__(self, tmp: Path) -> None:
+        self.blob = os.urandom(KB)
+        self.sqlite = sqlite3.connect(tmp / "raw.db", isolation_level=None)
+        self.sqlite.execute("PRAGMA journal_mode = WAL")
+        self.sqlite.execute("PRAGMA synchronous = FULL")
+        self.sqlite.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, b BLOB)")
+        self.pg: Any = None
+        self.table = f"bench_raw_{uuid.uuid4().hex[:8]}"  # this run's own, WAL-logged as real ones
+        self.redis: Any = None
+        self.key = f"bench-raw-{uuid.uuid4().hex}"
 
-        with psycopg.connect(PG, autocommit=True) as pg:
-            pg.execute("CREATE TEMP TABLE bench_raw (id SERIAL PRIMARY KEY, b BYTEA)")
-            out["postgresql"] = _median_time(
-                lambda: pg.execute("INSERT INTO bench_raw (b) VALUES (%s)", (blob,)), n
-            )
-    except Exception as exc:
-        print(f"no PostgreSQL baseline: {exc}")
-    try:
-        import redis
+    def _sqlite(self) -> None:
+        self.sqlite.execute("BEGIN IMMEDIATE")
+        self.sqlite.execute("INSERT INTO t (b) VALUES (?)", (self.blob,))
+        self.sqlite.execute("COMMIT")
 
-        r = redis.Redis.from_url(REDIS)
-        key = f"bench-raw-{uuid.uuid4().hex}"
-        out["redis"] = _median_time(lambda: r.rpush(key, blob), n)  # type: ignore[arg-type]
-        r.delete(key)
-        r.close()
-    except Exception as exc:
-        print(f"no Redis baseline: {exc}")
-    return out
+    def _postgresql(self) -> None:
+        if self.pg is None:
+            import psycopg
+
+            self.pg = psycopg.connect(PG, autocommit=True)
+            self.pg.execute(f"CREATE TABLE {self.table} (id SERIAL PRIMARY KEY, b BYTEA)")
+        self.pg.execute(f"INSERT INTO {self.table} (b) VALUES (%s)", (self.blob,))
+
+    def _redis(self) -> None:
+        if self.redis is None:
+            import redis
+
+            self.redis = redis.Redis.from_url(REDIS)
+        self.redis.rpush(self.key, self.blob)
+
+    def median(self, backend: str, n: int = 40) -> float:
+        return _median_time(getattr(self, "_" + backend), n)
+
+    def close(self) -> None:
+        self.sqlite.close()
+        if self.pg is not None:
+            self.pg.execute(f"DROP TABLE {self.table}")
+            self.pg.close()
+        if self.redis is not None:
+            self.redis.delete(self.key)
+            self.redis.close()
 
 
 def no_checkpointer_step(initial: list[AIMessage], steps: int) -> float:
@@ -234,7 +245,9 @@ def no_checkpointer_step(initial: list[AIMessage], steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def run_subject(s: Subject, initial: list[AIMessage], steps: int, reads: int, seed: str) -> dict[str, float]:
+def run_subject(
+    s: Subject, initial: list[AIMessage], steps: int, reads: int, seed: str, raw: RawWrites
+) -> dict[str, Any]:
     thread = f"bench-{uuid.uuid4().hex[:10]}"
     cfg: dict[str, Any] = {"configurable": {"thread_id": thread}, "recursion_limit": steps + 10}
     with s.open() as saver:
@@ -246,32 +259,47 @@ def run_subject(s: Subject, initial: list[AIMessage], steps: int, reads: int, se
         if hasattr(saver, "flush"):
             saver.flush()
         setup = s.stored(thread)
+        floor = raw.median(s.backend)
         t0 = time.perf_counter()
         graph.invoke({"left": steps}, cfg)
         step = (time.perf_counter() - t0) / steps
+        floor = (floor + raw.median(s.backend)) / 2
         final = graph.get_state(cfg).values["messages"]
         warm = _median_time(lambda: graph.get_state(cfg), reads)
     assert len(final) == len(initial) + steps, (s.name, len(final))
-    colds = []
-    for _ in range(reads):
-        with s.open() as saver:
-            graph = build(s.delta).compile(checkpointer=saver)
-            t0 = time.perf_counter()
-            again = graph.get_state(cfg).values["messages"]
-            colds.append(time.perf_counter() - t0)
-        assert len(again) == len(final)
     serde = JsonPlusSerializer()
     size = len(serde.dumps_typed(final)[1])
     added = len(serde.dumps_typed(final[len(initial) :])[1])
     total = s.stored(thread)
     return {
+        "raw": floor,
         "step": step,
         "warm": warm,
-        "cold": statistics.median(colds),
+        "thread": thread,  # type: ignore[dict-item]
+        "final": len(final),
         "stored": total / size,
         "setup": setup / size,
         "steps_bytes": (total - setup) / added,
     }
+
+
+def cold_reads(subjects: list[Subject], rows: dict[str, dict[str, Any]], reads: int) -> None:
+    """``get_state`` through a freshly opened saver, subjects interleaved rep by rep so that
+    the noise of a shared machine hits them alike; the median goes to ``rows[...]["cold"]``."""
+    times: dict[str, list[float]] = {s.name: [] for s in subjects if s.name in rows}
+    for _ in range(reads):
+        for s in subjects:
+            if s.name not in rows:
+                continue
+            cfg = {"configurable": {"thread_id": rows[s.name]["thread"]}}
+            with s.open() as saver:
+                graph = build(s.delta).compile(checkpointer=saver)
+                t0 = time.perf_counter()
+                again = graph.get_state(cfg).values["messages"]
+                times[s.name].append(time.perf_counter() - t0)
+            assert len(again) == rows[s.name]["final"]
+    for name, ts in times.items():
+        rows[name]["cold"] = statistics.median(ts)
 
 
 def main() -> None:
@@ -290,41 +318,52 @@ def main() -> None:
     only = {o.strip().lower() for o in args.only.split(",") if o.strip()} or None
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        raw = raw_writes(tmp)
-        print("raw 1 KB durable write: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in raw.items()))
-        for size in args.sizes.split(","):
-            mb = int(size.upper().removesuffix("MB"))
-            initial = [message(i) for i in range(mb * MB // KB)]
-            bare = no_checkpointer_step(initial, args.steps)
+        raw = RawWrites(tmp)
+        try:
+            run_all(args, tmp, raw, only)
+        finally:
+            raw.close()
+
+
+def run_all(args: argparse.Namespace, tmp: Path, raw: RawWrites, only: set[str] | None) -> None:
+    for size in args.sizes.split(","):
+        mb = int(size.upper().removesuffix("MB"))
+        initial = [message(i) for i in range(mb * MB // KB)]
+        bare = no_checkpointer_step(initial, args.steps)
+        print(
+            f"\n{size}: {len(initial)} messages, {args.steps} steps; no checkpointer {bare * 1e3:.2f} ms/step;"
+            " x base = step / (no checkpointer + one raw write on the saver's backend)"
+        )
+        print(
+            f"{'saver':28} {'raw ms':>7} {'step ms':>8} {'x base':>7} {'get_state warm':>15} {'cold ms':>8} "
+            f"{'stored/state':>13} {'setup/state':>12} {'steps/appended':>15}"
+        )
+        rows: dict[str, dict[str, Any]] = {}
+        chosen = subjects(tmp, only)
+        for s in chosen:
+            try:
+                rows[s.name] = run_subject(s, initial, args.steps, args.reads, args.seed, raw)
+            except Exception as exc:  # a server not running: say so, go on
+                print(f"{s.name:28} failed: {type(exc).__name__}: {str(exc)[:120]}")
+        cold_reads(chosen, rows, args.reads)
+        for s in chosen:
+            if s.name not in rows:
+                continue
+            r = rows[s.name]
+            base = bare + r["raw"]
             print(
-                f"\n{size}: {len(initial)} messages, {args.steps} steps; no checkpointer {bare * 1e3:.2f} ms/step;"
-                " x base = step / (no checkpointer + one raw write on the saver's backend)"
+                f"{s.name:28} {r['raw'] * 1e3:7.2f} {r['step'] * 1e3:8.2f} {r['step'] / base:7.2f} "
+                f"{r['warm'] * 1e3:13.2f}ms {r['cold'] * 1e3:8.2f} {r['stored']:13.2f} "
+                f"{r['setup']:12.2f} {r['steps_bytes']:15.2f}"
             )
-            print(
-                f"{'saver':28} {'step ms':>8} {'x base':>7} {'get_state warm':>15} {'cold ms':>8} "
-                f"{'stored/state':>13} {'setup/state':>12} {'steps/appended':>15}"
-            )
-            rows: dict[str, dict[str, float]] = {}
-            for s in subjects(tmp, only):
-                try:
-                    rows[s.name] = r = run_subject(s, initial, args.steps, args.reads, args.seed)
-                except Exception as exc:  # a server not running: say so, go on
-                    print(f"{s.name:28} failed: {type(exc).__name__}: {str(exc)[:120]}")
-                    continue
-                base = bare + raw.get(s.backend, raw["sqlite"])
-                print(
-                    f"{s.name:28} {r['step'] * 1e3:8.2f} {r['step'] / base:7.2f} "
-                    f"{r['warm'] * 1e3:13.2f}ms {r['cold'] * 1e3:8.2f} {r['stored']:13.2f} "
-                    f"{r['setup']:12.2f} {r['steps_bytes']:15.2f}"
-                )
-            ref = rows.get("SqliteSaver")
-            if ref:
-                for name, r in rows.items():
-                    if name.startswith("TetherSaver"):
-                        print(
-                            f"  {name}: cold get_state {r['cold'] / ref['cold']:.2f}x SqliteSaver's, "
-                            f"step {r['step'] / ref['step']:.2f}x"
-                        )
+        ref = rows.get("SqliteSaver")
+        if ref:
+            for name, r in rows.items():
+                if name.startswith("TetherSaver"):
+                    print(
+                        f"  {name}: cold get_state {r['cold'] / ref['cold']:.2f}x SqliteSaver's, "
+                        f"step {r['step'] / ref['step']:.2f}x"
+                    )
 
 
 if __name__ == "__main__":

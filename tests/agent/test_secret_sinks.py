@@ -62,7 +62,12 @@ async def test_planted_secrets_reach_no_sink(tmp_path: Path, monkeypatch, caplog
         "prompts": repr(model.calls).encode(),
     }
     for path in tmp_path.glob("agent.db*"):
-        sinks[path.name] = path.read_bytes()
+        if path.is_dir():  # the run's artefacts (trimmed outputs, archives) are a sink too
+            for file in path.rglob("*"):
+                if file.is_file():
+                    sinks[str(file.relative_to(tmp_path))] = file.read_bytes()
+        else:
+            sinks[path.name] = path.read_bytes()
     for name, raw in sinks.items():
         for secret in (ENV_KEY, FILE_PASSWORD, URL_PASSWORD, ANSWER):
             assert secret.encode() not in raw, f"{secret} leaked into {name}"

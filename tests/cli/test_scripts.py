@@ -76,7 +76,7 @@ def test_ctrl_c_leaves_the_run_interrupted_and_says_how_to_resume(url, tmp_path)
 
 
 def test_a_killed_runner_lists_as_interrupted(url, tmp_path):
-    proc, _go = start(url, "sigkill", tmp_path)
+    proc, go = start(url, "sigkill", tmp_path)
     proc.kill()
     proc.communicate(timeout=60)
     listed = json.loads(tether("runs", "--store", url, "--json").stdout)
@@ -84,6 +84,12 @@ def test_a_killed_runner_lists_as_interrupted(url, tmp_path):
     status = tether("status", "sigkill", "--store", url)
     assert "sigkill: INTERRUPTED" in status.stdout
     assert "continue with: tether resume sigkill" in status.stdout
+    go.touch()
+    done = tether("resume", "sigkill", "--store", url, env={"TETHER_TEST_GO": str(go)})
+    assert done.returncode == 0, done.stderr
+    log = json.loads(tether("show", "sigkill", "--store", url).stdout)["state"]["event_log"]
+    cut = [e for e in log if e["kind"] == "interrupted"]
+    assert cut and cut[0]["detail"]["after"] == "a"  # the crash is on record
 
 
 @pytest.mark.parametrize(("command", "status", "code"), [("pause", "PAUSED", 4), ("cancel", "CANCELLED", 5)])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,11 @@ async def test_the_langgraph_conformance_suite_passes_in_full(backend: str, tmp_
         if not passed:
             failures.append(f"{capability}/{test}:\n{error}")
 
+    prefix = f"lg{uuid.uuid4().hex[:8]}"  # the suite reuses run ids such as "run-abc"
+
     @checkpointer_test(name=f"TetherSaver[{backend}]")
     async def factory():  # type: ignore[no-untyped-def]
-        async with TetherSaver.from_url(url) as saver:
+        async with TetherSaver.from_url(url, prefix=prefix) as saver:
             yield saver
 
     report = await validate(factory, progress=ProgressCallbacks(on_test_result=on_result))

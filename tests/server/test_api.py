@@ -303,3 +303,14 @@ async def test_snapshot_etag_gives_304_until_the_run_changes(api):
     await app.state.store.set_status(rid, "CANCELLED")
     again = await client.get(f"/api/runs/{rid}/snapshot", headers={"If-None-Match": fresh.headers["etag"]})
     assert again.status_code == 200 and again.json()["status"] == "CANCELLED"
+
+
+async def test_a_running_run_whose_process_died_is_listed_as_interrupted(api):
+    """RUNNING in the store with a dead holder's lease shows as INTERRUPTED in the list."""
+    client, app = api
+    rid = new_id("dead")
+    store = app.state.store
+    lease = {"owner": "gone", "host": "elsewhere", "pid": 1, "expires_at": 0}
+    await store.commit(ExecutionContext(rid, {"_lease": lease}), status=RunStatus.RUNNING)
+    items = (await client.get("/api/runs", params={"limit": 500})).json()["items"]
+    assert next(r for r in items if r["runId"] == rid)["status"] == "INTERRUPTED"

@@ -17,7 +17,7 @@ from tether.models.replies import parse_json_reply
 
 __all__ = ["ACTION_TYPES", "AgentAction", "extract_json", "parse_action"]
 
-ACTION_TYPES = ("execute", "done", "failed", "ask_user", "step_done")
+ACTION_TYPES = ("execute", "done", "failed", "ask_user", "step_done", "read_artifact")
 
 
 class AgentAction(BaseModel):
@@ -25,7 +25,9 @@ class AgentAction(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
-    action_type: Literal["execute", "done", "failed", "ask_user", "step_done"] = Field(alias="action")
+    action_type: Literal["execute", "done", "failed", "ask_user", "step_done", "read_artifact"] = Field(
+        alias="action"
+    )
     command: str | None = None
     reasoning: str | None = None
     message: str | None = None
@@ -37,10 +39,23 @@ class AgentAction(BaseModel):
     default_option: str | None = None
     outputs: dict[str, Any] | None = None
     """``step_done`` only: the step's StepOutputs (seed 000)."""
+    artifact_id: str | None = None
+    """``read_artifact`` only: the id a trimmed output names."""
+    start: int | None = Field(default=None, ge=1)
+    """``read_artifact``: first line (or byte), 1-based; default the start."""
+    end: int | None = Field(default=None, ge=1)
+    """``read_artifact``: last line (or byte), inclusive; default the end."""
+    unit: Literal["lines", "bytes"] = "lines"
 
     @model_validator(mode="after")
     def _required_fields(self) -> AgentAction:
-        need = {"execute": "command", "done": "message", "failed": "message", "ask_user": "question"}
+        need = {
+            "execute": "command",
+            "done": "message",
+            "failed": "message",
+            "ask_user": "question",
+            "read_artifact": "artifact_id",
+        }
         field = need.get(self.action_type)
         if field and not (getattr(self, field) or "").strip():
             raise ValueError(f'"{self.action_type}" needs a non-empty "{field}"')

@@ -6,11 +6,19 @@ and returns a state update. The :class:`~tether.runtime.Runner` checkpoints afte
 iteration, so a crashed agent resumes with its whole history, and a question the agent
 asked can be answered later, from another process.
 
-State keys: ``iteration`` (iterations done), ``goal``, ``context_window`` (the window,
-``ContextWindow.to_state()``), ``command_history``, ``user_interactions`` and ``actions``
-(append; ``actions`` holds every action that is not a command: questions, done, failed,
-invalid replies), ``invalid_replies``,
-``pending_question`` (a question waiting for an answer), ``final_output``.
+State keys: ``iteration`` (iterations done), ``goal``; the context window as
+``context_meta`` (budget, calibration, ...: small, rewritten each step) and ``context_log``
+(append: the items each step added, replaced or removed, so a checkpoint stores what
+changed, not the window); ``command_history``, ``user_interactions``, ``event_log`` and
+``actions`` (append; ``actions`` holds every action that is not a command: questions,
+done, failed, invalid replies), ``invalid_replies``, ``pending_question`` (a question
+waiting for an answer), ``final_output``.
+
+Before each model call a :class:`~tether.context.policy.ContextPolicy` applies the
+configured thresholds; its events (the warning, each compression, overflow recoveries)
+are emitted and appended to ``event_log``. Trimmed command outputs go to a durable
+artefact store (beside an SQLite store's file, one directory per run), and the model can
+read them back with the ``read_artifact`` action.
 """
 
 from __future__ import annotations
@@ -21,12 +29,15 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tether.agent.actions import AgentAction, parse_action
-from tether.context import ContextWindow, InMemoryArtifactStore, Layer, new_item
-from tether.context.artifacts import ArtifactStore
-from tether.context.recovery import call_with_recovery
+from tether.context import ContextWindow, FileArtifactStore, InMemoryArtifactStore, Layer, new_item
+from tether.context.artifacts import ArtifactNotFound, ArtifactStore
+from tether.context.monitor import Thresholds
+from tether.context.policy import ContextEvent, ContextPolicy
+from tether.context.recovery import call_with_recovery, is_prompt_too_long
 from tether.context.trim import trim_output
 from tether.errors import ApprovalRequired, ConfigError, ModelOutputError, ToolError
 from tether.models.base import ChatModel
@@ -46,6 +57,8 @@ Answer every turn with ONE JSON object and nothing else:
   {"action": "ask_user", "question": "...", "options": ["..."], "input_type": "choice|text|confirm|secret"}
   {"action": "done", "message": "<what was achieved, with URLs/ports>"}
   {"action": "failed", "message": "<why it cannot be done>"}
+  {"action": "read_artifact", "artifact_id": "<id>", "start": 1, "end": 200, "unit": "lines"}
+    (reads back the part of a trimmed output you need; unit "lines" or "bytes")
 Rules: prefer Docker Compose > Docker > a traditional install; run non-interactive commands
 (-y, --no-input); never run destructive commands; start long-running services in the
 background and verify them (e.g. curl the health endpoint) before saying done; when a
@@ -68,6 +81,10 @@ class LoopConfig:
     system_prompt: str = SYSTEM_PROMPT
     blocks: dict[str, str] = field(default_factory=dict)
     """Session-layer context: repository analysis, host facts, experience, rolling summary."""
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    """Warn / standard / deep compression points, as fractions of ``budget``."""
+    artifacts_dir: str | None = None
+    """Where trimmed outputs are kept (a directory per run); default beside the SQLite file."""
 
 
 class AgentLoop:
@@ -101,7 +118,9 @@ class AgentLoop:
         )
         self.redact = redact or (lambda text: text)
         self.interaction = interaction
-        self.artifacts = artifacts or InMemoryArtifactStore()
+        self._artifacts = artifacts
+        self._run_artifacts: dict[str, ArtifactStore] = {}
+        self._policies: dict[str, ContextPolicy] = {}
         self.on_event = on_event
         self.prompt_sizes: list[int] = []
         """Prompt tokens sent at each iteration of this process (for measurements)."""
@@ -125,13 +144,21 @@ class AgentLoop:
             .register("command_history", "append")
             .register("user_interactions", "append")
             .register("actions", "append")
+            .register("context_log", "append")
+            .register("event_log", "append")
         )
         return Runner(self.workflow(), self.store, reducers=reducers, on_event=self.on_event)
 
     async def start(self, run_id: str, goal: str, *, inputs: Mapping[str, Any] | None = None) -> RunResult:
         """Start a run on ``goal``; ``inputs`` adds keys to its initial state."""
         window = self._new_window(goal)
-        state = {**(inputs or {}), "goal": goal, "context_window": window.to_state(), "invalid_replies": 0}
+        state = {
+            **(inputs or {}),
+            "goal": goal,
+            "context_meta": window.meta_state(),
+            "context_log": window.take_journal(),
+            "invalid_replies": 0,
+        }
         return await self.runner().start(run_id, state)
 
     async def resume(self, run_id: str) -> RunResult:
@@ -182,7 +209,13 @@ class AgentLoop:
             if sc.pause_requested:
                 return update
         self._instant(window, n, sc.get("last_error"))
-        reply = await call_with_recovery(window, self._call_model)
+        events: list[ContextEvent] = []
+        reply = await call_with_recovery(
+            window,
+            lambda w: self._call_model(sc.run_id, w, events),
+            archive=self.artifacts_for(sc.run_id),
+        )
+        self._context_events(sc, events, update)
         usage = getattr(reply, "usage", None)
         if usage is not None and getattr(usage, "prompt_tokens", None):
             window.observe_provider_usage(int(usage.prompt_tokens))
@@ -195,25 +228,66 @@ class AgentLoop:
         await self._act(sc, window, n, action, update)
         if sc.finish_requested is None and not sc.pause_requested and n >= self.config.max_iterations:
             sc.finish("FAILED", f"stopped after {n} iterations without the agent saying done")
-        update["context_window"] = window.to_state()
-        self._windows[sc.run_id] = (sc.state.version + 1, window)
+        self._save_window(sc, window, update)
         return update
 
-    async def _call_model(self, window: ContextWindow) -> Any:
-        self._fit(window)
+    async def _call_model(self, run_id: str, window: ContextWindow, events: list[ContextEvent]) -> Any:
+        events += self.policy_for(run_id).before_call(window)
         messages = window.to_messages("openai")
         self.prompt_sizes.append(window.usage().tokens)
-        return await self.model.complete(messages, json_mode=True)
+        try:
+            return await self.model.complete(messages, json_mode=True)
+        except Exception as exc:
+            if is_prompt_too_long(exc):  # call_with_recovery fits the window and calls again
+                reason = f"the provider refused the prompt as too long: {str(exc)[:160]}"
+                events.append(
+                    ContextEvent(kind="context_overflow", before_tokens=window.usage().tokens, reason=reason)
+                )
+            raise
 
-    def _fit(self, window: ContextWindow) -> None:
-        """Seed 004 thresholds: > 90% deep compression, > 85% standard, between calls."""
-        ratio = window.usage().ratio
-        if ratio > 0.90:
-            window.compress("deep", archive=self.artifacts)
-        elif ratio > 0.85:
-            window.compress("standard", archive=self.artifacts)
-        if window.usage().ratio > 1.0:
-            window.fit(archive=self.artifacts)
+    def policy_for(self, run_id: str) -> ContextPolicy:
+        """The run's compression policy (the monitor keeps which thresholds are armed)."""
+        policy = self._policies.get(run_id)
+        if policy is None:
+            policy = ContextPolicy(thresholds=self.config.thresholds, archive=self.artifacts_for(run_id))
+            self._policies[run_id] = policy
+        return policy
+
+    def artifacts_for(self, run_id: str) -> ArtifactStore:
+        """Where the run's trimmed outputs and archives go; durable unless nothing says where."""
+        if self._artifacts is not None:
+            return self._artifacts
+        store = self._run_artifacts.get(run_id)
+        if store is None:
+            base = self.config.artifacts_dir
+            path = getattr(self.store, "path", None)
+            if base is None and isinstance(path, str) and path != ":memory:":
+                base = f"{path}.artifacts"
+            if base is None:
+                logger.warning("no artifacts_dir and no store file: trimmed outputs are kept in memory only")
+                store = InMemoryArtifactStore()
+            else:
+                store = FileArtifactStore(Path(base) / _safe(run_id))
+            self._run_artifacts[run_id] = store
+        return store
+
+    @property
+    def artifacts(self) -> ArtifactStore | None:
+        """The artefact store given at construction (None: one per run, see artifacts_for)."""
+        return self._artifacts
+
+    def _context_events(self, sc: StepContext, events: list[ContextEvent], update: dict[str, Any]) -> None:
+        for event in events:
+            self._emit(event.kind, sc, **event.detail())
+        if events:
+            update["event_log"] = [
+                {"kind": e.kind, "step": sc.step.id, "detail": e.detail(), "ts": _iso_now()} for e in events
+            ]
+
+    def _save_window(self, sc: StepContext, window: ContextWindow, update: dict[str, Any]) -> None:
+        update["context_meta"] = window.meta_state()
+        update["context_log"] = window.take_journal()
+        self._windows[sc.run_id] = (sc.state.version + 1, window)
 
     async def _act(
         self, sc: StepContext, window: ContextWindow, n: int, action: AgentAction, update: dict[str, Any]
@@ -225,6 +299,8 @@ class AgentLoop:
             await self._execute(sc, window, n, action, update, call_id)
         elif action.action_type == "ask_user":
             await self._ask(sc, window, n, action, update)
+        elif action.action_type == "read_artifact":
+            self._read_artifact(sc, window, n, action, call_id)
         elif action.action_type in ("done", "step_done"):
             window.add(new_item("decision", f"done: {action.message}", id=f"done-{n}"))
             update["final_output"] = action.message
@@ -286,7 +362,10 @@ class AgentLoop:
         self._emit("command_result", sc, exit_code=result.exit_code, tail=tail[0][:160])
         body = f"exit code {result.exit_code}\n{stdout}" + (f"\n[stderr]\n{stderr}" if stderr.strip() else "")
         trimmed = trim_output(
-            body, max_tokens=self.config.output_tokens, tokenizer=window.tokenizer, store=self.artifacts
+            body,
+            max_tokens=self.config.output_tokens,
+            tokenizer=window.tokenizer,
+            store=self.artifacts_for(sc.run_id),
         )
         window.add(new_item("tool_result", trimmed.text, id=f"result-{n}", tool_call_id=call_id))
         update["command_history"] = [
@@ -304,6 +383,32 @@ class AgentLoop:
             }
         ]
         update["last_error"] = None if result.success else f"`{command}` exited {result.exit_code}"
+
+    def _read_artifact(
+        self, sc: StepContext, window: ContextWindow, n: int, action: AgentAction, call_id: str
+    ) -> None:
+        """A slice of a stored output, by lines or bytes, trimmed like any output."""
+        aid = action.artifact_id or ""
+        try:
+            text = self.artifacts_for(sc.run_id).get(aid)
+        except ArtifactNotFound:
+            body = f"no artifact {aid!r} for this run"
+        else:
+            start, end = (action.start or 1) - 1, action.end
+            if action.unit == "bytes":
+                data = text.encode()
+                part = data[start : end or len(data)].decode(errors="replace")
+                where = f"bytes {start + 1}-{min(end or len(data), len(data))} of {len(data)}"
+            else:
+                lines = text.splitlines()
+                part = "\n".join(lines[start : end or len(lines)])
+                where = f"lines {start + 1}-{min(end or len(lines), len(lines))} of {len(lines)}"
+            preview = trim_output(
+                part, max_tokens=self.config.output_tokens, tokenizer=window.tokenizer,
+                store=InMemoryArtifactStore(),
+            ).text  # fmt: skip
+            body = f"artifact {aid}, {where}:\n{preview}"
+        window.add(new_item("tool_result", body, id=f"result-{n}", tool_call_id=call_id))
 
     async def _confirm(self, command: str, reason: str) -> bool | None:
         """GuardedSession's confirmation of a risky command, asked through the handler;
@@ -407,8 +512,7 @@ class AgentLoop:
             sc.finish("FAILED", f"the model sent {count} invalid replies in a row: {exc}")
         elif n >= self.config.max_iterations:  # the last reply decides: an invalid one is no success
             sc.finish("FAILED", f"the last reply (iteration {n}) was invalid: {exc}")
-        update["context_window"] = window.to_state()
-        self._windows[sc.run_id] = (sc.state.version + 1, window)
+        self._save_window(sc, window, update)
         return update
 
     def _logged(self, n: int, action: AgentAction) -> dict[str, Any]:
@@ -428,6 +532,7 @@ class AgentLoop:
     def _new_window(self, goal: str) -> ContextWindow:
         cfg = self.config
         window = ContextWindow(cfg.model_name, budget=cfg.budget)
+        window.start_journal()
         window.add(new_item("system", cfg.system_prompt, id="system", pinned=True))
         window.add(new_item("goal", f"Goal: {goal}", id="goal", pinned=True))
         for name, text in cfg.blocks.items():
@@ -440,8 +545,13 @@ class AgentLoop:
         # window behind, and its retry rebuilds the window from the restored state
         cached = self._windows.pop(ctx.run_id, None)
         if cached is not None and cached[0] == ctx.version:
-            return cached[1]
-        return ContextWindow.from_state(ctx.get("context_window"))
+            window = cached[1]
+        elif ctx.get("context_meta") is not None:
+            window = ContextWindow.from_log(ctx.get("context_meta"), ctx.get("context_log") or [])
+        else:  # a run started before the window was stored as a log
+            window = ContextWindow.from_state(ctx.get("context_window"))
+        window.start_journal()
+        return window
 
     def _instant(self, window: ContextWindow, n: int, error: str | None) -> None:
         left = self.config.max_iterations - n
@@ -493,6 +603,15 @@ class AgentLoop:
             "steps": steps,
             "user_interactions": cp.state.get("user_interactions", []),
         }
+
+
+def _safe(run_id: str) -> str:
+    """A run id as one directory name."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id) or "run"
+
+
+def _iso_now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
 
 
 def _shell_quote(value: str) -> str:

@@ -23,10 +23,9 @@ from typing import Annotated, Any
 
 import typer
 
+from tether.cli._common import EXIT_FOR_STATUS, run_async
 from tether.errors import ConfigError, TetherError
 
-EXIT_FOR_STATUS = {"COMPLETED": 0, "FAILED": 3, "PAUSED": 4, "CANCELLED": 5, "INTERRUPTED": 6}
-"""How an agent command ends, by the run's final status (the same codes as ``run``)."""
 EXIT_FAILED = EXIT_FOR_STATUS["FAILED"]
 EXIT_PAUSED = EXIT_FOR_STATUS["PAUSED"]
 """The run is PAUSED: it waits for an answer or a decision (the output says which)."""
@@ -55,8 +54,6 @@ def _settings(store: str | None) -> tuple[str, dict[str, Any]]:
 
 
 def _run(fn: Callable[[], Any]) -> Any:
-    from tether.cli.app import _run as run_async
-
     return run_async(fn)
 
 
@@ -136,8 +133,20 @@ def _printer(console: Any) -> Any:
             console.print(f"    {mark} {d.get('tail', '')}", highlight=False)
         elif event.kind in ("step_failed", "finish_requested"):
             console.print(f"  {event.kind}: {d}", highlight=False, markup=False)
+        elif event.kind.startswith("context_"):
+            console.print(f"  [cyan]{_context_line(event.kind, d)}[/]", highlight=False)
 
     return show
+
+
+def _context_line(kind: str, d: dict[str, Any]) -> str:
+    """One line for a context event: the warning, a compression, an overflow."""
+    if kind == "context_compressed":
+        return (
+            f"context: {d.get('level')} compression {d.get('before_tokens')} -> {d.get('after_tokens')} "
+            f"tokens, {d.get('folded')} items folded ({d.get('reason')})"
+        )
+    return f"context: {kind.removeprefix('context_')} {d.get('reason') or ''}".rstrip()
 
 
 # == deploy ===========================================================================

@@ -29,6 +29,8 @@ from tether.context.compress import (
     fit,
     group_units,
 )
+from tether.context.distill import step_outputs_from_commands
+from tether.context.facts import OperationFacts, extract_operation, extract_output
 from tether.context.history import (
     HistoryEntry,
     HistoryWindow,
@@ -45,6 +47,7 @@ from tether.context.items import (
     new_item,
 )
 from tether.context.monitor import Thresholds, UsageEvent, UsageMonitor
+from tether.context.policy import ContextEvent, ContextPolicy
 from tether.context.recovery import call_with_recovery, is_prompt_too_long
 from tether.context.reports import (
     ReportCache,
@@ -85,9 +88,16 @@ from tether.context.tokens import (
     tokenizer_for_model,
 )
 from tether.context.trim import TrimmedOutput, trim_item, trim_output
-from tether.context.window import ContextWindow, LayerUsage, WindowUsage
+from tether.context.window import ContextWindow, LayerUsage, WindowUsage, window_from_run_state
 
 __all__ = [
+    "window_from_run_state",
+    "ContextEvent",
+    "ContextPolicy",
+    "OperationFacts",
+    "extract_operation",
+    "extract_output",
+    "step_outputs_from_commands",
     "ANTHROPIC_FORMAT",
     "DEEP_TARGET",
     "MODEL_TABLE",

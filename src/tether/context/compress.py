@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -166,7 +166,9 @@ class _Plan:
     request: SummaryRequest | None = None
 
 
-def _request(plan: _Plan, lines: Sequence[str], archive_id: str | None, max_tokens: int) -> SummaryRequest:
+def _request(
+    plan: _Plan, lines: Sequence[str], archive_id: str | None, max_tokens: int, *, details: bool = False
+) -> SummaryRequest:
     items = plan.items
     goal = next((i.content for i in items if i.kind == "goal"), "")
     todos = [i for i in items if i.kind == "todo"]
@@ -194,7 +196,7 @@ def _request(plan: _Plan, lines: Sequence[str], archive_id: str | None, max_toke
         constraints=tuple(_clip(_first_line(i.content), 150) for i in items if i.kind == "constraint"),
         resolved=tuple(plan.resolutions),
         history=tuple(paragraph_text(p) for p in plan.history),
-        details=tuple("\n".join(i.text for i in unit) for unit in plan.fold),
+        details=tuple("\n".join(i.text for i in unit) for unit in plan.fold) if details else (),
         archive_id=archive_id,
         max_tokens=max_tokens,
     )
@@ -262,16 +264,17 @@ def _plan(
     kept = counter.total([*(i for i in items if i.id in plan.keep_ids and i.id not in replaced), *plan.notes])
     tokenize = counter.tokenizer.count
     remaining = plan.carried + [x for x in lines.values() if x]
+    estimate = _estimator(tokenize, remaining)
     if summary_budget is not None:
         overhead = tokenize(StructuredSummarizer().summarize(_request(plan, [], archive_id, 0)))
         plan.history, remaining = bound_summary(
-            plan.history, remaining, budget=summary_budget, count=tokenize, overhead=overhead
+            plan.history, remaining, budget=summary_budget, count=estimate, overhead=overhead
         )
-    summary = StructuredSummarizer().summarize(_request(plan, remaining, archive_id, 0))
-    cost = kept + counter.fmt.per_message + 1 + tokenize(summary)
-    if summary_budget is not None and tokenize(summary) > summary_budget:
+    summary_tokens = estimate(StructuredSummarizer().summarize(_request(plan, remaining, archive_id, 0)))
+    cost = kept + counter.fmt.per_message + 1 + summary_tokens
+    if summary_budget is not None and summary_tokens > summary_budget:
         plan.warnings.append(
-            f"the summary needs {tokenize(summary)} tokens, over its budget of {summary_budget}: "
+            f"the summary needs {summary_tokens} tokens, over its budget of {summary_budget}: "
             "the session layer's protected items (goal, TODOs, decisions, constraints) leave too little room"
         )
     given: set[str] = set()
@@ -279,7 +282,7 @@ def _plan(
         if unit[0].id in d.absorbed:
             continue
         line = lines[unit[0].id]
-        delta = _unit_cost(unit, counter) - tokenize(line) - 3
+        delta = _unit_cost(unit, counter) - estimate(line) - 3
         if cost + delta > target * 0.98 or (line and line not in remaining[-len(plan.fold) :]):
             break  # margin: the final summary may differ a little; a line in a paragraph stays folded
         cost += delta
@@ -290,8 +293,21 @@ def _plan(
     plan.fold = [u for u in plan.fold if u[0].id not in given]
     completed = remaining
     max_tokens = max(target - kept, 0)
-    plan.request = _request(plan, completed, archive_id, max_tokens)
+    plan.request = _request(plan, completed, archive_id, max_tokens, details=True)
     return plan
+
+
+def _estimator(count: Callable[[str], int], texts: Sequence[str]) -> Callable[[str], int]:
+    """Tokens of a line from one count of all of them: a hot path, see benchmarks/README.md.
+
+    Tokenizing hundreds of summary lines one by one cost more than the rest of a
+    compression; the final summary is still counted exactly.
+    """
+    if not texts:
+        return count
+    chars = sum(len(t) for t in texts) + len(texts) - 1
+    per_char = count("\n".join(texts)) / max(chars, 1)
+    return lambda text: max(1, round(len(text) * per_char)) if text else 0
 
 
 def _protected(unit: Unit) -> bool:

@@ -39,6 +39,7 @@ from tether.errors import ContextError
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "window_from_run_state",
     "LAYER_TITLES",
     "SEED_LAYER_BUDGETS",
     "ContextWindow",
@@ -135,6 +136,7 @@ class ContextWindow:
         self._seq = 0
         self.version = 0
         """Bumped on every change; background compression uses it to detect races."""
+        self._journal: list[dict[str, Any]] | None = None
 
     # -- items -------------------------------------------------------------------------
 
@@ -170,7 +172,9 @@ class ContextWindow:
         """Add a new item; its id must be new. Returns it counted and sequenced."""
         if item.id in self._where:
             raise ContextError(f"item {item.id!r} already in the window; use replace()")
-        return self._store(item, seq=None if item.seq <= 0 else item.seq)
+        stored = self._store(item, seq=None if item.seq <= 0 else item.seq)
+        self._log(stored)
+        return stored
 
     def add_many(self, items: Iterable[ContextItem]) -> list[ContextItem]:
         return [self.add(item) for item in items]
@@ -184,6 +188,7 @@ class ContextWindow:
             self._unstore(item.id)
             stored = self._store(item, seq=old.seq)
             self._resort(stored.layer)
+            self._log(stored)
             return stored
         n = self.counter.tokens(item)
         if item.seq != old.seq or item.tokens != n:
@@ -191,6 +196,8 @@ class ContextWindow:
         self._layers[item.layer][item.id] = item  # an existing key keeps its position
         self._totals[item.layer] += self.counter.cost(item) - self.counter.cost(old)
         self.version += 1
+        if item != old:
+            self._log(item)
         return item
 
     def upsert(self, item: ContextItem) -> ContextItem:
@@ -202,6 +209,8 @@ class ContextWindow:
             raise ContextError(f"no item {item_id!r} to remove")
         item = self._unstore(item_id)
         self._maybe_prune()
+        if self._journal is not None:
+            self._journal.append({"id": item_id, "removed": True})
         return item
 
     def _resort(self, layer: Layer) -> None:
@@ -238,6 +247,7 @@ class ContextWindow:
     def replace_all(self, items: Iterable[ContextItem]) -> None:
         """Make ``items`` the whole content (how a compression result is applied)."""
         items = list(items)
+        before = {i.id: i for i in self.items()} if self._journal is not None else {}
         for layer in Layer:
             self._layers[layer] = {}
         self._where.clear()
@@ -245,8 +255,51 @@ class ContextWindow:
         for item in sorted(items, key=lambda i: i.seq if i.seq > 0 else 1 << 62):
             if item.id in self._where:
                 raise ContextError(f"duplicate item id {item.id!r}")
-            self._store(item)
+            stored = self._store(item)
+            if self._journal is not None and before.get(stored.id) != stored:
+                self._journal.append(stored.to_dict())
+        if self._journal is not None:
+            self._journal += [{"id": i, "removed": True} for i in before if i not in self._where]
         self._maybe_prune()
+
+    # -- change journal (what a step stores) -------------------------------------------
+
+    def _log(self, item: ContextItem) -> None:
+        if self._journal is not None:
+            self._journal.append(item.to_dict())
+
+    def start_journal(self) -> None:
+        """Record every change from now on, for :meth:`take_journal`."""
+        if self._journal is None:
+            self._journal = []
+
+    def take_journal(self) -> list[dict[str, Any]]:
+        """The changes since the last call: item dicts added or replaced, ``{"id", "removed"}``.
+
+        Appended to a run's state (``append`` reducer), they make each checkpoint store only
+        what the step changed; :meth:`from_log` replays them.
+        """
+        taken, self._journal = self._journal or [], [] if self._journal is not None else None
+        return taken
+
+    def meta_state(self) -> dict[str, Any]:
+        """:meth:`to_state` without the items: the small part rewritten every step."""
+        state = self.to_state()
+        del state["items"]
+        return state
+
+    @classmethod
+    def from_log(
+        cls, meta: Mapping[str, Any], log: Iterable[Mapping[str, Any]], *, tokenizer: Tokenizer | None = None
+    ) -> ContextWindow:
+        """Rebuild a window from :meth:`meta_state` and every journal entry, in order."""
+        live: dict[str, Mapping[str, Any]] = {}
+        for entry in log:
+            if entry.get("removed"):
+                live.pop(str(entry.get("id")), None)
+            else:
+                live[str(entry.get("id"))] = entry
+        return cls.from_state({**meta, "items": list(live.values())}, tokenizer=tokenizer)
 
     # -- usage -------------------------------------------------------------------------
 
@@ -463,3 +516,16 @@ class ContextWindow:
         if result.level != "none":
             self.replace_all(result.items)
         return result
+
+
+def window_from_run_state(state: Mapping[str, Any], key: str = "context_window") -> ContextWindow | None:
+    """The context window a run's state holds, in either of its stored shapes.
+
+    The agent loop stores ``context_meta`` plus an append-only ``context_log``; runtime
+    hooks and older runs store one ``context_window`` dict. ``None`` when there is neither.
+    """
+    meta = state.get("context_meta")
+    if isinstance(meta, Mapping):
+        return ContextWindow.from_log(meta, state.get("context_log") or [])
+    data = state.get(key)
+    return ContextWindow.from_state(data) if isinstance(data, Mapping) else None

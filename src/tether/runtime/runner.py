@@ -178,6 +178,8 @@ class Runner:
             cut = [sid for sid, t in (ctx.get("todo") or {}).items() if t.get("status") == "running"]
             for sid in cut:
                 self._log(run, "interrupted", sid, reason="its process stopped during the step")
+            if not cut:  # no step had recorded its start: the one after this node was cut
+                self._log(run, "interrupted", None, reason="its process stopped", after=ctx.node_id)
         try:
             await self.store.commit(
                 ctx, status=RunStatus.RUNNING, metadata={"resumed": True}, _require_status=info.status

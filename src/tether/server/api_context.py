@@ -8,7 +8,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.context import ContextWindow, Layer
+from tether.context import ContextWindow, Layer, window_from_run_state
 from tether.context.window import LAYER_TITLES
 from tether.errors import ContextError, RunNotFound, RunNotPaused, VersionConflict
 from tether.runtime import Event
@@ -83,8 +83,7 @@ async def _window(store: Any, run_id: str) -> tuple[ContextWindow | None, int, R
     cp = await store.load(run_id) if info is not None else None
     if info is None or cp is None:
         raise RunNotFound(run_id)
-    data = cp.state.get(WINDOW_KEY)
-    return (ContextWindow.from_state(data) if isinstance(data, dict) else None), cp.version, info.status
+    return window_from_run_state(cp.state, WINDOW_KEY), cp.version, info.status
 
 
 def _preview(item: Any) -> str:

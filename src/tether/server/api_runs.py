@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
@@ -11,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.errors import RunNotFound
 from tether.runtime import Event
+from tether.runtime.lease import live_status
 from tether.server.auth import check_run
 from tether.server.deps import (
     Events,
@@ -125,7 +127,10 @@ async def list_runs(
             if skipped < offset:
                 skipped += 1
                 continue
-            wanted.append(summary(info, executor.executing(info.run_id)))
+            executing = executor.executing(info.run_id)
+            if info.status is RunStatus.RUNNING and not executing:
+                info = replace(info, status=await live_status(store, info))  # a dead holder: INTERRUPTED
+            wanted.append(summary(info, executing))
             if len(wanted) > limit:
                 break
         if len(batch) < page:

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tether.context import ContextWindow, Thresholds, UsageMonitor
+from tether.context import Thresholds, UsageMonitor, window_from_run_state
 from tether.errors import ConfigError, RunNotFound, VersionConflict, WrongRunStatus
 from tether.runtime import Event, Runner, RunResult, Workflow
 from tether.runtime.context_hooks import WINDOW_KEY
@@ -198,11 +198,12 @@ class Executor:
 
     def _measure(self, version: int, ctx: ExecutionContext) -> None:
         """After each checkpoint: context usage as an event, and threshold crossings."""
-        data = ctx.get(WINDOW_KEY)
-        if not isinstance(data, dict):
-            return None
         try:
-            usage = ContextWindow.from_state(data).usage()
+            keys = ("context_meta", "context_log", WINDOW_KEY)
+            window = window_from_run_state({k: ctx.get(k) for k in keys}, WINDOW_KEY)
+            if window is None:
+                return None
+            usage = window.usage()
         except Exception:  # a malformed window must not stop the run
             logger.warning("run %s: unreadable context window", ctx.run_id, exc_info=True)
             return None

@@ -34,7 +34,7 @@ import gc
 import hashlib
 import os
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -236,7 +236,14 @@ class Codec:
     Args:
         encryption_key: url-safe base64 of 32 bytes (see :func:`generate_key`). When set,
             every payload written is encrypted; payloads are authenticated, so a wrong key
-            or altered bytes raise :class:`DecryptionError`, never garbage.
+            or altered bytes raise :class:`DecryptionError`, never garbage. Several keys
+            (a list, or one string of keys separated by commas, newest first) rotate
+            them: the first encrypts, all decrypt, each row naming its key by id. A keyed
+            codec refuses plaintext rows (:class:`DecryptionError` naming run and
+            version): a row written by a keyless process or substituted for an encrypted
+            one would otherwise be read as if it were trusted.
+        allow_plaintext: read plaintext rows even with a key (to migrate a store that
+            held plaintext before the key was set; writes are still encrypted).
         compress_min_bytes: zstd-compress bodies at least this big (``None``: never).
             Off by default: at 10 MB decompression costs more than it saves on a local
             disk or loopback, but it pays on remote databases and for text-heavy state.
@@ -245,28 +252,36 @@ class Codec:
             allocated; raise it only if your states really are that big.
     """
 
-    __slots__ = ("_aes", "_key_id", "_zc", "_zd", "compress_min_bytes", "max_payload_bytes")
+    __slots__ = (
+        "_aes", "_key_id", "_keys", "_zc", "_zd", "allow_plaintext", "compress_min_bytes",
+        "max_payload_bytes",
+    )  # fmt: skip
 
     def __init__(
         self,
         *,
-        encryption_key: str | bytes | None = None,
+        encryption_key: str | bytes | Sequence[str | bytes] | None = None,
         compress_min_bytes: int | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        allow_plaintext: bool = False,
     ) -> None:
         if max_payload_bytes < 1:
             raise ConfigError("max_payload_bytes must be a positive number of bytes")
         self.max_payload_bytes = max_payload_bytes
+        self.allow_plaintext = allow_plaintext
         self._aes: Any = None
         self._key_id = b""
-        if encryption_key:
-            raw = _decode_key(encryption_key)
+        self._keys: dict[bytes, Any] = {}
+        keys = _key_list(encryption_key)
+        if keys:
             try:
                 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
             except ImportError:  # pragma: no cover - depends on the environment
                 raise ConfigError("encryption needs cryptography: pip install 'tether[crypto]'") from None
-            self._aes = AESGCM(raw)
-            self._key_id = hashlib.sha256(b"tether-key-id" + raw).digest()[:4]
+            for raw in keys:
+                self._keys.setdefault(key_id(raw), AESGCM(raw))
+            self._key_id = key_id(keys[0])
+            self._aes = self._keys[self._key_id]
         self.compress_min_bytes = compress_min_bytes
         self._zc: Any = None
         self._zd: Any = None
@@ -298,8 +313,23 @@ class Codec:
         sealed: bytes = self._aes.encrypt(nonce, body, header)
         return header + sealed
 
+    @property
+    def key_ids(self) -> list[str]:
+        """The configured keys' ids (hex), the writing key first."""
+        return [k.hex() for k in self._keys]
+
     def decode(self, data: bytes, *, run_id: str = "", version: int | None = None) -> dict[str, Any]:
         """The payload dict; :class:`CheckpointCorrupt` naming the run and version on damage."""
+        if self._aes is not None and not self.allow_plaintext:
+            if not is_encrypted(data):
+                raise DecryptionError(
+                    "a plaintext row in a store configured with an encryption key: it was written "
+                    "without the key or substituted for an encrypted row, so it is refused (to migrate "
+                    "a store that held plaintext before the key, read it with allow_plaintext=True)",
+                    run_id=run_id,
+                    version=version,
+                )
+            return self._decode_slow(data, run_id=run_id, version=version)
         payload = decode_plain(data)
         return payload if payload is not None else self._decode_slow(data, run_id=run_id, version=version)
 
@@ -407,6 +437,8 @@ class Codec:
         deltas of 200 B (1.63 vs 1.17-1.26 ms, a throwaway script). Anything else goes to
         :meth:`decode`, which says what is wrong."""
         out: list[dict[str, Any]] = []
+        if self._aes is not None:  # keyed: every row must prove itself (see decode)
+            return [self.decode(d, run_id=run_id, version=v) for d, v in zip(payloads, vs, strict=True)]
         unpackb, hook, starts, newest = ormsgpack.unpackb, _ext_hook, _MAP_START, SCHEMA_VERSION
         crc32, crc_plain = zlib.crc32, _CRC_PLAIN_SEED
         for data, version in zip(payloads, vs, strict=True):
@@ -446,23 +478,44 @@ class Codec:
                 run_id=run_id,
                 version=version,
             )
-        if key_id != self._key_id:
+        aes = self._keys.get(key_id)
+        if aes is None:
             raise DecryptionError(
                 f"payload was encrypted with another key (key id {key_id.hex()}, "
-                f"configured key id {self._key_id.hex()})",
+                f"configured key ids {', '.join(self.key_ids)}): add that key to the list",
                 run_id=run_id,
                 version=version,
             )
         from cryptography.exceptions import InvalidTag
 
         try:
-            return self._aes.decrypt(nonce, data[20:], header)  # type: ignore[no-any-return]
+            return aes.decrypt(nonce, data[20:], header)  # type: ignore[no-any-return]
         except InvalidTag:
             raise DecryptionError(
                 "payload failed authentication: it was altered or truncated",
                 run_id=run_id,
                 version=version,
             ) from None
+
+
+def key_id(raw: bytes) -> bytes:
+    """The 4-byte id an encrypted row carries to name its key (not secret: a hash prefix)."""
+    return hashlib.sha256(b"tether-key-id" + raw).digest()[:4]
+
+
+def is_encrypted(data: bytes) -> bool:
+    """Whether a stored row is an encrypted frame (format 1 with the AES flag)."""
+    return len(data) >= 4 and data[:2] == _MAGIC and data[2] == _FORMAT and bool(data[3] & _F_AES)
+
+
+def _key_list(spec: str | bytes | Sequence[str | bytes] | None) -> list[bytes]:
+    if not spec:
+        return []
+    if isinstance(spec, bytes):
+        return [_decode_key(spec)]
+    if isinstance(spec, str):
+        return [_decode_key(part.strip()) for part in spec.split(",") if part.strip()]
+    return [k for item in spec for k in _key_list(item)]
 
 
 def _decode_key(key: str | bytes) -> bytes:

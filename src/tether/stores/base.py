@@ -599,7 +599,7 @@ class CheckpointStore(abc.ABC):
     def _checkpoint_of(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> Checkpoint:
         """The checkpoint a non-empty ``(version, payload)`` chain ends at."""
         number = chain[-1][0]
-        if len(chain) == 1:
+        if len(chain) == 1 and not self.codec.encrypted:  # keyed: plaintext is refused, not read
             cp = _lone_full(run_id, number, chain[0][1])
             if cp is not None:
                 return cp

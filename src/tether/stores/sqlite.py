@@ -390,7 +390,7 @@ class SqliteStore(SqlStore):
         if version is None:
             chain = self._inline_chain(run_id)
             if chain is not None:
-                if len(chain) == 1:  # the common load, in one step
+                if len(chain) == 1 and not self.codec.encrypted:  # the common load, in one step
                     cp = _lone_full(run_id, chain[0][0], chain[0][1])
                     if cp is not None:
                         return cp

@@ -53,11 +53,28 @@ def _wkey(entry: list[Any]) -> str:
 class _Ns:
     """What this process knows of one namespace run: its latest context, decoded."""
 
-    __slots__ = ("buffer", "ctx", "key", "ns", "pos", "snaps", "thread_id", "timer", "values", "__weakref__")
+    __slots__ = (
+        "buffer",
+        "ctx",
+        "key",
+        "ns",
+        "pos",
+        "snaps",
+        "thread_id",
+        "timer",
+        "values",
+        "version",
+        "view",
+        "__weakref__",
+    )
 
     def __init__(self, key: str, thread_id: str, ns: str) -> None:
         self.key, self.thread_id, self.ns = key, thread_id, ns
         self.ctx: ExecutionContext | None = None
+        """The latest state, ready to commit on (loaded when a write needs it)."""
+        self.view: Any = None
+        """The latest state for reading: ``ctx``, or a plain dict from a lean load."""
+        self.version = 0
         self.values: dict[str, Any] = {}
         """Channel values at the context's version (the objects LangGraph handed over)."""
         self.snaps: dict[str, list[Any]] = {}
@@ -69,16 +86,24 @@ class _Ns:
         self.timer: asyncio.TimerHandle | None = None
 
     def forget(self) -> None:
-        self.ctx, self.values, self.snaps, self.pos = None, {}, {}, {}
+        self.ctx, self.view, self.version, self.values, self.snaps, self.pos = None, None, 0, {}, {}, {}
 
 
 class Threads:
     """LangGraph's checkpointer operations over one tether store (async, one loop)."""
 
     def __init__(
-        self, store: CheckpointStore, serde: Any, *, cache_size: int = 256, flush_delay: float | None = 0.02
+        self,
+        store: CheckpointStore,
+        serde: Any,
+        *,
+        cache_size: int = 256,
+        flush_delay: float | None = 0.02,
+        prefix: str = "lg",
     ) -> None:
         self.store = store
+        self.prefix = prefix
+        """Run ids start with it: savers with different prefixes share a store unseen."""
         self.serde = serde
         self.cache_size = cache_size
         self.flush_delay = flush_delay
@@ -104,7 +129,7 @@ class Threads:
         return self.serde.loads_typed(typed)
 
     def _ns(self, thread_id: str, ns: str, key: str | None = None) -> _Ns:
-        key = key or ns_key(thread_id, ns)
+        key = key or ns_key(thread_id, ns, self.prefix)
         n = self._cache.get(key)
         if n is None:
             n = self._cache[key] = _Ns(key, thread_id, ns)
@@ -121,30 +146,49 @@ class Threads:
             lock = self._locks[key] = asyncio.Lock()
         return lock
 
-    def _adopt(self, n: _Ns, ctx: ExecutionContext, values: dict[str, Any]) -> None:
-        meta = ctx.get("m") or {}
-        n.ctx, n.values = ctx, values
+    def _adopt(self, n: _Ns, view: Any, version: int, values: dict[str, Any]) -> None:
+        meta = view.get("m") or {}
+        n.view, n.version, n.values = view, version, values
+        n.ctx = view if isinstance(view, ExecutionContext) else None
         n.snaps = {ch: list(v) for ch, v in values.items() if type(v) is list and meta[ch][1] == LIST}
-        n.pos = {e[0]: i for i, e in enumerate(ctx.get("ix") or [])}
+        n.pos = {e[0]: i for i, e in enumerate(view.get("ix") or [])}
 
-    async def _load(self, n: _Ns) -> bool:
+    def _committed(self, n: _Ns, ctx: ExecutionContext) -> None:
+        n.ctx, n.view, n.version = ctx, ctx, ctx.version
+
+    async def _load(self, n: _Ns, *, writable: bool = True) -> bool:
+        """Read the latest state. A read needs only the lean ``load``; a write needs an
+        ExecutionContext, and keeps the values already decoded when nothing changed (they
+        are the objects LangGraph holds, which is how appends are recognised)."""
+        if not writable:
+            cp = await self.store.load(n.key)
+            if cp is None:
+                n.forget()
+                return False
+            self._adopt(n, cp.state, cp.version, decode_channels(cp.state, None, self._loads))
+            return True
         ctx = await self.store.load_context(n.key, reducers=REDUCERS)
         if ctx is None:
             n.forget()
             return False
-        self._adopt(n, ctx, decode_channels(ctx, None, self._loads))
+        if n.view is not None and n.version == ctx.version:
+            values, snaps = n.values, n.snaps
+            self._adopt(n, ctx, ctx.version, values)
+            n.snaps = snaps
+        else:
+            self._adopt(n, ctx, ctx.version, decode_channels(ctx, None, self._loads))
         return True
 
     async def _fresh(self, n: _Ns) -> bool:
         """Make ``n`` the store's latest; about one small read when it already is."""
-        if n.ctx is None:
-            return await self._load(n)
+        if n.view is None:
+            return await self._load(n, writable=False)
         info = await self.store.get_run(n.key)
         if info is None:
             n.forget()
             return False
-        if info.version != n.ctx.version:
-            return await self._load(n)
+        if info.version != n.version:
+            return await self._load(n, writable=False)
         return True
 
     def _new_ctx(self, n: _Ns) -> ExecutionContext:
@@ -179,7 +223,7 @@ class Threads:
         return list(cp.state.get("k") or []) if cp is not None else []
 
     async def namespaces(self, thread_id: str) -> list[str]:
-        return [str(ns) for ns in await self._index_items(thread_index_key(thread_id))]
+        return [str(ns) for ns in await self._index_items(thread_index_key(thread_id, self.prefix))]
 
     async def _retrying(self, n: _Ns, work: Callable[[], Any], *, absorb: bool = False) -> Any:
         """Run ``work`` under ``n``'s lock on its latest state; redo it after a conflict.
@@ -284,7 +328,10 @@ class Threads:
         ctx.put("cp", self._dumps({k: v for k, v in checkpoint.items() if k != "channel_values"}))
         ctx.merge({"ix": [[cid, ctx.version + 1, parent_id, *self._dumps(dict(metadata))]]})
         pending: list[Any] = ctx.get("w") or []
-        kept = [e for e in pending if e[0] == cid or e[0] not in n.pos]
+        # The previous checkpoint's writes stay in this version too: those that waited for
+        # this put are stored only here (see ``_writes_after``).
+        previous = ix[-1][0] if ix else None
+        kept = [e for e in pending if e[0] in (cid, previous) or e[0] not in n.pos]
         dead = len(pending) - len(kept)
         # Reads pick writes by checkpoint id, so older ones may stay a while: dropping them
         # rewrites the live ones, so it waits until they are worth it.
@@ -292,11 +339,12 @@ class Threads:
             ctx.put("w", kept)
         run_id = metadata.get("run_id")
         if run_id is not None and str(run_id) != ctx.get("r"):
-            await self._index_add(run_index_key(str(run_id)), [n.thread_id, n.ns], {})
+            await self._index_add(run_index_key(str(run_id), self.prefix), [n.thread_id, n.ns], {})
             ctx.put("r", str(run_id))
         await self.store.commit(ctx)
         position = len(ix)
-        n.ctx, n.values, n.snaps = ctx, values, snaps
+        self._committed(n, ctx)
+        n.values, n.snaps = values, snaps
         n.pos[cid] = position
 
     async def _fork(
@@ -360,7 +408,7 @@ class Threads:
     async def _ctx_for_write(self, n: _Ns) -> ExecutionContext:
         if n.ctx is not None:
             return n.ctx
-        await self._index_add(thread_index_key(n.thread_id), n.ns, {"t": n.thread_id})
+        await self._index_add(thread_index_key(n.thread_id, self.prefix), n.ns, {"t": n.thread_id})
         return self._new_ctx(n)
 
     async def _flush_locked(self, n: _Ns) -> None:
@@ -378,7 +426,7 @@ class Threads:
                 changed = [self._apply_writes(n, ctx, b) for b in n.buffer]
                 if any(changed):
                     await self.store.commit(ctx)
-                    n.ctx = ctx
+                    self._committed(n, ctx)
                 n.buffer.clear()
                 return
             except VersionConflict:
@@ -424,17 +472,16 @@ class Threads:
     async def get_tuple(self, thread_id: str, ns: str, cid: str | None) -> CheckpointTuple | None:
         n = self._ns(thread_id, ns)
         async with self._held(n):
-            if not await self._fresh(n) or n.ctx is None:
+            if not await self._fresh(n):
                 return None
-            ix = n.ctx.get("ix") or []
+            ix = n.view.get("ix") or []
             if not ix:
                 return None
             i = len(ix) - 1 if cid is None else n.pos.get(cid)
             return None if i is None else await self._tuple(n, i)
 
     async def _tuple(self, n: _Ns, i: int) -> CheckpointTuple:
-        ctx = n.ctx
-        assert ctx is not None
+        ctx = n.view
         ix = ctx.get("ix")
         entry = ix[i]
         cid = entry[0]
@@ -452,7 +499,7 @@ class Threads:
             state = cp.state
             record = self._loads(tuple(state["cp"]))
             values = decode_channels(state, record.get("channel_versions") or {}, self._loads)
-            pending = state.get("w") or []
+            pending = await self._writes_after(n.key, ix[i + 1][1])
         record["channel_values"] = values
         writes = [e for e in pending if e[0] == cid] + late
         conf = {"thread_id": n.thread_id, "checkpoint_ns": n.ns}
@@ -463,6 +510,15 @@ class Threads:
             parent_config={"configurable": {**conf, "checkpoint_id": entry[2]}} if entry[2] else None,
             pending_writes=[(e[1], e[3], self._loads((e[4], e[5]))) for e in sort_writes(writes)],
         )
+
+    async def _writes_after(self, key: str, version: int) -> list[Any]:
+        """The pending writes stored with the put at ``version``: they hold the previous
+        checkpoint's writes, including those that waited (``flush_delay``) for that put and
+        were stored in its commit."""
+        cp = await self.store.load(key, version)
+        if cp is None:
+            raise RunNotFound(key, version)
+        return list(cp.state.get("w") or [])
 
     async def select(
         self,
@@ -484,9 +540,9 @@ class Threads:
             for space in namespaces:
                 n = self._ns(tid, space)
                 async with self._held(n):
-                    if not await self._fresh(n) or n.ctx is None:
+                    if not await self._fresh(n):
                         continue
-                    ix = n.ctx.get("ix") or []
+                    ix = n.view.get("ix") or []
                     for c, i in n.pos.items():
                         if (cid is not None and c != cid) or (before is not None and c >= before):
                             continue
@@ -501,7 +557,7 @@ class Threads:
 
     async def tuple_of(self, cid: str, n: _Ns) -> CheckpointTuple | None:
         async with self._held(n):
-            if n.ctx is None and not await self._load(n):
+            if n.view is None and not await self._load(n, writable=False):
                 return None
             i = n.pos.get(cid)
             return None if i is None else await self._tuple(n, i)
@@ -512,7 +568,7 @@ class Threads:
         while True:
             runs = await self.store.list_runs(limit=500, offset=offset)
             for info in runs:
-                if info.run_id.startswith(("lgt:", "lgt#")):
+                if info.run_id.startswith((self.prefix + "t:", self.prefix + "t#")):
                     cp = await self.store.load(info.run_id)
                     if cp is not None and "t" in cp.state:
                         out.append((str(cp.state["t"]), [str(x) for x in cp.state.get("k") or []]))
@@ -527,8 +583,8 @@ class Threads:
             async with self._held(n):
                 await self.store.delete(n.key)
                 n.forget()
-        await self.store.delete(thread_index_key(thread_id))
-        self._indexed = {m for m in self._indexed if m[0] != thread_index_key(thread_id)}
+        await self.store.delete(thread_index_key(thread_id, self.prefix))
+        self._indexed = {m for m in self._indexed if m[0] != thread_index_key(thread_id, self.prefix)}
 
     async def prune(self, thread_ids: Sequence[str], strategy: str) -> None:
         if strategy not in ("keep_latest", "delete"):
@@ -562,13 +618,15 @@ class Threads:
 
     async def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         drop = {str(r) for r in run_ids}
-        places = {tuple(item) for rid in drop for item in await self._index_items(run_index_key(rid))}
+        places = {
+            tuple(item) for rid in drop for item in await self._index_items(run_index_key(rid, self.prefix))
+        }
         for thread_id, ns in sorted(places):
             n = self._ns(str(thread_id), str(ns))
             async with self._held(n):
-                if not await self._fresh(n) or n.ctx is None:
+                if not await self._fresh(n):
                     continue
-                ix = n.ctx.get("ix") or []
+                ix = n.view.get("ix") or []
                 runs = {c: self._loads((ix[i][3], ix[i][4])).get("run_id") for c, i in n.pos.items()}
             keep = {c for c, r in runs.items() if r is None or str(r) not in drop}
             if len(keep) == len(runs):
@@ -586,32 +644,33 @@ class Threads:
                 await self.store.delete(scratch.key)
                 scratch.forget()
         for rid in drop:
-            await self.store.delete(run_index_key(rid))
+            await self.store.delete(run_index_key(rid, self.prefix))
         self._indexed.clear()
 
     async def _copy_ns(self, src: _Ns, dst: _Ns, *, keep: set[str] | None) -> None:
         """Append ``src``'s checkpoints (those in ``keep``, or all) to ``dst`` in order,
         copying stored chunks as they are: appended chunks stay appends."""
         async with self._held(src):
-            if not await self._fresh(src) or src.ctx is None:
+            if not await self._fresh(src):
                 return
             order = sorted(src.pos.values())
         for i in order:
             async with self._held(src):
-                if src.ctx is None and not await self._load(src):
+                if src.view is None and not await self._load(src, writable=False):
                     return
-                ix = src.ctx.get("ix") if src.ctx is not None else []
+                view = src.view
+                ix = view.get("ix")
                 entry = ix[i]
                 if keep is not None and entry[0] not in keep:
                     continue
-                if i == len(ix) - 1 and src.ctx is not None:
-                    state = {k: src.ctx.get(k) for k in src.ctx}
+                if i == len(ix) - 1:
+                    state = {k: view.get(k) for k in view}
                 else:
                     cp = await self.store.load(src.key, ix[i + 1][1] - 1)
                     if cp is None:
                         raise RunNotFound(src.key, ix[i + 1][1] - 1)
-                    state = cp.state
-                late = (src.ctx.get("ow") or {}).get(entry[0]) if src.ctx is not None else None
+                    state = {**cp.state, "w": await self._writes_after(src.key, ix[i + 1][1])}
+                late = (view.get("ow") or {}).get(entry[0])
             await self._append_state(dst, entry, state, late or {})
 
     async def _append_state(
@@ -622,7 +681,7 @@ class Threads:
         async def work() -> None:
             ctx = n.ctx
             if ctx is None:
-                await self._index_add(thread_index_key(n.thread_id), n.ns, {"t": n.thread_id})
+                await self._index_add(thread_index_key(n.thread_id, self.prefix), n.ns, {"t": n.thread_id})
                 ctx = self._new_ctx(n)
             for key, value in state.items():
                 if key.startswith("c:"):
@@ -634,11 +693,13 @@ class Threads:
                 elif key in ("m", "cp") and value != ctx.get(key):
                     ctx.put(key, value)
             writes = [e for e in state.get("w") or [] if e[0] == cid]
-            ctx.put("w", writes + list(late.values()))
+            ix = ctx.get("ix") or []
+            previous = [e for e in ctx.get("w") or [] if ix and e[0] == ix[-1][0]]  # see _writes_after
+            ctx.put("w", previous + writes + list(late.values()))
             ctx.merge({"ix": [[cid, ctx.version + 1, *entry[2:]]]})
             run_id = self._loads((entry[3], entry[4])).get("run_id")
             if run_id is not None and str(run_id) != ctx.get("r"):
-                await self._index_add(run_index_key(str(run_id)), [n.thread_id, n.ns], {})
+                await self._index_add(run_index_key(str(run_id), self.prefix), [n.thread_id, n.ns], {})
                 ctx.put("r", str(run_id))
             await self.store.commit(ctx)
             n.forget()  # values are decoded again when this namespace is next read

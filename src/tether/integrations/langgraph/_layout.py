@@ -17,10 +17,10 @@ that point:
                  ``[checkpoint_id, version, parent_id, meta_type, meta_bytes]``.
 ``w``            pending writes of the latest checkpoint (and of ones not put yet), a
                  list of ``[cid, task_id, idx, channel, type, bytes, task_path]``, unique
-                 by ``cid|task_id|idx``. Reads pick a checkpoint's writes by its id; a put
-                 drops older checkpoints' writes once there are enough of them (32 or
-                 32 KiB), so the writes of checkpoint X are still in the state just
-                 before the next put.
+                 by ``cid|task_id|idx``. Reads pick a checkpoint's writes by its id. Writes
+                 may wait for the next put and be stored in its commit, so the writes of
+                 checkpoint X are read from the version of the put after it; a put drops
+                 writes older than its parent's once there are enough (32 or 32 KiB).
 ``ow``           writes that arrived for an older checkpoint after a newer one existed
                  (replaying from an old checkpoint): ``{cid: {key: entry}}``.
 ``r``            the LangGraph run id of the latest checkpoint (for ``delete_for_runs``).
@@ -71,19 +71,19 @@ def _key(prefix: str, *parts: str) -> str:
     return prefix + "#" + hashlib.sha256(raw.encode()).hexdigest()
 
 
-def ns_key(thread_id: str, ns: str) -> str:
+def ns_key(thread_id: str, ns: str, prefix: str = "lg") -> str:
     """The tether run id of one namespace of a thread (unambiguous; hashed when long)."""
-    return _key("lg", thread_id, ns)
+    return _key(prefix, thread_id, ns)
 
 
-def thread_index_key(thread_id: str) -> str:
+def thread_index_key(thread_id: str, prefix: str = "lg") -> str:
     """The run that lists a thread's namespaces."""
-    return _key("lgt", thread_id)
+    return _key(prefix + "t", thread_id)
 
 
-def run_index_key(run_id: str) -> str:
+def run_index_key(run_id: str, prefix: str = "lg") -> str:
     """The run that lists the namespaces holding checkpoints of one LangGraph run id."""
-    return _key("lgr", run_id)
+    return _key(prefix + "r", run_id)
 
 
 def extends(new: list[Any], old: Sequence[Any], *, equal: bool = False) -> bool:

@@ -73,6 +73,8 @@ class TetherSaver(BaseCheckpointSaver[str]):
             the checkpoint that follows them (one durable write per step instead of two).
             Interrupts, errors and resumes are stored at once; a process killed within
             that window runs the finished task again on resume. None: store at once.
+        prefix: run ids of this saver start with it (``lg`` by default), so that savers
+            with different prefixes share one store without seeing each other's threads.
     """
 
     def __init__(
@@ -82,11 +84,14 @@ class TetherSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         cache_size: int = 256,
         flush_delay: float | None = 0.02,
+        prefix: str = "lg",
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self.store = store
-        self._threads = Threads(store, self.serde, cache_size=cache_size, flush_delay=flush_delay)
+        self._threads = Threads(
+            store, self.serde, cache_size=cache_size, flush_delay=flush_delay, prefix=prefix
+        )
         self._loop = loop
         self._sync_store: SyncStore | None = None
 
@@ -97,6 +102,7 @@ class TetherSaver(BaseCheckpointSaver[str]):
         *,
         serde: SerializerProtocol | None = None,
         flush_delay: float | None = 0.02,
+        prefix: str = "lg",
         **options: Any,
     ) -> _SaverOpener:
         """Open a saver on the store at ``url``; use with ``with`` or ``async with``.
@@ -107,7 +113,9 @@ class TetherSaver(BaseCheckpointSaver[str]):
         >>> with TetherSaver.from_url("sqlite:///checkpoints.db") as saver:  # doctest: +SKIP
         ...     graph = builder.compile(checkpointer=saver)
         """
-        return _SaverOpener(url, serde, flush_delay, _store_options(dict(options)))
+        return _SaverOpener(
+            url, serde, {"flush_delay": flush_delay, "prefix": prefix}, _store_options(dict(options))
+        )
 
     # == running on the store's loop ================================================
     async def _arun(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -314,9 +322,9 @@ class _SaverOpener:
     """What :meth:`TetherSaver.from_url` returns: a sync and an async context manager."""
 
     def __init__(
-        self, url: str, serde: SerializerProtocol | None, flush_delay: float | None, options: dict[str, Any]
+        self, url: str, serde: SerializerProtocol | None, saver: dict[str, Any], options: dict[str, Any]
     ) -> None:
-        self.url, self.serde, self.flush_delay, self.options = url, serde, flush_delay, options
+        self.url, self.serde, self.saver_options, self.options = url, serde, saver, options
         self._saver: TetherSaver | None = None
 
     async def __aenter__(self) -> TetherSaver:
@@ -327,7 +335,7 @@ class _SaverOpener:
             await store.aclose()
             raise
         self._saver = TetherSaver(
-            store, serde=self.serde, flush_delay=self.flush_delay, loop=asyncio.get_running_loop()
+            store, serde=self.serde, loop=asyncio.get_running_loop(), **self.saver_options
         )
         return self._saver
 
@@ -342,7 +350,7 @@ class _SaverOpener:
     def __enter__(self) -> TetherSaver:
         sync_store = open_store_sync(self.url, **self.options)
         saver = TetherSaver(
-            sync_store.store, serde=self.serde, flush_delay=self.flush_delay, loop=sync_store.runner.loop
+            sync_store.store, serde=self.serde, loop=sync_store.runner.loop, **self.saver_options
         )
         saver._sync_store = sync_store
         self._saver = saver
