@@ -75,6 +75,8 @@ async def test_local_deployment_of_the_sample_app(store, app_dir, tmp_path):
     # the first prompt carried the repository analysis and host facts
     first = json.dumps(model.calls[0])
     assert "Pre-Analyzed Repository Context" in first and "app.py" in first
+    # the goal is labelled once (the context item adds its own "Goal:" label)
+    assert "Goal: Goal:" not in first and "Goal: " in first
     # later prompts carried the previous command's output
     assert any('{"status": "ok"}' in str(m["content"]) for m in model.calls[3])
 

@@ -534,7 +534,7 @@ class AgentLoop:
         window = ContextWindow(cfg.model_name, budget=cfg.budget)
         window.start_journal()
         window.add(new_item("system", cfg.system_prompt, id="system", pinned=True))
-        window.add(new_item("goal", f"Goal: {goal}", id="goal", pinned=True))
+        window.add(new_item("goal", goal, id="goal", pinned=True))  # the item labels itself "Goal:"
         for name, text in cfg.blocks.items():
             if text.strip():
                 window.add(new_item("state", self.redact(text), id=f"block-{name}", layer=Layer.SESSION))
