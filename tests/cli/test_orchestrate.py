@@ -24,6 +24,11 @@ def test_orchestrate_demo_fixes_the_sample_bug_with_a_live_view(tmp_path):
         app, ["orchestrate", "--workdir", str(work), "--store", store, "--resume", "demo1", "--demo"]
     )
     assert again.exit_code == 0 and "COMPLETED demo1" in again.output  # a finished run stays finished
+    # the run records what started it, so its id alone continues it
+    by_id = runner.invoke(app, ["resume", "demo1", "--store", store])
+    assert by_id.exit_code == 0 and "COMPLETED demo1" in by_id.output, by_id.output
+    refused = runner.invoke(app, ["resume", "demo1", "--store", store, "--decision", "retry"])
+    assert refused.exit_code == 2 and "takes --answer only" in refused.output
 
 
 def test_orchestrate_refuses_unknown_roles_and_missing_agents(tmp_path):

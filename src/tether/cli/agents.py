@@ -499,7 +499,7 @@ def resume_run_id(
     force: bool = False,
     plain: bool = False,
 ) -> None:
-    """Continue any run from its recorded origin (deploy, plan or workflow)."""
+    """Continue any run from its recorded origin (deploy, plan, orchestrate or workflow)."""
     url, options = _settings(store)
 
     async def load() -> dict[str, Any]:
@@ -534,6 +534,20 @@ def resume_run_id(
     elif kind == "plan":
         _plan_run(
             origin, store=store, replies=_replies(script), resume=run_id, answer=answer, decision=decision
+        )
+    elif kind == "orchestrate":
+        if decision is not None or script is not None:
+            raise typer.BadParameter("an orchestrate run takes --answer only (MAIN's question)")
+        from tether.cli.orchestrate import orchestrate
+
+        orchestrate(
+            workdir=str(origin["workdir"]),
+            resume_run=run_id,
+            main=str(origin.get("main", "rules")),
+            agent=[f"{role}={spec}" for role, spec in dict(origin.get("agents") or {}).items()],
+            answer=answer,
+            max_iterations=int(origin.get("max_iterations", 30)),
+            store=store,
         )
     elif kind == "workflow":
         if answer is not None or script is not None:

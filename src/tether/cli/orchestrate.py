@@ -65,6 +65,9 @@ def orchestrate(
     if not resume_run and not task.strip():
         raise typer.BadParameter("give a TASK (or --resume RUN_ID)")
     specs = _agent_specs(agent or [], demo)
+    # `tether resume RUN` rebuilds the roles from this
+    origin: dict[str, Any] = {"kind": "orchestrate", "workdir": str(root.resolve()), "main": main}
+    origin.update(agents=specs, max_iterations=max_iterations)
 
     async def go() -> Any:
         from tether.orchestrator import Orchestrator, OrchestratorConfig
@@ -83,7 +86,7 @@ def orchestrate(
                 return await orch.answer(resume_run, answer)
             if resume_run:
                 return await orch.resume(resume_run)
-            return await orch.start(run_id or f"orch-{uuid.uuid4().hex[:8]}", task)
+            return await orch.start(run_id or f"orch-{uuid.uuid4().hex[:8]}", task, origin=origin)
 
     try:
         result = _run(go)

@@ -127,8 +127,14 @@ class Orchestrator:
         return Runner(self.workflow(), self.store, reducers=reducers, on_event=self.on_event)
 
     async def start(
-        self, run_id: str, task: str, *, dev_plan: list[dict[str, Any]] | None = None
+        self,
+        run_id: str,
+        task: str,
+        *,
+        dev_plan: list[dict[str, Any]] | None = None,
+        origin: dict[str, Any] | None = None,
     ) -> RunResult:
+        """Start a run; ``origin`` (what started it) is kept as ``_origin`` for ``tether resume``."""
         if not task.strip():
             raise ConfigError("the orchestrator needs a task: what should the agents achieve?")
         inputs = {
@@ -146,6 +152,8 @@ class Orchestrator:
             "subloop_result": None,
             "workdir": str(self.board.root),
         }
+        if origin is not None:
+            inputs["_origin"] = dict(origin)
         return await self.runner().start(run_id, inputs)
 
     async def resume(self, run_id: str) -> RunResult:
