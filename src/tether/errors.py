@@ -103,7 +103,7 @@ class InvalidStateValue(StateError, TypeError):
 
 
 class RunNotPaused(StateError):
-    """Updating a run's state is allowed only while it is PAUSED (seed 003 §2.2)."""
+    """Updating a run's state is allowed only while it is PAUSED."""
 
     def __init__(self, run_id: str, status: str) -> None:
         super().__init__(

@@ -1,4 +1,4 @@
-"""What a model may answer (seed 002's ``AgentAction``), parsed leniently, validated strictly.
+"""What a model may answer, parsed leniently, validated strictly.
 
 Parsing tolerates what models do to JSON (code fences, prose around it, a trailing
 comma is not tolerated: that is invalid JSON and goes back to the model). Meaning is
@@ -21,7 +21,7 @@ ACTION_TYPES = ("execute", "done", "failed", "ask_user", "step_done", "read_arti
 
 
 class AgentAction(BaseModel):
-    """One decision of the model (seed 002 fields; ``step_done`` from seed 000)."""
+    """One decision of the model."""
 
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
@@ -38,7 +38,7 @@ class AgentAction(BaseModel):
     context: str | None = None
     default_option: str | None = None
     outputs: dict[str, Any] | None = None
-    """``step_done`` only: the step's StepOutputs (seed 000)."""
+    """``step_done`` only: the step's StepOutputs."""
     artifact_id: str | None = None
     """``read_artifact`` only: the id a trimmed output names."""
     start: int | None = Field(default=None, ge=1)

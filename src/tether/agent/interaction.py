@@ -1,6 +1,6 @@
 """Asking the human: questions from the agent, answers from a terminal, a callback or a policy.
 
-The agent's ``ask_user`` action (seed 002) becomes an :class:`InteractionRequest`; a
+The agent's ``ask_user`` action becomes an :class:`InteractionRequest`; a
 :class:`UserInteractionHandler` turns it into an :class:`InteractionResponse`:
 
 * :class:`CLIInteractionHandler` asks on a terminal with rich prompts (secret input hidden);
@@ -82,7 +82,7 @@ def _now() -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InteractionRequest:
-    """A question for the human, as the model asked it (seed 002 ``ask_user``)."""
+    """A question for the human, as the model asked it."""
 
     question: str
     """What to ask, one or two sentences."""

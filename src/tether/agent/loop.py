@@ -1,4 +1,4 @@
-"""The agent loop (seed 002) as a durable workflow: one runtime step that loops, once per iteration.
+"""The agent loop as a durable workflow: one runtime step that loops, once per iteration.
 
 Each iteration builds the prompt from the run's context window (system, session,
 working and instant layers), calls the model, parses an :class:`AgentAction`, acts,
@@ -567,7 +567,7 @@ class AgentLoop:
         elif window.get("instant-error") is not None:
             window.remove("instant-error")
 
-    # == the run log (seed 002 format) ==============================================
+    # == the run log ==============================================
     async def run_log(self, run_id: str, **header: Any) -> dict[str, Any]:
         cp = await self.store.load(run_id)
         if cp is None:

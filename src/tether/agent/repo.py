@@ -4,7 +4,7 @@
 --depth 1``) first, and returns a :class:`RepoContext`: project type, framework,
 declared language versions, runnable scripts, key files (truncated), Dockerfile and
 Compose presence, a suggested strategy (Docker Compose > Docker > traditional), likely
-ports and a bounded directory tree. :meth:`RepoContext.to_prompt` renders seed 002's
+ports and a bounded directory tree. :meth:`RepoContext.to_prompt` renders the
 ``# Pre-Analyzed Repository Context`` block within a character budget.
 
 Only files at the repository root are read, each up to a byte cap; binary and

@@ -1,8 +1,8 @@
 """The context engine: keep a long-running agent's prompt inside its window.
 
-Exact token counts cached per item, a four-layer window under a budget (seed 004),
+Exact token counts cached per item, a four-layer window under a budget,
 threshold events at 70/85/90%, compressors that never drop what is pinned, the rolling
-execution summary of seed 000, and the report summaries and history window of seed 001.
+execution summary, and the report summaries and history window.
 See docs/context.md. Importing this package does not import tiktoken.
 """
 

@@ -1,4 +1,4 @@
-"""Compression in the background, between model calls (seed 004: never block the user).
+"""Compression in the background, between model calls.
 
 ``start()`` snapshots the window (items are immutable, so a snapshot is a tuple) and
 computes the compressed items in a task; the agent keeps adding messages meanwhile.

@@ -1,4 +1,4 @@
-"""Compressors: standard (~60% kept), deep (~30%), phase and checkpoint (seed 004).
+"""Compressors: standard (~60% kept), deep (~30%), phase and checkpoint.
 
 Every compressor is a pure function of items to items. The rules that make compression
 safe hold at every level:
@@ -10,7 +10,7 @@ safe hold at every level:
   compresses exactly as the original did.
 
 Standard and deep compression fold the oldest operations into one-line entries of a
-summary written in seed 004's template, then give detail back to the most recent folded
+summary written in the template, then give detail back to the most recent folded
 operations until the target ratio is reached: the budget the seed intends to free is
 freed, and what stays is the freshest detail rather than arbitrary truncation.
 """

@@ -1,4 +1,4 @@
-"""Semantic history window (seed 001 §3.4): recent iterations plus milestones.
+"""Semantic history window: recent iterations plus milestones.
 
 A fixed "last N iterations" window forgets the user's decision made 30 iterations ago.
 The semantic window keeps the last N iterations together with milestone iterations (user

@@ -34,7 +34,7 @@ __all__ = [
 
 
 class Layer(enum.IntEnum):
-    """The four layers of seed 004, in prompt order."""
+    """The four layers, in prompt order."""
 
     SYSTEM = 1
     """Constants: capabilities, tool definitions, rules (~2K tokens)."""

@@ -1,4 +1,4 @@
-"""Usage monitor: seed 004's 70 / 85 / 90% thresholds as events a UI or log subscribes to.
+"""Usage monitor: the 70 / 85 / 90% thresholds as events a UI or log subscribes to.
 
 Each threshold fires once when usage crosses it upwards and re-arms only after usage
 falls back under it, so a window hovering at 86% does not compress on every call. Two
@@ -32,7 +32,7 @@ Source = Literal["count", "provider", "request"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Thresholds:
-    """Fractions of the budget; seed 004's defaults."""
+    """Fractions of the budget; the defaults."""
 
     warn: float = 0.70
     """Tell the user; suggest a manual compression."""

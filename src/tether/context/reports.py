@@ -1,4 +1,4 @@
-"""Report summaries and injection levels (seed 001 §3.2–3.3).
+"""Report summaries and injection levels.
 
 Agents write markdown reports; the orchestrator's prompt cannot carry them all in full.
 A :class:`ReportSummary` is read from the first lines of a report (verdict from the first
@@ -325,7 +325,7 @@ class ReportCache:
         return [self.get(p) for p in paths]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-like form, for the seed's ``cache/report_summaries.json``."""
+        """JSON-like form, for ``.tether/cache/report_summaries.json``."""
         return {k: [m, s, v.to_dict()] for k, (m, s, v) in self._entries.items()}
 
     @classmethod

@@ -1,4 +1,4 @@
-"""Rolling execution summary (seed 000): structured step outputs folded into one summary.
+"""Rolling execution summary: structured step outputs folded into one summary.
 
 Passing whole conversations between plan steps explodes the prompt and passing bare
 key/values loses information; each step instead returns :class:`StepOutputs`, and
@@ -64,7 +64,7 @@ class StepOutputs:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExecutionSummary:
-    """The global state every later step sees (seed 000's ExecutionSummary)."""
+    """The global state every later step sees."""
 
     project_name: str = ""
     deploy_dir: str = ""
@@ -82,7 +82,7 @@ class ExecutionSummary:
     """Size warnings (too many environment or configuration keys), recorded once each."""
 
     def to_prompt_context(self) -> str:
-        """The markdown block of seed 000, for a step's system prompt."""
+        """The markdown block, for a step's system prompt."""
         lines = [
             "# Current Deployment State",
             f"- Project: {self.project_name or 'unknown'}",
@@ -227,7 +227,7 @@ def parse_step_outputs(data: object, *, fallback_summary: str = FALLBACK_SUMMARY
     """Validate a model's ``step_done`` outputs; never raises.
 
     Accepts a dict or a JSON string. A missing or empty ``summary`` falls back to
-    ``message`` and then to ``"Step completed"`` (seed 000); wrong-typed fields become
+    ``message`` and then to ``"Step completed"``; wrong-typed fields become
     their defaults. Every repair is logged as one warning, because a step that reports
     badly should be visible without stopping the run.
     """

@@ -1,4 +1,4 @@
-"""Summarisers: turn what a compressor folds away into seed 004's summary template.
+"""Summarisers: turn what a compressor folds away into the summary template.
 
 The structured summariser is deterministic and offline, so compression is reproducible
 and testable; the LLM summariser writes better prose when a model is configured and falls
@@ -26,7 +26,7 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SummaryRequest:
-    """Everything a summary is written from; the six sections of seed 004's template."""
+    """Everything a summary is written from; the six sections of the template."""
 
     level: str
     """``standard``, ``deep``, ``phase`` or ``checkpoint``."""

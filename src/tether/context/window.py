@@ -55,7 +55,7 @@ SEED_LAYER_BUDGETS: Mapping[Layer, int] = {
     Layer.WORKING: 10_000,
     Layer.INSTANT: 5_000,
 }
-"""Upper ends of seed 004's ranges (system ~2K, session 5–20K, working 3–10K, instant 1–5K)."""
+"""Upper ends of the layers' ranges (system ~2K, session 5–20K, working 3–10K, instant 1–5K)."""
 LAYER_TITLES: Mapping[Layer, str] = {
     Layer.SYSTEM: "System",
     Layer.SESSION: "Session",
@@ -482,7 +482,7 @@ class ContextWindow:
         summarizer: Summarizer | None = None,
         archive: ArtifactStore | None = None,
     ) -> CompressionResult:
-        """Fold a finished phase into one paragraph (seed 004's phase compression)."""
+        """Fold a finished phase into one paragraph."""
         archive_id = self._archive(archive)
         result = compress_phase(
             self.items(), phase, counter=self.counter, status=status, summarizer=summarizer

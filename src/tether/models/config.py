@@ -1,4 +1,4 @@
-"""``LLMConfig``: which model to call and how (seed 002's ``LLMConfig``).
+"""``LLMConfig``: which model to call and how.
 
 Built by the caller, from explicit arguments, from a mapping of environment variables
 (:meth:`LLMConfig.from_env`, the CLI passes ``os.environ``) or from the settings object
@@ -56,7 +56,7 @@ _SETTINGS_ATTRS: dict[str, str] = {
 class LLMConfig(BaseModel):
     """Which model to call and how. The key is a ``SecretStr``: never in ``repr`` or logs.
 
-    Example (seed 002)::
+    Example::
 
         LLMConfig(provider="gemini", model="gemini-2.5-flash", api_key="...", temperature=0.0)
     """
@@ -124,7 +124,7 @@ class LLMConfig(BaseModel):
         return None
 
     def public_dict(self) -> dict[str, Any]:
-        """Everything but the key, for run logs (seed 002's ``config`` block)."""
+        """Everything but the key, for run logs."""
         return {
             "provider": self.provider,
             "model": self.model,

@@ -19,7 +19,7 @@ __all__ = ["THRESHOLDS", "Threshold", "check_thresholds", "empty_metrics", "rate
 class Threshold:
     name: str
     level: str
-    """warning | info (the seed's alert levels)."""
+    """warning | info (alert levels)."""
     message: str
 
 

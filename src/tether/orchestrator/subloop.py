@@ -130,7 +130,7 @@ class SubLoopLock:
 
     The file holds the holder's host, pid and start time. ``acquire`` creates it
     exclusively; an existing lock is taken over when its holder is this run, is a dead
-    process on this host, or is older than ``stale_after`` seconds (the seed's 10 minutes).
+    process on this host, or is older than ``stale_after`` seconds (10 minutes by default).
     """
 
     def __init__(

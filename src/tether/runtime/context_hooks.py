@@ -1,4 +1,4 @@
-"""Runner hooks that keep a run's context window compact (seed 004's optional phase and
+"""Runner hooks that keep a run's context window compact (optional phase and
 checkpoint compression), with the window stored in the run's state.
 
 The window lives under one state key as ``ContextWindow.to_state()`` data, so it is
@@ -35,8 +35,7 @@ def phase_compression(
 ) -> Callable[[Phase, ExecutionContext], Mapping[str, Any] | None]:
     """A ``Runner(on_phase_complete=...)`` hook: fold the finished phase into one paragraph.
 
-    With ``workflow``, a phase holding a step marked ``compressible=False`` (seed 004:
-    "不可压缩") is left as it is.
+    With ``workflow``, a phase holding a step marked ``compressible=False`` is left as it is.
     """
 
     def hook(phase: Phase, ctx: ExecutionContext) -> Mapping[str, Any] | None:

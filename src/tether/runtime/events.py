@@ -1,7 +1,7 @@
 """Events a run emits: the CLI renders them, the server streams them, tests collect them.
 
 Rollback actions and decisions are also appended to the run's ``event_log`` state key,
-so they are checkpointed with the run (seed 004: "所有回滚操作记录到事件流").
+so they are checkpointed with the run.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Failure classes of seed 004 and the one pure function that assigns them.
+"""Failure classes and the one pure function that assigns them.
 
 ``classify(exc)`` walks a table of rules (exception types, exit codes, message
 patterns). The most specific type match wins (closest in the exception's MRO); an
@@ -29,7 +29,7 @@ __all__ = [
 
 
 class FailureKind(enum.StrEnum):
-    """The five classes of seed 004 §3."""
+    """The five failure classes."""
 
     TRANSIENT = "transient"
     """Timeout, service unavailable: retry with backoff (at most 3 tries)."""

@@ -1,4 +1,4 @@
-"""Failure reports (seed 004 §4.5, template "失败报告模板") and the decisions they offer."""
+"""Failure reports and the decisions they offer."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ __all__ = [
 
 
 class Decision(enum.StrEnum):
-    """What to do after a failure (seed 004 §4.6: 重试/跳过/重规划/放弃)."""
+    """What to do after a failure."""
 
     RETRY = "retry"
     SKIP = "skip"
@@ -104,7 +104,7 @@ class FailureReport:
         return cls(**fields)
 
     def render(self) -> str:
-        """The seed 004 template as plain text."""
+        """The failure report template as plain text."""
         lines = [
             "⚠️ Task failed",
             "",

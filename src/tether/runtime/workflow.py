@@ -1,4 +1,4 @@
-"""Workflows: steps with dependencies, grouped in phases (seed 004's TODO list).
+"""Workflows: steps with dependencies, grouped in phases.
 
 A step is a plain Python callable, sync or async, that receives a
 :class:`StepContext` and returns a state update (a mapping merged through the
@@ -64,7 +64,7 @@ class RetryPolicy:
     """Retries of TRANSIENT failures: exponential backoff with jitter."""
 
     attempts: int = 3
-    """Total tries, the first included (seed 004: at most 3)."""
+    """Total tries, the first included."""
     initial: float = 0.5
     maximum: float = 10.0
     jitter: float = 0.5
@@ -84,7 +84,7 @@ class Step:
     deps: tuple[str, ...] = ()
     phase: str = "main"
     compressible: bool = True
-    """False: its outputs are pinned in the context window (seed 004: "不可压缩")."""
+    """False: its outputs are pinned in the context window."""
     retry: RetryPolicy | None = None
     timeout: float | None = None
     """Seconds the whole step may take (per attempt)."""
@@ -119,7 +119,7 @@ class Compensation:
     description: str
     fn: Callable[[], Any]
     kind: str = "undo_create"
-    """undo_create | restore_modified | restore_deleted | restore_ui (seed 004 §4.3)."""
+    """undo_create | restore_modified | restore_deleted | restore_ui."""
 
 
 @dataclass(slots=True)

@@ -20,7 +20,7 @@ __all__ = [
 
 
 class RunStatus(enum.StrEnum):
-    """Life cycle of a run (seed 003 plus PENDING, CANCELLED and INTERRUPTED)."""
+    """Life cycle of a run, from PENDING to COMPLETED, FAILED or CANCELLED."""
 
     PENDING = "PENDING"
     RUNNING = "RUNNING"
@@ -39,7 +39,7 @@ TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Checkpoint:
-    """The full state of a run after one node, as the seed's ``Checkpoint``.
+    """The full state of a run after one node, as a ``Checkpoint``.
 
     Stores may keep it as a delta against an earlier checkpoint; this object is always
     the materialised whole.
@@ -221,7 +221,7 @@ class RunInfo:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExecutionContextSnapshot:
-    """What a human or the dashboard sees of a run (seed 003 §2.1)."""
+    """What a human or the dashboard sees of a run."""
 
     run_id: str
     current_node_id: str | None

@@ -1,4 +1,4 @@
-"""The checkpoint store interface (the seed's CheckpointRepository), written once.
+"""The checkpoint store interface, written once.
 
 A backend implements a handful of primitives over opaque rows (:class:`Write`,
 :class:`StoredRow`); everything users call (``commit``, ``save``, ``load``,
@@ -71,7 +71,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExpiryPolicy:
-    """How long stored runs live (seed 003 §4.3).
+    """How long stored runs live.
 
     A run's checkpoints expire ``checkpoint_ttl`` after its last save; once the run
     reaches COMPLETED, FAILED or CANCELLED its whole execution state expires
@@ -550,7 +550,7 @@ class CheckpointStore(abc.ABC):
         return payload, at
 
     async def save(self, checkpoint: Checkpoint, *, expected_version: int | None = None) -> int:
-        """Store a whole :class:`Checkpoint` as the run's next version (the seed's ``save``).
+        """Store a whole :class:`Checkpoint` as the run's next version.
 
         ``expected_version``: None appends after whatever is stored; 0 requires a new
         run; n requires the latest to be n (else :class:`VersionConflict`).
@@ -727,7 +727,7 @@ class CheckpointStore(abc.ABC):
             return await self._retry(lambda: self._history(run_id, before=before, limit=limit), exc)
 
     async def snapshot(self, run_id: str) -> ExecutionContextSnapshot | None:
-        """What a human reviewing the run sees (seed 003 §2.1), or None."""
+        """What a human reviewing the run sees, or None."""
         check_run_id(run_id)
         info, rows = await self._read_retried(run_id, None)
         if info is None or not rows:

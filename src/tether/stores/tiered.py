@@ -1,6 +1,6 @@
 """Tiered store: Redis in front for fast reads, a SQL store behind it as the authority.
 
-The seed's production layout (seed 003 §4): Redis primary, MySQL persistence. Here SQL
+A common production layout: Redis primary, MySQL persistence. Here SQL
 (MySQL/MariaDB, PostgreSQL or SQLite) decides versions and conflicts and holds every
 version; Redis holds a copy of each run's latest chain (its last full row and the
 deltas after it), so loading the latest state is one Redis round trip.

@@ -1,4 +1,4 @@
-"""The outcome of one shell command (seed 002's ``CommandResult``, plus timing and caps)."""
+"""The outcome of one shell command."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ TIMEOUT_EXIT_CODE = 124
 class CommandResult:
     """What a command printed and how it ended.
 
-    The first five fields are seed 002's. ``success`` is always ``exit_code == 0``.
+    ``success`` is always ``exit_code == 0``.
     A command killed by a signal reports ``128 + signal``, as shells do; one killed at
     its timeout reports ``124`` with ``timed_out`` set.
     """
