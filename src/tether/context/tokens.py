@@ -7,7 +7,7 @@ OpenAI models are counted exactly with their own encoding; other families with c
 a prior scale factor, which the provider's reported ``usage`` calibrates while the run
 goes on (:class:`Calibration`).
 
-Loading an encoding costs 200–600 ms, so it happens lazily, once per process, and
+Loading an encoding is slow (see docs/context.md), so it happens lazily, once per process, and
 ``import tether.context`` never imports tiktoken.
 """
 
@@ -130,7 +130,7 @@ def load_encoding(name: str = ENCODING_NAME) -> tiktoken.Encoding:
             if name == O200K_NAME:
                 enc = _load_o200k()
             else:
-                import tiktoken  # lazy: ~200 ms with the BPE file, paid once
+                import tiktoken  # lazy: loading the BPE file is slow, paid once
 
                 enc = tiktoken.get_encoding(name)
             _encodings[name] = enc
