@@ -26,7 +26,7 @@ from typing import Any
 import ormsgpack
 
 from tether.state import ExecutionContext
-from tether.state.model import Checkpoint, RunStatus, _checkpoint
+from tether.state.model import Checkpoint, RunStatus, make_checkpoint
 from tether.stores import create_store
 from tether.stores._sql import _CHAIN_SQL, _chain_of
 from tether.stores.base import _utc
@@ -117,8 +117,8 @@ async def main() -> None:
                 ),
             ),
             (
-                "tether: the stores' constructor (state.model._checkpoint)",
-                lambda: _checkpoint("r", None, {}, [], None, 1, RunStatus.RUNNING, {}),  # type: ignore[arg-type]
+                "tether: the stores' constructor (state.model.make_checkpoint)",
+                lambda: make_checkpoint("r", None, {}, [], None, 1, RunStatus.RUNNING, {}),  # type: ignore[arg-type]
             ),
             (
                 "tether: payload -> Checkpoint (decode, checks, object)",

@@ -104,8 +104,8 @@ def test_snapshot_is_a_deep_copy_and_restore_replaces():
 
 def test_delta_records_reducer_ops_and_overwrites_drop_earlier_ops():
     ctx = ExecutionContext("r")
-    ctx._mark_saved(1, ctx.chain)
-    ctx._take()  # pretend the first full save happened
+    ctx.take_changes()
+    ctx.saved(1)  # pretend the first full save happened
     ctx.merge({"messages": ["a"], "x": 1})
     ctx.merge({"messages": ["b"], "x": 2})
     ctx.put("messages", ["z"])
@@ -116,11 +116,11 @@ def test_delta_records_reducer_ops_and_overwrites_drop_earlier_ops():
 
 def test_failed_save_gives_the_delta_back():
     ctx = ExecutionContext("r")
-    ctx._take()
+    ctx.take_changes()
     ctx.merge({"messages": ["a"]})
-    taken = ctx._take()
+    taken = ctx.take_changes()
     ctx.merge({"messages": ["b"]})
-    ctx._give_back(taken)
+    ctx.restore_changes(taken)
     assert ctx.pending().ops == [("messages", "append", ["a"]), ("messages", "append", ["b"])]
 
 
@@ -170,7 +170,7 @@ def test_replaying_recorded_ops_rebuilds_the_state(batch):
         default_registry().register("cfg", "merge").register("n", "counter").register("todo", upsert_by("id"))
     )
     ctx = ExecutionContext("r", {"messages": ["start"]}, reducers=reg)
-    ctx._take()
+    ctx.take_changes()
     before = ctx.snapshot()
     for update in batch:
         ctx.merge(update)
@@ -245,11 +245,12 @@ def test_a_state_said_to_hold_no_datetime_holds_none(steps):
             elif op == "restore":
                 ctx.restore(value)
             else:  # as a store hands back a loaded state: not known until asked
-                ctx._load(state=ctx.snapshot(), executed=[], version=1, node_id=None, chain=ctx.chain)
+                ctx = ExecutionContext.from_stored(
+                    "r", ctx.snapshot(), [], version=1, node_id=None, reducers=reg
+                )
         except InvalidStateValue:
             continue  # a reducer refused the value: nothing changed
-        with ctx._lock:
-            said = ctx._holds_datetimes()
+        said = ctx._holds_datetimes()
         assert said or not _holds_datetime(ctx.snapshot())
 
 

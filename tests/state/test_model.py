@@ -8,15 +8,15 @@ import inspect
 
 import pytest
 
-from tether.state.model import ChainStats, Checkpoint, RunStatus, _chain_stats, _checkpoint
+from tether.state.model import ChainStats, Checkpoint, RunStatus, chain_stats, make_checkpoint
 
 
 def test_the_fast_checkpoint_constructor_builds_what_the_dataclass_builds():
-    """``_checkpoint`` sets the slots directly; it must take every field, in order, and
+    """``make_checkpoint`` sets the slots directly; it must take every field, in order, and
     give an object equal to (and as frozen as) ``Checkpoint(...)``. A field added to
     Checkpoint without it fails here."""
     names = [f.name for f in dataclasses.fields(Checkpoint)]
-    assert list(inspect.signature(_checkpoint).parameters) == names
+    assert list(inspect.signature(make_checkpoint).parameters) == names
     values = {
         "run_id": "r",
         "node_id": "n",
@@ -27,7 +27,7 @@ def test_the_fast_checkpoint_constructor_builds_what_the_dataclass_builds():
         "status": RunStatus.PAUSED,
         "metadata": {"k": "v"},
     }
-    fast = _checkpoint(*(values[n] for n in names))
+    fast = make_checkpoint(*(values[n] for n in names))
     assert fast == Checkpoint(**values)
     assert type(fast) is Checkpoint and repr(fast) == repr(Checkpoint(**values))
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -46,15 +46,15 @@ def test_a_stored_time_becomes_the_same_datetime_whenever_it_is_read():
     plain = Checkpoint(
         run_id="r", node_id=None, state={"a": 1}, timestamp=when, version=2, status=RunStatus.RUNNING
     )
-    assert _checkpoint(*args) == plain  # __eq__ reads through the descriptor
-    assert repr(_checkpoint(*args)) == repr(plain)
-    lazy = _checkpoint(*args)
+    assert make_checkpoint(*args) == plain  # __eq__ reads through the descriptor
+    assert repr(make_checkpoint(*args)) == repr(plain)
+    lazy = make_checkpoint(*args)
     assert lazy.timestamp == when and type(lazy.timestamp) is dt.datetime
     assert lazy.timestamp is lazy.timestamp  # made once
-    assert pickle.loads(pickle.dumps(_checkpoint(*args))) == plain
-    assert copy.deepcopy(_checkpoint(*args)).timestamp == when
-    assert dataclasses.replace(_checkpoint(*args), version=3).timestamp == when
-    assert dataclasses.asdict(_checkpoint(*args))["timestamp"] == when
+    assert pickle.loads(pickle.dumps(make_checkpoint(*args))) == plain
+    assert copy.deepcopy(make_checkpoint(*args)).timestamp == when
+    assert dataclasses.replace(make_checkpoint(*args), version=3).timestamp == when
+    assert dataclasses.asdict(make_checkpoint(*args))["timestamp"] == when
     with pytest.raises(dataclasses.FrozenInstanceError):
         lazy.timestamp = when  # type: ignore[misc]
     assert Checkpoint(run_id="r", node_id=None, state={}).timestamp.tzinfo is dt.UTC
@@ -78,23 +78,23 @@ def test_cached_ids_and_no_metadata_read_as_the_callers_own_list_and_dict():
         version=2,
         status=RunStatus.RUNNING,
     )
-    assert _checkpoint(*args) == plain and repr(_checkpoint(*args)) == repr(plain)
-    lazy = _checkpoint(*args)
+    assert make_checkpoint(*args) == plain and repr(make_checkpoint(*args)) == repr(plain)
+    lazy = make_checkpoint(*args)
     assert type(lazy.executed_node_ids) is list and lazy.executed_node_ids == ["a", "b"]
     assert type(lazy.metadata) is dict and lazy.metadata == {}
     assert lazy.executed_node_ids is lazy.executed_node_ids and lazy.metadata is lazy.metadata  # made once
     lazy.executed_node_ids.append("c")
     lazy.metadata["k"] = 1
     assert ids == ("a", "b")
-    other = _checkpoint(*args)
+    other = make_checkpoint(*args)
     assert other.executed_node_ids == ["a", "b"] and other.metadata == {}
     for seen in (
-        pickle.loads(pickle.dumps(_checkpoint(*args))),
-        copy.deepcopy(_checkpoint(*args)),
-        dataclasses.replace(_checkpoint(*args), version=2),
+        pickle.loads(pickle.dumps(make_checkpoint(*args))),
+        copy.deepcopy(make_checkpoint(*args)),
+        dataclasses.replace(make_checkpoint(*args), version=2),
     ):
         assert seen == plain and type(seen.executed_node_ids) is list and type(seen.metadata) is dict
-    as_dict = dataclasses.asdict(_checkpoint(*args))
+    as_dict = dataclasses.asdict(make_checkpoint(*args))
     assert as_dict["executed_node_ids"] == ["a", "b"] and as_dict["metadata"] == {}
     with pytest.raises(dataclasses.FrozenInstanceError):
         lazy.metadata = {}  # type: ignore[misc]
@@ -104,9 +104,9 @@ def test_cached_ids_and_no_metadata_read_as_the_callers_own_list_and_dict():
 
 def test_the_fast_chain_stats_constructor_builds_what_the_dataclass_builds():
     names = [f.name for f in dataclasses.fields(ChainStats)]
-    assert list(inspect.signature(_chain_stats).parameters) == names
+    assert list(inspect.signature(chain_stats).parameters) == names
     values = dict(zip(names, (7, 1000, 30, 4, 5), strict=True))
-    fast = _chain_stats(*values.values())
+    fast = chain_stats(*values.values())
     assert fast == ChainStats(**values) and repr(fast) == repr(ChainStats(**values))
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.length = 6  # type: ignore[misc]

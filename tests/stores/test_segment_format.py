@@ -11,8 +11,8 @@ import ormsgpack
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from tether.stores._chain import apply_delta as _apply
 from tether.stores._segment import apply_segment, pack_segment, split_segment
-from tether.stores.base import _apply
 
 KEYS = ["messages", "notes", "config", "count", "todo", "out"]
 

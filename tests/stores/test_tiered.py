@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 from tether.errors import ConfigError, StoreUnavailable, VersionConflict
 from tether.state import ExecutionContext, RunStatus
 from tether.stores import CompactionPolicy, ExpiryPolicy, create_store
-from tether.stores.base import Write
+from tether.stores._chain import NO_CHAIN, Known
 from tether.stores.memory import InMemoryStore
 from tether.stores.redis import RedisStore
 from tether.stores.tiered import TieredStore
@@ -158,14 +158,11 @@ async def test_a_crashed_writer_never_lets_redis_serve_a_stale_version(client, t
         # what a writer killed after its SQL commit leaves: a lease, no Redis update
         await store.redis._begin(ctx.run_id, "dead-writer", time.time() + store.lease)
         ctx.merge({"step": 42})
-        kind, payload, _, _, growth, rewrite, _ = store._encode_commit(
-            ctx, ctx._take(), "n9", RunStatus.RUNNING, time.time(), {}
-        )
-        w = Write(
-            run_id=ctx.run_id, kind=kind, payload=payload, node_id="n9",
-            status=RunStatus.RUNNING, created_at=time.time(), expires_at=None,
-            expected_version=2, growth_bytes=growth, rewrite_bytes=rewrite,
-        )  # fmt: skip
+        w = store.engine.plan(
+            ctx.take_changes(), Known(2, NO_CHAIN, None), node="n9", status=RunStatus.RUNNING,
+            now=time.time(), meta={}, meta_dated=False, expires_at=None, require_status=None, write_id="",
+        ).write  # fmt: skip
+        assert w.kind == "delta" and w.expected_version == 2
         await store.sql._write(w)
         assert await _cached_version(client, prefix, ctx.run_id) == 2  # stale copy
 

@@ -249,10 +249,10 @@ async def store_failed(runner: Runner, run: Drive, error: BaseException) -> RunR
     if fresh is None:
         runner._emit("interrupted", ctx.run_id, run.step, reason=reason, version=ctx.version)
         return RunResult(
-            run_id=ctx.run_id, status=RunStatus.INTERRUPTED, version=ctx.version, state=ctx._state_ref()
+            run_id=ctx.run_id, status=RunStatus.INTERRUPTED, version=ctx.version, state=ctx.state_view()
         )
     run.ctx = fresh
     runner._emit("paused", ctx.run_id, version=fresh.version, reason=reason)
     return RunResult(
-        run_id=ctx.run_id, status=RunStatus.PAUSED, version=fresh.version, state=fresh._state_ref()
+        run_id=ctx.run_id, status=RunStatus.PAUSED, version=fresh.version, state=fresh.state_view()
     )

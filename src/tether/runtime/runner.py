@@ -169,7 +169,7 @@ class Runner:
             raise RunNotFound(run_id)
         finished = info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
         if finished or (info.status is RunStatus.FAILED and decision is None):
-            return RunResult(run_id=run_id, status=info.status, version=ctx.version, state=ctx._state_ref())
+            return RunResult(run_id=run_id, status=info.status, version=ctx.version, state=ctx.state_view())
         check_lease(run_id, ctx.get("_lease"), owner=self.owner, force=force)
         run = self._new_run(ctx)
         ctx.put("_lease", self._lease(run))
@@ -248,7 +248,7 @@ class Runner:
         began = time.monotonic()
 
         async def mark(attempt: int) -> None:  # the attempt is on record before it runs
-            ctx._merge_checked({"todo": self._todos([step], "running", attempt)})
+            ctx.merge_trusted({"todo": self._todos([step], "running", attempt)})
             await self._commit(run, node_id=ctx.node_id, metadata={"attempt": attempt, "step": step.id})
 
         try:
@@ -272,7 +272,7 @@ class Runner:
         except Exception as exc:
             await self._fail(run, step, exc, sc, start_version)
             return
-        ctx._merge_checked(
+        ctx.merge_trusted(
             {
                 "todo": self._todos([step], "done", sc.attempt),
                 "execution_history": [
@@ -547,7 +547,7 @@ class Runner:
         }
         self._emit(kind.get(status, "failed"), ctx.run_id, version=ctx.version, reason=stop.reason)
         return RunResult(
-            run_id=ctx.run_id, status=status, version=ctx.version, state=ctx._state_ref(), report=stop.report
+            run_id=ctx.run_id, status=status, version=ctx.version, state=ctx.state_view(), report=stop.report
         )
 
     def _todos(self, steps: list[Step], status: str, attempts: int = 0) -> dict[str, Any]:
@@ -563,7 +563,7 @@ class Runner:
 
     def _log(self, run: Drive, kind: str, step: str | None = None, **detail: Any) -> None:
         """Append to the run's event log (checkpointed with its next commit)."""
-        run.ctx._merge_checked({"event_log": [_record(run.ctx.run_id, kind, step, **detail)]})
+        run.ctx.merge_trusted({"event_log": [_record(run.ctx.run_id, kind, step, **detail)]})
 
     def _emit(self, event: str, run_id: str, step: str | None = None, **detail: Any) -> None:
         if self.on_event is None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tether.errors import InvalidStateValue
-from tether.state.model import _NO_CHAIN, ChainStats
 from tether.state.reducers import Op, Reducer, ReducerRegistry, default_registry
 from tether.state.values import check_run_id, check_text, check_value, copy_value
 
-__all__ = ["Delta", "ExecutionContext"]
+__all__ = ["Changes", "Delta", "ExecutionContext"]
 
 _MISSING = object()
 
@@ -32,6 +31,34 @@ class Delta:
     """True when only a whole-state write is correct (new run, restore, delete)."""
 
 
+class Changes(NamedTuple):
+    """What a context hands its store at a commit (:meth:`ExecutionContext.take_changes`).
+
+    Everything the store needs to write the next version, taken under the context's lock
+    so that the ops and the state agree: the ops since ``version``, or (``full``, or when
+    the store decides to compact) the whole state they lead to.
+    """
+
+    run_id: str
+    version: int
+    """The stored version these changes follow (0: the run was never saved)."""
+    ops: tuple[Op, ...]
+    executed: tuple[str, ...]
+    """Node ids marked executed since ``version``."""
+    full: bool
+    """Only a whole-state write is correct (new run, restore, delete)."""
+    state: Mapping[str, Any]
+    """The state the changes lead to: a shallow copy, its values shared with the context
+    (reducers replace values, they never change one in place)."""
+    all_executed: tuple[str, ...]
+    """Every node id marked executed, in order."""
+    datetimes: bool | None
+    """Whether any value of ``state`` holds a datetime (None: not known)."""
+    write_id: str = ""
+    """The id of an earlier attempt at these same changes whose outcome is not known
+    (see :meth:`ExecutionContext.restore_changes`); "" for a first attempt."""
+
+
 class ExecutionContext:
     """The state of one run, safe to use from several threads.
 
@@ -42,15 +69,14 @@ class ExecutionContext:
     """
 
     __slots__ = (
-        "_chain",
         "_dated",
         "_delta",
         "_executed",
         "_executed_set",
         "_lock",
+        "_pending_write",
         "_reducers",
         "_state",
-        "_tail",
         "node_id",
         "run_id",
         "version",
@@ -74,14 +100,10 @@ class ExecutionContext:
         self._executed: list[str] = []
         self._executed_set: set[str] = set()
         self._delta = Delta(full=True)
-        self._chain = _NO_CHAIN
-        self._tail: list[tuple[bytes, int, int]] | None = []
-        """The last rows stored after the last full one, oldest first, ending at ``version``
-        (None: not known): what the store may pack into its next segment row (see
-        ``stores.base.Carrier``)."""
+        self._pending_write = ""
         self._dated: set[str] | None = set()
         """Keys whose value holds a datetime (None: not known, for a state read back from a
-        store). A full checkpoint of a state without any is encoded by the faster encoder."""
+        store): a store encodes a state without any by a faster encoder."""
         if state:
             for key in state:
                 _check_key(key)
@@ -138,9 +160,9 @@ class ExecutionContext:
             _check_key(key)
             if check_value(value, key=key):
                 dated.add(key)
-        self._merge_checked(update, dated)
+        self.merge_trusted(update, dated)
 
-    def _merge_checked(self, update: Mapping[str, Any], dated: set[str] | None = None) -> None:
+    def merge_trusted(self, update: Mapping[str, Any], dated: set[str] | None = None) -> None:
         """``merge`` for values already known to be valid (the runtime's own bookkeeping,
         built from str/int/float only): skips the walk that ``merge`` does first.
         ``dated``: the keys of ``update`` whose value holds a datetime."""
@@ -218,7 +240,30 @@ class ExecutionContext:
             self._dated = dated
             self._delta = Delta(full=True, executed=list(self._delta.executed))
 
-    # -- used by stores ------------------------------------------------------------
+    # -- the hand-off to a store ------------------------------------------------------
+    @classmethod
+    def from_stored(
+        cls,
+        run_id: str,
+        state: dict[str, Any],
+        executed: list[str],
+        *,
+        version: int,
+        node_id: str | None,
+        reducers: ReducerRegistry | None = None,
+    ) -> ExecutionContext:
+        """A context continuing a stored version. ``state`` and ``executed`` become the
+        context's own, neither copied nor checked: a store passes what it just decoded."""
+        ctx = cls(run_id, reducers=reducers)
+        ctx._state = state
+        ctx._dated = None
+        ctx._executed = executed
+        ctx._executed_set = set(executed)
+        ctx.version = version
+        ctx.node_id = node_id
+        ctx._delta = Delta()
+        return ctx
+
     def pending(self) -> Delta:
         """The changes not yet stored (a view; do not mutate)."""
         with self._lock:
@@ -230,44 +275,41 @@ class ExecutionContext:
             d = self._delta
             return d.full or bool(d.ops) or bool(d.executed)
 
-    def _state_ref(self) -> dict[str, Any]:
+    def state_view(self) -> dict[str, Any]:
+        """The live state, not copied: for reading at once (results, reports), never to keep."""
         return self._state
 
-    def _holds_datetimes(self) -> bool:
-        """Whether any value holds a datetime (what the encoder must know; callers hold
-        ``_lock``). Known from the checks values pass on their way in; a state read back
-        from a store is walked once, here, the first time it is asked."""
-        if self._dated is None:
-            self._dated = {key for key, value in self._state.items() if check_value(value, key=key)}
-        return bool(self._dated)
+    def take_changes(self) -> Changes:
+        """Hand what changed since the last save to a store, and start recording anew.
 
-    def _mark_saved(
-        self, version: int, chain: ChainStats, tail: list[tuple[bytes, int, int]] | None = None
-    ) -> None:
-        with self._lock:
-            self.version = version
-            self._chain = chain
-            self._tail = tail
-
-    def _take(self) -> Delta:
-        """Hand the current delta to a store and start a new one for later changes.
-
-        Callers hold ``_lock`` while taking and encoding, so the encoded state is
-        exactly the state the taken delta leads to.
-        """
+        Give the changes back with :meth:`restore_changes` if the save fails, or confirm
+        it with :meth:`saved`."""
         with self._lock:
             taken = self._delta
             self._delta = Delta(full=False)
-            return taken
+            dated = self._dated
+            return Changes(
+                self.run_id,
+                self.version,
+                tuple(taken.ops),
+                tuple(taken.executed),
+                taken.full,
+                dict(self._state),
+                tuple(self._executed),
+                None if dated is None else bool(dated),
+                self._pending_write,
+            )
 
-    def _give_back(self, taken: Delta) -> None:
-        """A save failed: put its ops back in front of anything recorded since."""
+    def restore_changes(self, changes: Changes) -> None:
+        """A save of ``changes`` failed: put them back in front of anything recorded since.
+
+        Its write id is kept while nothing else was recorded, so that a retry whose first
+        attempt did land (its reply lost) finds it and stores nothing twice."""
         with self._lock:
             later = self._delta
+            quiet = not (later.full or later.ops or later.executed)
             merged = Delta(
-                ops=list(taken.ops),
-                executed=list(taken.executed),
-                full=taken.full or later.full,
+                ops=list(changes.ops), executed=list(changes.executed), full=changes.full or later.full
             )
             for key, op, arg in later.ops:
                 if op == "set":
@@ -277,32 +319,24 @@ class ExecutionContext:
             if merged.full:
                 merged.ops = []
             self._delta = merged
+            self._pending_write = changes.write_id if quiet else ""
 
-    def _load(
-        self,
-        *,
-        state: dict[str, Any],
-        executed: list[str],
-        version: int,
-        node_id: str | None,
-        chain: ChainStats,
-        tail: list[tuple[bytes, int, int]] | None = None,
-    ) -> None:
+    def saved(self, version: int, *, datetimes: bool | None = None) -> None:
+        """The changes last taken are stored as ``version``. ``datetimes``: what the store
+        found, walking the state, when the changes did not say (False: none holds one)."""
         with self._lock:
-            self._state = state
-            self._dated = None
-            self._executed = executed
-            self._executed_set = set(executed)
             self.version = version
-            self.node_id = node_id
-            self._chain = chain
-            self._tail = tail
-            self._delta = Delta()
+            self._pending_write = ""
+            if datetimes is False and self._dated is None:
+                self._dated = set()
 
-    @property
-    def chain(self) -> ChainStats:
+    def _holds_datetimes(self) -> bool:
+        """Whether any value holds a datetime. Known from the checks values pass on their
+        way in; a state read back from a store is walked once, here, when first asked."""
         with self._lock:
-            return self._chain
+            if self._dated is None:
+                self._dated = {key for key, value in self._state.items() if check_value(value, key=key)}
+            return bool(self._dated)
 
     def __repr__(self) -> str:
         return f"ExecutionContext(run_id={self.run_id!r}, version={self.version}, keys={len(self)})"

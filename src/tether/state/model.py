@@ -13,9 +13,12 @@ __all__ = [
     "Checkpoint",
     "CheckpointInfo",
     "ExecutionContextSnapshot",
+    "NO_CHAIN",
     "RunInfo",
     "RunStatus",
     "TERMINAL_STATUSES",
+    "chain_stats",
+    "make_checkpoint",
 ]
 
 
@@ -118,7 +121,7 @@ Checkpoint.executed_node_ids = _Lazy("executed_node_ids", tuple, list)  # type: 
 Checkpoint.metadata = _Lazy("metadata", type(None), lambda _: {})  # type: ignore[assignment,misc]
 
 
-def _checkpoint(
+def make_checkpoint(
     run_id: str,
     node_id: str | None,
     state: dict[str, Any],
@@ -185,10 +188,10 @@ _set_base_version, _set_base_bytes, _set_growth_bytes, _set_rewrite_bytes, _set_
 )
 
 
-def _chain_stats(
+def chain_stats(
     base_version: int, base_bytes: int, growth_bytes: int, rewrite_bytes: int, length: int
 ) -> ChainStats:
-    """``ChainStats(...)`` built as :func:`_checkpoint` builds a checkpoint, since every save
+    """``ChainStats(...)`` built as :func:`make_checkpoint` builds a checkpoint, since every save
     makes one: the frozen dataclass's ``__init__`` sets each field through
     ``object.__setattr__``. The arguments are the fields, in order; a test holds the two equal."""
     chain: ChainStats = _new(ChainStats)
@@ -200,8 +203,10 @@ def _chain_stats(
     return chain
 
 
-_NO_CHAIN = ChainStats()
+NO_CHAIN = ChainStats()
 """A run with nothing stored, shared (the record is immutable)."""
+
+_chain_stats = chain_stats  # the Redis store's import until it moves to the backend protocol
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

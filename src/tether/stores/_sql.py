@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from tether.errors import CheckpointCorrupt, RunExpired, RunNotFound, RunNotPaused, VersionConflict
-from tether.state.model import _NO_CHAIN, ChainStats, CheckpointInfo, RunInfo, RunStatus
+from tether.state.model import NO_CHAIN, ChainStats, CheckpointInfo, RunInfo, RunStatus
 from tether.stores._retry import retried
 from tether.stores.base import CheckpointStore, StaleSeal, StoredRow, Write, _hint, _utc
 
@@ -327,7 +327,7 @@ class SqlStore(CheckpointStore):
         if info is None and w.kind != "full":
             raise RunNotFound(w.run_id)
         version = current + 1
-        chain = w.chain_after(info.chain if info else _NO_CHAIN, version)
+        chain = w.chain_after(info.chain if info else NO_CHAIN, version)
         kind, payload = w.kind, w.payload
         if kind == "segment":
             await self._seal_rows(tx, w, version)

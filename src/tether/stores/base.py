@@ -23,11 +23,9 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
-
-import ormsgpack
 
 from tether.errors import (
     CheckpointCorrupt,
@@ -37,8 +35,9 @@ from tether.errors import (
     RunNotPaused,
     StoreUnavailable,
 )
-from tether.state.context import Delta, ExecutionContext
+from tether.state.context import Changes, ExecutionContext
 from tether.state.model import (
+    NO_CHAIN,
     TERMINAL_STATUSES,
     ChainStats,
     Checkpoint,
@@ -46,20 +45,27 @@ from tether.state.model import (
     ExecutionContextSnapshot,
     RunInfo,
     RunStatus,
-    _chain_stats,
-    _checkpoint,
 )
 from tether.state.reducers import ReducerRegistry
-from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
+from tether.state.serde import Codec
 from tether.state.values import check_run_id, check_value
+from tether.stores._chain import (
+    ChainEngine,
+    CompactionPolicy,
+    Known,
+    Plan,
+    StaleSeal,
+    Write,
+    full_payload,
+)
 from tether.stores._retry import RetryPolicy, retry_call
-from tether.stores._segment import apply_ops, apply_segment, pack_segment, segment_length, split_segment
 
 __all__ = [
     "CheckpointStore",
     "CompactionPolicy",
     "ExpiryPolicy",
     "RetryPolicy",
+    "StaleSeal",
     "StoredRow",
     "Write",
 ]
@@ -88,126 +94,6 @@ class ExpiryPolicy:
         return None if ttl is None else now + ttl.total_seconds()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CompactionPolicy:
-    """When a save writes the whole state instead of a delta.
-
-    A load reads the base plus every delta after it. Appends never waste bytes, but
-    overwrites (``set``, ``merge``, ``upsert``) leave dead data in the chain: a full row
-    is written once that dead data could exceed ``max_waste_ratio`` of the live state
-    (and ``min_waste_bytes``). Long chains cost per row at load time: past ``max_chain``
-    deltas a full row is written when the chain has at least doubled the base (so the
-    bases of an append-only run grow geometrically and storage stays linear, ≤ ~3x the
-    state in the long run) or when the rows are so small that their count, not their
-    bytes, would dominate a load (``row_cost_bytes`` per row).
-    """
-
-    max_chain: int = 1000
-    max_waste_ratio: float = 0.5
-    min_waste_bytes: int = 256 * 1024
-    row_cost_bytes: int = 4096
-    """What reading one more row costs at load time, in bytes of payload decoded."""
-    seal_versions: int = 8
-    """A store that seals packs the last deltas into one segment row once there are this
-    many (or ``seal_tail_bytes`` of them). 0 turns sealing off."""
-    seal_tail_bytes: int = 64 * 1024
-    seal_fanout: int = 4
-    """… and then merges the ``seal_fanout`` last segments of one level into one of the next
-    level, while that stays under ``seal_bytes``: a chain of N small deltas loads from
-    about ``seal_versions + (seal_fanout - 1) * log(N / seal_versions, seal_fanout)`` rows
-    (15 at the end of a 1,000-step run), each version rewritten once per level on its way
-    up."""
-    seal_bytes: int = 1024 * 1024
-
-    def __post_init__(self) -> None:
-        if self.seal_versions == 1 or self.seal_versions < 0:
-            raise ConfigError("seal_versions must be 0 (off) or >= 2")
-        if self.seal_fanout < 2:
-            raise ConfigError("seal_fanout must be >= 2")
-
-    def due(self, chain: ChainStats, *, growth: int, rewrite: int, sealed: bool = False) -> bool:
-        """``sealed``: the store packs deltas into segments (see ``seal_versions``), so a
-        load reads far fewer rows than the chain has versions."""
-        waste = chain.rewrite_bytes + rewrite
-        live = chain.base_bytes + chain.growth_bytes + growth
-        if waste > max(self.min_waste_bytes, self.max_waste_ratio * live):
-            return True
-        rows = chain.length + 1
-        if rows < self.max_chain:
-            return False
-        if sealed and self.seal_versions:
-            per, levels = self.seal_versions, 1
-            while per * self.seal_fanout < rows:
-                per, levels = per * self.seal_fanout, levels + 1
-            rows = self.seal_versions + (self.seal_fanout - 1) * levels
-        grown = chain.growth_bytes + growth + waste
-        return grown >= chain.base_bytes or rows * self.row_cost_bytes >= live
-
-
-@dataclass(slots=True, kw_only=True)
-class Write:
-    """One atomic save: a new version of a run, and the run record after it.
-
-    Not frozen, though nothing changes one: a frozen dataclass sets each of the 13 fields
-    through ``object.__setattr__``, 2.7 vs 1.0 us a save."""
-
-    run_id: str
-    kind: str
-    """``full``, ``delta`` or ``segment`` (see ``seal_from``)."""
-    payload: bytes
-    node_id: str | None
-    status: RunStatus
-    created_at: float
-    expires_at: float | None
-    expected_version: int | None
-    """None: append after whatever is there; 0: the run must not exist; n: latest must be n."""
-    require_status: RunStatus | None = None
-    growth_bytes: int = 0
-    rewrite_bytes: int = 0
-    state_at: int = 0
-    """Where the state's own bytes start in a plain full payload, for a store that keeps
-    them apart (see ``CheckpointStore._splits_state``); 0 otherwise."""
-    head: dict[str, Any] | None = None
-    """With ``state_at``: the payload's head as it was encoded (ids, metadata…), so that
-    such a store need not decode it again."""
-    dated: bool = True
-    """False: the payload holds no datetime, so none of its values is a MessagePack
-    extension and a decode needs no ``ext_hook`` (see ``serde.pack_plain``)."""
-    write_id: str = ""
-    """Unique per commit, stored with the run: a retry of a write that landed but whose
-    reply was lost finds its own id as the latest and returns that version instead of a
-    VersionConflict (or a second copy). "" for none."""
-    seal_from: int = 0
-    """For a ``segment`` write, the first version it packs: the payload replaces that
-    row's, the rows after it up to the new version (included) are stored sealed (kind
-    ``sealed``, empty payload). The store checks that row holds a delta or a segment and
-    none up to the new one is full, and raises :class:`StaleSeal` (changing nothing)
-    otherwise."""
-
-    def chain_after(self, prev: ChainStats, version: int) -> ChainStats:
-        """The run's chain statistics once this write is version ``version``."""
-        if self.kind == "full":
-            return _chain_stats(version, len(self.payload), 0, 0, 0)
-        return _chain_stats(
-            prev.base_version,
-            prev.base_bytes,
-            prev.growth_bytes + self.growth_bytes,
-            prev.rewrite_bytes + self.rewrite_bytes,
-            prev.length + 1,
-        )
-
-
-class StaleSeal(Exception):
-    """A segment write found other rows than those it packs (another process pruned the
-    run meanwhile): the save is retried as a plain delta. Internal."""
-
-
-Carrier = tuple[bytes, int, int]
-"""A row after the chain's full one that holds a payload: the payload, how many versions
-it holds, and its level (0 for a delta, see ``_segment``). What a context keeps of them
-(``ExecutionContext._tail``) is what its store may pack into its next segment."""
-
-
 class StoredRow(NamedTuple):
     """One stored version as a backend returns it.
 
@@ -227,8 +113,6 @@ class StoredRow(NamedTuple):
 def _utc(ts: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(ts, dt.UTC)
 
-
-_STATUS_OF: dict[Any, RunStatus] = {s.value: s for s in RunStatus}
 
 _HINTS_MAX = 4096
 
@@ -278,6 +162,24 @@ class CheckpointStore(abc.ABC):
         self.retry = retry or RetryPolicy()
         self._write_ids = itertools.count(1)
         self._writer = os.urandom(6).hex()
+        self._engine: ChainEngine | None = None
+        self._chains_seen: dict[str, Known] = {}
+        """Per run, what this store last wrote or read of its chain (bounded, see ``_hint``)."""
+
+    @property
+    def engine(self) -> ChainEngine:
+        """The chain engine for this store's codec and compaction policy as they are now."""
+        e = self._engine
+        if (
+            e is None
+            or e.policy is not self.compaction
+            or e.codec is not self.codec
+            or e.seals is not self._seals
+        ):
+            e = self._engine = ChainEngine(
+                self.codec, self.compaction, seals=self._seals, splits_state=self._splits_state
+            )
+        return e
 
     def _write_id(self) -> str:
         """A new write id: this store's random tag and a counter (unique across processes)."""
@@ -401,153 +303,62 @@ class CheckpointStore(abc.ABC):
         meta_dated = bool(meta) and check_value(meta, key="metadata")
         now = time.time()
         node = node_id if node_id is not None else ctx.node_id
-        with ctx._lock:
-            taken = ctx._take()
-            tail = ctx._tail
-            try:
-                kind, payload, state_at, head, growth, rewrite, dated = self._encode_commit(
-                    ctx, taken, node, status, now, meta, meta_dated
-                )
-                seal_from, level, plain = 0, 0, b""
-                if kind == "delta" and tail is not None and self._seals:
-                    seal_from, level, payload, plain = self._seal(ctx.run_id, ctx.version, tail, payload)
-                    kind = "segment" if level else kind
-            except BaseException:
-                ctx._give_back(taken)
-                raise
-        write = Write(
-            run_id=ctx.run_id,
-            kind=kind,
-            payload=payload,
-            state_at=state_at,
-            head=head,
-            dated=dated,
-            node_id=node,
-            status=status,
-            created_at=now,
-            expires_at=self.expiry.expires_at(status, now),
-            expected_version=ctx.version,
-            require_status=_require_status,
-            growth_bytes=growth,
-            rewrite_bytes=rewrite,
-            seal_from=seal_from,
-            write_id=self._write_id(),
-        )
+        changes = ctx.take_changes()
+        write_id = changes.write_id or self._write_id()
         try:
+            known = await self._known_for(changes)
+            plan = self.engine.plan(
+                changes,
+                known,
+                node=node,
+                status=status,
+                meta=meta,
+                meta_dated=meta_dated,
+                now=now,
+                expires_at=self.expiry.expires_at(status, now),
+                require_status=_require_status,
+                write_id=write_id,
+            )
+            tail = known.tail if not changes.write_id else None  # a retry: the rows are not known
+            write = plan.write
             try:
                 version, chain = await self._write_retried(write)
             except StaleSeal:
-                write.kind, write.payload, write.seal_from = "delta", plain, 0
+                write.kind, write.payload, write.seal_from = "delta", plan.plain, 0
+                # the rows are not what was seen: no seal until a full row
+                plan, tail = Plan(write, 0, b""), None
                 version, chain = await self._write_retried(write)
-                tail = None  # the rows are not what this context saw: no seal until a full row
         except BaseException:
-            ctx._give_back(taken)
+            ctx.restore_changes(changes._replace(write_id=write_id))
             raise
-        ctx._mark_saved(version, chain, self._tail_after(write, version, tail, level))
+        ctx.saved(version, datetimes=plan.walked)
+        self._know(ctx.run_id, self.engine.after(plan, version, chain, tail))
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "checkpoint %s v%d %s %dB",
                 ctx.run_id,
                 version,
-                kind,
-                len(payload),
+                write.kind,
+                len(write.payload),
                 extra={"run_id": ctx.run_id},
             )
         return version
 
-    def _encode_commit(
-        self,
-        ctx: ExecutionContext,
-        taken: Delta,
-        node: str | None,
-        status: RunStatus,
-        now: float,
-        meta: dict[str, Any],
-        meta_dated: bool = True,
-    ) -> tuple[str, bytes, int, dict[str, Any] | None, int, int, bool]:
-        """The write a commit makes: kind, payload, where a full one's state starts and its
-        head (see :meth:`_encode_full`), a delta's growth and rewrite bytes, and whether a
-        full one may hold a datetime (``Write.dated``)."""
-        head = {"v": SCHEMA_VERSION, "node": node, "status": str(status), "ts": now, "meta": meta}
-        if not taken.full and ctx.version > 0:
-            ops = [[k, op, arg] for k, op, arg in taken.ops]
-            payload = self.codec.encode({**head, "kind": "delta", "ops": ops, "executed": taken.executed})
-            rewrite = sum(
-                len(ormsgpack.packb(arg, default=_no_default, option=_OPTS))
-                for _k, op, arg in taken.ops
-                if op not in ("append", "add")
-            )
-            rewrite = min(rewrite, len(payload))
-            growth = len(payload) - rewrite
-            if not self.compaction.due(ctx.chain, growth=growth, rewrite=rewrite, sealed=self._seals):
-                return "delta", payload, 0, None, growth, rewrite, True
-        full = {**head, "kind": "full", "executed": ctx.executed_node_ids}
-        dated = meta_dated or ctx._holds_datetimes()
-        payload, state_at = self._encode_full(full, ctx._state_ref(), datetimes=dated)
-        return "full", payload, state_at, full if state_at else None, 0, 0, dated
+    async def _known_for(self, changes: Changes) -> Known:
+        """What this store knows of the run's chain at the version ``changes`` follow: kept
+        from its last commit or load of the run, else read from the run record."""
+        known = self._chains_seen.get(changes.run_id)
+        if known is not None and known.version == changes.version:
+            return known
+        if changes.version == 0 or changes.full:
+            return Known(changes.version, NO_CHAIN, [])
+        info = await self.get_run(changes.run_id)
+        if info is not None and info.version == changes.version:
+            return Known(changes.version, info.chain, None)
+        return Known(changes.version, ChainStats(length=self.compaction.max_chain), None)
 
-    def _seal(
-        self, run_id: str, version: int, tail: list[Carrier], payload: bytes
-    ) -> tuple[int, int, bytes, bytes]:
-        """``(seal_from, level, payload, plain)`` for a delta about to become ``version + 1``:
-        a segment when the deltas at the end of the chain are enough (``seal_versions`` or
-        ``seal_tail_bytes``), merged with the ``seal_fanout - 1`` segments of its level
-        before it while that stays under ``seal_bytes``; else ``(0, 0, payload, b"")``."""
-        policy = self.compaction
-        rows = [*tail, (payload, 1, 0)]
-        start = len(rows)
-        while start and rows[start - 1][2] == 0:
-            start -= 1
-        total = sum(len(r[0]) for r in rows[start:])
-        deltas = len(rows) - start
-        if (
-            not policy.seal_versions
-            or deltas < 2
-            or (deltas < policy.seal_versions and total < policy.seal_tail_bytes)
-        ):
-            return 0, 0, payload, b""
-        level, more = 1, policy.seal_fanout - 1
-        while start >= more and all(r[2] == level for r in rows[start - more : start]):
-            merged = total + sum(len(r[0]) for r in rows[start - more : start])
-            if merged > policy.seal_bytes:
-                break
-            start, total, level = start - more, merged, level + 1
-        first = version + 2 - sum(r[1] for r in rows[start:])
-        bodies: list[dict[str, Any]] = []
-        at = first
-        for data, count, lv in rows[start:]:
-            body = self.codec.decode(data, run_id=run_id, version=at)
-            bodies.extend(split_segment(body) if lv else [body])
-            at += count
-        return first, level, self.codec.encode(pack_segment(first, bodies, level)), payload
-
-    def _tail_after(
-        self, write: Write, version: int, tail: list[Carrier] | None, level: int
-    ) -> list[Carrier] | None:
-        """What a context keeps of its chain's rows once ``write`` is stored as ``version``:
-        the last ones, up to ``seal_bytes`` of them (all a next segment may merge)."""
-        if write.kind == "full":
-            return []
-        if tail is None:
-            return None
-        rows = list(tail)
-        if write.kind == "segment":
-            held = version - write.seal_from  # versions of the tail the segment took in
-            while held > 0:
-                held -= rows.pop()[1]
-            rows.append((write.payload, version - write.seal_from + 1, level))
-        else:
-            rows.append((write.payload, 1, 0))
-        return _last_bytes(rows, self.compaction.seal_bytes)
-
-    def _encode_full(
-        self, head: dict[str, Any], state: dict[str, Any], *, datetimes: bool = True
-    ) -> tuple[bytes, int]:
-        """A full payload (the state its last pair) and, for a store that asks, where the
-        state starts in it. ``datetimes=False``: neither holds one (see ``serde.pack_plain``)."""
-        payload = self.codec.encode({**head, "state": state}, datetimes=datetimes)
-        at = state_offset(payload, head, datetimes=datetimes) if self._splits_state else 0
-        return payload, at
+    def _know(self, run_id: str, known: Known | None) -> None:
+        _hint(self._chains_seen, run_id, known)
 
     async def save(self, checkpoint: Checkpoint, *, expected_version: int | None = None) -> int:
         """Store a whole :class:`Checkpoint` as the run's next version.
@@ -557,29 +368,13 @@ class CheckpointStore(abc.ABC):
         Returns the version assigned.
         """
         check_run_id(checkpoint.run_id)
-        dated = [check_value(value, key=key) for key, value in checkpoint.state.items()]
-        dated.append(check_value(checkpoint.metadata, key="metadata"))
-        check_value(list(checkpoint.executed_node_ids), key="executed_node_ids")
-        now = checkpoint.timestamp.timestamp()
-        head = _full_head(checkpoint)
-        datetimes = any(dated)
-        payload, state_at = self._encode_full(head, checkpoint.state, datetimes=datetimes)
-        version, _ = await self._write_retried(
-            Write(
-                run_id=checkpoint.run_id,
-                kind="full",
-                payload=payload,
-                node_id=checkpoint.node_id,
-                status=RunStatus(checkpoint.status),
-                created_at=now,
-                expires_at=self.expiry.expires_at(RunStatus(checkpoint.status), time.time()),
-                expected_version=expected_version,
-                state_at=state_at,
-                head=head if state_at else None,
-                dated=datetimes,
-                write_id=self._write_id(),
-            )
+        write = self.engine.save_write(
+            checkpoint,
+            expected_version=expected_version,
+            expires_at=self.expiry.expires_at(RunStatus(checkpoint.status), time.time()),
+            write_id=self._write_id(),
         )
+        version, _ = await self._write_retried(write)
         return version
 
     # == reading ===================================================================
@@ -591,25 +386,10 @@ class CheckpointStore(abc.ABC):
         except StoreUnavailable as exc:
             chain = await self._retry(lambda: self._read_chain(run_id, version), exc)
         if chain:
-            return self._checkpoint_of(run_id, chain)
+            return self.engine.checkpoint_of(run_id, chain)
         if await self._is_expired(run_id):
             raise RunExpired(run_id)
         return None
-
-    def _checkpoint_of(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> Checkpoint:
-        """The checkpoint a non-empty ``(version, payload)`` chain ends at."""
-        number = chain[-1][0]
-        if len(chain) == 1 and not self.codec.encrypted:  # keyed: plaintext is refused, not read
-            cp = _lone_full(run_id, number, chain[0][1])
-            if cp is not None:
-                return cp
-        state, executed, last, _tail = self._replay(run_id, chain)  # decrypts; says what is wrong
-        status = _STATUS_OF.get(last.get("status"))  # every payload carries its own head
-        ts = last.get("ts")
-        if status is None or (type(ts) is not float and type(ts) is not int):
-            raise CheckpointCorrupt("payload head is damaged", run_id=run_id, version=number)
-        meta = last.get("meta") or {}
-        return _checkpoint(run_id, last.get("node"), state, executed, float(ts), number, status, meta)
 
     async def load_context(
         self, run_id: str, version: int | None = None, *, reducers: ReducerRegistry | None = None
@@ -631,17 +411,12 @@ class CheckpointStore(abc.ABC):
                     version=info.version,
                 )
             return None
-        state, executed, _last, tail = self._replay(run_id, [(r.version, r.payload) for r in rows])
-        ctx = ExecutionContext(run_id, reducers=reducers)
-        latest = rows[-1].version == info.version
-        ctx._load(
-            state=state,
-            executed=executed,
-            version=rows[-1].version,
-            node_id=rows[-1].node_id,
-            chain=info.chain if latest else ChainStats(length=self.compaction.max_chain),
-            tail=None if tail is None else _last_bytes(tail, self.compaction.seal_bytes),
+        state, executed, _last, tail = self.engine.replay(run_id, [(r.version, r.payload) for r in rows])
+        last = rows[-1]
+        ctx = ExecutionContext.from_stored(
+            run_id, state, executed, version=last.version, node_id=last.node_id, reducers=reducers
         )
+        self._know(run_id, self.engine.known_after_load(info, last.version, tail))
         return ctx
 
     async def _read_retried(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
@@ -649,70 +424,6 @@ class CheckpointStore(abc.ABC):
             return await self._read(run_id, version)
         except StoreUnavailable as exc:
             return await self._retry(lambda: self._read(run_id, version), exc)
-
-    def _replay(
-        self, run_id: str, chain: Sequence[tuple[int, bytes]]
-    ) -> tuple[dict[str, Any], list[str], dict[str, Any], list[Carrier] | None]:
-        """State, executed node ids, the head of the chain's last version, and the rows a
-        context continuing from it keeps (see :class:`Carrier`; None when it ends inside a
-        segment), from ``(version, payload)`` rows: a full state, then deltas and segments
-        applied in place (every object here is freshly decoded, so it is ours to change).
-
-        The chain ends at the version wanted. Sealed rows (empty payloads) are skipped:
-        the segment before them holds their ops, and a last row that is sealed makes the
-        segment apply only up to it. Every version must be covered exactly once."""
-        first_version, first_payload = chain[0]
-        head = self.codec.decode(first_payload, run_id=run_id, version=first_version)
-        state = head.get("state")
-        if type(state) is not dict or head.get("kind") != "full":
-            raise CheckpointCorrupt(
-                "chain does not start with a full state", run_id=run_id, version=first_version
-            )
-        executed = head.get("executed")
-        if type(executed) is not list:
-            executed = list(executed or ())
-        if len(chain) == 1:
-            return state, executed, head, []
-        target = chain[-1][0]
-        rows = [row for row in chain[1:] if row[1]]
-        versions = [v for v, _ in rows]
-        bodies = self.codec.decode_many([p for _, p in rows], run_id=run_id, versions=versions)
-        last = head
-        expect = first_version + 1
-        carriers: list[Carrier] | None = []
-        for at, (number, body) in enumerate(zip(versions, bodies, strict=True)):
-            if number != expect:
-                why = "overlaps the segment before it" if number < expect else f"follows {expect - 1}"
-                raise CheckpointCorrupt(
-                    f"version {min(number, expect)} is missing from the chain (row {number} {why})",
-                    run_id=run_id,
-                    version=min(number, expect),
-                )
-            try:
-                if body.get("kind") == "segment":
-                    held = segment_length(body, run_id=run_id, version=number)
-                    count = min(held, target - number + 1)
-                    last = apply_segment(state, executed, body, count)
-                    expect = number + count
-                    if carriers is not None:
-                        level = body.get("lv")
-                        carriers.append((rows[at][1], held, level if type(level) is int and level > 0 else 1))
-                        if count < held:
-                            carriers = None
-                else:
-                    _apply(state, executed, body)
-                    last, expect = body, expect + 1
-                    if carriers is not None:
-                        carriers.append((rows[at][1], 1, 0))
-            except CheckpointCorrupt:
-                raise
-            except Exception as exc:
-                raise CheckpointCorrupt(f"cannot apply delta ({exc})", run_id=run_id, version=number) from exc
-        if expect != target + 1:
-            raise CheckpointCorrupt(
-                f"version {expect} is missing from the chain", run_id=run_id, version=expect
-            )
-        return state, executed, last, carriers
 
     async def history(
         self, run_id: str, *, before: int | None = None, limit: int | None = None
@@ -740,7 +451,7 @@ class CheckpointStore(abc.ABC):
                     version=info.version,
                 )
             return None
-        state, _executed, head, _tail = self._replay(run_id, [(r.version, r.payload) for r in rows])
+        state, _executed, head, _tail = self.engine.replay(run_id, [(r.version, r.payload) for r in rows])
         last = rows[-1]
         meta = head.get("meta") or {}
         history = state.get("execution_history")
@@ -867,27 +578,12 @@ class CheckpointStore(abc.ABC):
         chain = await self._read_chain(run_id, cut)
         if not chain:
             return 0
-        cp = self._checkpoint_of(run_id, chain)
-        full, after = self.codec.encode(_full_payload(cp)), self._recut(run_id, chain)
+        cp = self.engine.checkpoint_of(run_id, chain)
+        full, after = self.codec.encode(full_payload(cp)), self.engine.recut(run_id, chain)
         try:
             return await self._rebase(run_id, cut, full, after)
         except StoreUnavailable as exc:
             return await self._retry(lambda: self._rebase(run_id, cut, full, after), exc)
-
-    def _recut(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> bytes:
-        """When the chain's last version is inside a segment that holds later versions too,
-        a segment of those later ones (for the row after it, see :meth:`_rebase`); else b""."""
-        cut = chain[-1][0]
-        first, payload = next((v, p) for v, p in reversed(chain) if p)
-        if first == chain[0][0]:
-            return b""  # the full row
-        body = self.codec.decode(payload, run_id=run_id, version=first)
-        if (
-            body.get("kind") != "segment"
-            or first + segment_length(body, run_id=run_id, version=first) - 1 <= cut
-        ):
-            return b""
-        return self.codec.encode(pack_segment(cut + 1, split_segment(body)[cut + 1 - first :]))
 
 
 _LEASE = "_lease"
@@ -896,67 +592,3 @@ _LEASE = "_lease"
 
 def _unleased(state: dict[str, Any]) -> dict[str, Any]:
     return {**state, _LEASE: None} if state.get(_LEASE) is not None else state
-
-
-def _last_bytes(rows: list[Carrier], limit: int) -> list[Carrier]:
-    """The deltas at the end of ``rows`` (the next segment's) and the segments before them
-    while all add up to at most ``limit`` bytes (those it may merge)."""
-    keep = len(rows)
-    while keep and rows[keep - 1][2] == 0:
-        keep -= 1
-    total = sum(len(r[0]) for r in rows[keep:])
-    while keep and total + len(rows[keep - 1][0]) <= limit:
-        keep -= 1
-        total += len(rows[keep][0])
-    return rows[keep:]
-
-
-def _lone_full(run_id: str, number: int, payload: bytes) -> Checkpoint | None:
-    """A plain full row as its checkpoint in one step (the common load: one row, no key), or
-    None when it is anything else, for the general path to read or to report."""
-    last = decode_plain(payload)
-    if last is None:
-        return None
-    state, executed, ts = last.get("state"), last.get("executed"), last.get("ts")
-    status = _STATUS_OF.get(last.get("status"))
-    if type(state) is not dict or type(executed) is not list or last.get("kind") != "full" or status is None:
-        return None
-    if type(ts) is not float:
-        if type(ts) is not int:
-            return None
-        ts = float(ts)
-    meta = last.get("meta") or None  # the datetime, and {} for no metadata, made when read (model._Lazy)
-    return _checkpoint(run_id, last.get("node"), state, executed, ts, number, status, meta)
-
-
-def _full_head(cp: Checkpoint) -> dict[str, Any]:
-    """A full row's payload for a checkpoint, all but its last pair, the state."""
-    return {
-        "v": SCHEMA_VERSION,
-        "kind": "full",
-        "node": cp.node_id,
-        "status": str(cp.status),
-        "ts": cp.timestamp.timestamp(),
-        "meta": cp.metadata,
-        "executed": list(cp.executed_node_ids),
-    }
-
-
-def _full_payload(cp: Checkpoint) -> dict[str, Any]:
-    """A checkpoint as a full row's payload, the form :meth:`CheckpointStore.load` reads back."""
-    return {**_full_head(cp), "state": cp.state}
-
-
-_OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
-
-
-def _no_default(obj: Any) -> Any:
-    return str(obj)  # sizing only: a datetime's exact bytes do not matter here
-
-
-def _apply(state: dict[str, Any], executed: list[str], body: dict[str, Any]) -> None:
-    """Apply one delta in place."""
-    if body.get("kind") != "delta":
-        raise CheckpointCorrupt("expected a delta row")
-    apply_ops(state, body["ops"])
-    executed.extend(body.get("executed") or ())

@@ -13,13 +13,13 @@ import ormsgpack
 
 from tether.errors import CheckpointCorrupt, RunExpired, RunNotFound, RunNotPaused, VersionConflict
 from tether.state.model import (
-    _NO_CHAIN,
+    NO_CHAIN,
     ChainStats,
     Checkpoint,
     CheckpointInfo,
     RunInfo,
     RunStatus,
-    _checkpoint,
+    make_checkpoint,
 )
 from tether.state.serde import (
     _BULK_BYTES,
@@ -76,7 +76,7 @@ class _Run:
     """A run's record, kept as plain values: the :class:`RunInfo` (a frozen dataclass with
     two datetimes) is built when asked for, not at every save. A 1 KB save is all fixed
     costs, and after a collection (``bench_stores.py`` times saves so) every object it
-    makes costs microseconds. With the head passed in ``Write.head`` and ``_chain_stats``,
+    makes costs microseconds. With the head passed in ``Write.head`` and ``chain_stats``,
     ``bench_stores.py --backends memory``: a 1 KB save 4.8x -> 3.7-3.8x the floor."""
 
     run_id: str
@@ -162,7 +162,7 @@ class InMemoryStore(CheckpointStore):
             if run is None and w.kind != "full":
                 raise RunNotFound(w.run_id)
             version = current + 1
-            chain = w.chain_after(run.chain if run else _NO_CHAIN, version)
+            chain = w.chain_after(run.chain if run else NO_CHAIN, version)
             row = StoredRow(w.run_id, version, w.kind, w.node_id, w.status, w.created_at, w.payload)
             if run is None:
                 run = self._runs[w.run_id] = _Run(
@@ -214,7 +214,7 @@ class InMemoryStore(CheckpointStore):
                         f"cached state unreadable ({exc})", run_id=run_id, version=number
                     ) from exc
                 # the ids as the cached tuple and no metadata as None: made a list and a dict when read
-                return _checkpoint(run_id, node, state, executed, when, number, status, extra)
+                return make_checkpoint(run_id, node, state, executed, when, number, status, extra)
         return await self._load_rest(run_id, version)
 
     async def _load_rest(self, run_id: str, version: int | None) -> Checkpoint | None:
@@ -239,13 +239,13 @@ class InMemoryStore(CheckpointStore):
         if kept is not None and (run.expires_at is None or run.expires_at > _now()):
             number, body, node, executed, meta, when, status = kept
             extra = None if meta is None else copy_value(meta)
-            return _checkpoint(run_id, node, copy_value(body), executed, when, number, status, extra)
+            return make_checkpoint(run_id, node, copy_value(body), executed, when, number, status, extra)
         with self._lock:
             run = self._live(run_id)
             if run is None:
                 return None
             chain = _latest_chain(run)
-        cp = self._checkpoint_of(run_id, chain)  # outside the lock: the replay is the slow part
+        cp = self.engine.checkpoint_of(run_id, chain)  # outside the lock: the replay is the slow part
         if not all(is_plain(p) for _, p in chain):
             return cp  # never cache in the clear what a key guards
         if run.replayed != cp.version:

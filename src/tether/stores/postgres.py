@@ -22,7 +22,7 @@ from tether.errors import (
     TetherError,
     VersionConflict,
 )
-from tether.state.model import ChainStats, _chain_stats
+from tether.state.model import ChainStats, chain_stats
 from tether.stores._sql import Dialect, SqlStore, Tx
 from tether.stores.base import Write
 
@@ -246,7 +246,7 @@ class PostgresStore(SqlStore):
                 cur = await conn.execute(_FAST_CREATE, params)
                 created = await cur.fetchone()
             if created is not None:
-                return 1, _chain_stats(1, len(w.payload), 0, 0, 0)
+                return 1, chain_stats(1, len(w.payload), 0, 0, 0)
         if w.expected_version and w.kind != "segment":  # a seal: the general path checks its rows
             params = {
                 "run": w.run_id,
@@ -274,7 +274,7 @@ class PostgresStore(SqlStore):
                     raise VersionConflict(w.run_id, expected=w.expected_version, actual=None) from exc
                 raise
             if row is not None:
-                return int(row[0]), _chain_stats(
+                return int(row[0]), chain_stats(
                     int(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5])
                 )
         return await super()._commit_write(w)

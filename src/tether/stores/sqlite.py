@@ -29,6 +29,7 @@ from urllib.parse import parse_qs
 
 from tether.errors import ConfigError, RunExpired, StoreError, StoreNotWritable, StoreUnavailable, TetherError
 from tether.state.model import ChainStats, Checkpoint
+from tether.stores._chain import Write, lone_full
 from tether.stores._sql import (
     _CHAIN_SQL,
     Dialect,
@@ -40,7 +41,7 @@ from tether.stores._sql import (
     _hinted_query,
     _skips,
 )
-from tether.stores.base import Write, _hint, _lone_full
+from tether.stores.base import _hint
 
 __all__ = ["SqliteStore"]
 
@@ -391,11 +392,11 @@ class SqliteStore(SqlStore):
             chain = self._inline_chain(run_id)
             if chain is not None:
                 if len(chain) == 1 and not self.codec.encrypted:  # the common load, in one step
-                    cp = _lone_full(run_id, chain[0][0], chain[0][1])
+                    cp = lone_full(run_id, chain[0][0], chain[0][1])
                     if cp is not None:
                         return cp
                 if chain:
-                    return self._checkpoint_of(run_id, chain)
+                    return self.engine.checkpoint_of(run_id, chain)
                 if await self._is_expired(run_id):
                     raise RunExpired(run_id)
                 return None

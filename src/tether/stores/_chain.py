@@ -1,0 +1,562 @@
+"""The chain engine: how a run's versions become rows and rows become a state again.
+
+Pure and synchronous: it works on plain bytes and records (:class:`Write`, ``(version,
+payload)`` rows, :class:`Known`) and does no I/O, so a store is the part that talks to a
+database and this module is the part that decides. It plans a commit (a *delta* of the
+reducers' ops, a *full* state when compaction is due, or a *segment* packing the last
+deltas), replays a chain of rows into a state, cuts a chain for a prune, and judges a
+write against the run record it would follow (:func:`check_write`).
+
+Storage model: each run is an append-only log of versions 1, 2, 3…; a version is either
+a full state or a delta of replayable ops against the version before. Loading version v
+reads the last full row at or before v plus the rows after it. In a store that seals
+(``Capabilities.seals``), runs of deltas are packed into segment rows (see ``_segment``):
+the tail's first row holds them all, the others keep their history entry with an empty
+payload (*sealed*), so a load reads one row per segment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import ormsgpack
+
+from tether.errors import (
+    CheckpointCorrupt,
+    ConfigError,
+    RunExpired,
+    RunNotFound,
+    RunNotPaused,
+    VersionConflict,
+)
+from tether.state.context import Changes
+from tether.state.model import (
+    NO_CHAIN,
+    ChainStats,
+    Checkpoint,
+    RunInfo,
+    RunStatus,
+    chain_stats,
+    make_checkpoint,
+)
+from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
+from tether.state.values import check_value
+from tether.stores._segment import apply_ops, apply_segment, pack_segment, segment_length, split_segment
+
+__all__ = [
+    "NO_CHAIN",
+    "Carrier",
+    "ChainEngine",
+    "CompactionPolicy",
+    "Known",
+    "Plan",
+    "StaleSeal",
+    "Write",
+    "apply_delta",
+    "last_bytes",
+    "check_write",
+    "full_head",
+    "full_payload",
+    "lone_full",
+]
+
+STATUS_OF: dict[Any, RunStatus] = {s.value: s for s in RunStatus}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionPolicy:
+    """When a save writes the whole state instead of a delta.
+
+    A load reads the base plus every delta after it. Appends never waste bytes, but
+    overwrites (``set``, ``merge``, ``upsert``) leave dead data in the chain: a full row
+    is written once that dead data could exceed ``max_waste_ratio`` of the live state
+    (and ``min_waste_bytes``). Long chains cost per row at load time: past ``max_chain``
+    deltas a full row is written when the chain has at least doubled the base (so the
+    bases of an append-only run grow geometrically and storage stays linear, ≤ ~3x the
+    state in the long run) or when the rows are so small that their count, not their
+    bytes, would dominate a load (``row_cost_bytes`` per row).
+    """
+
+    max_chain: int = 1000
+    max_waste_ratio: float = 0.5
+    min_waste_bytes: int = 256 * 1024
+    row_cost_bytes: int = 4096
+    """What reading one more row costs at load time, in bytes of payload decoded."""
+    seal_versions: int = 8
+    """A store that seals packs the last deltas into one segment row once there are this
+    many (or ``seal_tail_bytes`` of them). 0 turns sealing off."""
+    seal_tail_bytes: int = 64 * 1024
+    seal_fanout: int = 4
+    """… and then merges the ``seal_fanout`` last segments of one level into one of the next
+    level, while that stays under ``seal_bytes``: a chain of N small deltas loads from
+    about ``seal_versions + (seal_fanout - 1) * log(N / seal_versions, seal_fanout)`` rows,
+    each version rewritten once per level on its way up."""
+    seal_bytes: int = 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.seal_versions == 1 or self.seal_versions < 0:
+            raise ConfigError("seal_versions must be 0 (off) or >= 2")
+        if self.seal_fanout < 2:
+            raise ConfigError("seal_fanout must be >= 2")
+
+    def due(self, chain: ChainStats, *, growth: int, rewrite: int, sealed: bool = False) -> bool:
+        """``sealed``: the store packs deltas into segments (see ``seal_versions``), so a
+        load reads far fewer rows than the chain has versions."""
+        waste = chain.rewrite_bytes + rewrite
+        live = chain.base_bytes + chain.growth_bytes + growth
+        if waste > max(self.min_waste_bytes, self.max_waste_ratio * live):
+            return True
+        rows = chain.length + 1
+        if rows < self.max_chain:
+            return False
+        if sealed and self.seal_versions:
+            per, levels = self.seal_versions, 1
+            while per * self.seal_fanout < rows:
+                per, levels = per * self.seal_fanout, levels + 1
+            rows = self.seal_versions + (self.seal_fanout - 1) * levels
+        grown = chain.growth_bytes + growth + waste
+        return grown >= chain.base_bytes or rows * self.row_cost_bytes >= live
+
+
+@dataclass(slots=True, kw_only=True)
+class Write:
+    """One atomic save: a new version of a run, and the run record after it.
+
+    Not frozen, though nothing changes one once it is handed to a backend: a save builds
+    one, and a frozen dataclass's ``__init__`` costs several times more."""
+
+    run_id: str
+    kind: str
+    """``full``, ``delta`` or ``segment`` (see ``seal_from``)."""
+    payload: bytes
+    node_id: str | None
+    status: RunStatus
+    created_at: float
+    expires_at: float | None
+    expected_version: int | None
+    """None: append after whatever is there; 0: the run must not exist; n: latest must be n."""
+    require_status: RunStatus | None = None
+    growth_bytes: int = 0
+    rewrite_bytes: int = 0
+    state_at: int = 0
+    """Where the state's own bytes start in a plain full payload, for a backend that keeps
+    them apart (``Capabilities.splits_state``); 0 otherwise."""
+    head: dict[str, Any] | None = None
+    """With ``state_at``: the payload's head as it was encoded (ids, metadata…), so that
+    such a backend need not decode it again."""
+    dated: bool = True
+    """False: the payload holds no datetime, so none of its values is a MessagePack
+    extension and a decode needs no ``ext_hook`` (see ``serde.pack_plain``)."""
+    write_id: str = ""
+    """Unique per commit, stored with the run: a retry of a write that landed but whose
+    reply was lost finds its own id as the latest and returns that version instead of a
+    VersionConflict (or a second copy). "" for none."""
+    seal_from: int = 0
+    """For a ``segment`` write, the first version it packs: the payload replaces that
+    row's, the rows after it up to the new version (included) are stored sealed (kind
+    ``sealed``, empty payload). The backend checks that row holds a delta or a segment and
+    none up to the new one is full, and raises :class:`StaleSeal` (changing nothing)
+    otherwise."""
+
+    def chain_after(self, prev: ChainStats, version: int) -> ChainStats:
+        """The run's chain statistics once this write is version ``version``."""
+        if self.kind == "full":
+            return chain_stats(version, len(self.payload), 0, 0, 0)
+        return chain_stats(
+            prev.base_version,
+            prev.base_bytes,
+            prev.growth_bytes + self.growth_bytes,
+            prev.rewrite_bytes + self.rewrite_bytes,
+            prev.length + 1,
+        )
+
+
+class StaleSeal(Exception):
+    """A segment write found other rows than those it packs (another process pruned the
+    run meanwhile): the save is retried as a plain delta. Internal."""
+
+
+def check_write(
+    w: Write, info: RunInfo | None, *, expired: bool = False, write_id: str | None = None
+) -> bool:
+    """Judge ``w`` against the run record it would follow (``info``, None when absent),
+    inside the backend's atomic section: True when this very write already landed (its
+    reply was lost; ``write_id`` is the one stored with the run), False to go ahead.
+
+    Raises RunExpired / RunNotFound when the writer's run is gone, VersionConflict when
+    ``expected_version`` does not match, RunNotPaused when ``require_status`` does not.
+    ``expired``: the record found is past its expiry (the backend drops it if this
+    returns False)."""
+    if expired:
+        if w.expected_version:  # the writer's run is gone, not taken by another writer
+            raise RunExpired(w.run_id)
+        info = None
+    current = info.version if info else 0
+    if info is not None and w.write_id and write_id == w.write_id:
+        return True
+    if info is None and w.expected_version:
+        raise RunNotFound(w.run_id)  # deleted (or expired and purged) under the writer
+    if w.expected_version is not None and w.expected_version != current:
+        raise VersionConflict(w.run_id, expected=w.expected_version, actual=current)
+    if w.require_status is not None and (info is None or info.status is not w.require_status):
+        raise RunNotPaused(w.run_id, str(info.status) if info else "missing")
+    if info is None and w.kind != "full":
+        raise RunNotFound(w.run_id)
+    return False
+
+
+Carrier = tuple[bytes, int, int]
+"""A row after the chain's full one that holds a payload: the payload, how many versions
+it holds, and its level (0 for a delta, see ``_segment``). What a store keeps of them for
+a run (:class:`Known`) is what it may pack into that run's next segment."""
+
+
+class Known(NamedTuple):
+    """What a store knows of a run's chain as of one version, for its next commit."""
+
+    version: int
+    chain: ChainStats
+    tail: list[Carrier] | None
+    """The last rows stored after the last full one, oldest first, ending at ``version``
+    (None: not known, no segment until the next full row)."""
+
+
+class Plan(NamedTuple):
+    """What a commit writes: the write, the level of its segment (0: none), and the delta
+    alone when it is a segment (to write instead if the backend says :class:`StaleSeal`)."""
+
+    write: Write
+    level: int
+    plain: bytes
+    walked: bool | None = None
+    """For changes that did not say whether their state holds a datetime, what a walk of
+    it found (None: not walked)."""
+
+
+_OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+
+
+def _no_default(obj: Any) -> Any:
+    return str(obj)  # sizing only: a datetime's exact bytes do not matter here
+
+
+class ChainEngine:
+    """Plans, seals and replays the chains of one store (its codec and policy)."""
+
+    __slots__ = ("codec", "policy", "seals", "splits_state")
+
+    def __init__(self, codec: Codec, policy: CompactionPolicy, *, seals: bool, splits_state: bool) -> None:
+        self.codec = codec
+        self.policy = policy
+        self.seals = seals
+        self.splits_state = splits_state
+
+    # -- writing ---------------------------------------------------------------------
+    def plan(
+        self,
+        changes: Changes,
+        known: Known,
+        *,
+        node: str | None,
+        status: RunStatus,
+        now: float,
+        meta: dict[str, Any],
+        meta_dated: bool,
+        expires_at: float | None,
+        require_status: RunStatus | None,
+        write_id: str,
+    ) -> Plan:
+        """The write a commit of ``changes`` makes after the chain ``known``: a delta of
+        the reducers' ops, a full state when the run is new, restored or due for
+        compaction, and a segment when the deltas at the end of the chain are enough."""
+        head = {"v": SCHEMA_VERSION, "node": node, "status": str(status), "ts": now, "meta": meta}
+        w = Write(
+            run_id=changes.run_id,
+            kind="delta",
+            payload=b"",
+            node_id=node,
+            status=status,
+            created_at=now,
+            expires_at=expires_at,
+            expected_version=changes.version,
+            require_status=require_status,
+            write_id=write_id,
+        )
+        if not changes.full and changes.version > 0:
+            ops = [[k, op, arg] for k, op, arg in changes.ops]
+            payload = self.codec.encode(
+                {**head, "kind": "delta", "ops": ops, "executed": list(changes.executed)}
+            )
+            rewrite = sum(
+                len(ormsgpack.packb(arg, default=_no_default, option=_OPTS))
+                for _k, op, arg in changes.ops
+                if op not in ("append", "add")
+            )
+            rewrite = min(rewrite, len(payload))
+            growth = len(payload) - rewrite
+            if not self.policy.due(known.chain, growth=growth, rewrite=rewrite, sealed=self.seals):
+                w.payload, w.growth_bytes, w.rewrite_bytes = payload, growth, rewrite
+                if known.tail is not None and self.seals:
+                    seal_from, level, packed = self.seal(changes.run_id, changes.version, known.tail, payload)
+                    if level:
+                        w.kind, w.payload, w.seal_from = "segment", packed, seal_from
+                        return Plan(w, level, payload)
+                return Plan(w, 0, b"")
+        full = {**head, "kind": "full", "executed": list(changes.all_executed)}
+        walked = None
+        if meta_dated or changes.datetimes:
+            dated = True
+        elif changes.datetimes is None:
+            dated = walked = any(check_value(value, key=key) for key, value in changes.state.items())
+        else:
+            dated = False
+        payload, state_at = self.encode_full(full, changes.state, datetimes=dated)
+        w.kind, w.payload, w.state_at, w.dated = "full", payload, state_at, dated
+        w.head = full if state_at else None
+        return Plan(w, 0, b"", walked)
+
+    def seal(self, run_id: str, version: int, tail: list[Carrier], payload: bytes) -> tuple[int, int, bytes]:
+        """``(seal_from, level, segment)`` for a delta about to become ``version + 1``:
+        a segment when the deltas at the end of the chain are enough (``seal_versions`` or
+        ``seal_tail_bytes``), merged with the ``seal_fanout - 1`` segments of its level
+        before it while that stays under ``seal_bytes``; else ``(0, 0, payload)``."""
+        policy = self.policy
+        rows = [*tail, (payload, 1, 0)]
+        start = len(rows)
+        while start and rows[start - 1][2] == 0:
+            start -= 1
+        total = sum(len(r[0]) for r in rows[start:])
+        deltas = len(rows) - start
+        if (
+            not policy.seal_versions
+            or deltas < 2
+            or (deltas < policy.seal_versions and total < policy.seal_tail_bytes)
+        ):
+            return 0, 0, payload
+        level, more = 1, policy.seal_fanout - 1
+        while start >= more and all(r[2] == level for r in rows[start - more : start]):
+            merged = total + sum(len(r[0]) for r in rows[start - more : start])
+            if merged > policy.seal_bytes:
+                break
+            start, total, level = start - more, merged, level + 1
+        first = version + 2 - sum(r[1] for r in rows[start:])
+        bodies: list[dict[str, Any]] = []
+        at = first
+        for data, count, lv in rows[start:]:
+            body = self.codec.decode(data, run_id=run_id, version=at)
+            bodies.extend(split_segment(body) if lv else [body])
+            at += count
+        return first, level, self.codec.encode(pack_segment(first, bodies, level))
+
+    def after(self, plan: Plan, version: int, chain: ChainStats, tail: list[Carrier] | None) -> Known:
+        """What a store knows of the run once ``plan``'s write is stored as ``version``:
+        the last rows, up to ``seal_bytes`` of them (all a next segment may merge)."""
+        write = plan.write
+        if write.kind == "full":
+            return Known(version, chain, [])
+        if tail is None:
+            return Known(version, chain, None)
+        rows = list(tail)
+        if write.kind == "segment":
+            held = version - write.seal_from  # versions of the tail the segment took in
+            while held > 0:
+                held -= rows.pop()[1]
+            rows.append((write.payload, version - write.seal_from + 1, plan.level))
+        else:
+            rows.append((write.payload, 1, 0))
+        return Known(version, chain, last_bytes(rows, self.policy.seal_bytes))
+
+    def encode_full(self, head: dict[str, Any], state: Any, *, datetimes: bool = True) -> tuple[bytes, int]:
+        """A full payload (the state its last pair) and, for a backend that asks, where the
+        state starts in it. ``datetimes=False``: neither holds one (see ``serde.pack_plain``)."""
+        payload = self.codec.encode({**head, "state": state}, datetimes=datetimes)
+        at = state_offset(payload, head, datetimes=datetimes) if self.splits_state else 0
+        return payload, at
+
+    def save_write(
+        self, cp: Checkpoint, *, expected_version: int | None, expires_at: float | None, write_id: str
+    ) -> Write:
+        """The full write that stores a whole checkpoint."""
+        dated = [check_value(value, key=key) for key, value in cp.state.items()]
+        dated.append(check_value(cp.metadata, key="metadata"))
+        check_value(list(cp.executed_node_ids), key="executed_node_ids")
+        head = full_head(cp)
+        datetimes = any(dated)
+        payload, state_at = self.encode_full(head, cp.state, datetimes=datetimes)
+        return Write(
+            run_id=cp.run_id,
+            kind="full",
+            payload=payload,
+            node_id=cp.node_id,
+            status=RunStatus(cp.status),
+            created_at=cp.timestamp.timestamp(),
+            expires_at=expires_at,
+            expected_version=expected_version,
+            state_at=state_at,
+            head=head if state_at else None,
+            dated=datetimes,
+            write_id=write_id,
+        )
+
+    # -- reading ---------------------------------------------------------------------
+    def replay(
+        self, run_id: str, chain: Sequence[tuple[int, bytes]]
+    ) -> tuple[dict[str, Any], list[str], dict[str, Any], list[Carrier] | None]:
+        """State, executed node ids, the head of the chain's last version, and the rows a
+        commit continuing from it may pack (see :class:`Carrier`; None when it ends inside
+        a segment), from ``(version, payload)`` rows: a full state, then deltas and segments
+        applied in place (every object here is freshly decoded, so it is ours to change).
+
+        The chain ends at the version wanted. Sealed rows (empty payloads) are skipped:
+        the segment before them holds their ops, and a last row that is sealed makes the
+        segment apply only up to it. Every version must be covered exactly once."""
+        first_version, first_payload = chain[0]
+        head = self.codec.decode(first_payload, run_id=run_id, version=first_version)
+        state = head.get("state")
+        if type(state) is not dict or head.get("kind") != "full":
+            raise CheckpointCorrupt(
+                "chain does not start with a full state", run_id=run_id, version=first_version
+            )
+        executed = head.get("executed")
+        if type(executed) is not list:
+            executed = list(executed or ())
+        if len(chain) == 1:
+            return state, executed, head, []
+        target = chain[-1][0]
+        rows = [row for row in chain[1:] if row[1]]
+        versions = [v for v, _ in rows]
+        bodies = self.codec.decode_many([p for _, p in rows], run_id=run_id, versions=versions)
+        last = head
+        expect = first_version + 1
+        carriers: list[Carrier] | None = []
+        for at, (number, body) in enumerate(zip(versions, bodies, strict=True)):
+            if number != expect:
+                why = "overlaps the segment before it" if number < expect else f"follows {expect - 1}"
+                raise CheckpointCorrupt(
+                    f"version {min(number, expect)} is missing from the chain (row {number} {why})",
+                    run_id=run_id,
+                    version=min(number, expect),
+                )
+            try:
+                if body.get("kind") == "segment":
+                    held = segment_length(body, run_id=run_id, version=number)
+                    count = min(held, target - number + 1)
+                    last = apply_segment(state, executed, body, count)
+                    expect = number + count
+                    if carriers is not None:
+                        level = body.get("lv")
+                        carriers.append((rows[at][1], held, level if type(level) is int and level > 0 else 1))
+                        if count < held:
+                            carriers = None
+                else:
+                    apply_delta(state, executed, body)
+                    last, expect = body, expect + 1
+                    if carriers is not None:
+                        carriers.append((rows[at][1], 1, 0))
+            except CheckpointCorrupt:
+                raise
+            except Exception as exc:
+                raise CheckpointCorrupt(f"cannot apply delta ({exc})", run_id=run_id, version=number) from exc
+        if expect != target + 1:
+            raise CheckpointCorrupt(
+                f"version {expect} is missing from the chain", run_id=run_id, version=expect
+            )
+        return state, executed, last, carriers
+
+    def checkpoint_of(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> Checkpoint:
+        """The checkpoint a non-empty ``(version, payload)`` chain ends at."""
+        number = chain[-1][0]
+        if len(chain) == 1 and not self.codec.encrypted:  # keyed: plaintext is refused, not read
+            cp = lone_full(run_id, number, chain[0][1])
+            if cp is not None:
+                return cp
+        state, executed, last, _tail = self.replay(run_id, chain)  # decrypts; says what is wrong
+        status = STATUS_OF.get(last.get("status"))  # every payload carries its own head
+        ts = last.get("ts")
+        if status is None or (type(ts) is not float and type(ts) is not int):
+            raise CheckpointCorrupt("payload head is damaged", run_id=run_id, version=number)
+        meta = last.get("meta") or {}
+        return make_checkpoint(run_id, last.get("node"), state, executed, float(ts), number, status, meta)
+
+    def known_after_load(self, info: RunInfo, version: int, tail: list[Carrier] | None) -> Known:
+        """What a store knows of a run loaded at ``version`` (its latest or an older one,
+        after which the next commit writes a full row)."""
+        if version == info.version:
+            return Known(
+                version, info.chain, None if tail is None else last_bytes(tail, self.policy.seal_bytes)
+            )
+        return Known(version, ChainStats(length=self.policy.max_chain), None)
+
+    def recut(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> bytes:
+        """When the chain's last version is inside a segment that holds later versions too,
+        a segment of those later ones (for the row after it, see ``Backend.rebase``); else b""."""
+        cut = chain[-1][0]
+        first, payload = next((v, p) for v, p in reversed(chain) if p)
+        if first == chain[0][0]:
+            return b""  # the full row
+        body = self.codec.decode(payload, run_id=run_id, version=first)
+        if (
+            body.get("kind") != "segment"
+            or first + segment_length(body, run_id=run_id, version=first) - 1 <= cut
+        ):
+            return b""
+        return self.codec.encode(pack_segment(cut + 1, split_segment(body)[cut + 1 - first :]))
+
+
+def last_bytes(rows: list[Carrier], limit: int) -> list[Carrier]:
+    """The deltas at the end of ``rows`` (the next segment's) and the segments before them
+    while all add up to at most ``limit`` bytes (those it may merge)."""
+    keep = len(rows)
+    while keep and rows[keep - 1][2] == 0:
+        keep -= 1
+    total = sum(len(r[0]) for r in rows[keep:])
+    while keep and total + len(rows[keep - 1][0]) <= limit:
+        keep -= 1
+        total += len(rows[keep][0])
+    return rows[keep:]
+
+
+def lone_full(run_id: str, number: int, payload: bytes) -> Checkpoint | None:
+    """A plain full row as its checkpoint in one step (the common load: one row, no key), or
+    None when it is anything else, for the general path to read or to report."""
+    last = decode_plain(payload)
+    if last is None:
+        return None
+    state, executed, ts = last.get("state"), last.get("executed"), last.get("ts")
+    status = STATUS_OF.get(last.get("status"))
+    if type(state) is not dict or type(executed) is not list or last.get("kind") != "full" or status is None:
+        return None
+    if type(ts) is not float:
+        if type(ts) is not int:
+            return None
+        ts = float(ts)
+    meta = last.get("meta") or None  # {} for no metadata, made when read
+    return make_checkpoint(run_id, last.get("node"), state, executed, ts, number, status, meta)
+
+
+def full_head(cp: Checkpoint) -> dict[str, Any]:
+    """A full row's payload for a checkpoint, all but its last pair, the state."""
+    return {
+        "v": SCHEMA_VERSION,
+        "kind": "full",
+        "node": cp.node_id,
+        "status": str(cp.status),
+        "ts": cp.timestamp.timestamp(),
+        "meta": cp.metadata,
+        "executed": list(cp.executed_node_ids),
+    }
+
+
+def full_payload(cp: Checkpoint) -> dict[str, Any]:
+    """A checkpoint as a full row's payload, the form a load reads back."""
+    return {**full_head(cp), "state": cp.state}
+
+
+def apply_delta(state: dict[str, Any], executed: list[str], body: dict[str, Any]) -> None:
+    """Apply one delta in place."""
+    if body.get("kind") != "delta":
+        raise CheckpointCorrupt("expected a delta row")
+    apply_ops(state, body["ops"])
+    executed.extend(body.get("executed") or ())
