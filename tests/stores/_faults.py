@@ -212,4 +212,4 @@ async def flip_sql_byte(store: object, run_id: str, version: int, at: int) -> No
             (bytes(data), run_id, version),
         )
 
-    await store._in_tx(flip, write=True)
+    await store.backend._in_tx(flip, write=True)

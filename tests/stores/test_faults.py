@@ -124,7 +124,7 @@ async def test_postgres_connection_killed_between_commits(tmp_path, caplog):
     ):
 
         async def kill(_ctx: ExecutionContext) -> None:
-            (pid,) = (await store._query("SELECT pg_backend_pid()"))[0]
+            (pid,) = (await store.backend._query("SELECT pg_backend_pid()"))[0]
             await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
         run_id = new_id("pgkill")
@@ -146,7 +146,7 @@ async def test_mariadb_connection_killed_between_commits(tmp_path, caplog):
         )  # fmt: skip
 
         async def kill(_ctx: ExecutionContext) -> None:
-            (conn_id,) = (await store._query("SELECT CONNECTION_ID()"))[0]
+            (conn_id,) = (await store.backend._query("SELECT CONNECTION_ID()"))[0]
             async with admin.cursor() as cur:
                 await cur.execute(f"KILL {int(conn_id)}")
 
@@ -332,7 +332,7 @@ async def test_a_state_over_max_allowed_packet_is_state_too_large(tmp_path):
     pauses with that report and stays usable."""
     url = require_url("mysql", tmp_path)
     async with open_test_store("mysql", url) as store:
-        (limit,) = (await store._query("SELECT @@max_allowed_packet"))[0]
+        (limit,) = (await store.backend._query("SELECT @@max_allowed_packet"))[0]
         run_id = new_id("packet")
 
         async def too_big(ctx: ExecutionContext) -> None:
@@ -399,7 +399,7 @@ async def test_a_flipped_byte_in_a_stored_row_is_corrupt_on_every_server(tmp_pat
                 await store._r.hset(key, "2", bytes(row))
             else:
                 row = (
-                    await store._query(
+                    await store.backend._query(
                         "SELECT payload FROM tether_checkpoints WHERE run_id = ? AND version = 2",
                         (ctx.run_id,),
                     )
@@ -518,7 +518,7 @@ async def _runner_fault(
         admin = await stack.enter_async_context(await psycopg.AsyncConnection.connect(url, autocommit=True))
 
         async def kill_pg(store: CheckpointStore) -> list[str]:
-            (pid,) = (await store._query("SELECT pg_backend_pid()"))[0]  # type: ignore[attr-defined]
+            (pid,) = (await store.backend._query("SELECT pg_backend_pid()"))[0]  # type: ignore[attr-defined]
             await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
             return []
 
@@ -535,7 +535,7 @@ async def _runner_fault(
         stack.callback(conn.close)
 
         async def kill_my(store: CheckpointStore) -> list[str]:
-            (conn_id,) = (await store._query("SELECT CONNECTION_ID()"))[0]  # type: ignore[attr-defined]
+            (conn_id,) = (await store.backend._query("SELECT CONNECTION_ID()"))[0]  # type: ignore[attr-defined]
             async with conn.cursor() as cur:
                 await cur.execute(f"KILL {int(conn_id)}")
             return []
@@ -565,7 +565,7 @@ async def _runner_fault(
         url = require_url("mysql", tmp_path)
 
         async def too_big(store: CheckpointStore) -> list[str]:
-            (limit,) = (await store._query("SELECT @@max_allowed_packet"))[0]  # type: ignore[attr-defined]
+            (limit,) = (await store.backend._query("SELECT @@max_allowed_packet"))[0]  # type: ignore[attr-defined]
             return ["x" * (int(limit) + 1024)]
 
         return too_big, url

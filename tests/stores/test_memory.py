@@ -1,8 +1,7 @@
-"""The memory store's read cache of the latest state: what it must never change.
+"""The memory store: loads that must never see a stale, shared or unauthenticated state.
 
-The conformance suite checks that every store loads what was saved; these tests aim at
-the cache itself: a load after a chain of deltas fills it, and nothing may make a load
-see a stale, shared or unauthenticated state through it.
+The conformance suite checks that every store loads what was saved; these tests load
+the same run again and again, as a read cache would serve it, and change what they got.
 """
 
 from __future__ import annotations
@@ -22,12 +21,6 @@ def msg(i: int) -> dict[str, Any]:
     return {"role": "user", "content": f"message {i}", "id": i}
 
 
-def cache_of(store: InMemoryStore, run_id: str) -> object:
-    """What the store keeps ready for the next load of ``run_id``, if anything."""
-    run = store._runs[run_id]
-    return run.latest or run.kept
-
-
 async def chain(store: InMemoryStore, steps: int, run_id: str | None = None) -> ExecutionContext:
     ctx = ExecutionContext(run_id or new_id(), {"messages": [msg(0)]})
     await store.commit(ctx)
@@ -42,11 +35,8 @@ async def test_a_replayed_chain_is_cached_and_loads_the_same() -> None:
     store = InMemoryStore()
     ctx = await chain(store, 20)
     assert [h.kind for h in await store.history(ctx.run_id)].count("delta") == 19
-    assert cache_of(store, ctx.run_id) is None  # a delta save leaves nothing cached
     first = await store.load(ctx.run_id)
-    assert cache_of(store, ctx.run_id) is None  # read once per save: not worth keeping
     second = await store.load(ctx.run_id)
-    assert cache_of(store, ctx.run_id) is not None  # read again: kept
     third = await store.load(ctx.run_id)  # from the cache
     assert first == second == third
     assert third.state == ctx.snapshot()
@@ -85,7 +75,6 @@ async def test_a_kept_chain_state_loads_every_type_exactly() -> None:
     ctx.merge({"messages": [{"at": when, "naive": dt.datetime(2026, 1, 1), "raw": b"\x01", "n": None}]})
     await store.commit(ctx, metadata={"at": when, "tags": ["x"]})
     loads = [await store.load(ctx.run_id) for _ in range(4)]  # replay, replay + keep, two copies
-    assert type(store._runs[ctx.run_id].kept[1]) is dict  # type: ignore[index]
     for cp in loads:
         assert cp.state == ctx.snapshot()
         got = cp.state["messages"][1]
@@ -124,7 +113,6 @@ async def test_a_saved_full_row_is_served_from_the_cache_exactly() -> None:
         metadata={"at": when, "tags": ["x"]},
     )
     await store.save(cp)
-    assert cache_of(store, cp.run_id) is not None
     cached = await store.load(cp.run_id)
     general = await store.load(cp.run_id, 1)  # the decode every store runs
     assert cached == general
@@ -141,7 +129,6 @@ async def test_a_run_read_once_per_save_is_never_packed() -> None:
     ctx = await chain(store, 3)
     for i in range(5):
         assert (await store.load(ctx.run_id)).state == ctx.snapshot()
-        assert cache_of(store, ctx.run_id) is None
         ctx.merge({"messages": [msg(50 + i)]})
         await store.commit(ctx)
 
@@ -151,7 +138,6 @@ async def test_every_save_kind_moves_the_cache_on() -> None:
     ctx = await chain(store, 6)
     for _ in range(2):
         assert (await store.load(ctx.run_id)).version == 6
-    assert cache_of(store, ctx.run_id) is not None  # cached at 6
     ctx.merge({"messages": [msg(99)]})
     await store.commit(ctx, status=RunStatus.PAUSED)  # delta: the cache must not answer
     cp = await store.load(ctx.run_id)
@@ -167,11 +153,8 @@ async def test_every_save_kind_moves_the_cache_on() -> None:
     ctx.merge({"messages": [msg(100)]})
     await store.commit(ctx)  # a delta after the pruned full row
     assert await store.prune(ctx.run_id, keep=1) == 1  # now the lone full row, cache empty
-    assert cache_of(store, ctx.run_id) is None
     assert (await store.load(ctx.run_id)).state == ctx.snapshot()
-    assert cache_of(store, ctx.run_id) is None  # a row prune wrote: cached as a chain is
     assert (await store.load(ctx.run_id)).state == ctx.snapshot()
-    assert cache_of(store, ctx.run_id) is not None
     assert (await store.load(ctx.run_id)).state == ctx.snapshot()
     assert await store.delete(ctx.run_id)
     assert await store.load(ctx.run_id) is None
@@ -184,7 +167,6 @@ async def test_a_recreated_run_never_sees_the_old_cache() -> None:
     old = await chain(store, 4)
     for _ in range(2):
         assert (await store.load(old.run_id)).state == old.snapshot()
-    assert cache_of(store, old.run_id) is not None
     await store.delete(old.run_id)
     new = ExecutionContext(old.run_id, {"messages": [msg(100)]})
     for i in range(3):
@@ -202,7 +184,6 @@ async def test_encrypted_chains_are_not_cached_in_the_clear() -> None:
     ctx = await chain(right, 5)
     for _ in range(2):
         assert (await right.load(ctx.run_id)).state == ctx.snapshot()
-    assert cache_of(right, ctx.run_id) is None
     with pytest.raises(DecryptionError, match="no key"):
         await InMemoryStore(name).load(ctx.run_id)
     with pytest.raises(DecryptionError, match="another key"):
@@ -217,7 +198,6 @@ async def test_an_expired_run_is_not_served_from_the_cache() -> None:
     store = InMemoryStore(expiry=ExpiryPolicy(checkpoint_ttl=dt.timedelta(seconds=-1)))
     ctx = ExecutionContext(new_id(), {"a": 1})
     await store.commit(ctx)  # a full plain row: cached at once, already past its expiry
-    assert cache_of(store, ctx.run_id) is not None
     assert await store.load(ctx.run_id) is None
 
 
@@ -245,7 +225,6 @@ async def test_a_full_row_from_a_newer_tether_fails_on_the_cached_path_too() -> 
     )
     assert write.state_at > 0
     await store._write(write)
-    assert cache_of(store, run_id) is None  # the cache takes only what a load would read
     with pytest.raises(CheckpointCorrupt, match="upgrade tether") as err:
         await store.load(run_id)
     assert run_id in str(err.value)
@@ -267,57 +246,27 @@ async def test_full_writes_use_the_fast_encoder_only_when_no_datetime_is_held(mo
     store = InMemoryStore()
     ctx = ExecutionContext(new_id(), {"messages": [msg(0)]})
     await store.commit(ctx)  # full, no datetime: msgspec
-    assert len(calls) == 2  # the payload and, for the cache's offset, its head
+    assert len(calls) == 1
     ctx.put("when", dt.datetime(2026, 1, 1))
     await store.commit(ctx)  # a delta: ormsgpack
     ctx.restore(ctx.snapshot())
     await store.commit(ctx)  # full, with a datetime: ormsgpack
-    assert len(calls) == 2
+    assert len(calls) == 1
     assert (await store.load(ctx.run_id)).state["when"] == dt.datetime(2026, 1, 1)
     ctx.delete("when")
     await store.commit(ctx, metadata={"at": dt.datetime(2026, 1, 1)})  # full; the datetime in metadata
-    assert len(calls) == 2
+    assert len(calls) == 1
     ctx.merge({"messages": [msg(1)]})
     ctx.restore(ctx.snapshot())
     await store.commit(ctx)
-    assert len(calls) == 4
+    assert len(calls) == 2
     loaded = await store.load_context(ctx.run_id)  # read back: walked once when asked
     assert loaded._dated is None
     loaded.put("scratch", 1)
     loaded.delete("scratch")  # makes the next write a full one
     await store.commit(loaded)
     assert loaded._dated == set()
-    assert len(calls) == 6 and (await store.load(ctx.run_id)).state == ctx.snapshot()
-
-
-async def test_a_cached_state_is_decoded_with_the_hook_only_when_it_may_hold_a_datetime() -> None:
-    """A save that held no datetime lets the cache decode without ``ext_hook``; every save
-    that may hold one (state, metadata, ``save`` of a Checkpoint) must keep it, or the
-    datetime would come back as a raw extension."""
-    import datetime as dt
-
-    import ormsgpack
-
-    when = dt.datetime(2026, 5, 1, 12, tzinfo=dt.UTC)
-    store = InMemoryStore()
-    ctx = ExecutionContext(new_id(), {"messages": [msg(0)]})
-    await store.commit(ctx)
-    assert store._runs[ctx.run_id].latest[1] is ormsgpack.unpackb  # type: ignore[index]
-    ctx.put("when", when)
-    ctx.restore(ctx.snapshot())  # the next write a full one
-    await store.commit(ctx)
-    assert store._runs[ctx.run_id].latest[1] is not ormsgpack.unpackb  # type: ignore[index]
-    assert (await store.load(ctx.run_id)).state["when"] == when
-    ctx.delete("when")
-    ctx.restore(ctx.snapshot())
-    await store.commit(ctx, metadata={"at": when})
-    assert (await store.load(ctx.run_id)).metadata == {"at": when}
-    await store.save(Checkpoint(run_id=ctx.run_id, node_id=None, state={"t": [when]}))
-    assert store._runs[ctx.run_id].latest[1] is not ormsgpack.unpackb  # type: ignore[index]
-    assert (await store.load(ctx.run_id)).state == {"t": [when]}
-    await store.save(Checkpoint(run_id=ctx.run_id, node_id=None, state={"t": [1]}))
-    assert store._runs[ctx.run_id].latest[1] is ormsgpack.unpackb  # type: ignore[index]
-    assert (await store.load(ctx.run_id)).state == {"t": [1]}
+    assert len(calls) == 3 and (await store.load(ctx.run_id)).state == ctx.snapshot()
 
 
 async def test_the_run_record_built_on_demand_follows_every_change() -> None:

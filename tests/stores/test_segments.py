@@ -85,7 +85,7 @@ async def test_every_version_of_a_sealed_chain_loads_exactly(store):
     assert [h.version for h in hist] == list(range(23, 0, -1))
     assert [h.node_id for h in hist[:-1]] == [f"node{i}" for i in range(22, 0, -1)]
     kinds = [h.kind for h in reversed(hist)]
-    if store._seals:
+    if store.capabilities.seals:
         # 2-5, 6-9, 10-13 and 14-17 were segments of 4 (level 1), merged into one (level 2)
         # when the fourth was written; 18-21 is a level 1 segment; 22 and 23 are deltas
         sealed = ["sealed"]
@@ -114,14 +114,14 @@ async def test_a_resumed_context_goes_on_sealing(make_store):
         for v, (state, _executed) in seen.items():
             assert (await second.load(ctx.run_id, v)).state == state, v
         kinds = {h.version: h.kind for h in await second.history(ctx.run_id)}
-        if second._seals:
+        if second.capabilities.seals:
             assert kinds[6] == "segment" and kinds[9] == "sealed" and kinds[10] == "delta", kinds
             assert await payload_rows(second, ctx.run_id) == 1 + 2 + 3
         # v13 seals 10-13; v17 seals 14-17 and merges it with the three before, the first
         # of which the first store wrote: what the resumed context read back
         await commits(second, resumed, 12, 16 + 1, seen)
         kinds = {h.version: h.kind for h in await second.history(ctx.run_id)}
-        if second._seals:
+        if second.capabilities.seals:
             assert kinds[2] == "segment" and kinds[6] == "sealed" and kinds[14] == "sealed", kinds
             assert await payload_rows(second, ctx.run_id) == 2
         for v, (state, executed) in seen.items():
@@ -188,7 +188,7 @@ async def test_a_seal_over_rows_pruned_meanwhile_falls_back_to_a_delta(make_stor
 async def test_a_damaged_segment_names_the_run_and_its_version(store):
     """A segment that does not decode, or a sealed row with no segment before it, is a
     CheckpointCorrupt naming the run and the version, not a wrong state."""
-    if not store._seals:
+    if not store.capabilities.seals:
         pytest.skip("the memory store writes no segments")
     store.compaction = SEAL
     ctx = new_ctx()
@@ -233,7 +233,7 @@ async def test_big_deltas_seal_by_bytes(store):
         ctx.merge({"messages": [msg(i, 6_000)]})
         await store.commit(ctx)
     kinds = [h.kind for h in reversed(await store.history(ctx.run_id))]
-    if store._seals:
+    if store.capabilities.seals:
         # 6 KB a delta: the fourth one takes the tail past 20 KB
         assert kinds == [
             "full",
@@ -259,7 +259,7 @@ async def test_segments_merge_by_level_under_the_size_cap(store, cap, rows):
     await store.commit(ctx)
     seen: dict[int, Any] = {}
     await commits(store, ctx, 1, 9, seen)
-    if store._seals:
+    if store.capabilities.seals:
         assert await payload_rows(store, ctx.run_id) == rows
     for v, (state, executed) in seen.items():
         cp = await store.load(ctx.run_id, v)

@@ -27,8 +27,8 @@ from .conftest import kill_after, new_id
 def traced(store: SqliteStore) -> list[tuple[str, str]]:
     """(thread name, statement) for every statement the store's connection runs."""
     seen: list[tuple[str, str]] = []
-    assert store._conn is not None
-    store._conn.set_trace_callback(lambda sql: seen.append((threading.current_thread().name, sql)))
+    assert store.backend._conn is not None
+    store.backend._conn.set_trace_callback(lambda sql: seen.append((threading.current_thread().name, sql)))
     return seen
 
 
@@ -106,7 +106,7 @@ async def test_big_writes_are_checkpointed_in_the_background(tmp_path: Path) -> 
     try:
         seen = traced(store)
         ctxs = await _commit_megabytes(store, 2)
-        running = store._checkpointing
+        running = store.backend._checkpointing
         assert running is not None
         running.result(timeout=30)
         assert path.stat().st_size > 2_000_000  # both payloads now live in the database file
@@ -128,7 +128,7 @@ async def test_without_a_background_checkpoint_the_writes_stay_in_the_wal(tmp_pa
     await store.setup()
     try:
         await _commit_megabytes(store, 2)
-        assert store._checkpointing is None
+        assert store.backend._checkpointing is None
         assert path.stat().st_size < 1_000_000
         log, done = _wal_frames(path)  # this spy's checkpoint copies them now
         assert log > 480 and done == log
@@ -143,7 +143,7 @@ async def test_the_commit_still_checkpoints_when_the_background_cannot(
     ``checkpoint_bytes``, not SQLite's ~4 MB) keeps the WAL bounded."""
     path = tmp_path / "t.db"
     store = SqliteStore(path, checkpoint_bytes=250_000)
-    monkeypatch.setattr(store, "_checkpoint", lambda: None)
+    monkeypatch.setattr(store.backend, "_checkpoint", lambda: None)
     await store.setup()
     try:
         await _commit_megabytes(store, 8)
@@ -186,7 +186,7 @@ async def test_deleting_a_big_run_rewrites_its_pages_only_when_asked(
 def test_sqlite_url_options_reach_the_store(tmp_path: Path) -> None:
     store = create_store(f"sqlite:///{tmp_path}/t.db?checkpoint_bytes=0&synchronous=normal&busy_timeout=2")
     assert isinstance(store, SqliteStore)
-    assert (store.checkpoint_bytes, store._synchronous, store._busy_ms) == (0, "NORMAL", 2000)
+    assert (store.checkpoint_bytes, store.backend._synchronous, store.backend._busy_ms) == (0, "NORMAL", 2000)
     assert create_store(f"sqlite:///{tmp_path}/t.db?checkpoint_bytes=4194304").checkpoint_bytes == 4194304  # type: ignore[attr-defined]
     assert create_store(f"sqlite:///{tmp_path}/t.db").checkpoint_bytes == 0  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="unknown sqlite URL option 'wal'"):
@@ -200,7 +200,7 @@ def test_sqlite_url_options_reach_the_store(tmp_path: Path) -> None:
     for url, expected in (("t.db?secure_delete=on", 1), ("t.db", 2)):  # 1 = ON, 2 = FAST
         store = create_store(f"sqlite:///{tmp_path}/{url}")
         assert isinstance(store, SqliteStore)
-        conn = store._connect()
+        conn = store.backend._connect()
         try:
             assert conn.execute("PRAGMA secure_delete").fetchone()[0] == expected, url
         finally:

@@ -26,12 +26,15 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from tether.errors import CheckpointCorrupt, RunExpired, RunNotFound, RunNotPaused, VersionConflict
+from tether.errors import CheckpointCorrupt, RunExpired, RunNotFound, VersionConflict
 from tether.state.model import NO_CHAIN, ChainStats, CheckpointInfo, RunInfo, RunStatus
-from tether.stores._retry import retried
-from tether.stores.base import CheckpointStore, StaleSeal, StoredRow, Write, _hint, _utc
+from tether.stores._chain import StaleSeal, Write, check_write
+from tether.stores.backend import Capabilities, StoredRow
+from tether.stores.backend import remember as _hint
+from tether.stores.backend import utc as _utc
+from tether.stores.base import CheckpointStore
 
-__all__ = ["Dialect", "SqlStore", "Tx"]
+__all__ = ["Dialect", "SqlBackend", "SqlStore", "Tx"]
 
 T = TypeVar("T")
 
@@ -224,14 +227,13 @@ def _expired(expires_at: float | None, now: float) -> bool:
     return expires_at is not None and expires_at <= now
 
 
-class SqlStore(CheckpointStore):
+class SqlBackend(abc.ABC):
     """Shared implementation of every SQL backend."""
 
     dialect: Dialect
-    _seals = True
+    capabilities = Capabilities(seals=True)
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self) -> None:
         self._chains: dict[str, ChainHint] = {}
         """Runs' latest chains as this store last wrote or read them, so that a load reads
         just their rows by key (see :func:`_hinted_chain`)."""
@@ -273,7 +275,7 @@ class SqlStore(CheckpointStore):
                 await tx.run("INSERT INTO tether_schema (version) VALUES (?)", (number,))
 
     # -- writes -------------------------------------------------------------------
-    async def _write(self, w: Write) -> tuple[int, ChainStats]:
+    async def append(self, w: Write) -> tuple[int, ChainStats]:
         try:
             version, chain = await self._commit_write(w)
         except BaseException:
@@ -316,16 +318,9 @@ class SqlStore(CheckpointStore):
             row = None
         info = None if row is None else _run_info(row)
         current = info.version if info else 0
-        if info is not None and w.write_id and row is not None and row[12] == w.write_id:
+        if check_write(w, info, write_id=None if row is None else row[12]):
+            assert info is not None
             return current, info.chain  # this very write landed; its reply was lost
-        if info is None and w.expected_version:
-            raise RunNotFound(w.run_id)  # deleted (or expired and purged) under the writer
-        if w.expected_version is not None and w.expected_version != current:
-            raise VersionConflict(w.run_id, expected=w.expected_version, actual=current)
-        if w.require_status is not None and (info is None or info.status is not w.require_status):
-            raise RunNotPaused(w.run_id, str(info.status) if info else "missing")
-        if info is None and w.kind != "full":
-            raise RunNotFound(w.run_id)
         version = current + 1
         chain = w.chain_after(info.chain if info else NO_CHAIN, version)
         kind, payload = w.kind, w.payload
@@ -411,7 +406,7 @@ class SqlStore(CheckpointStore):
             return None
         return _run_info(row)
 
-    async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
+    async def read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
         cols = _RUN_COLS_R
         if version is None:
             on = (
@@ -453,9 +448,10 @@ class SqlStore(CheckpointStore):
             for r in rows
         ]
 
-    async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
+    async def read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
         if version is not None:
-            return await super()._read_chain(run_id, version)
+            _info, rows = await self.read(run_id, version)
+            return [(r.version, r.payload) for r in rows]
         hint = self._chains.get(run_id)
         if hint is not None and _skips(hint):
             chain = _hinted_chain(await self._query(*_hinted_query(run_id, hint), run_id=run_id), hint)
@@ -465,7 +461,7 @@ class SqlStore(CheckpointStore):
         _hint(self._chains, run_id, _hint_of(chain))
         return chain
 
-    async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
+    async def history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
         sql = (
             "SELECT c.version, c.kind, c.node_id, c.status, c.created_at, c.nbytes FROM tether_checkpoints c "
             "JOIN tether_runs r ON r.run_id = c.run_id "
@@ -493,7 +489,7 @@ class SqlStore(CheckpointStore):
             for r in rows
         ]
 
-    async def _is_expired(self, run_id: str) -> bool:
+    async def is_expired(self, run_id: str) -> bool:
         """Asked after a load found nothing: True for an expired run, CheckpointCorrupt for a
         live run whose latest row is gone (a load must not call that "not found")."""
         rows = await self._query(
@@ -515,17 +511,13 @@ class SqlStore(CheckpointStore):
             )
         return False  # created since the load looked: nothing was there then
 
-    @retried
     async def get_run(self, run_id: str) -> RunInfo | None:
         rows = await self._query(f"SELECT {_RUN_COLS} FROM tether_runs WHERE run_id = ?", (run_id,))
         if not rows or _expired(rows[0][11], time.time()):
             return None
         return _run_info(rows[0])
 
-    @retried
-    async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
-    ) -> list[RunInfo]:
+    async def list_runs(self, *, status: RunStatus | None, limit: int, offset: int) -> list[RunInfo]:
         sql = f"SELECT {_RUN_COLS} FROM tether_runs WHERE (expires_at IS NULL OR expires_at > ?)"
         params: list[Any] = [time.time()]
         if status is not None:
@@ -536,7 +528,7 @@ class SqlStore(CheckpointStore):
         return [_run_info(r) for r in await self._query(sql, params)]
 
     # -- other changes --------------------------------------------------------------
-    async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
+    async def set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
         async def change(tx: Tx) -> None:
             if await self._live_run(tx, run_id) is None:
                 row = await tx.one("SELECT expires_at FROM tether_runs WHERE run_id = ?", (run_id,))
@@ -548,12 +540,11 @@ class SqlStore(CheckpointStore):
 
         await self._in_tx(change, write=True)
 
-    @retried
     async def delete(self, run_id: str) -> bool:
         _hint(self._chains, run_id, None)
         return await self._in_tx(lambda tx: self._drop(tx, run_id), write=True) > 0
 
-    async def _rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
+    async def rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
         _hint(self._chains, run_id, None)
 
         async def rebase(tx: Tx) -> int:
@@ -589,7 +580,6 @@ class SqlStore(CheckpointStore):
 
         return await self._in_tx(rebase, write=True)
 
-    @retried
     async def purge_expired(self) -> int:
         now = time.time()
 
@@ -600,3 +590,9 @@ class SqlStore(CheckpointStore):
             return len(rows)
 
         return await self._in_tx(purge, write=True)
+
+
+class SqlStore(CheckpointStore):
+    """A :class:`CheckpointStore` on a SQL backend (the SQLite, PostgreSQL and MySQL stores)."""
+
+    _seals = True  # what the tiered store reads of its SQL side

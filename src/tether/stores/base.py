@@ -1,23 +1,14 @@
-"""The checkpoint store interface, written once.
+"""The checkpoint store: one class, written once, on a backend.
 
-A backend implements a handful of primitives over opaque rows (:class:`Write`,
-:class:`StoredRow`); everything users call (``commit``, ``save``, ``load``,
-``update_state``, ``copy``, ``prune``…) is written here on top of them, so every
-backend behaves the same and one conformance suite covers them all.
-
-Storage model: each run is an append-only log of versions 1, 2, 3…; a version is
-either a *full* state or a *delta* of replayable ops against the version before.
-Loading version v reads the last full row at or before v plus the deltas after it.
-A full row is written when the chain would make a load read much more than the
-state (overwritten data piling up) or grow long (see :class:`CompactionPolicy`).
-In a store that seals (``_seals``), runs of deltas are packed into *segment* rows
-(see ``_segment``): the tail's first row holds them all, the others keep their
-history entry with an empty payload (*sealed*), so a load reads one row per segment.
+A :class:`Backend` stores opaque rows and run records (``backend.py``); the chain engine
+(``_chain.py``) decides what a commit writes and how rows replay. :class:`CheckpointStore`
+joins them: everything users call (``commit``, ``save``, ``load``, ``update_state``,
+``copy``, ``prune``…) is written here, so every backend behaves the same and one
+conformance suite covers them all.
 """
 
 from __future__ import annotations
 
-import abc
 import datetime as dt
 import itertools
 import logging
@@ -25,7 +16,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from tether.errors import (
     CheckpointCorrupt,
@@ -59,8 +50,12 @@ from tether.stores._chain import (
     full_payload,
 )
 from tether.stores._retry import RetryPolicy, retry_call
+from tether.stores.backend import Backend, Capabilities, StoredRow, remember, utc
 
 __all__ = [
+    "STORE_OPTIONS",
+    "Backend",
+    "Capabilities",
     "CheckpointStore",
     "CompactionPolicy",
     "ExpiryPolicy",
@@ -68,6 +63,7 @@ __all__ = [
     "StaleSeal",
     "StoredRow",
     "Write",
+    "split_store_options",
 ]
 
 logger = logging.getLogger(__name__)
@@ -94,44 +90,22 @@ class ExpiryPolicy:
         return None if ttl is None else now + ttl.total_seconds()
 
 
-class StoredRow(NamedTuple):
-    """One stored version as a backend returns it.
+_hint, _utc = remember, utc  # the Redis store's imports until it moves to the protocol
 
-    A NamedTuple rather than a frozen dataclass: a load builds one per row of a chain,
-    and a tuple is several times cheaper to construct.
-    """
-
-    run_id: str
-    version: int
-    kind: str
-    node_id: str | None
-    status: RunStatus
-    created_at: float
-    payload: bytes
+STORE_OPTIONS = ("codec", "expiry", "compaction", "retry")
 
 
-def _utc(ts: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ts, dt.UTC)
+def split_store_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Take a store's own options out of ``options``; the rest are its backend's."""
+    return {k: options.pop(k) for k in STORE_OPTIONS if k in options}
 
 
-_HINTS_MAX = 4096
-
-
-def _hint(hints: dict[str, Any], run_id: str, value: Any) -> None:
-    """Record (or with None forget) what a store last saw of a run's chain, so its next
-    read can skip a step. Bounded: a hint, not a cache of every run ever seen."""
-    if value is None:
-        hints.pop(run_id, None)
-        return
-    if len(hints) >= _HINTS_MAX and run_id not in hints:
-        hints.clear()
-    hints[run_id] = value
-
-
-class CheckpointStore(abc.ABC):
-    """Durable, versioned checkpoints of runs. Async; one instance per event loop.
+class CheckpointStore:
+    """Durable, versioned checkpoints of runs, on a :class:`Backend`. Async; one instance
+    per event loop.
 
     Args:
+        backend: the database (``open_store(url)`` builds it from a URL).
         codec: how payloads become bytes (encryption, compression); default plain.
         expiry: TTLs for checkpoints and finished runs.
         compaction: when a save writes a full state instead of a delta.
@@ -139,23 +113,25 @@ class CheckpointStore(abc.ABC):
             store before :class:`StoreUnavailable` reaches the caller.
     """
 
-    #: URL scheme(s) this backend answers to, for ``open_store``.
+    #: URL scheme(s) this store answers to, for ``open_store``.
     scheme: str = ""
-    #: Whether full writes should say where their state starts (``Write.state_at``): for a
-    #: store that decodes the state without the payload's head on its loads.
+    #: The backend this class builds from a URL (``from_url``).
+    backend_class: ClassVar[Any] = None
+    #: For a store that implements the primitives itself rather than wrapping a backend:
+    #: what its ``capabilities`` say (see :class:`Capabilities`).
     _splits_state: bool = False
-    #: Whether the store takes ``segment`` writes (see ``Write.seal_from``). The memory
-    #: store does not: its loads of the latest state read a kept copy, not the rows.
     _seals: bool = False
 
     def __init__(
         self,
+        backend: Backend | None = None,
         *,
         codec: Codec | None = None,
         expiry: ExpiryPolicy | None = None,
         compaction: CompactionPolicy | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
+        self._backend = backend
         self.codec = codec or Codec()
         self.expiry = expiry or ExpiryPolicy()
         self.compaction = compaction or CompactionPolicy()
@@ -166,20 +142,52 @@ class CheckpointStore(abc.ABC):
         self._chains_seen: dict[str, Known] = {}
         """Per run, what this store last wrote or read of its chain (bounded, see ``_hint``)."""
 
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Self:
+        """A store of this class on the backend ``url`` names; the store's own options
+        (``codec``, ``expiry``, ``compaction``, ``retry``) go to it, the rest to the backend."""
+        if cls.backend_class is None:
+            raise ConfigError(f"{cls.__name__} cannot be opened from a URL")
+        mine = split_store_options(options)
+        return cls.wrap(cls.backend_class.from_url(url, **options), **mine)
+
+    @classmethod
+    def wrap(cls, backend: Backend, **options: Any) -> Self:
+        """A store of this class on an existing backend (the subclasses' ``__init__`` build
+        theirs from their own arguments)."""
+        store = object.__new__(cls)
+        CheckpointStore.__init__(store, backend, **options)
+        return store
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            raise ConfigError(f"{type(self).__name__} has no backend")
+        return self._backend
+
+    @property
+    def capabilities(self) -> Capabilities:
+        if self._backend is not None:
+            return self._backend.capabilities
+        return Capabilities(seals=self._seals, splits_state=self._splits_state)
+
     @property
     def engine(self) -> ChainEngine:
-        """The chain engine for this store's codec and compaction policy as they are now."""
+        """The chain engine for this store's codec, compaction policy and backend."""
         e = self._engine
-        if (
-            e is None
-            or e.policy is not self.compaction
-            or e.codec is not self.codec
-            or e.seals is not self._seals
-        ):
+        if e is None or e.policy is not self.compaction or e.codec is not self.codec:
+            caps = self.capabilities
             e = self._engine = ChainEngine(
-                self.codec, self.compaction, seals=self._seals, splits_state=self._splits_state
+                self.codec, self.compaction, seals=caps.seals, splits_state=caps.splits_state
             )
         return e
+
+    def __getattr__(self, name: str) -> Any:
+        """The backend's public settings (``store.path``, ``store.checkpoint_bytes``…)."""
+        backend = self.__dict__.get("_backend")
+        if name.startswith("_") or backend is None:
+            raise AttributeError(name)
+        return getattr(backend, name)
 
     def _write_id(self) -> str:
         """A new write id: this store's random tag and a counter (unique across processes)."""
@@ -196,85 +204,66 @@ class CheckpointStore(abc.ABC):
         except StoreUnavailable as exc:
             return await self._retry(lambda: self._write(w), exc)
 
-    async def _is_expired(self, run_id: str) -> bool:
-        """Whether ``run_id`` is stored but past its expiry (a load then says so, rather
-        than "not found"), asked after a load found nothing; a backend may raise
-        CheckpointCorrupt here for a stored run whose rows are gone. A backend that drops
-        expired runs outright returns False."""
-        return False
-
-    # == primitives every backend implements =====================================
-    @abc.abstractmethod
+    # == the backend's primitives (a store that implements them itself overrides these) ==
     async def setup(self) -> None:
         """Create tables/keys and apply migrations; idempotent."""
+        await self.backend.setup()
 
-    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+        await self.backend.aclose()
+
     async def _write(self, w: Write) -> tuple[int, ChainStats]:
-        """Atomically append ``w`` as the next version and update the run record.
+        return await self.backend.append(w)
 
-        Raises VersionConflict when ``expected_version`` does not match, RunNotPaused
-        when ``require_status`` does not, RunNotFound for a delta on a missing run.
-        Returns the new version and the run's chain statistics after it.
-        """
-
-    @abc.abstractmethod
     async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
-        """The run record and the rows needed to build ``version`` (latest if None).
-
-        Rows are ascending: the last full row at or before the version, then every
-        delta after it up to the version. ``(None, [])`` when the run is absent or
-        expired; ``(info, [])`` when the version is not stored.
-        """
+        return await self.backend.read(run_id, version)
 
     async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
-        """``(version, payload)`` of the rows that build ``version`` (latest if None).
+        if self._backend is None:  # a store with its own primitives: derived from ``_read``
+            _info, rows = await self._read(run_id, version)
+            return [(r.version, r.payload) for r in rows]
+        return await self._backend.read_chain(run_id, version)
 
-        All :meth:`load` needs, since every payload carries its node, status, time and
-        metadata: backends override it with their leanest read (no run record, no
-        per-row columns). ``[]`` when the run is absent or expired, or the version is not
-        stored. This default derives it from :meth:`_read`.
-        """
-        _info, rows = await self._read(run_id, version)
-        return [(r.version, r.payload) for r in rows]
-
-    @abc.abstractmethod
     async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
-        """Versions newest first, only those < ``before`` when given."""
+        return await self.backend.history(run_id, before=before, limit=limit)
 
-    @abc.abstractmethod
+    async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
+        await self.backend.set_status(run_id, status, expires_at)
+
+    async def _is_expired(self, run_id: str) -> bool:
+        return False if self._backend is None else await self._backend.is_expired(run_id)
+
+    async def _rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
+        return await self.backend.rebase(run_id, version, payload, after)
+
+    async def _retried(self, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except StoreUnavailable as exc:
+            return await self._retry(call, exc)
+
     async def get_run(self, run_id: str) -> RunInfo | None:
         """The run record, or None when absent or expired."""
+        check_run_id(run_id)
+        return await self._retried(lambda: self.backend.get_run(run_id))
 
-    @abc.abstractmethod
-    async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
-        """Change the run's status; RunNotFound when absent."""
-
-    @abc.abstractmethod
     async def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
     ) -> list[RunInfo]:
         """Runs, most recently updated first."""
+        status = None if status is None else RunStatus(status)
+        return await self._retried(lambda: self.backend.list_runs(status=status, limit=limit, offset=offset))
 
-    @abc.abstractmethod
     async def delete(self, run_id: str) -> bool:
         """Delete a run and all its checkpoints; False when there was nothing."""
+        check_run_id(run_id)
+        self._know(run_id, None)
+        return await self._retried(lambda: self.backend.delete(run_id))
 
-    @abc.abstractmethod
-    async def _rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
-        """Atomically make ``version`` a full row and drop every version before it.
-
-        ``after``: when ``version`` was inside a segment, a new segment of the versions
-        after it that the old one held, for row ``version + 1`` (which is sealed).
-        Returns how many rows were removed.
-        """
-
-    @abc.abstractmethod
     async def purge_expired(self) -> int:
         """Physically delete expired runs; returns how many went."""
-
-    @abc.abstractmethod
-    async def aclose(self) -> None:
-        """Release connections; the store is unusable afterwards."""
+        return await self._retried(self.backend.purge_expired)
 
     async def __aenter__(self) -> CheckpointStore:
         return self
@@ -358,7 +347,7 @@ class CheckpointStore(abc.ABC):
         return Known(changes.version, ChainStats(length=self.compaction.max_chain), None)
 
     def _know(self, run_id: str, known: Known | None) -> None:
-        _hint(self._chains_seen, run_id, known)
+        remember(self._chains_seen, run_id, known)
 
     async def save(self, checkpoint: Checkpoint, *, expected_version: int | None = None) -> int:
         """Store a whole :class:`Checkpoint` as the run's next version.
@@ -462,7 +451,7 @@ class CheckpointStore(abc.ABC):
             status=info.status,
             state=state,
             execution_history=history if type(history) is list else [],
-            timestamp=_utc(last.created_at),
+            timestamp=utc(last.created_at),
             version=last.version,
         )
 

@@ -23,10 +23,11 @@ from tether.errors import (
     TetherError,
 )
 from tether.state.model import ChainStats
-from tether.stores._sql import Dialect, SqlStore, Tx
-from tether.stores.base import Write
+from tether.stores._chain import Write
+from tether.stores._sql import Dialect, SqlBackend, SqlStore, Tx
+from tether.stores.base import split_store_options
 
-__all__ = ["MySQLStore"]
+__all__ = ["MySQLBackend", "MySQLStore"]
 
 _DIALECT = Dialect(
     text_key="VARCHAR(191)",
@@ -86,10 +87,9 @@ class _MyTx:
             return None if row is None else tuple(row)
 
 
-class MySQLStore(SqlStore):
+class MySQLBackend(SqlBackend):
     """Checkpoints in MySQL 8 / MariaDB ≥ 10.5 (InnoDB)."""
 
-    scheme = "mysql"
     dialect = _DIALECT
 
     def __init__(
@@ -101,9 +101,8 @@ class MySQLStore(SqlStore):
         password: str = "",
         database: str = "test",
         connect_timeout: float = 10.0,
-        **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__()
         _asyncmy()
         self._params = {
             "host": host,
@@ -120,7 +119,7 @@ class MySQLStore(SqlStore):
         self._max_packet: int | None = None
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> MySQLStore:
+    def from_url(cls, url: str, **options: Any) -> MySQLBackend:
         parts = urlsplit(url)
         database = parts.path.lstrip("/")
         if not database:
@@ -252,3 +251,16 @@ class MySQLStore(SqlStore):
 
     async def aclose(self) -> None:
         await self._reset()
+
+
+class MySQLStore(SqlStore):
+    """A :class:`CheckpointStore` on a :class:`MySQLBackend`; the backend's options as it takes
+    them, the store's (``codec``, ``expiry``, ``compaction``, ``retry``) as
+    :class:`CheckpointStore` does."""
+
+    scheme = "mysql"
+    backend_class = MySQLBackend
+
+    def __init__(self, **options: Any) -> None:
+        mine = split_store_options(options)
+        super().__init__(MySQLBackend(**options), **mine)

@@ -23,13 +23,14 @@ from tether.errors import (
     VersionConflict,
 )
 from tether.state.model import ChainStats, chain_stats
-from tether.stores._sql import Dialect, SqlStore, Tx
-from tether.stores.base import Write
+from tether.stores._chain import Write
+from tether.stores._sql import Dialect, SqlBackend, SqlStore, Tx
+from tether.stores.base import split_store_options
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PostgresStore"]
+__all__ = ["PostgresBackend", "PostgresStore"]
 
 _DIALECT = Dialect(
     text_key="TEXT",
@@ -146,7 +147,7 @@ class _PgTx:
         return await cur.fetchone()
 
 
-class PostgresStore(SqlStore):
+class PostgresBackend(SqlBackend):
     """Checkpoints in PostgreSQL tables ``tether_runs`` and ``tether_checkpoints``.
 
     One connection per store, used by one transaction at a time; give each worker
@@ -154,7 +155,6 @@ class PostgresStore(SqlStore):
     (it must be in autocommit mode; the store then does not close it).
     """
 
-    scheme = "postgresql"
     dialect = _DIALECT
 
     def __init__(
@@ -163,9 +163,8 @@ class PostgresStore(SqlStore):
         *,
         conn: psycopg.AsyncConnection[Any] | None = None,
         connect_timeout: float = 10.0,
-        **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__()
         _psycopg()
         self._conninfo = conninfo
         self._conn = conn
@@ -174,7 +173,7 @@ class PostgresStore(SqlStore):
         self._lock = asyncio.Lock()
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> PostgresStore:
+    def from_url(cls, url: str, **options: Any) -> PostgresBackend:
         if url.startswith("postgres://"):
             url = "postgresql://" + url[len("postgres://") :]
         return cls(url, **options)
@@ -289,3 +288,16 @@ class PostgresStore(SqlStore):
         if self._owns and self._conn is not None and not self._conn.closed:
             await self._conn.close()
         self._conn = None
+
+
+class PostgresStore(SqlStore):
+    """A :class:`CheckpointStore` on a :class:`PostgresBackend`; the backend's options as it takes
+    them, the store's (``codec``, ``expiry``, ``compaction``, ``retry``) as
+    :class:`CheckpointStore` does."""
+
+    scheme = "postgresql"
+    backend_class = PostgresBackend
+
+    def __init__(self, conninfo: str = "", **options: Any) -> None:
+        mine = split_store_options(options)
+        super().__init__(PostgresBackend(conninfo, **options), **mine)

@@ -51,7 +51,7 @@ def create_store(url: str, **options: Any) -> CheckpointStore:
     if target is None:
         raise ConfigError(f"unknown store scheme {scheme!r}; known: {', '.join(sorted(BACKENDS))}")
     cls = _load(target)
-    return cls.from_url(url, **options)  # type: ignore[attr-defined,no-any-return]
+    return cls.from_url(url, **options)
 
 
 @asynccontextmanager

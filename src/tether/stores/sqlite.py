@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
-from tether.errors import ConfigError, RunExpired, StoreError, StoreNotWritable, StoreUnavailable, TetherError
-from tether.state.model import ChainStats, Checkpoint
-from tether.stores._chain import Write, lone_full
+from tether.errors import ConfigError, StoreError, StoreNotWritable, StoreUnavailable, TetherError
+from tether.state.model import ChainStats
+from tether.stores._chain import Write
 from tether.stores._sql import (
     _CHAIN_SQL,
     Dialect,
+    SqlBackend,
     SqlStore,
     Tx,
     _chain_of,
@@ -41,9 +42,10 @@ from tether.stores._sql import (
     _hinted_query,
     _skips,
 )
-from tether.stores.base import _hint
+from tether.stores.backend import remember as _hint
+from tether.stores.base import split_store_options
 
-__all__ = ["SqliteStore"]
+__all__ = ["SqliteBackend", "SqliteStore"]
 
 T = TypeVar("T")
 
@@ -74,7 +76,7 @@ def _read_only_fs(path: str | os.PathLike[str]) -> bool:
 class _SqliteTx:
     """Statements run on the DB thread one await at a time (migrations use this)."""
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: SqliteBackend) -> None:
         self._store = store
 
     async def run(self, sql: str, params: Sequence[Any] = ()) -> int:
@@ -118,7 +120,7 @@ def _drive(coro: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("a SQLite transaction body awaited something other than the database")
 
 
-class SqliteStore(SqlStore):
+class SqliteBackend(SqlBackend):
     """Checkpoints in one SQLite file.
 
     Args:
@@ -139,7 +141,6 @@ class SqliteStore(SqlStore):
             ``ON`` if deleted state must not linger in free pages of the file.
     """
 
-    scheme = "sqlite"
     dialect = _DIALECT
 
     def __init__(
@@ -150,9 +151,8 @@ class SqliteStore(SqlStore):
         busy_timeout: float = 30.0,
         checkpoint_bytes: int = 0,
         secure_delete: str = "FAST",
-        **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__()
         if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
             raise ConfigError("synchronous must be FULL, NORMAL or EXTRA")
         secure_delete = str(secure_delete).upper()
@@ -187,7 +187,7 @@ class SqliteStore(SqlStore):
         self._page = 4096
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> SqliteStore:
+    def from_url(cls, url: str, **options: Any) -> SqliteBackend:
         """A store for ``sqlite:///relative.db`` or ``sqlite:////abs.db``; the query may set
         ``synchronous``, ``busy_timeout`` (seconds), ``checkpoint_bytes`` and
         ``secure_delete``, so that a CLI or a worker given only a URL can tune them."""
@@ -332,9 +332,9 @@ class SqliteStore(SqlStore):
     def _remember(self, run_id: str, chain: list[tuple[int, bytes]]) -> None:
         _hint(self._chain_bytes, run_id, sum(len(p) for _, p in chain) if chain else None)
 
-    async def _write(self, w: Write) -> tuple[int, ChainStats]:
+    async def append(self, w: Write) -> tuple[int, ChainStats]:
         try:
-            version, chain = await super()._write(w)
+            version, chain = await super().append(w)
         except BaseException:
             _hint(self._chain_bytes, w.run_id, None)
             raise
@@ -387,27 +387,12 @@ class SqliteStore(SqlStore):
             _hint(self._chain_bytes, run_id, read)
         return chain
 
-    async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
-        if version is None:
-            chain = self._inline_chain(run_id)
-            if chain is not None:
-                if len(chain) == 1 and not self.codec.encrypted:  # the common load, in one step
-                    cp = lone_full(run_id, chain[0][0], chain[0][1])
-                    if cp is not None:
-                        return cp
-                if chain:
-                    return self.engine.checkpoint_of(run_id, chain)
-                if await self._is_expired(run_id):
-                    raise RunExpired(run_id)
-                return None
-        return await super().load(run_id, version)
-
-    async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
+    async def read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
         if version is None:
             chain = self._inline_chain(run_id)
             if chain is not None:
                 return chain
-        chain = await super()._read_chain(run_id, version)
+        chain = await super().read_chain(run_id, version)
         if version is None:
             self._remember(run_id, chain)
         return chain
@@ -469,3 +454,16 @@ class SqliteStore(SqlStore):
             await asyncio.get_running_loop().run_in_executor(self._pool, conn.close)
             self._conn = None
         self._pool.shutdown(wait=True)
+
+
+class SqliteStore(SqlStore):
+    """A :class:`CheckpointStore` on a :class:`SqliteBackend` (URL ``sqlite:///path.db``);
+    ``path`` and the backend's options as :class:`SqliteBackend` takes them, the store's
+    (``codec``, ``expiry``, ``compaction``, ``retry``) as :class:`CheckpointStore` does."""
+
+    scheme = "sqlite"
+    backend_class = SqliteBackend
+
+    def __init__(self, path: str | Path, **options: Any) -> None:
+        mine = split_store_options(options)
+        super().__init__(SqliteBackend(path, **options), **mine)

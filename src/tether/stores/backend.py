@@ -1,0 +1,136 @@
+"""The backend protocol: what a database must do for a :class:`CheckpointStore` to use it.
+
+A backend stores opaque rows and run records, atomically; it knows nothing of states,
+reducers or compaction. :class:`~tether.stores.base.CheckpointStore` wraps one (as an
+HTTP client wraps a transport) and does everything else: planning writes with the chain
+engine (``_chain``), replaying rows, the write checks (through
+:func:`~tether.stores._chain.check_write`, which a backend calls inside its atomic
+section), retries, expiry times.
+
+To add a backend: implement this protocol, give it a ``from_url`` classmethod, and name it
+in ``registry.BACKENDS``; the conformance suite (``tests/stores/test_conformance.py``) then
+runs against it once its URL is set.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+
+from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
+
+if TYPE_CHECKING:
+    from tether.stores._chain import Write
+
+__all__ = ["Backend", "Capabilities", "StoredRow", "remember", "utc"]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend takes beyond plain full and delta rows."""
+
+    seals: bool = False
+    """It takes ``segment`` writes (``Write.seal_from``): its loads read rows, so packing
+    the deltas at the end of a chain into one row makes them cheaper."""
+    splits_state: bool = False
+    """Full writes should say where their state starts (``Write.state_at``, ``Write.head``):
+    it decodes the state without the payload's head."""
+    drops_expired: bool = False
+    """Expired runs vanish outright (key TTLs): a load of one finds nothing to report."""
+
+
+class StoredRow(NamedTuple):
+    """One stored version as a backend returns it (a tuple: a load builds one per row)."""
+
+    run_id: str
+    version: int
+    kind: str
+    node_id: str | None
+    status: RunStatus
+    created_at: float
+    payload: bytes
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Rows and run records in one database. Every method is atomic on its own."""
+
+    capabilities: Capabilities
+
+    async def setup(self) -> None:
+        """Create tables/keys and apply migrations; idempotent."""
+
+    async def append(self, w: Write) -> tuple[int, ChainStats]:
+        """Store ``w`` as the run's next version and update the run record, atomically,
+        after :func:`~tether.stores._chain.check_write` passed on the record it follows
+        (if that says the write already landed, return the stored version and change
+        nothing). Returns the new version and the run's chain statistics after it."""
+        ...
+
+    async def read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
+        """The run record and the rows that build ``version`` (latest if None), ascending
+        from the last full row at or before it. ``(None, [])`` when the run is absent or
+        expired; ``(info, [])`` when the version is not stored."""
+        ...
+
+    async def read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
+        """``(version, payload)`` of the rows that build ``version``: all a load needs, as
+        lean a read as the database allows. ``[]`` when there is nothing to read."""
+        ...
+
+    async def history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
+        """Versions newest first, only those < ``before`` when given."""
+        ...
+
+    async def get_run(self, run_id: str) -> RunInfo | None:
+        """The run record, or None when absent or expired."""
+        ...
+
+    async def list_runs(self, *, status: RunStatus | None, limit: int, offset: int) -> list[RunInfo]:
+        """Runs, most recently updated first."""
+        ...
+
+    async def set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
+        """Change the run's status; RunNotFound when absent."""
+
+    async def is_expired(self, run_id: str) -> bool:
+        """Whether ``run_id`` is stored but past its expiry, asked after a read found
+        nothing; may raise CheckpointCorrupt for a stored run whose rows are gone."""
+        ...
+
+    async def delete(self, run_id: str) -> bool:
+        """Delete a run and all its rows; False when there was nothing."""
+        ...
+
+    async def rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
+        """Make ``version`` a full row (``payload``) and drop every version before it;
+        ``after``: a segment of the versions after it that the old segment held, for row
+        ``version + 1`` (sealed). Returns how many rows were removed."""
+        ...
+
+    async def purge_expired(self) -> int:
+        """Physically delete expired runs; returns how many went."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections; the backend is unusable afterwards."""
+
+
+HINTS_MAX = 4096
+
+
+def remember(hints: dict[str, Any], run_id: str, value: Any) -> None:
+    """Record (or with None forget) what a backend last saw of a run, so its next read can
+    skip a step. Bounded: a hint, not a cache of every run ever seen."""
+    if value is None:
+        hints.pop(run_id, None)
+        return
+    if len(hints) >= HINTS_MAX and run_id not in hints:
+        hints.clear()
+    hints[run_id] = value
+
+
+def utc(ts: float) -> dt.datetime:
+    """A stored POSIX time as an aware datetime."""
+    return dt.datetime.fromtimestamp(ts, dt.UTC)
