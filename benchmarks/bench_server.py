@@ -111,13 +111,20 @@ async def worker_reads(spec: dict[str, Any]) -> dict[str, Any]:
     times: list[float] = []
     sizes: list[int] = []
 
+    period = spec.get("period", 0.0)
+
     async def client(conn: Conn) -> None:
+        if period:
+            await asyncio.sleep(random.random() * period)  # dashboards do not poll in step
         for _ in range(spec["reads"]):
             t = time.perf_counter()
             got, _, n = await conn.get(path, headers)
-            times.append(time.perf_counter() - t)
+            took = time.perf_counter() - t
+            times.append(took)
             sizes.append(n)
             assert got == want, got
+            if period:
+                await asyncio.sleep(max(0.0, period - took))
 
     start = time.perf_counter()
     await asyncio.gather(*(client(c) for c in conns))
@@ -160,8 +167,33 @@ async def worker_fanout(spec: dict[str, Any]) -> dict[str, Any]:
     return {"delays": delays}
 
 
+async def raw_server(spec: dict[str, Any]) -> None:
+    """The floor: a plain asyncio server that answers every GET with the same bytes the
+    service would send (``/identity`` or ``/gzip``), no framework, no store."""
+    bodies = {k: Path(v).read_bytes() for k, v in spec["bodies"].items()}
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                body = bodies[head.split(b" ", 2)[1].decode().strip("/")]
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body))
+                writer.write(body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", spec["port"])
+    print("ready", flush=True)
+    async with server:
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # until told to stop
+
+
 def worker_main() -> None:
     spec = json.loads(sys.stdin.readline())
+    if spec["job"] == "rawserve":
+        asyncio.run(raw_server(spec))
+        return
     job = worker_reads if spec["job"] == "reads" else worker_fanout
     print(json.dumps(asyncio.run(job(spec))), flush=True)
 
@@ -394,8 +426,18 @@ async def main() -> None:
                     b50,
                     f"  {rps:6.1f} req/s, body {r['body'] / 1024:,.0f} KiB",
                 )
+        for mode in ("gzip", "304"):
+            r = run_worker(
+                {"job": "reads", "port": port, "path": path, "clients": args.clients, "reads": reads}
+                | {"mode": mode, "period": 1.0}
+            )
+            line(
+                f"API, {args.clients} clients polling 1/s, {'gzip' if mode == 'gzip' else '304'}",
+                r["times"],
+                b50,
+            )
         body = (
-            await asyncio.to_thread(httpx.get, f"{base}{path}", headers={"Accept-Encoding": "gzip"})
+            await asyncio.to_thread(httpx.get, f"{base}{path}", headers={"Accept-Encoding": "identity"})
         ).content
         packed = gzip.compress(body, 5)
         t = time.perf_counter()
@@ -404,6 +446,31 @@ async def main() -> None:
             f"   (gzip: {len(body) / MIB:.1f} MiB -> {len(packed) / MIB:.2f} MiB; a client's gunzip of it "
             f"takes {ms(time.perf_counter() - t)}, not in the times above)"
         )
+        print("   floor: the same bytes from a plain asyncio server (no framework, no store), same clients")
+        Path(tmp, "identity").write_bytes(body)
+        Path(tmp, "gzip").write_bytes(packed)
+        raw_port = free_port()
+        raw = subprocess.Popen(
+            [sys.executable, __file__, "--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert raw.stdin is not None and raw.stdout is not None
+        bodies = {"identity": str(Path(tmp, "identity")), "gzip": str(Path(tmp, "gzip"))}
+        raw.stdin.write(json.dumps({"job": "rawserve", "port": raw_port, "bodies": bodies}) + "\n")
+        raw.stdin.flush()
+        assert raw.stdout.readline().strip() == "ready"
+        try:
+            for mode in ("identity", "gzip"):
+                r = run_worker(
+                    {"job": "reads", "port": raw_port, "path": f"/{mode}", "clients": args.clients}
+                    | {"reads": reads, "mode": "identity"}
+                )
+                p50, _ = line(f"floor, {args.clients} clients, {mode} bytes", r["times"], b50)
+                api50, _ = results[(args.clients, mode)]
+                print(f"   {'':<44} the API's p50 is {api50 / p50:.2f}x this floor")
+        finally:
+            raw.stdin.write("stop\n")
+            raw.stdin.flush()
+            raw.wait(timeout=20)
 
         print("\n2. update while PAUSED (one client, one at a time)")
         n = 10 if args.quick else 30
