@@ -27,7 +27,9 @@ _REG = default_registry().register("cfg", "merge").register("n", "counter")
 steps = st.lists(
     st.one_of(
         st.tuples(st.just("messages"), st.lists(st.text("abcxyz é", max_size=30), min_size=1, max_size=3)),
-        st.tuples(st.just("cfg"), st.dictionaries(st.sampled_from("abc"), st.integers(-(2**40), 2**40), max_size=2)),
+        st.tuples(
+            st.just("cfg"), st.dictionaries(st.sampled_from("abc"), st.integers(-(2**40), 2**40), max_size=2)
+        ),
         st.tuples(st.just("n"), st.integers(-5, 5)),
         st.tuples(st.just("x_output"), st.text("abcxyz", max_size=40)),
         st.tuples(st.just("restore"), st.none()),

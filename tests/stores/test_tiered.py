@@ -116,7 +116,10 @@ async def test_flushed_redis_is_refilled_from_sql(store, client, redis_url, pref
         again = await cache.load(ctx.run_id)
         assert again.version == 6 and again.state == ctx.snapshot()
         restored = await cache.load_context(ctx.run_id)
-        assert restored.version == 6 and cache._chains_seen[ctx.run_id].chain == (await store.get_run(ctx.run_id)).chain
+        assert (
+            restored.version == 6
+            and cache._chains_seen[ctx.run_id].chain == (await store.get_run(ctx.run_id)).chain
+        )
     finally:
         await cache.aclose()
 
