@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -44,6 +45,17 @@ logger = logging.getLogger(__name__)
 _ATTEMPTS = 3
 _DROP_WRITES = 32
 _DROP_WRITE_BYTES = 32 * 1024
+
+
+Batch = tuple[str, dict[str, Any], bool]
+"""Writes of one ``put_writes`` call: checkpoint id, entries by key, all special."""
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _wkey(entry: list[Any]) -> str:
@@ -81,7 +93,7 @@ class _Ns:
         """For list channels, the items as stored: a copy, so in-place edits show."""
         self.pos: dict[str, int] = {}
         """Checkpoint id -> its (last) entry in ``ix``."""
-        self.buffer: list[tuple[str, dict[str, Any], bool]] = []
+        self.buffer: list[Batch] = []
         """Pending writes not stored yet (see ``Threads.flush_delay``)."""
         self.timer: asyncio.TimerHandle | None = None
 
@@ -113,6 +125,8 @@ class Threads:
         self._cache: OrderedDict[str, _Ns] = OrderedDict()
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._indexed: set[tuple[str, str]] = set()
+        self._guard = threading.Lock()
+        """The cache and the write buffers: a sync caller buffers writes from its own thread."""
 
     def with_serde(self, serde: Any) -> Threads:
         """The same store, cache and locks, with another serializer (``with_allowlist``)."""
@@ -130,15 +144,28 @@ class Threads:
 
     def _ns(self, thread_id: str, ns: str, key: str | None = None) -> _Ns:
         key = key or ns_key(thread_id, ns, self.prefix)
-        n = self._cache.get(key)
-        if n is None:
-            n = self._cache[key] = _Ns(key, thread_id, ns)
-            for old in list(self._cache.values())[: max(0, len(self._cache) - self.cache_size)]:
-                if not old.buffer:  # a namespace with writes still to store stays
-                    del self._cache[old.key]
-        else:
-            self._cache.move_to_end(key)
-        return n
+        with self._guard:
+            n = self._cache.get(key)
+            if n is None:
+                n = self._cache[key] = _Ns(key, thread_id, ns)
+                for old in list(self._cache.values())[: max(0, len(self._cache) - self.cache_size)]:
+                    if not old.buffer:  # a namespace with writes still to store stays
+                        del self._cache[old.key]
+            else:
+                self._cache.move_to_end(key)
+            return n
+
+    def _taken(self, n: _Ns) -> list[Batch]:
+        with self._guard:
+            return list(n.buffer)
+
+    def _stored(self, n: _Ns, count: int) -> None:
+        """The first ``count`` buffered batches are stored; a timer for any that came meanwhile."""
+        with self._guard:
+            del n.buffer[:count]
+            left = bool(n.buffer)
+        if left:
+            self._schedule(n)
 
     def _lock(self, key: str) -> asyncio.Lock:
         lock = self._locks.get(key)
@@ -258,8 +285,7 @@ class Threads:
         n = self._ns(thread_id, ns)
 
         async def work() -> None:
-            await self._put_once(n, checkpoint, metadata, parent_id, new_versions, equal)
-            n.buffer.clear()
+            self._stored(n, await self._put_once(n, checkpoint, metadata, parent_id, new_versions, equal))
 
         await self._retrying(n, work, absorb=True)
 
@@ -271,13 +297,15 @@ class Threads:
         parent_id: str | None,
         new_versions: Mapping[str, Any],
         equal: bool,
-    ) -> None:
+    ) -> int:
+        """Returns how many buffered batches of writes the commit stored."""
         cid = str(checkpoint["id"])
         if n.timer is not None:
             n.timer.cancel()
             n.timer = None
         ctx = await self._ctx_for_write(n)
-        for batch in n.buffer:  # writes waiting for this checkpoint: one commit for both
+        taken = self._taken(n)
+        for batch in taken:  # writes waiting for this checkpoint: one commit for both
             self._apply_writes(n, ctx, batch)
         ix: list[Any] = ctx.get("ix") or []
         values, snaps = dict(n.values), dict(n.snaps)
@@ -346,6 +374,7 @@ class Threads:
         self._committed(n, ctx)
         n.values, n.snaps = values, snaps
         n.pos[cid] = position
+        return len(taken)
 
     async def _fork(
         self, n: _Ns, ctx: ExecutionContext, ix: list[Any], parent_id: str
@@ -366,26 +395,50 @@ class Threads:
         return values, {ch: list(v) for ch, v in values.items() if type(v) is list and meta[ch][1] == LIST}
 
     # == writes =====================================================================
-    async def put_writes(
-        self, thread_id: str, ns: str, cid: str, writes: Sequence[tuple[str, Any]], task_id: str, path: str
-    ) -> None:
-        n = self._ns(thread_id, ns)
+    def writes_batch(
+        self, cid: str, writes: Sequence[tuple[str, Any]], task_id: str, path: str
+    ) -> tuple[Batch, bool]:
+        """One ``put_writes`` call as stored entries, and whether it may wait for the next put
+        (interrupts, errors and resumes are stored at once)."""
         special = all(ch in WRITES_IDX_MAP for ch, _ in writes)
         entries: dict[str, list[Any]] = {}
         for idx, (ch, value) in enumerate(writes):
             widx = WRITES_IDX_MAP.get(ch, idx)
             entries[f"{cid}|{task_id}|{widx}"] = [cid, task_id, widx, ch, *self._dumps(value), path]
-        batch = (cid, entries, special)
-        if self.flush_delay and not any(ch in WRITES_IDX_MAP for ch, _ in writes):
-            async with self._lock(n.key):
-                n.buffer.append(batch)  # stored with the next checkpoint, or by the timer
-                self._schedule(n)
-            return
-        async with self._lock(n.key):
+        deferred = bool(self.flush_delay) and not any(ch in WRITES_IDX_MAP for ch, _ in writes)
+        return (cid, entries, special), deferred
+
+    def defer(self, thread_id: str, ns: str, batch: Batch, loop: asyncio.AbstractEventLoop) -> None:
+        """Buffer writes for the next put's commit (or the timer), from any thread, without
+        waiting for ``loop``: a sync graph then pays no hop to the store's thread for them."""
+        n = self._ns(thread_id, ns)
+        with self._guard:
+            first = not n.buffer
             n.buffer.append(batch)
+        if first:
+            if _running_loop() is loop:
+                self._schedule(n)
+            else:
+                loop.call_soon_threadsafe(self._schedule, n)
+
+    async def store_writes(self, thread_id: str, ns: str, batch: Batch) -> None:
+        """Store writes now, with any still buffered for the namespace."""
+        n = self._ns(thread_id, ns)
+        async with self._lock(n.key):
+            with self._guard:
+                n.buffer.append(batch)
             await self._flush_locked(n)
 
-    def _apply_writes(self, n: _Ns, ctx: ExecutionContext, batch: tuple[str, dict[str, Any], bool]) -> bool:
+    async def put_writes(
+        self, thread_id: str, ns: str, cid: str, writes: Sequence[tuple[str, Any]], task_id: str, path: str
+    ) -> None:
+        batch, deferred = self.writes_batch(cid, writes, task_id, path)
+        if deferred:
+            self.defer(thread_id, ns, batch, asyncio.get_running_loop())
+        else:
+            await self.store_writes(thread_id, ns, batch)
+
+    def _apply_writes(self, n: _Ns, ctx: ExecutionContext, batch: Batch) -> bool:
         """Add one batch of writes to ``ctx``; False when all of it is stored already."""
         cid, entries, special = batch
         ix = ctx.get("ix") or []
@@ -423,11 +476,12 @@ class Threads:
                 await self._load(n)
             try:
                 ctx = await self._ctx_for_write(n)
-                changed = [self._apply_writes(n, ctx, b) for b in n.buffer]
+                taken = self._taken(n)
+                changed = [self._apply_writes(n, ctx, b) for b in taken]
                 if any(changed):
                     await self.store.commit(ctx)
                     self._committed(n, ctx)
-                n.buffer.clear()
+                self._stored(n, len(taken))
                 return
             except VersionConflict:
                 n.forget()
@@ -456,7 +510,9 @@ class Threads:
 
     async def flush(self) -> None:
         """Store every buffered write now (``close`` and the context managers call it)."""
-        for n in [n for n in self._cache.values() if n.buffer]:
+        with self._guard:
+            waiting = [n for n in self._cache.values() if n.buffer]
+        for n in waiting:
             async with self._held(n):
                 pass
 
