@@ -230,8 +230,12 @@ class RawWrites:
             self.my_loop = asyncio.new_event_loop()
             self.my = self.my_loop.run_until_complete(
                 asyncmy.connect(
-                    host=u.hostname, port=u.port or 3306, user=u.username or "root",
-                    password=u.password or "", db=u.path.lstrip("/") or "test", autocommit=True,
+                    host=u.hostname,
+                    port=u.port or 3306,
+                    user=u.username or "root",
+                    password=u.password or "",
+                    db=u.path.lstrip("/") or "test",
+                    autocommit=True,
                 )
             )
             self._my_sql(f"CREATE TABLE {self.table} (id INT AUTO_INCREMENT PRIMARY KEY, b BLOB)")
@@ -348,9 +352,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="1 MB only, 3 reads: a minute or two")
     ap.add_argument("--sizes", default=None, help="default 1MB,10MB (1MB with --quick)")
     ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--runs", type=int, default=3, help="graph runs per saver (a target counts when met in most)")
+    ap.add_argument(
+        "--runs", type=int, default=3, help="graph runs per saver (a target counts when met in most)"
+    )
     ap.add_argument("--only", default="", help="comma-separated saver name parts (e.g. tether,sqlitesaver)")
-    ap.add_argument("--reads", type=int, default=None, help="get_state repetitions (median); 5, 3 with --quick")
+    ap.add_argument(
+        "--reads", type=int, default=None, help="get_state repetitions (median); 5, 3 with --quick"
+    )
     ap.add_argument(
         "--seed",
         choices=["update", "input"],
@@ -365,7 +373,9 @@ def main() -> None:
         tmp = Path(d)
         raw = RawWrites(tmp)
         try:
-            verdicts = [line for size in args.sizes.split(",") for line in run_size(args, size, tmp, raw, only)]
+            verdicts = [
+                line for size in args.sizes.split(",") for line in run_size(args, size, tmp, raw, only)
+            ]
         finally:
             raw.close()
     print("\nTargets (TetherSaver; per step: met in most runs):")
