@@ -382,7 +382,8 @@ class AgentLoop:
                 "provenance": provenance,
             }
         ]
-        update["last_error"] = None if result.success else f"`{command}` exited {result.exit_code}"
+        failed = f"`{command}` exited {result.exit_code}"
+        update["last_error"] = None if result.success else self.redact(failed)
 
     def _read_artifact(
         self, sc: StepContext, window: ContextWindow, n: int, action: AgentAction, call_id: str
@@ -507,9 +508,10 @@ class AgentLoop:
                 "reply": self.redact(str(getattr(exc, "raw", "") or ""))[:2000],
             }
         ]
-        update["last_error"] = f"your last reply was invalid: {exc}. Answer with exactly one JSON object."
+        shown = self.redact(str(exc))
+        update["last_error"] = f"your last reply was invalid: {shown}. Answer with exactly one JSON object."
         if count >= self.config.max_invalid_replies:
-            sc.finish("FAILED", f"the model sent {count} invalid replies in a row: {exc}")
+            sc.finish("FAILED", f"the model sent {count} invalid replies in a row: {shown}")
         elif n >= self.config.max_iterations:  # the last reply decides: an invalid one is no success
             sc.finish("FAILED", f"the last reply (iteration {n}) was invalid: {exc}")
         self._save_window(sc, window, update)

@@ -47,10 +47,9 @@ DecisionOpt = Annotated[
 
 
 def _settings(store: str | None) -> tuple[str, dict[str, Any]]:
-    from tether.settings import Settings
+    from tether.cli._common import settings
 
-    settings = Settings() if store is None else Settings(store_url=store)
-    return settings.store_url, settings.store_options()
+    return settings(store)
 
 
 def _run(fn: Callable[[], Any]) -> Any:
@@ -222,13 +221,14 @@ def _deploy_run(
     async def go() -> Any:
         from tether.agent.deploy import AsyncDeploymentAgent
         from tether.stores import open_store
-        from tether.tools import CommandPolicy, LocalSession, Redactor, SSHCredentials, SSHSession
+        from tether.tools import CommandPolicy, LocalSession, SSHCredentials, SSHSession
+        from tether.tools.redact import default_redactor
         from tether.tools.sandbox import Sandbox
 
         chat, cfg = _model(replies, origin.get("model"), model)
         origin["model"] = _spec(chat, cfg)
         safety = origin.get("safety") or "sandboxed"
-        redactor = Redactor()
+        redactor = default_redactor()  # the environment's secrets, shared with the log sink
         if origin.get("host"):
             creds = SSHCredentials.from_target(origin["host"])
             if origin.get("key"):
@@ -408,12 +408,13 @@ def _plan_run(
         from tether.agent.loop import AgentLoop, LoopConfig
         from tether.agent.plan import PlanOrchestrator
         from tether.stores import open_store
-        from tether.tools import CommandPolicy, LocalSession, Redactor
+        from tether.tools import CommandPolicy, LocalSession
+        from tether.tools.redact import default_redactor
 
         chat, cfg = _model(replies, origin.get("model"), model)
         origin["model"] = _spec(chat, cfg)
         session = LocalSession(cwd=origin["deploy_dir"])
-        redactor, handler, printer = Redactor(), _handler(), _printer(console)
+        redactor, handler, printer = default_redactor(), _handler(), _printer(console)
         try:
             async with open_store(url, **options) as st:
                 orchestrator = PlanOrchestrator(

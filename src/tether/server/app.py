@@ -49,6 +49,9 @@ def create_app(
         tokens: bearer tokens (default: from the settings); none means open access,
             which ``tether serve`` allows only on a loopback address.
     """
+    from tether.tools.redact import install_log_redaction
+
+    install_log_redaction()  # the server's logs (uvicorn's included) never carry a secret
     cfg = settings or ServerSettings()
     known = list(cfg.tokens() if tokens is None else tokens)
 
