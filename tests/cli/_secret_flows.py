@@ -24,6 +24,8 @@ def leaky_plan() -> Workflow:
 
     def migrate(sc):
         password = os.environ["TETHER_TEST_DB_PASSWORD"]
-        raise RuntimeError(f"migration failed on postgresql://app:{password}@db.internal/app: relation missing")
+        raise RuntimeError(
+            f"migration failed on postgresql://app:{password}@db.internal/app: relation missing"
+        )
 
     return Workflow.plan([Step(id="connect", fn=connect), Step(id="migrate", fn=migrate)], name="leaky")

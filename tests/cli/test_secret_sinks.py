@@ -57,7 +57,9 @@ def _hits(root: Path, values: dict[str, str], skip: set[Path]) -> list[str]:
     for path in root.rglob("*"):
         if path.is_file() and path not in skip:
             data = path.read_bytes()
-            found += [f"{name} in {path.relative_to(root)}" for name, v in values.items() if v.encode() in data]
+            found += [
+                f"{name} in {path.relative_to(root)}" for name, v in values.items() if v.encode() in data
+            ]
     return found
 
 
