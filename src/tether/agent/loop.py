@@ -213,6 +213,7 @@ class AgentLoop:
         reply = await call_with_recovery(
             window,
             lambda w: self._call_model(sc.run_id, w, events),
+            max_attempts=2,  # one compression, then a DATA failure: a third call is refused as well
             archive=self.artifacts_for(sc.run_id),
         )
         self._context_events(sc, events, update)
