@@ -235,7 +235,7 @@ def _deploy_run(
                 creds = SSHCredentials(
                     host=creds.host, port=creds.port, username=creds.username, key_path=origin["key"]
                 )
-            session: Any = SSHSession(creds)
+            session: Any = SSHSession(creds, redact=redactor)
             mode = "ask" if safety == "sandboxed" else safety  # the remote host has no sandbox of ours
         else:
             sandbox = Sandbox.detect() if safety == "sandboxed" else None
