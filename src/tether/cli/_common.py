@@ -127,6 +127,8 @@ def continue_hint(run_id: str, state: dict[str, Any], status: str) -> str | None
         return base
     if status != "PAUSED":
         return None
+    if state.get("pending_approval"):
+        return f"tether approve {run_id} [--deny], then {base}"
     pending = state.get("pending_decision")
     if isinstance(pending, dict) and pending.get("options"):
         return f"{base} --decision {'|'.join(pending['options'])}"

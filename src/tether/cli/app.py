@@ -326,6 +326,7 @@ def report(
 
 app.command()(agents.deploy)
 app.command()(agents.plan)
+app.command()(agents.approve)
 
 
 @app.command()
