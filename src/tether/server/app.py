@@ -64,6 +64,9 @@ def create_app(
             With one, the chat models of the registered workflows' steps are wrapped in
             ``TracedModel`` so every model call of a run the server drives is a span.
     """
+    from tether.tools.redact import install_log_redaction
+
+    install_log_redaction()  # the server's logs (uvicorn's included) never carry a secret
     cfg = settings or ServerSettings()
     unknown = sorted(set(replanners or {}) - {wf.name for wf in workflows})
     if unknown:
