@@ -1,6 +1,6 @@
 -- Helpers every script but chain, rebase and unindex starts with (scripts.py prepends
 -- this file). A run hash holds the run record and, in tiered mode, one ``lease:<token>``
--- field (value: deadline in ms) per writer in flight. GEN_TTL_MS is filled in by scripts.py.
+-- field (value: deadline in ms) per writer in flight. scripts.py fills in the fence TTL.
 if redis.replicate_commands then redis.replicate_commands() end
 local function server_epoch()  -- changes on every restart: a snapshot may be stale
   return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
