@@ -3,7 +3,7 @@
 Each message has an ``id`` (increasing), an ``event`` (the kind: step_started,
 step_done, usage_crossed, compressed, step_failed, decision, …) and JSON ``data``.
 The last 2,000 events are kept in memory for replay; after a server restart ids start
-again, and the run's own ``event_log`` state key keeps its rollback actions and decisions.
+again, and the run's own event log (in its state) keeps its rollback actions and decisions.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from tether.runtime.context_hooks import WINDOW_KEY
 from tether.runtime.lease import check_lease
 from tether.runtime.stream import EventBroadcaster
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus
+from tether.state.reserved import runtime_get
 from tether.stores.base import CheckpointStore
 
 __all__ = ["WORKFLOW_KEY", "Executor"]
@@ -70,7 +71,7 @@ class Executor:
         name = state.get(WORKFLOW_KEY)
         if isinstance(name, str) and name in self.workflows:
             return self.workflows[name]
-        todo = state.get("todo")
+        todo = runtime_get(state, "todo")
         ids = set(todo) if isinstance(todo, dict) else set()
         fits = [wf for wf in self.workflows.values() if ids and ids <= {s.id for s in wf.steps}]
         if len(fits) == 1:
@@ -102,14 +103,14 @@ class Executor:
             raise RunNotFound(run_id)
         if info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
             raise WrongRunStatus(run_id, str(info.status), "resume", "it has finished")
-        pending = cp.state.get("pending_decision")
+        pending = runtime_get(cp.state, "pending_decision")
         if decision is None and info.status is RunStatus.FAILED:
             raise WrongRunStatus(run_id, "FAILED", "resume", "send a decision (retry, skip, replan or abort)")
         if decision is not None and not pending and info.status is not RunStatus.FAILED:
             raise WrongRunStatus(run_id, str(info.status), "decide on", "it has no failure waiting")
         if decision is not None and isinstance(pending, dict) and decision not in pending.get("options", []):
             raise ConfigError(f"{decision!r} is not offered here; choose one of {pending.get('options')}")
-        self._check_lease(run_id, cp.state.get("_lease"))
+        self._check_lease(run_id, runtime_get(cp.state, "lease"))
         runner = self._runner(self.workflow_for(run_id, cp.state))
         self._spawn(run_id, runner, runner.resume(run_id, decision=decision, force=True))
 
