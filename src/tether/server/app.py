@@ -8,14 +8,16 @@ calls it through ``httpx.ASGITransport``. Nothing is built at import time.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tether.context import Thresholds
+from tether.errors import ConfigError
 from tether.runtime import Workflow
+from tether.runtime.runner import Replanner
 from tether.runtime.stream import EventBroadcaster
 from tether.server.config import ApiToken, ServerSettings
 from tether.server.deps import SnapshotCache
@@ -38,6 +40,7 @@ def create_app(
     reducers: ReducerRegistry | None = None,
     thresholds: Thresholds | None = None,
     dashboard: bool = True,
+    replanners: Mapping[str, Replanner] | None = None,
 ) -> FastAPI:
     """Build the service.
 
@@ -48,8 +51,14 @@ def create_app(
         workflows: the workflows the server may start and resume runs of.
         tokens: bearer tokens (default: from the settings); none means open access,
             which ``tether serve`` allows only on a loopback address.
+        replanners: by workflow name, what a ``replan`` decision calls to make the new
+            remaining steps of that workflow's runs; without one, ``replan`` is not
+            offered for them and deciding it answers 409.
     """
     cfg = settings or ServerSettings()
+    unknown = sorted(set(replanners or {}) - {wf.name for wf in workflows})
+    if unknown:
+        raise ConfigError(f"replanners for workflows that are not registered: {', '.join(unknown)}")
     known = list(cfg.tokens() if tokens is None else tokens)
 
     @asynccontextmanager
@@ -63,7 +72,9 @@ def create_app(
                 base = Settings(store_url=cfg.store_url)
                 opened = await stack.enter_async_context(open_store(base.store_url, **base.store_options()))
             events = EventBroadcaster()
-            executor = Executor(opened, events, workflows, reducers=reducers, thresholds=thresholds)
+            executor = Executor(
+                opened, events, workflows, reducers=reducers, thresholds=thresholds, replanners=replanners
+            )
             app.state.store = opened
             app.state.events = events
             app.state.executor = executor
