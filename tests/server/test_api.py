@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.server.conftest import live, new_id
+from tests.server.conftest import live, new_id, serve
 from tests.server.flows import GATE
 from tether.runtime import runtime_reducers
 from tether.state import ExecutionContext, RunStatus
+from tether.state.reserved import runtime_state
 
 
 async def paused_run(app: Any, run_id: str, **state: Any) -> int:
@@ -204,11 +205,13 @@ async def test_failure_report_and_skip_decision_continue_the_run(api):
     assert "Select the dataset" in f["text"] and "test-data" in f["text"]
     assert [o["decision"] for o in f["options"]] == ["retry", "skip", "abort"]
     bad = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "replan"})
-    assert bad.status_code == 400
+    assert bad.status_code == 409 and bad.json()["type"].endswith("/replan-unavailable")
+    assert "no replanner is registered for workflow 'failing'" in bad.json()["detail"]
+    assert (await client.get(f"/api/runs/{rid}/snapshot")).json()["status"] == "PAUSED"
     r = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "skip"})
     assert r.status_code == 202
     snap = await wait_status(client, rid, "COMPLETED")
-    assert snap["stateData"]["todo"]["fetch"]["status"] == "skipped"
+    assert runtime_state(snap["stateData"])["todo"]["fetch"]["status"] == "skipped"
     assert snap["stateData"]["report_output"] == "report"
     again = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "skip"})
     assert again.status_code == 409
@@ -363,3 +366,30 @@ async def test_snapshot_cache_builds_each_version_once_and_drops_older_versions(
     assert calls == 2
     kept = [key for key in app.state.snapshots._items if key[0] == rid]
     assert len(kept) == 1 and kept[0][1] == (await store.get_run(rid)).version
+
+
+async def test_replan_decision_runs_the_new_steps_when_the_server_has_a_replanner(store_url):
+    """With a replanner for the workflow, replan is offered and the run finishes on the new
+    steps; the report's text offers it too."""
+    from tests.server.flows import note
+    from tether.runtime import Step
+
+    seen: list[str] = []
+
+    def replanner(report: Any, ctx: Any) -> list[Step]:
+        seen.append(report.item_id)
+        return [Step(id="fetch_cached", fn=note("fetch_cached")), Step(id="report", fn=note("report"))]
+
+    async with serve(store_url, replanners={"failing": replanner}) as (client, app):
+        rid = new_id("replan")
+        await client.post("/api/runs", json={"workflow": "failing", "runId": rid})
+        await wait_status(client, rid, "PAUSED")
+        f = (await client.get(f"/api/runs/{rid}/failure")).json()
+        assert [o["decision"] for o in f["options"]] == ["retry", "skip", "replan", "abort"]
+        assert "[replan]" in f["text"]
+        r = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "replan"})
+        assert r.status_code == 202, r.text
+        snap = await wait_status(client, rid, "COMPLETED")
+        assert seen == ["fetch"]
+        assert snap["stateData"]["fetch_cached_output"] == "fetch_cached"
+        assert runtime_state(snap["stateData"])["todo"]["fetch_cached"]["status"] == "done"

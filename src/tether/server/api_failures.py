@@ -3,6 +3,7 @@ then takes in a server task (retry, skip, replan or abort)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -15,6 +16,7 @@ from tether.server.api_runs import Accepted
 from tether.server.auth import check_run
 from tether.server.deps import Exec, Operator, Reader, Store, json_response
 from tether.server.problems import PROBLEM_RESPONSES
+from tether.state.reserved import runtime_get
 
 router = APIRouter(prefix="/api/runs", tags=["failures"], responses=PROBLEM_RESPONSES)
 
@@ -37,17 +39,20 @@ class DecisionBody(BaseModel):
 
 
 @router.get("/{run_id}/failure", response_model=FailureView, summary="The run's last failure report")
-async def failure(run_id: str, token: Reader, store: Store) -> Response:
+async def failure(run_id: str, token: Reader, store: Store, executor: Exec) -> Response:
     check_run(token, run_id)
     cp = await store.load(run_id)
     if cp is None:
         raise RunNotFound(run_id)
-    data = cp.state.get("failure_report")
-    pending = cp.state.get("pending_decision")
+    data = runtime_get(cp.state, "failure_report")
+    pending = runtime_get(cp.state, "pending_decision")
     if not isinstance(data, dict):
         return json_response({"pending": False, "report": None, "text": None, "options": []})
     report = FailureReport.from_dict(data)
-    options = [{"decision": str(o), "description": _OPTIONS[o]} for o in report.options] if pending else []
+    can = executor.options(run_id, cp.state, [str(o) for o in report.options]) if pending else []
+    options = [{"decision": o, "description": _OPTIONS[Decision(o)]} for o in can]
+    if pending:  # the text lists what this server can do, as the options do
+        report = replace(report, options=[Decision(o) for o in can])
     return json_response(
         {"pending": bool(pending), "report": report.to_dict(), "text": report.render(), "options": options}
     )

@@ -38,6 +38,7 @@ from tether.state.model import (
     RunStatus,
 )
 from tether.state.reducers import ReducerRegistry
+from tether.state.reserved import check_user_keys, release_lease, without_lease
 from tether.state.serde import Codec
 from tether.state.values import check_run_id, check_value
 from tether.stores._chain import (
@@ -485,6 +486,7 @@ class CheckpointStore:
         a run resumed meanwhile is not modified. A runner's lease is never carried over.
         """
         check_run_id(run_id)
+        check_user_keys(update, where="a state update")
         info = await self.get_run(run_id)
         if info is None:
             raise RunNotFound(run_id)
@@ -494,8 +496,7 @@ class CheckpointStore:
         if ctx is None:
             raise RunNotFound(run_id)
         ctx.merge(update)
-        if ctx.get(_LEASE) is not None:
-            ctx.put(_LEASE, None)
+        release_lease(ctx)
         return await self.commit(
             ctx,
             node_id=node_id,
@@ -519,7 +520,7 @@ class CheckpointStore:
             Checkpoint(
                 run_id=run_id,
                 node_id=cp.node_id,
-                state=_unleased(cp.state),
+                state=without_lease(cp.state),
                 executed_node_ids=cp.executed_node_ids,
                 status=status,
                 metadata={"rolled_back_to": version},
@@ -542,7 +543,7 @@ class CheckpointStore:
             Checkpoint(
                 run_id=new_run_id,
                 node_id=cp.node_id,
-                state=_unleased(cp.state),
+                state=without_lease(cp.state),
                 executed_node_ids=cp.executed_node_ids,
                 status=cp.status,
                 metadata={"forked_from": {"run_id": run_id, "version": cp.version}},
@@ -573,11 +574,3 @@ class CheckpointStore:
             return await self._rebase(run_id, cut, full, after)
         except StoreUnavailable as exc:
             return await self._retry(lambda: self._rebase(run_id, cut, full, after), exc)
-
-
-_LEASE = "_lease"
-"""The state key where a runner records which process executes the run."""
-
-
-def _unleased(state: dict[str, Any]) -> dict[str, Any]:
-    return {**state, _LEASE: None} if state.get(_LEASE) is not None else state
