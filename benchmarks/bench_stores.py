@@ -59,7 +59,7 @@ KB = 1024
 MB = 1024 * 1024
 
 DEFAULT_URLS: dict[str, str] = {
-    "memory": "memory://",
+    "memory": "memory://?cache=1",  # the opt-in cached backend: the store's own overhead
     "sqlite": "",  # a fresh file in the work directory
     "redis": "redis://127.0.0.1:6379/0",
     "postgresql": "postgresql://127.0.0.1:5432/test",

@@ -16,6 +16,18 @@ from tether.stores.memory import InMemoryStore
 
 from .conftest import new_id
 
+CACHE = [False]
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["plain", "cached"])
+def _cache(request: pytest.FixtureRequest) -> None:
+    """Every test on the reference backend and on the opt-in cached one."""
+    CACHE[0] = request.param
+
+
+def make(**options: Any) -> InMemoryStore:
+    return InMemoryStore(cache=CACHE[0], **options)
+
 
 def msg(i: int) -> dict[str, Any]:
     return {"role": "user", "content": f"message {i}", "id": i}
@@ -32,7 +44,7 @@ async def chain(store: InMemoryStore, steps: int, run_id: str | None = None) -> 
 
 
 async def test_a_replayed_chain_is_cached_and_loads_the_same() -> None:
-    store = InMemoryStore()
+    store = make()
     ctx = await chain(store, 20)
     assert [h.kind for h in await store.history(ctx.run_id)].count("delta") == 19
     first = await store.load(ctx.run_id)
@@ -47,7 +59,7 @@ async def test_a_replayed_chain_is_cached_and_loads_the_same() -> None:
 
 
 async def test_a_loaded_state_is_the_callers_to_change() -> None:
-    store = InMemoryStore()
+    store = make()
     ctx = await chain(store, 5)
     for _ in range(3):  # a replay, a replay that keeps a copy, a cached load
         cp = await store.load(ctx.run_id)
@@ -68,7 +80,7 @@ async def test_a_kept_chain_state_loads_every_type_exactly() -> None:
     import datetime as dt
     from zoneinfo import ZoneInfo
 
-    store = InMemoryStore()
+    store = make()
     when = dt.datetime(2026, 3, 29, 1, 30, tzinfo=ZoneInfo("Europe/Paris"))
     ctx = ExecutionContext(new_id(), {"messages": [msg(0)], "blob": b"\x00\xff"})
     await store.commit(ctx)
@@ -94,7 +106,7 @@ async def test_a_saved_full_row_is_served_from_the_cache_exactly() -> None:
     import datetime as dt
     from zoneinfo import ZoneInfo
 
-    store = InMemoryStore()
+    store = make()
     when = dt.datetime(2026, 3, 29, 1, 30, tzinfo=ZoneInfo("Europe/Paris"))
     state = {
         "t": when,
@@ -125,7 +137,7 @@ async def test_a_saved_full_row_is_served_from_the_cache_exactly() -> None:
 
 
 async def test_a_run_read_once_per_save_is_never_packed() -> None:
-    store = InMemoryStore()
+    store = make()
     ctx = await chain(store, 3)
     for i in range(5):
         assert (await store.load(ctx.run_id)).state == ctx.snapshot()
@@ -134,7 +146,7 @@ async def test_a_run_read_once_per_save_is_never_packed() -> None:
 
 
 async def test_every_save_kind_moves_the_cache_on() -> None:
-    store = InMemoryStore()
+    store = make()
     ctx = await chain(store, 6)
     for _ in range(2):
         assert (await store.load(ctx.run_id)).version == 6
@@ -163,7 +175,7 @@ async def test_every_save_kind_moves_the_cache_on() -> None:
 
 
 async def test_a_recreated_run_never_sees_the_old_cache() -> None:
-    store = InMemoryStore()
+    store = make()
     old = await chain(store, 4)
     for _ in range(2):
         assert (await store.load(old.run_id)).state == old.snapshot()
@@ -207,7 +219,7 @@ async def test_a_full_row_from_a_newer_tether_fails_on_the_cached_path_too() -> 
     from tether.state.serde import state_offset
     from tether.stores.base import Write
 
-    store = InMemoryStore()
+    store = make()
     run_id = new_id()
     head = {"v": 99, "kind": "full", "executed": []}
     future = Codec().encode({**head, "state": {}})
@@ -243,36 +255,37 @@ async def test_full_writes_use_the_fast_encoder_only_when_no_datetime_is_held(mo
         return real(payload)
 
     monkeypatch.setattr(serde, "_fast_pack", counting)
-    store = InMemoryStore()
+    store = make()
+    per = 2 if CACHE[0] else 1  # the cached backend also encodes the head alone (its offset)
     ctx = ExecutionContext(new_id(), {"messages": [msg(0)]})
     await store.commit(ctx)  # full, no datetime: msgspec
-    assert len(calls) == 1
+    assert len(calls) == per
     ctx.put("when", dt.datetime(2026, 1, 1))
     await store.commit(ctx)  # a delta: ormsgpack
     ctx.restore(ctx.snapshot())
     await store.commit(ctx)  # full, with a datetime: ormsgpack
-    assert len(calls) == 1
+    assert len(calls) == per
     assert (await store.load(ctx.run_id)).state["when"] == dt.datetime(2026, 1, 1)
     ctx.delete("when")
     await store.commit(ctx, metadata={"at": dt.datetime(2026, 1, 1)})  # full; the datetime in metadata
-    assert len(calls) == 1
+    assert len(calls) == per
     ctx.merge({"messages": [msg(1)]})
     ctx.restore(ctx.snapshot())
     await store.commit(ctx)
-    assert len(calls) == 2
+    assert len(calls) == 2 * per
     loaded = await store.load_context(ctx.run_id)  # read back: walked once when asked
     assert loaded._dated is None
     loaded.put("scratch", 1)
     loaded.delete("scratch")  # makes the next write a full one
     await store.commit(loaded)
     assert loaded._dated == set()
-    assert len(calls) == 3 and (await store.load(ctx.run_id)).state == ctx.snapshot()
+    assert len(calls) == 3 * per and (await store.load(ctx.run_id)).state == ctx.snapshot()
 
 
 async def test_the_run_record_built_on_demand_follows_every_change() -> None:
     """``get_run`` builds the ``RunInfo`` once and keeps it: every save, status change and
     prune must drop it, or a reader would see a stale version, status or chain."""
-    store = InMemoryStore()
+    store = make()
     ctx = await chain(store, 3)
     first = await store.get_run(ctx.run_id)
     assert first is not None and first.version == 3 and await store.get_run(ctx.run_id) is first

@@ -155,6 +155,19 @@ def _unpack(body: bytes | memoryview) -> Any:
         gc.enable()
 
 
+def plain_decoder(nbytes: int, *, datetimes: bool) -> Callable[[bytes | memoryview], Any]:
+    """The decoder for a plain MessagePack body of ``nbytes`` known to hold a datetime or
+    not: without one a small body needs no ``ext_hook`` (a keyword less to parse)."""
+    if nbytes >= _BULK_BYTES:
+        return _unpack
+    return unpack_dated if datetimes else ormsgpack.unpackb
+
+
+def unpack_dated(body: bytes | memoryview) -> Any:
+    """A small plain body that may hold a datetime: its extension needs the hook."""
+    return ormsgpack.unpackb(body, ext_hook=_ext_hook)
+
+
 def is_plain(data: bytes) -> bool:
     """Whether a stored payload is neither encrypted nor compressed (readable by any codec,
     key or not): a checksummed frame of a bare body, or an older bare body."""

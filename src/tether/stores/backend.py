@@ -18,12 +18,12 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
-from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
+from tether.state.model import ChainStats, Checkpoint, CheckpointInfo, RunInfo, RunStatus
 
 if TYPE_CHECKING:
     from tether.stores._chain import Write
 
-__all__ = ["Backend", "Capabilities", "StoredRow", "remember", "utc"]
+__all__ = ["Backend", "Capabilities", "LatestCache", "StoredRow", "remember", "utc"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +115,19 @@ class Backend(Protocol):
 
     async def aclose(self) -> None:
         """Release connections; the backend is unusable afterwards."""
+
+
+@runtime_checkable
+class LatestCache(Protocol):
+    """A backend that keeps runs' latest checkpoints ready (opt-in: see ``memory_cached``);
+    :meth:`CheckpointStore.load` asks it first, and tells it what a load replayed."""
+
+    def cached_latest(self, run_id: str) -> Checkpoint | None:
+        """The latest checkpoint, or None when the cache holds nothing for the run."""
+        ...
+
+    def loaded_latest(self, run_id: str, cp: Checkpoint, plain: bool) -> None:
+        """A load replayed the latest chain into ``cp`` (``plain``: no key guards it)."""
 
 
 HINTS_MAX = 4096

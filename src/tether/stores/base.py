@@ -39,7 +39,7 @@ from tether.state.model import (
 )
 from tether.state.reducers import ReducerRegistry
 from tether.state.reserved import check_user_keys, release_lease, without_lease
-from tether.state.serde import Codec
+from tether.state.serde import Codec, is_plain
 from tether.state.values import check_run_id, check_value
 from tether.stores._chain import (
     ChainEngine,
@@ -51,7 +51,7 @@ from tether.stores._chain import (
     full_payload,
 )
 from tether.stores._retry import RetryPolicy, retry_call
-from tether.stores.backend import Backend, Capabilities, StoredRow, remember, utc
+from tether.stores.backend import Backend, Capabilities, LatestCache, StoredRow, remember, utc
 
 __all__ = [
     "STORE_OPTIONS",
@@ -133,6 +133,7 @@ class CheckpointStore:
         retry: RetryPolicy | None = None,
     ) -> None:
         self._backend = backend
+        self._latest_cache = backend if isinstance(backend, LatestCache) else None
         self.codec = codec or Codec()
         self.expiry = expiry or ExpiryPolicy()
         self.compaction = compaction or CompactionPolicy()
@@ -371,12 +372,20 @@ class CheckpointStore:
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         """The checkpoint at ``version`` (latest when None), or None if not stored."""
         check_run_id(run_id)
+        cache = self._latest_cache
+        if cache is not None and version is None:
+            cp = cache.cached_latest(run_id)
+            if cp is not None:
+                return cp
         try:
             chain = await self._read_chain(run_id, version)
         except StoreUnavailable as exc:
             chain = await self._retry(lambda: self._read_chain(run_id, version), exc)
         if chain:
-            return self.engine.checkpoint_of(run_id, chain)
+            cp = self.engine.checkpoint_of(run_id, chain)
+            if cache is not None and version is None:
+                cache.loaded_latest(run_id, cp, all(is_plain(p) for _, p in chain))
+            return cp
         if await self._is_expired(run_id):
             raise RunExpired(run_id)
         return None

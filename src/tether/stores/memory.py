@@ -11,8 +11,9 @@ import threading
 from dataclasses import dataclass, field, replace
 from time import time as _now
 from typing import Any
+from urllib.parse import parse_qsl
 
-from tether.errors import RunExpired, RunNotFound
+from tether.errors import ConfigError, RunExpired, RunNotFound
 from tether.state.model import NO_CHAIN, ChainStats, CheckpointInfo, RunInfo, RunStatus
 from tether.stores._chain import Write, check_write
 from tether.stores.backend import Capabilities, StoredRow
@@ -55,10 +56,6 @@ class MemoryBackend:
             self._runs, self._lock = _SHARED.setdefault(name, ({}, threading.Lock()))
         else:
             self._runs, self._lock = {}, threading.Lock()
-
-    @classmethod
-    def from_url(cls, url: str) -> MemoryBackend:
-        return cls(url.partition("://")[2] or None)
 
     async def setup(self) -> None:
         return None
@@ -195,16 +192,31 @@ class MemoryBackend:
 
 
 class InMemoryStore(CheckpointStore):
-    """A :class:`CheckpointStore` on a :class:`MemoryBackend` (URL ``memory://[name]``)."""
+    """A :class:`CheckpointStore` on a :class:`MemoryBackend` (URL ``memory://[name]``).
+
+    ``cache=True`` (``memory://[name]?cache=1``): on a
+    :class:`~tether.stores.memory_cached.CachedMemoryBackend` instead, which keeps each
+    run's latest checkpoint ready for loads.
+    """
 
     scheme = "memory"
 
-    def __init__(self, name: str | None = None, **kwargs: Any) -> None:
-        super().__init__(MemoryBackend(name), **kwargs)
+    def __init__(self, name: str | None = None, *, cache: bool = False, **kwargs: Any) -> None:
+        if cache:
+            from tether.stores.memory_cached import CachedMemoryBackend
+
+            super().__init__(CachedMemoryBackend(name), **kwargs)
+        else:
+            super().__init__(MemoryBackend(name), **kwargs)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> InMemoryStore:
-        return cls(url.partition("://")[2] or None, **options)
+        name, _, query = url.partition("://")[2].partition("?")
+        for key, value in parse_qsl(query, keep_blank_values=True):
+            if key != "cache":
+                raise ConfigError(f"unknown memory URL option {key!r}; known: cache")
+            options.setdefault("cache", value.lower() in {"1", "true", "yes", "on"})
+        return cls(name or None, **options)
 
 
 def _info(row: StoredRow) -> CheckpointInfo:
