@@ -81,16 +81,12 @@ _new = object.__new__
 
 class _Lazy:
     """A ``Checkpoint`` field a store's load may leave in a cheaper form (a ``raw`` type
-    value in the slot), made the field's own value when first read. A 1 KB load is all fixed
-    costs, and after a collection (as ``bench_stores.py`` times) every object a load makes
-    costs microseconds, the free lists emptied and the pools out of cache:
+    value in the slot), made the field's own value when first read: a small load is all
+    fixed costs, and a resume rarely reads these (figures in ``benchmarks/README.md``):
 
-    - ``timestamp``: the stored POSIX time (float), made the UTC datetime. The datetime was
-      a seventh of a cold 1 KB SQLite load (57 -> 50 us), and a resume never reads it.
-    - ``executed_node_ids``: the memory store's cached tuple, made the caller's own list;
-    - ``metadata``: None for none, made the caller's own empty dict. Leaving these two
-      unmade took a cold 1 KB memory load from 1.45x to 1.38x the floor's (medians of
-      1,500 interleaved loads, three runs each), and a resume rarely reads them.
+    - ``timestamp``: the stored POSIX time (float), made the UTC datetime;
+    - ``executed_node_ids``: a cached tuple, made the caller's own list;
+    - ``metadata``: None for none, made the caller's own empty dict.
     """
 
     __slots__ = ("_slot", "_raw", "_make")
@@ -132,8 +128,8 @@ def make_checkpoint(
     metadata: dict[str, Any] | None,
 ) -> Checkpoint:
     """``Checkpoint(...)`` for a store's load, without the frozen dataclass's ``__init__``
-    (which sets each field through ``object.__setattr__``): 0.84 vs 1.96 us, and a 1 KB load
-    is all fixed costs. The arguments are the fields, in order; a test holds the two equal.
+    (which sets each field through ``object.__setattr__``): a small load is all fixed
+    costs. The arguments are the fields, in order; a test holds the two equal.
     ``timestamp`` may be the stored POSIX time, made a datetime when read; the ids may be a
     tuple and the metadata None, made a list and a dict when read."""
     cp: Checkpoint = _new(Checkpoint)

@@ -14,7 +14,7 @@ version, never as altered state. Rows written before the check (a bare MessagePa
 or format 1 without a key) still load, unchecked. The check is :func:`_seal` and
 :func:`_checked`; the encryption layer stays apart from it in :class:`Codec`.
 
-``body`` is MessagePack (``ormsgpack``: at 10 MB it decodes ~2.5x faster than JSON),
+``body`` is MessagePack (``ormsgpack``: it decodes big states much faster than JSON),
 optionally zstd-compressed, then optionally AES-256-GCM-encrypted. ``datetime`` travels
 as a MessagePack extension holding its ISO form (and zone key), so it comes back equal
 and with the same kind of tzinfo. Decoding builds only dicts, lists and scalars: no
@@ -109,7 +109,7 @@ def _fast_pack(payload: Any) -> bytes:
 
 @functools.cache
 def _msgspec_encoder() -> Callable[[Any], bytes]:
-    import msgspec  # on first use: its import (typing_extensions, inspect…) costs ~17 ms
+    import msgspec  # on first use: its import (typing_extensions, inspect…) is not light
 
     return msgspec.msgpack.Encoder().encode
 
@@ -141,10 +141,9 @@ def _unpack(body: bytes | memoryview) -> Any:
     A 10 MB state decodes into ~100k containers, and every 700 new ones trigger a collection
     that scans them, now and then an older generation's that scans the whole heap: pure
     waste, since decoded MessagePack cannot form a cycle. Paused, one young collection runs
-    later instead. ``benchmarks/bench_decode_gc.py`` (decode + a little work per iteration,
-    10 MB payload): 0.92x the time beside 40 MB of other live state, 0.60x beside 200 MB;
-    no difference at 1 MB. (The pause is process-wide and lasts only the decode; a
-    collector someone else disabled stays disabled.)
+    later instead (``benchmarks/bench_decode_gc.py``; figures in its README). The pause is
+    process-wide and lasts only the decode; a collector someone else disabled stays
+    disabled.
     """
     if len(body) < _BULK_BYTES or not gc.isenabled():
         return ormsgpack.unpackb(body, ext_hook=_ext_hook)
@@ -431,8 +430,8 @@ class Codec:
     ) -> list[dict[str, Any]]:
         """Decode a chain of payloads, naming the version at fault on damage.
 
-        (Joining plain bodies into one MessagePack array was measured 3x slower than
-        decoding them one by one at 1,000 x 10 KB, so each payload is decoded alone.)
+        (Joining plain bodies into one MessagePack array was measured slower than
+        decoding them one by one, so each payload is decoded alone.)
         """
         vs: list[int | None] = list(versions) if versions is not None else [None] * len(payloads)
         pause = gc.isenabled() and sum(map(len, payloads)) >= _BULK_BYTES  # as _unpack, chain-wide
@@ -446,8 +445,8 @@ class Codec:
 
     def _decode_all(self, payloads: list[bytes], vs: list[int | None], run_id: str) -> list[dict[str, Any]]:
         """:func:`decode_plain`'s fast path inlined in the loop: a chain is mostly small
-        plain deltas, and the two Python calls a row cost a quarter of replaying 1,000
-        deltas of 200 B (1.63 vs 1.17-1.26 ms, a throwaway script). Anything else goes to
+        plain deltas, and two Python calls a row are a large part of replaying them.
+        Anything else goes to
         :meth:`decode`, which says what is wrong."""
         out: list[dict[str, Any]] = []
         if self._aes is not None:  # keyed: every row must prove itself (see decode)

@@ -149,9 +149,8 @@ def _check(value: Any, key: str | None, path: _Path) -> bool:
 def copy_value(value: Any) -> Any:
     """Deep-copy checked state data: new dicts and lists, the scalars (all immutable) shared.
 
-    ``msgspec.to_builtins`` does that walk in C: on chat-like state 3-4x faster than the
-    same walk in Python, which this was (1 MB: 0.47 vs 1.96 ms; 10 MB: 7.1 vs 20.5 ms, a
-    throwaway script timing both on ``bench_stores.py``'s states). It would also turn a
+    ``msgspec.to_builtins`` does that walk in C, much faster than the same walk in Python
+    (figures in ``benchmarks/README.md``). It would also turn a
     tuple into a list or an Enum into its value, so it is only for data
     :func:`check_value` passed, which holds neither.
     """
@@ -164,6 +163,6 @@ _KEPT = (bytes, dt.datetime)
 
 @functools.cache
 def _to_builtins() -> Any:
-    import msgspec  # on first use: its import costs ~17 ms (see serde._msgspec_encoder)
+    import msgspec  # on first use: its import is not light (see serde._msgspec_encoder)
 
     return msgspec.to_builtins

@@ -1,8 +1,8 @@
 """Segment rows: the deltas of several consecutive versions stored as one row.
 
-Why: a load pays per row it reads (the driver's fetch, a decode, an apply), ~6-10 us a
-row on these machines, while the floor pays ~2-9 us per KB. A chain of 1,000 small
-deltas therefore loaded 2-6x slower than its floor (stop 13's note). Once a run's tail
+Why: a load pays per row it reads (the driver's fetch, a decode, an apply), so a long
+chain of small deltas loads far slower than its bytes would (figures in
+``benchmarks/README.md``, "Figures behind the storage engine"). Once a run's tail
 of deltas holds ``CompactionPolicy.seal_versions`` versions (or ``seal_tail_bytes``), the
 save that would add one more writes them all, itself included, as one *segment* into
 the tail's first row, and leaves the other rows of the range *sealed*: their history
@@ -14,9 +14,8 @@ A segment's payload is laid out by column, since decoding it costs per object an
 version's own fields are mostly the same as the next one's (a delta's head decoded as a
 dict of its own cost as much as its message). Numbers a load of the latest state does not
 need one by one are packed as little-endian arrays (``<d`` floats, ``<I`` counts), one
-bytes object each instead of an object per number: as lists they were 1,536 of the 5,149
-objects a segment of 512 one-message versions decoded to, against 3,585 for the messages
-alone (a throwaway count)::
+bytes object each instead of an object per number (as lists they were a large share of
+the objects a segment decodes to)::
 
     {"v": 2, "kind": "segment", "first": a, "n": count, "lv": level,
      "node": [...] | value,  "status": [...] | value,  "meta": [...] | value,

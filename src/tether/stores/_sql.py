@@ -155,10 +155,9 @@ latest version, and the versions of its rows that hold a payload (the *carriers*
 @functools.lru_cache(maxsize=256)
 def _hinted_sql(n: int) -> str:
     """The rows of a hinted chain, by primary key: ``_CHAIN_SQL`` reads every row from the
-    base on to skip the sealed ones, which costs on MariaDB (1,000 rows, 15 carriers: 2.35
-    ms against 1.46 ms for these 15 by key, a throwaway timing). No ORDER BY: SQLite sorted
-    the rows, payloads and all, in a temporary B-tree (a 10 MB load 3x slower); the few
-    rows are sorted by :func:`_hinted_chain`."""
+    base on to skip the sealed ones, which costs on MariaDB. No ORDER BY: SQLite would sort
+    the rows, payloads and all, in a temporary B-tree; the few rows are sorted by
+    :func:`_hinted_chain`."""
     keys = ", ".join("?" * n)
     return (
         "SELECT c.version, c.payload, r.version, r.base_version FROM tether_runs r "
@@ -169,8 +168,7 @@ def _hinted_sql(n: int) -> str:
 
 def _skips(hint: ChainHint | None) -> bool:
     """Whether reading a hinted chain by key skips sealed rows. If not, ``_CHAIN_SQL`` reads the
-    same rows, and it is the cheaper statement for the smallest chains (a 1 KB load's ratio
-    to the floor 0.07-0.25 higher by key, four bench runs)."""
+    same rows, and it is the cheaper statement for the smallest chains."""
     return hint is not None and hint[1] - hint[0] > len(hint[2])
 
 

@@ -7,10 +7,8 @@ IMMEDIATE`` and wait up to ``busy_timeout`` for it.
 
 WAL checkpoints (copying committed pages from the WAL into the database file, then an
 fsync of that file) can run on a second connection and thread instead of inside a save
-(``checkpoint_bytes``). ``benchmarks/bench_sqlite_wal.py`` measured a 10 MB save's median
-at 0.55x and a 1 MB save's p95 at 0.30-0.34x that way; but in ``bench_stores.py`` a 100 KB
-save measured 1.2x slower with it (2.53-2.67 against 2.10-2.14 ms), for a reason not yet
-found, so it is off by default.
+(``checkpoint_bytes``): faster for big saves, slower for some small ones (figures in
+``benchmarks/README.md``), so it is off by default.
 """
 
 from __future__ import annotations
@@ -172,10 +170,8 @@ class SqliteBackend(SqlBackend):
         self._conn: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()
         self.inline_read_bytes = 2 * 1024 * 1024
-        """Chains up to this size are read without a thread hop. The hop cost ~0.5 ms a load
-        on these machines (a 1 MB chain read in 1.16 vs 0.65-0.70 ms, a throwaway timing of
-        the bench's growth run), about what reading 1 MB costs; and the decode that follows
-        any read holds the loop longer than the read did."""
+        """Chains up to this size are read without a thread hop: the hop costs about what
+        reading this much does, and the decode that follows holds the loop longer anyway."""
         self._chain_bytes: dict[str, int] = {}
         """Chain sizes this store last wrote or read, so a small read needs no size probe."""
         self.checkpoint_bytes = 0 if self.path == ":memory:" else checkpoint_bytes
@@ -219,7 +215,7 @@ class SqliteBackend(SqlBackend):
         conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-        # reads of big states: memory-map the file and keep hot pages (measured ~2x on 10 MB)
+        # reads of big states: memory-map the file and keep hot pages
         conn.execute("PRAGMA mmap_size = 268435456")
         conn.execute("PRAGMA cache_size = -32768")
         conn.execute(f"PRAGMA secure_delete = {self._secure_delete}")
@@ -303,8 +299,8 @@ class SqliteBackend(SqlBackend):
     ) -> list[tuple[Any, ...]]:
         """Small reads run inline on the event loop: in WAL mode a reader never waits
         for a writer, and a thread hop would cost more than the read. (On the writer's
-        own connection: a second, read-only one was measured 1.6x slower on a read
-        that follows a write, since it must first notice the new WAL frames.) A run's
+        own connection: a second, read-only one is slower on a read that follows a
+        write, since it must first notice the new WAL frames.) A run's
         chain above ``inline_read_bytes`` is read on the DB thread so the loop never
         stalls on disk."""
         if not self._lock.locked() and self._size_of(run_id) <= self.inline_read_bytes:
