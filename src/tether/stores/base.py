@@ -9,49 +9,42 @@ conformance suite covers them all.
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar, Self, TypeVar
 
 from tether.errors import (
     CheckpointCorrupt,
     ConfigError,
     RunExpired,
-    RunNotFound,
-    RunNotPaused,
     StoreUnavailable,
 )
 from tether.state.context import Changes, ExecutionContext
 from tether.state.model import (
     NO_CHAIN,
-    TERMINAL_STATUSES,
     ChainStats,
     Checkpoint,
     CheckpointInfo,
-    ExecutionContextSnapshot,
     RunInfo,
     RunStatus,
 )
 from tether.state.reducers import ReducerRegistry
-from tether.state.reserved import check_user_keys, release_lease, without_lease
 from tether.state.serde import Codec, is_plain
 from tether.state.values import check_run_id, check_value
 from tether.stores._chain import (
     ChainEngine,
-    CompactionPolicy,
     Known,
     Plan,
     StaleSeal,
     Write,
-    full_payload,
 )
 from tether.stores._retry import RetryPolicy, retry_call
 from tether.stores.backend import Backend, Capabilities, LatestCache, StoredRow, remember, utc
+from tether.stores.policies import CompactionPolicy, ExpiryPolicy
+from tether.stores.runs import RunOperations
 
 __all__ = [
     "STORE_OPTIONS",
@@ -72,25 +65,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExpiryPolicy:
-    """How long stored runs live.
-
-    A run's checkpoints expire ``checkpoint_ttl`` after its last save; once the run
-    reaches COMPLETED, FAILED or CANCELLED its whole execution state expires
-    ``completed_ttl`` after that. ``None`` keeps it forever. Redis applies these as key
-    TTLs; SQL stores keep an ``expires_at`` column, hide expired runs at once and
-    delete them in :meth:`CheckpointStore.purge_expired`.
-    """
-
-    checkpoint_ttl: dt.timedelta | None = dt.timedelta(days=7)
-    completed_ttl: dt.timedelta | None = dt.timedelta(hours=24)
-
-    def expires_at(self, status: RunStatus, now: float) -> float | None:
-        ttl = self.completed_ttl if status in TERMINAL_STATUSES else self.checkpoint_ttl
-        return None if ttl is None else now + ttl.total_seconds()
-
-
 _hint, _utc = remember, utc  # the Redis store's imports until it moves to the protocol
 
 STORE_OPTIONS = ("codec", "expiry", "compaction", "retry")
@@ -101,7 +75,7 @@ def split_store_options(options: dict[str, Any]) -> dict[str, Any]:
     return {k: options.pop(k) for k in STORE_OPTIONS if k in options}
 
 
-class CheckpointStore:
+class CheckpointStore(RunOperations):
     """Durable, versioned checkpoints of runs, on a :class:`Backend`. Async; one instance
     per event loop.
 
@@ -423,163 +397,3 @@ class CheckpointStore:
             return await self._read(run_id, version)
         except StoreUnavailable as exc:
             return await self._retry(lambda: self._read(run_id, version), exc)
-
-    async def history(
-        self, run_id: str, *, before: int | None = None, limit: int | None = None
-    ) -> list[CheckpointInfo]:
-        """Stored versions with node and time, newest first; page with ``before``."""
-        check_run_id(run_id)
-        if limit is not None and limit < 0:
-            raise ConfigError("limit must be >= 0")
-        try:
-            return await self._history(run_id, before=before, limit=limit)
-        except StoreUnavailable as exc:
-            return await self._retry(lambda: self._history(run_id, before=before, limit=limit), exc)
-
-    async def snapshot(self, run_id: str) -> ExecutionContextSnapshot | None:
-        """What a human reviewing the run sees, or None."""
-        check_run_id(run_id)
-        info, rows = await self._read_retried(run_id, None)
-        if info is None or not rows:
-            if info is None and await self._is_expired(run_id):
-                raise RunExpired(run_id)
-            if info is not None:
-                raise CheckpointCorrupt(
-                    "the rows of the latest version are missing while the run is stored",
-                    run_id=run_id,
-                    version=info.version,
-                )
-            return None
-        state, _executed, head, _tail = self.engine.replay(run_id, [(r.version, r.payload) for r in rows])
-        last = rows[-1]
-        meta = head.get("meta") or {}
-        history = state.get("execution_history")
-        return ExecutionContextSnapshot(
-            run_id=run_id,
-            current_node_id=last.node_id,
-            current_node_name=meta.get("node_name") or last.node_id,
-            status=info.status,
-            state=state,
-            execution_history=history if type(history) is list else [],
-            timestamp=utc(last.created_at),
-            version=last.version,
-        )
-
-    async def get_status(self, run_id: str) -> RunStatus | None:
-        info = await self.get_run(run_id)
-        return None if info is None else info.status
-
-    # == changing runs =============================================================
-    async def set_status(self, run_id: str, status: RunStatus | str) -> None:
-        """Record the run's status (PAUSED for review, COMPLETED at the end…)."""
-        check_run_id(run_id)
-        st = RunStatus(status)
-        expires = self.expiry.expires_at(st, time.time())
-        try:
-            await self._set_status(run_id, st, expires)
-        except StoreUnavailable as exc:
-            await self._retry(lambda: self._set_status(run_id, st, expires), exc)
-
-    async def update_state(
-        self,
-        run_id: str,
-        update: Mapping[str, Any],
-        *,
-        reducers: ReducerRegistry | None = None,
-        node_id: str | None = None,
-    ) -> int:
-        """Merge ``update`` into a PAUSED run's state through the reducers and persist it.
-
-        Raises RunNotPaused (and changes nothing) for any other status, RunNotFound
-        for an unknown run. The status check is repeated inside the atomic write, so
-        a run resumed meanwhile is not modified. A runner's lease is never carried over.
-        """
-        check_run_id(run_id)
-        check_user_keys(update, where="a state update")
-        info = await self.get_run(run_id)
-        if info is None:
-            raise RunNotFound(run_id)
-        if info.status is not RunStatus.PAUSED:
-            raise RunNotPaused(run_id, str(info.status))
-        ctx = await self.load_context(run_id, reducers=reducers)
-        if ctx is None:
-            raise RunNotFound(run_id)
-        ctx.merge(update)
-        release_lease(ctx)
-        return await self.commit(
-            ctx,
-            node_id=node_id,
-            status=RunStatus.PAUSED,
-            metadata={"update": True},
-            _require_status=RunStatus.PAUSED,
-        )
-
-    async def rollback(self, run_id: str, version: int) -> int:
-        """Make the state at ``version`` the latest again, as a new version.
-
-        History stays append-only: later versions remain readable. A runner's lease is
-        not restored with the state: no process executes the restored version.
-        """
-        cp = await self.load(run_id, version)
-        if cp is None:
-            raise RunNotFound(run_id, version)
-        info = await self.get_run(run_id)
-        status = info.status if info else cp.status
-        return await self.save(
-            Checkpoint(
-                run_id=run_id,
-                node_id=cp.node_id,
-                state=without_lease(cp.state),
-                executed_node_ids=cp.executed_node_ids,
-                status=status,
-                metadata={"rolled_back_to": version},
-            ),
-            expected_version=info.version if info else None,
-        )
-
-    async def copy(self, run_id: str, new_run_id: str, *, version: int | None = None) -> int:
-        """Fork a run at ``version`` (latest when None) into a new run id.
-
-        The fork starts at version 1 with the source's state, executed nodes and
-        status, and records where it came from in its metadata. Raises
-        VersionConflict if ``new_run_id`` exists. The source's lease is not copied.
-        """
-        check_run_id(new_run_id)
-        cp = await self.load(run_id, version)
-        if cp is None:
-            raise RunNotFound(run_id, version)
-        return await self.save(
-            Checkpoint(
-                run_id=new_run_id,
-                node_id=cp.node_id,
-                state=without_lease(cp.state),
-                executed_node_ids=cp.executed_node_ids,
-                status=cp.status,
-                metadata={"forked_from": {"run_id": run_id, "version": cp.version}},
-            ),
-            expected_version=0,
-        )
-
-    async def prune(self, run_id: str, *, keep: int) -> int:
-        """Keep only the latest ``keep`` versions; returns how many were removed.
-
-        Safe with deltas: the oldest kept version is rewritten as a full state first,
-        in the same transaction that drops the older rows.
-        """
-        if keep < 1:
-            raise ConfigError("prune needs keep >= 1 (use delete() to remove a run)")
-        info = await self.get_run(run_id)
-        if info is None:
-            raise RunNotFound(run_id)
-        cut = info.version - keep + 1
-        if cut <= 1:
-            return 0
-        chain = await self._read_chain(run_id, cut)
-        if not chain:
-            return 0
-        cp = self.engine.checkpoint_of(run_id, chain)
-        full, after = self.codec.encode(full_payload(cp)), self.engine.recut(run_id, chain)
-        try:
-            return await self._rebase(run_id, cut, full, after)
-        except StoreUnavailable as exc:
-            return await self._retry(lambda: self._rebase(run_id, cut, full, after), exc)
