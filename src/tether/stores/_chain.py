@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import ormsgpack
 
@@ -52,6 +52,7 @@ __all__ = [
     "CompactionPolicy",
     "Known",
     "Plan",
+    "RunHead",
     "StaleSeal",
     "Write",
     "apply_delta",
@@ -123,8 +124,17 @@ class StaleSeal(Exception):
     run meanwhile): the save is retried as a plain delta. Internal."""
 
 
+class RunHead(Protocol):
+    """What :func:`check_write` reads of a run record (a ``RunInfo``, or a backend's own)."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def status(self) -> RunStatus: ...
+
+
 def check_write(
-    w: Write, info: RunInfo | None, *, expired: bool = False, write_id: str | None = None
+    w: Write, info: RunHead | None, *, expired: bool = False, write_id: str | None = None
 ) -> bool:
     """Judge ``w`` against the run record it would follow (``info``, None when absent),
     inside the backend's atomic section: True when this very write already landed (its

@@ -130,7 +130,7 @@ class CachedMemoryBackend:
             run = self._live(w.run_id)
             if run is None and old is not None and w.expected_version:
                 raise RunExpired(w.run_id)
-            if check_write(w, None if run is None else run.info, write_id=run.write_id if run else None):
+            if check_write(w, run, write_id=run.write_id if run else None):  # no RunInfo built
                 assert run is not None
                 return run.version, run.chain
             current = run.version if run else 0
