@@ -22,17 +22,18 @@ import redis.asyncio as aioredis
 
 from tether.errors import ConfigError, RunNotFound, RunNotPaused, VersionConflict
 from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
-from tether.stores._retry import retried
-from tether.stores.base import CheckpointStore, StaleSeal, StoredRow, Write
+from tether.stores._chain import StaleSeal, Write
+from tether.stores.backend import Capabilities, StoredRow
+from tether.stores.base import CheckpointStore, split_store_options
 from tether.stores.redis.keyspace import Chain, Keyspace
 from tether.stores.redis.records import chain_stats, checkpoint_info, run_info, versions
 
-__all__ = ["RedisStore"]
+__all__ = ["RedisBackend", "RedisStore"]
 
 logger = logging.getLogger("tether.stores.redis")
 
 
-class RedisStore(CheckpointStore):
+class RedisBackend:
     """Checkpoints in Redis, with key TTLs as the expiry policy.
 
     Args:
@@ -42,11 +43,9 @@ class RedisStore(CheckpointStore):
         allow_eviction: see the attribute.
         indexed: False leaves runs out of the run index (``list_runs`` then finds
             none), for a store whose runs are listed elsewhere.
-        codec, expiry, compaction: see :class:`CheckpointStore`.
     """
 
-    scheme = "redis"
-    _seals = True
+    capabilities = Capabilities(seals=True, drops_expired=True)
 
     def __init__(
         self,
@@ -55,9 +54,7 @@ class RedisStore(CheckpointStore):
         prefix: str = "tether:",
         allow_eviction: bool = False,
         indexed: bool = True,
-        **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
         self.allow_eviction = allow_eviction
         """False: :meth:`setup` refuses a server whose ``maxmemory-policy`` may evict this
         store's keys (every policy but ``noeviction``: tether sets TTLs on its keys, so
@@ -76,18 +73,13 @@ class RedisStore(CheckpointStore):
         return self.keyspace.prefix
 
     @classmethod
-    def from_url(cls, url: str, *, prefix: str | None = None, **options: Any) -> RedisStore:
-        """A store on a new client for ``redis://host:port/db`` (or ``rediss://``).
+    def from_url(cls, url: str, *, prefix: str | None = None, **options: Any) -> RedisBackend:
+        """A backend on a new client for ``redis://host:port/db`` (or ``rediss://``).
 
-        ``?prefix=`` in the URL sets the key prefix. ``codec``, ``expiry``,
-        ``compaction``, ``retry``, ``allow_eviction`` and ``indexed`` go to the store,
-        any other option to ``redis.asyncio.from_url``.
+        ``?prefix=`` in the URL sets the key prefix. ``allow_eviction`` and ``indexed`` go
+        to the backend, any other option to ``redis.asyncio.from_url``.
         """
-        store_opts = {
-            k: options.pop(k)
-            for k in ("codec", "expiry", "compaction", "retry", "allow_eviction", "indexed")
-            if k in options
-        }
+        store_opts = {k: options.pop(k) for k in ("allow_eviction", "indexed") if k in options}
         if options.pop("decode_responses", False):
             raise ConfigError("RedisStore stores bytes: do not set decode_responses")
         url, query = _pop_query(url, "prefix")
@@ -99,9 +91,9 @@ class RedisStore(CheckpointStore):
             client = aioredis.Redis.from_url(url, decode_responses=False, **options)
         except ValueError as exc:
             raise ConfigError(f"bad Redis URL {url!r}: {exc}") from exc
-        store = cls(client, prefix=prefix or query or "tether:", **store_opts)
-        store._owns_client = True
-        return store
+        backend = cls(client, prefix=prefix or query or "tether:", **store_opts)
+        backend._owns_client = True
+        return backend
 
     async def setup(self) -> None:
         """Check the server is reachable and new enough, and preload the scripts."""
@@ -143,7 +135,7 @@ class RedisStore(CheckpointStore):
                 await self.client.aclose()
 
     # -- writes ---------------------------------------------------------------------
-    async def _write(self, w: Write) -> tuple[int, ChainStats]:
+    async def append(self, w: Write) -> tuple[int, ChainStats]:
         ks = self.keyspace
         with ks.errors():
             reply = await ks.scripts.write(
@@ -164,7 +156,7 @@ class RedisStore(CheckpointStore):
         ks.hint(w.run_id, (chain.base_version, version, versions(reply[7])) if reply[7] else None)
         return version, chain
 
-    async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
+    async def set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
         ks = self.keyspace
         with ks.errors():
             done = await ks.scripts.status(
@@ -178,14 +170,13 @@ class RedisStore(CheckpointStore):
         if not done:
             raise RunNotFound(run_id)
 
-    @retried
     async def delete(self, run_id: str) -> bool:
         ks = self.keyspace
         ks.hint(run_id, None)
         with ks.errors():
             return await ks.scripts.delete(ks.keys(run_id), run_id=run_id)
 
-    async def _rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
+    async def rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
         ks = self.keyspace
         ks.hint(run_id, None)
         with ks.errors():
@@ -197,18 +188,22 @@ class RedisStore(CheckpointStore):
         return dropped
 
     # -- reads ----------------------------------------------------------------------
-    async def _read_chain(self, run_id: str, version: int | None) -> Chain:
+    async def read_chain(self, run_id: str, version: int | None) -> Chain:
         if version is None:
             chain = await self.keyspace.latest_chain(run_id, tiered=False)
             if chain is not None:
                 return chain
-        return await super()._read_chain(run_id, version)
+        _info, rows = await self.read(run_id, version)
+        return [(r.version, r.payload) for r in rows]
 
-    async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
+    async def is_expired(self, run_id: str) -> bool:
+        return False  # Redis drops expired keys itself: nothing is left to report
+
+    async def read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
         info, rows, _ = await self.keyspace.fetch(run_id, version)
         return info, rows
 
-    async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
+    async def history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
         if limit == 0:
             return []
         keys = self.keyspace.keys(run_id)
@@ -222,15 +217,11 @@ class RedisStore(CheckpointStore):
             return []
         return [checkpoint_info(run_id, m) for m in members]
 
-    @retried
     async def get_run(self, run_id: str) -> RunInfo | None:
         info, _, _ = await self.keyspace.fetch(run_id, None, record=True)
         return info
 
-    @retried
-    async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
-    ) -> list[RunInfo]:
+    async def list_runs(self, *, status: RunStatus | None, limit: int, offset: int) -> list[RunInfo]:
         if limit <= 0:
             return []
         want = None if status is None else RunStatus(status)
@@ -263,7 +254,6 @@ class RedisStore(CheckpointStore):
         ks = self.keyspace
         return await ks.scripts.unindex(ks.index_key, [ks.keys(rid).run for rid in run_ids], run_ids)
 
-    @retried
     async def purge_expired(self) -> int:
         """Redis expires the runs itself; this sweeps their ids out of the run index."""
         removed = 0
@@ -279,6 +269,51 @@ class RedisStore(CheckpointStore):
         if removed:
             logger.info("redis: removed %d expired runs from the index", removed)
         return removed
+
+
+class RedisStore(CheckpointStore):
+    """A :class:`CheckpointStore` on a :class:`RedisBackend` (URL ``redis://host:6379/0``):
+    ``RedisStore(client, prefix=..., allow_eviction=..., indexed=...)`` and the store's own
+    options (``codec``, ``expiry``, ``compaction``, ``retry``)."""
+
+    scheme = "redis"
+    backend_class = RedisBackend
+    _seals = True
+
+    def __init__(self, client: aioredis.Redis, **options: Any) -> None:
+        mine = split_store_options(options)
+        super().__init__(RedisBackend(client, **options), **mine)
+
+    @property
+    def redis(self) -> RedisBackend:
+        """The backend, as what it is."""
+        backend = self.backend
+        assert isinstance(backend, RedisBackend)
+        return backend
+
+    @property
+    def keyspace(self) -> Keyspace:
+        return self.redis.keyspace
+
+    @property
+    def client(self) -> aioredis.Redis:
+        return self.redis.client
+
+    @property
+    def prefix(self) -> str:
+        return self.redis.prefix
+
+    @property
+    def indexed(self) -> bool:
+        return self.redis.indexed
+
+    @property
+    def allow_eviction(self) -> bool:
+        return self.redis.allow_eviction
+
+    @allow_eviction.setter
+    def allow_eviction(self, value: bool) -> None:
+        self.redis.allow_eviction = value
 
 
 def _pop_query(url: str, name: str) -> tuple[str, str | None]:
