@@ -202,8 +202,6 @@ def chain_stats(
 NO_CHAIN = ChainStats()
 """A run with nothing stored, shared (the record is immutable)."""
 
-_chain_stats = chain_stats  # the Redis store's import until it moves to the backend protocol
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunInfo:

@@ -592,5 +592,3 @@ class SqlBackend(abc.ABC):
 
 class SqlStore(CheckpointStore):
     """A :class:`CheckpointStore` on a SQL backend (the SQLite, PostgreSQL and MySQL stores)."""
-
-    _seals = True  # what the tiered store reads of its SQL side

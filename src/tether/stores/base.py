@@ -42,7 +42,7 @@ from tether.stores._chain import (
     Write,
 )
 from tether.stores._retry import RetryPolicy, retry_call
-from tether.stores.backend import Backend, Capabilities, LatestCache, StoredRow, remember, utc
+from tether.stores.backend import Backend, Capabilities, LatestCache, StoredRow, remember
 from tether.stores.policies import CompactionPolicy, ExpiryPolicy
 from tether.stores.runs import RunOperations
 
@@ -64,8 +64,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-
-_hint, _utc = remember, utc  # the Redis store's imports until it moves to the protocol
 
 STORE_OPTIONS = ("codec", "expiry", "compaction", "retry")
 
@@ -92,14 +90,10 @@ class CheckpointStore(RunOperations):
     scheme: str = ""
     #: The backend this class builds from a URL (``from_url``).
     backend_class: ClassVar[Any] = None
-    #: For a store that implements the primitives itself rather than wrapping a backend:
-    #: what its ``capabilities`` say (see :class:`Capabilities`).
-    _splits_state: bool = False
-    _seals: bool = False
 
     def __init__(
         self,
-        backend: Backend | None = None,
+        backend: Backend,
         *,
         codec: Codec | None = None,
         expiry: ExpiryPolicy | None = None,
@@ -116,7 +110,7 @@ class CheckpointStore(RunOperations):
         self._writer = os.urandom(6).hex()
         self._engine: ChainEngine | None = None
         self._chains_seen: dict[str, Known] = {}
-        """Per run, what this store last wrote or read of its chain (bounded, see ``_hint``)."""
+        """Per run, what this store last wrote or read of its chain (bounded: ``remember``)."""
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -137,15 +131,11 @@ class CheckpointStore(RunOperations):
 
     @property
     def backend(self) -> Backend:
-        if self._backend is None:
-            raise ConfigError(f"{type(self).__name__} has no backend")
         return self._backend
 
     @property
     def capabilities(self) -> Capabilities:
-        if self._backend is not None:
-            return self._backend.capabilities
-        return Capabilities(seals=self._seals, splits_state=self._splits_state)
+        return self._backend.capabilities
 
     @property
     def engine(self) -> ChainEngine:
@@ -161,7 +151,7 @@ class CheckpointStore(RunOperations):
     def __getattr__(self, name: str) -> Any:
         """The backend's public settings (``store.path``, ``store.checkpoint_bytes``…)."""
         backend = self.__dict__.get("_backend")
-        if name.startswith("_") or backend is None:
+        if name.startswith("_") or backend is None:  # (not yet set, while unpickling)
             raise AttributeError(name)
         return getattr(backend, name)
 
@@ -180,7 +170,7 @@ class CheckpointStore(RunOperations):
         except StoreUnavailable as exc:
             return await self._retry(lambda: self._write(w), exc)
 
-    # == the backend's primitives (a store that implements them itself overrides these) ==
+    # == the backend's operations, as the store and its run operations call them =======
     async def setup(self) -> None:
         """Create tables/keys and apply migrations; idempotent."""
         await self.backend.setup()
@@ -196,9 +186,6 @@ class CheckpointStore(RunOperations):
         return await self.backend.read(run_id, version)
 
     async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
-        if self._backend is None:  # a store with its own primitives: derived from ``_read``
-            _info, rows = await self._read(run_id, version)
-            return [(r.version, r.payload) for r in rows]
         return await self._backend.read_chain(run_id, version)
 
     async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
@@ -208,7 +195,7 @@ class CheckpointStore(RunOperations):
         await self.backend.set_status(run_id, status, expires_at)
 
     async def _is_expired(self, run_id: str) -> bool:
-        return False if self._backend is None else await self._backend.is_expired(run_id)
+        return await self._backend.is_expired(run_id)
 
     async def _rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
         return await self.backend.rebase(run_id, version, payload, after)

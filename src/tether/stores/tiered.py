@@ -35,10 +35,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tether.errors import ConfigError, RunNotFound, RunNotPaused, StoreError, VersionConflict
 from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
-from tether.stores.base import CheckpointStore, StoredRow, Write
-from tether.stores.redis import RedisCache, RedisStore
+from tether.stores._chain import Write
+from tether.stores.backend import Backend, Capabilities, StoredRow
+from tether.stores.base import CheckpointStore, split_store_options
+from tether.stores.redis import RedisBackend, RedisCache, RedisStore
 
-__all__ = ["TieredStore"]
+__all__ = ["TieredBackend", "TieredStore"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,64 +50,28 @@ _NOT_COMMITTED = (VersionConflict, RunNotPaused, RunNotFound, ConfigError)
 """SQL errors that prove nothing was written, so the writer's lease can go at once."""
 
 
-class TieredStore(CheckpointStore):
-    """Redis cache in front of a SQL store; see the module docstring for the protocol.
+class TieredBackend:
+    """Redis cache in front of a SQL backend; see the module docstring for the protocol.
 
     Args:
-        redis: the Redis side; its own codec/expiry settings are unused (this store
-            encodes payloads and computes expiry times for both sides), and it is used
-            as a cache (:class:`RedisCache`) that may evict: its ``allow_eviction`` is set.
-        sql: the durable side, usually a ``SqlStore`` from ``create_store(sql_url)``.
+        redis: the Redis side, used as a cache (:class:`RedisCache`) that may evict: its
+            ``allow_eviction`` is set.
+        sql: the durable side.
         lease: seconds a writer's lease lasts; longer than any SQL commit should take.
-        codec, expiry, compaction: see :class:`CheckpointStore`.
 
-    The store owns both sides: ``aclose()`` closes them.
+    The backend owns both sides: ``aclose()`` closes them.
     """
 
-    scheme = "tiered+redis"
-
-    def __init__(
-        self, *, redis: RedisStore, sql: CheckpointStore, lease: float = 60.0, **kwargs: Any
-    ) -> None:
-        super().__init__(**kwargs)
-        if not isinstance(sql, CheckpointStore) or isinstance(sql, RedisStore | TieredStore):
-            raise ConfigError("TieredStore needs a durable store (SQL) behind Redis")
+    def __init__(self, *, redis: RedisBackend, sql: Backend, lease: float = 60.0) -> None:
         self.redis = redis
         self.cache = RedisCache(redis, indexed=False)  # list_runs comes from SQL
         self.sql = sql
-        self._seals = sql._seals  # a segment is written to SQL first, then mirrored
+        # a segment is written to SQL first, then mirrored
+        self.capabilities = Capabilities(seals=sql.capabilities.seals)
         self.lease = lease
         redis.allow_eviction = True  # a cache: an evicted copy is refilled from SQL
         self._suspect: set[str] = set()
         """Runs whose Redis copy this process could not update: read them from SQL."""
-
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> TieredStore:
-        """``tiered+redis://host:6379/0?sql=<url-encoded SQL store URL>``.
-
-        ``?prefix=`` sets the Redis key prefix. ``codec``, ``expiry``, ``compaction``
-        and ``lease`` go to this store, other options to the Redis client.
-        """
-        from tether.stores.registry import create_store
-
-        scheme, sep, rest = url.partition("://")
-        if not sep or not scheme.lower().startswith("tiered+"):
-            raise ConfigError(f"tiered store URL must start with tiered+redis:// (got {url!r})")
-        parts = urlsplit(scheme[len("tiered+") :] + "://" + rest)
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        sql_url = next((v for k, v in query if k == "sql"), None)
-        if not sql_url:
-            raise ConfigError(
-                "tiered store URL needs the SQL store: tiered+redis://host:6379/0?sql="
-                "mysql%3A%2F%2Fuser%40host%3A3306%2Fdb (URL-encoded)"
-            )
-        redis_url = urlunsplit(parts._replace(query=urlencode([kv for kv in query if kv[0] != "sql"])))
-        mine = {
-            k: options.pop(k) for k in ("codec", "expiry", "compaction", "lease", "retry") if k in options
-        }
-        options.setdefault("socket_timeout", 10.0)  # a hung Redis must not hang saves
-        sql = create_store(sql_url)
-        return cls(redis=RedisStore.from_url(redis_url, **options), sql=sql, **mine)
 
     async def setup(self) -> None:
         await self.sql.setup()
@@ -161,10 +127,10 @@ class TieredStore(CheckpointStore):
             await self._cache(run_id, "release", self.cache.invalidate(run_id, token, keep=keep))
 
     # -- writes ---------------------------------------------------------------------------
-    async def _write(self, w: Write) -> tuple[int, ChainStats]:
+    async def append(self, w: Write) -> tuple[int, ChainStats]:
         token = await self._lease(w.run_id)
         try:
-            version, chain = await self.sql._write(w)
+            version, chain = await self.sql.append(w)
         except Exception as exc:
             await self._release_after(w.run_id, token, exc)
             raise
@@ -175,10 +141,10 @@ class TieredStore(CheckpointStore):
                 logger.debug("tiered: redis copy of %s was not at v%d; dropped", w.run_id, version - 1)
         return version, chain
 
-    async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
+    async def set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
         token = await self._lease(run_id)
         try:
-            await self.sql._set_status(run_id, status, expires_at)
+            await self.sql.set_status(run_id, status, expires_at)
             info = await self.sql.get_run(run_id)
         except Exception as exc:
             await self._release_after(run_id, token, exc)
@@ -194,10 +160,10 @@ class TieredStore(CheckpointStore):
         await self._cache(run_id, "drop", self.cache.invalidate(run_id, token))
         return deleted
 
-    async def _rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
+    async def rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
         token = await self._lease(run_id)
         try:
-            dropped = await self.sql._rebase(run_id, version, payload, after)
+            dropped = await self.sql.rebase(run_id, version, payload, after)
         except Exception as exc:
             await self._release_after(run_id, token, exc)
             raise
@@ -209,18 +175,19 @@ class TieredStore(CheckpointStore):
         return await self.sql.purge_expired()
 
     # -- reads ----------------------------------------------------------------------------
-    async def _read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
+    async def read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
         """``load()``: the lean Redis read when the copy is trusted, else :meth:`_read`
         (which goes to SQL and refills Redis)."""
         if version is None and await self._trusted(run_id):
             chain = await self._cache(run_id, "read", self.cache.latest_chain(run_id))
             if chain:
                 return chain
-        return await super()._read_chain(run_id, version)
+        _info, rows = await self.read(run_id, version)
+        return [(r.version, r.payload) for r in rows]
 
-    async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
+    async def read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
         if version is not None or not await self._trusted(run_id):
-            return await self.sql._read(run_id, version)
+            return await self.sql.read(run_id, version)
         hit = await self._cache(run_id, "read", self.cache.fetch(run_id))
         if hit is not None:
             info, rows, token = hit
@@ -229,14 +196,14 @@ class TieredStore(CheckpointStore):
             if info is not None:  # a record without its chain: not usable
                 await self._cache(run_id, "drop", self.cache.invalidate(run_id))
                 hit = None
-        info, rows = await self.sql._read(run_id, None)
+        info, rows = await self.sql.read(run_id, None)
         if hit is not None and info is not None and rows:
             warmed = await self._cache(run_id, "refill", self.cache.warm(info, rows, hit[2]))
             logger.debug("tiered: %s v%d read from SQL, refilled=%s", run_id, info.version, warmed)
         return info, rows
 
-    async def _is_expired(self, run_id: str) -> bool:
-        return await self.sql._is_expired(run_id)
+    async def is_expired(self, run_id: str) -> bool:
+        return await self.sql.is_expired(run_id)
 
     async def get_run(self, run_id: str) -> RunInfo | None:
         if await self._trusted(run_id):
@@ -245,10 +212,76 @@ class TieredStore(CheckpointStore):
                 return hit[0]
         return await self.sql.get_run(run_id)
 
-    async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
-        return await self.sql._history(run_id, before=before, limit=limit)
+    async def history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
+        return await self.sql.history(run_id, before=before, limit=limit)
 
-    async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
-    ) -> list[RunInfo]:
+    async def list_runs(self, *, status: RunStatus | None, limit: int, offset: int) -> list[RunInfo]:
         return await self.sql.list_runs(status=status, limit=limit, offset=offset)
+
+
+class TieredStore(CheckpointStore):
+    """A :class:`CheckpointStore` on a :class:`TieredBackend`: Redis in front of SQL.
+
+    Args:
+        redis: the Redis side (its own codec/expiry settings are unused: this store
+            encodes payloads and computes expiry times for both sides).
+        sql: the durable side, usually a ``SqlStore`` from ``create_store(sql_url)``.
+        lease: seconds a writer's lease lasts; longer than any SQL commit should take.
+        codec, expiry, compaction, retry: see :class:`CheckpointStore`.
+
+    The store owns both sides: ``aclose()`` closes them.
+    """
+
+    scheme = "tiered+redis"
+
+    def __init__(
+        self, *, redis: RedisStore, sql: CheckpointStore, lease: float = 60.0, **options: Any
+    ) -> None:
+        if not isinstance(sql, CheckpointStore) or isinstance(sql, RedisStore | TieredStore):
+            raise ConfigError("TieredStore needs a durable store (SQL) behind Redis")
+        mine = split_store_options(options)
+        super().__init__(TieredBackend(redis=redis.redis, sql=sql.backend, lease=lease), **mine)
+        self.redis = redis
+        self.sql = sql
+
+    @property
+    def tiered(self) -> TieredBackend:
+        backend = self.backend
+        assert isinstance(backend, TieredBackend)
+        return backend
+
+    @property
+    def cache(self) -> RedisCache:
+        return self.tiered.cache
+
+    @property
+    def lease(self) -> float:
+        return self.tiered.lease
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> TieredStore:
+        """``tiered+redis://host:6379/0?sql=<url-encoded SQL store URL>``.
+
+        ``?prefix=`` sets the Redis key prefix. ``codec``, ``expiry``, ``compaction``
+        and ``lease`` go to this store, other options to the Redis client.
+        """
+        from tether.stores.registry import create_store
+
+        scheme, sep, rest = url.partition("://")
+        if not sep or not scheme.lower().startswith("tiered+"):
+            raise ConfigError(f"tiered store URL must start with tiered+redis:// (got {url!r})")
+        parts = urlsplit(scheme[len("tiered+") :] + "://" + rest)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        sql_url = next((v for k, v in query if k == "sql"), None)
+        if not sql_url:
+            raise ConfigError(
+                "tiered store URL needs the SQL store: tiered+redis://host:6379/0?sql="
+                "mysql%3A%2F%2Fuser%40host%3A3306%2Fdb (URL-encoded)"
+            )
+        redis_url = urlunsplit(parts._replace(query=urlencode([kv for kv in query if kv[0] != "sql"])))
+        mine = {
+            k: options.pop(k) for k in ("codec", "expiry", "compaction", "lease", "retry") if k in options
+        }
+        options.setdefault("socket_timeout", 10.0)  # a hung Redis must not hang saves
+        sql = create_store(sql_url)
+        return cls(redis=RedisStore.from_url(redis_url, **options), sql=sql, **mine)

@@ -30,6 +30,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ConfigError("RedisStore needs redis: pip install 'tether[redis]'") from exc
 
 from tether.stores.redis.cache import RedisCache
-from tether.stores.redis.store import RedisStore
+from tether.stores.redis.store import RedisBackend, RedisStore
 
-__all__ = ["RedisCache", "RedisStore"]
+__all__ = ["RedisBackend", "RedisCache", "RedisStore"]

@@ -13,10 +13,11 @@ import time
 from collections.abc import Sequence
 
 from tether.state.model import ChainStats, RunInfo
-from tether.stores.base import StoredRow, Write
+from tether.stores._chain import Write
+from tether.stores.backend import StoredRow
 from tether.stores.redis.keyspace import Chain, Hint
 from tether.stores.redis.records import hash_fields, versions
-from tether.stores.redis.store import RedisStore
+from tether.stores.redis.store import RedisBackend, RedisStore
 
 __all__ = ["RedisCache"]
 
@@ -31,7 +32,7 @@ class RedisCache:
             tiered store lists runs from SQL, so False.
     """
 
-    def __init__(self, store: RedisStore, *, indexed: bool = False) -> None:
+    def __init__(self, store: RedisStore | RedisBackend, *, indexed: bool = False) -> None:
         self.store = store
         self.indexed = indexed
         self._ks = store.keyspace

@@ -19,7 +19,8 @@ from tether.errors import (
     TetherError,
 )
 from tether.state.model import RunInfo
-from tether.stores.base import StoredRow, _hint
+from tether.stores.backend import StoredRow
+from tether.stores.backend import remember as _hint
 from tether.stores.redis.pipeline import RawPipeline, hmget_rows
 from tether.stores.redis.records import pairs, run_info, stored_row, versions
 from tether.stores.redis.scripts import RunKeys, Scripts

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether.errors import CheckpointCorrupt
-from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus, _chain_stats
-from tether.stores.base import StoredRow, _utc
+from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
+from tether.state.model import chain_stats as _chain_stats
+from tether.stores.backend import StoredRow
+from tether.stores.backend import utc as _utc
 
 RUN_FIELDS = (
     "status",

@@ -16,7 +16,8 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from tether.state.model import ChainStats, RunStatus
-from tether.stores.base import StoredRow, Write
+from tether.stores._chain import Write
+from tether.stores.backend import StoredRow
 from tether.stores.redis.records import member, ms, node_text
 
 GEN_TTL_MS = 3_600_000

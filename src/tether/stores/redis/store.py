@@ -278,7 +278,6 @@ class RedisStore(CheckpointStore):
 
     scheme = "redis"
     backend_class = RedisBackend
-    _seals = True
 
     def __init__(self, client: aioredis.Redis, **options: Any) -> None:
         mine = split_store_options(options)
