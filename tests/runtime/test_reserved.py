@@ -132,7 +132,7 @@ async def test_a_user_key_named_like_the_reserved_one_is_refused(store):
 def test_the_runtime_part_is_written_as_deltas_of_its_update():
     """Appending one event to a long log records that event, not the log."""
     ctx = ExecutionContext("r", {RESERVED: {"event_log": [{"i": i} for i in range(1000)], "todo": {}}})
-    ctx._take()
+    ctx.take_changes()
     ctx.merge(runtime_update(event_log=[{"i": "new"}], todo={"a": {"status": "done"}}))
     [(key, op, arg)] = ctx.pending().ops
     assert key == RESERVED and arg == {"event_log": [{"i": "new"}], "todo": {"a": {"status": "done"}}}
