@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -26,6 +27,9 @@ from tether.server.problems import install_problem_handlers, problem
 from tether.state import ReducerRegistry
 from tether.stores.base import CheckpointStore
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
 __all__ = ["create_app"]
 
 logger = logging.getLogger(__name__)
@@ -41,6 +45,7 @@ def create_app(
     thresholds: Thresholds | None = None,
     dashboard: bool = True,
     replanners: Mapping[str, Replanner] | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> FastAPI:
     """Build the service.
 
@@ -54,6 +59,10 @@ def create_app(
         replanners: by workflow name, what a ``replan`` decision calls to make the new
             remaining steps of that workflow's runs; without one, ``replan`` is not
             offered for them and deciding it answers 409.
+        tracer_provider: an OpenTelemetry tracer provider for the runs' spans (default:
+            the one ``settings.otel_exporter`` configures, none when that is ``none``).
+            With one, the chat models of the registered workflows' steps are wrapped in
+            ``TracedModel`` so every model call of a run the server drives is a span.
     """
     from tether.tools.redact import install_log_redaction
 
@@ -81,13 +90,20 @@ def create_app(
             app.state.store = opened
             app.state.events = events
             app.state.executor = executor
-            tracer = None
-            if cfg.otel_exporter != "none":
-                from tether.tracing import RunTracer, configure_exporter
+            provider = tracer_provider
+            if provider is None and cfg.otel_exporter != "none":
+                from tether.tracing import configure_exporter
 
-                tracer = RunTracer(configure_exporter(cfg.otel_exporter))
+                provider = configure_exporter(cfg.otel_exporter)
+            if provider is not None:
+                from tether.tracing import RunTracer, trace_models
+
+                tracer = RunTracer(provider)
                 stack.callback(tracer.shutdown)
                 executor.taps.append(tracer.on_event)
+                for wf in workflows:
+                    wrapped = trace_models(wf, provider)
+                    logger.info("workflow %s: %d chat model(s) traced", wf.name, wrapped)
             try:
                 yield
             finally:
