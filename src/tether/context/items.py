@@ -251,19 +251,30 @@ class ItemCounter:
     on the string object) instead of a BPE pass; only genuinely new text is tokenized.
     """
 
-    __slots__ = ("_cache", "_role_cost", "fmt", "tokenizer")
+    __slots__ = ("_args", "_cache", "_role_cost", "fmt", "tokenizer")
 
     def __init__(self, tokenizer: Tokenizer, fmt: MessageFormat = OPENAI_FORMAT) -> None:
         self.tokenizer = tokenizer
         self.fmt = fmt
-        self._cache: dict[tuple[str, str], int] = {}
+        self._cache: dict[tuple[str, ...], int] = {}
         self._role_cost: dict[str, int] = {}
+        self._args: dict[int, tuple[object, str]] = {}
+        """Arguments' JSON by the identity of the arguments object: items share it when copied."""
 
-    @staticmethod
-    def _key(item: ContextItem) -> tuple[str, str]:
+    def _arguments(self, value: object) -> str:
+        if isinstance(value, str):
+            return value
+        hit = self._args.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        text = arguments_text(value)
+        self._args[id(value)] = (value, text)
+        return text
+
+    def _key(self, item: ContextItem) -> tuple[str, ...]:
         if is_structured_call(item):  # billed as name + arguments, not as the text
             name = str(item.metadata["name"])
-            return ("tool_call\0", f"{name}\0{arguments_text(item.metadata.get('arguments', {}))}")
+            return ("tool_call\0", name, self._arguments(item.metadata.get("arguments", {})))
         return (item.kind, item.content)
 
     def tokens(self, item: ContextItem) -> int:
@@ -271,8 +282,7 @@ class ItemCounter:
         n = self._cache.get(key)
         if n is None:
             if key[0] == "tool_call\0":
-                name, _, args = key[1].partition("\0")
-                n = self.tokenizer.count(name) + self.tokenizer.count(args)
+                n = self.tokenizer.count(key[1]) + self.tokenizer.count(key[2])
             else:
                 n = self.tokenizer.count(item.text)
             self._cache[key] = n
@@ -304,6 +314,8 @@ class ItemCounter:
 
     def prune(self, live: Iterable[ContextItem]) -> None:
         """Forget text no longer in use, so a long run's cache does not grow without bound."""
+        live = list(live)
+        self._args = {}
         keep = {self._key(i) for i in live}
         self._cache = {k: v for k, v in self._cache.items() if k in keep}
 
