@@ -384,11 +384,6 @@ class FactCache:
             text = lines[max_chars] = facts.line(max_chars=max_chars)
         return text
 
-    def warm(self, call: ContextItem, result: ContextItem, lengths: Iterable[int]) -> None:
-        """Mine a pair as it arrives, and render its lines, so no compression has to."""
-        for n in lengths:
-            self.line(call, result, max_chars=n)
-
     def prune(self, live: Iterable[str]) -> None:
         """Forget operations whose items left the window."""
         keep = set(live)

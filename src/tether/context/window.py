@@ -26,7 +26,7 @@ from tether.context.compress import (
 )
 from tether.context.facts import FactCache
 from tether.context.items import ContextItem, ItemCounter, Layer
-from tether.context.summarizer import Summarizer
+from tether.context.summarizer import Summarizer, bullet
 from tether.context.tokens import (
     ANTHROPIC_FORMAT,
     OPENAI_FORMAT,
@@ -193,7 +193,8 @@ class ContextWindow:
         elif item.kind == "tool_result":
             call = self._calls.get(call_id)
             if call is not None and self.get(call.id) is call:
-                self.facts.warm(call, item, LINE_LENGTHS)
+                for n in LINE_LENGTHS:  # its summary line, mined and counted as a summary holds it
+                    self.counter.prime(bullet(self.facts.line(call, item, max_chars=n)) + "\n")
 
     def add_many(self, items: Iterable[ContextItem]) -> list[ContextItem]:
         return [self.add(item) for item in items]
