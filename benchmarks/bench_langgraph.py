@@ -5,6 +5,10 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/bench_langgraph.py                 # 1 MB and 10 MB, every saver
     .venv/bin/python benchmarks/bench_langgraph.py --sizes 1MB --steps 50
+    .venv/bin/python benchmarks/bench_langgraph.py --quick         # 1 MB: a minute or two
+
+Each saver runs the graph ``--runs`` times (3), interleaved with the others; the last
+lines print each target for each TetherSaver backend with PASS or FAIL.
 
 The graph: one node that appends a ~1 KB AIMessage (``add_messages``) and loops
 ``--steps`` times, on a thread whose state already holds 1 MB or 10 MB of such
@@ -14,7 +18,8 @@ input instead, which every saver then also stores as the input channel). For eac
 - step: wall time of the 100-step ``invoke`` / steps (every checkpoint and pending write
   included, LangGraph's default durability);
 - get_state: ``graph.get_state`` at the end, with the saver that ran the graph (warm) and
-  with a freshly opened one (cold: what a new process pays);
+  with a freshly opened one (cold: what a new process pays); old: ``get_state`` of the
+  checkpoint half the steps back (time travel), warm;
 - stored: payload bytes the thread holds in the database at the end / the final state's
   size (its messages serialised once by LangGraph's serializer).
 
@@ -48,6 +53,8 @@ from langgraph.graph.message import add_messages
 KB, MB = 1024, 1024 * 1024
 PG = os.environ.get("TETHER_TEST_POSTGRESQL_URL", "postgresql://127.0.0.1:5432/test")
 REDIS = os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+MYSQL = os.environ.get("TETHER_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+STEP_TARGET, STORED_TARGET = 1.5, 2.0
 
 
 def message(i: int) -> AIMessage:
@@ -152,9 +159,8 @@ class Subject:
         delta: bool = False,
     ) -> None:
         self.name, self.open, self.stored, self.delta = name, open_, stored, delta
-        self.backend = (
-            "postgresql" if "postgres" in name.lower() else "redis" if "redis" in name else "sqlite"
-        )
+        low = name.lower()
+        self.backend = next((b for b in ("postgres", "redis", "mysql") if b in low), "sqlite")
 
 
 def subjects(tmp: Path, only: set[str] | None) -> list[Subject]:
@@ -166,6 +172,7 @@ def subjects(tmp: Path, only: set[str] | None) -> list[Subject]:
         ),
         Subject("TetherSaver postgresql", lambda: tether_saver(PG), functools.partial(tether_bytes, PG)),
         Subject("TetherSaver redis", lambda: tether_saver(REDIS), functools.partial(tether_bytes, REDIS)),
+        Subject("TetherSaver mysql", lambda: tether_saver(MYSQL), functools.partial(tether_bytes, MYSQL)),
         Subject("SqliteSaver", lambda: sqlite_saver(lg_sqlite), functools.partial(sqlite_bytes, lg_sqlite)),
         Subject("PostgresSaver", lambda: postgres_saver(PG), functools.partial(postgres_bytes, PG)),
         Subject(
@@ -204,13 +211,44 @@ class RawWrites:
         self.table = f"bench_raw_{uuid.uuid4().hex[:8]}"  # this run's own, WAL-logged as real ones
         self.redis: Any = None
         self.key = f"bench-raw-{uuid.uuid4().hex}"
+        self.my: Any = None
+        self.my_loop: Any = None
 
     def _sqlite(self) -> None:
         self.sqlite.execute("BEGIN IMMEDIATE")
         self.sqlite.execute("INSERT INTO t (b) VALUES (?)", (self.blob,))
         self.sqlite.execute("COMMIT")
 
-    def _postgresql(self) -> None:
+    def _mysql(self) -> None:
+        if self.my is None:
+            import asyncio
+            from urllib.parse import urlsplit
+
+            import asyncmy
+
+            u = urlsplit(MYSQL)
+            self.my_loop = asyncio.new_event_loop()
+            self.my = self.my_loop.run_until_complete(
+                asyncmy.connect(
+                    host=u.hostname,
+                    port=u.port or 3306,
+                    user=u.username or "root",
+                    password=u.password or "",
+                    db=u.path.lstrip("/") or "test",
+                    autocommit=True,
+                )
+            )
+            self._my_sql(f"CREATE TABLE {self.table} (id INT AUTO_INCREMENT PRIMARY KEY, b BLOB)")
+        self._my_sql(f"INSERT INTO {self.table} (b) VALUES (%s)", self.blob)
+
+    def _my_sql(self, sql: str, *args: Any) -> None:
+        async def run() -> None:
+            async with self.my.cursor() as cur:
+                await cur.execute(sql, args or None)
+
+        self.my_loop.run_until_complete(run())
+
+    def _postgres(self) -> None:
         if self.pg is None:
             import psycopg
 
@@ -236,6 +274,10 @@ class RawWrites:
         if self.redis is not None:
             self.redis.delete(self.key)
             self.redis.close()
+        if self.my is not None:
+            self._my_sql(f"DROP TABLE {self.table}")
+            self.my.close()
+            self.my_loop.close()
 
 
 def no_checkpointer_step(initial: list[AIMessage], steps: int) -> float:
@@ -266,6 +308,8 @@ def run_subject(
         floor = (floor + raw.median(s.backend)) / 2
         final = graph.get_state(cfg).values["messages"]
         warm = _median_time(lambda: graph.get_state(cfg), reads)
+        old_cfg = list(graph.get_state_history(cfg, limit=steps // 2))[-1].config
+        old = _median_time(lambda: graph.get_state(old_cfg), reads)
     assert len(final) == len(initial) + steps, (s.name, len(final))
     serde = JsonPlusSerializer()
     size = len(serde.dumps_typed(final)[1])
@@ -275,6 +319,7 @@ def run_subject(
         "raw": floor,
         "step": step,
         "warm": warm,
+        "old": old,
         "thread": thread,  # type: ignore[dict-item]
         "final": len(final),
         "stored": total / size,
@@ -304,10 +349,16 @@ def cold_reads(subjects: list[Subject], rows: dict[str, dict[str, Any]], reads: 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="1MB,10MB")
+    ap.add_argument("--quick", action="store_true", help="1 MB only, 3 reads: a minute or two")
+    ap.add_argument("--sizes", default=None, help="default 1MB,10MB (1MB with --quick)")
     ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument(
+        "--runs", type=int, default=3, help="graph runs per saver (a target counts when met in most)"
+    )
     ap.add_argument("--only", default="", help="comma-separated saver name parts (e.g. tether,sqlitesaver)")
-    ap.add_argument("--reads", type=int, default=5, help="get_state repetitions (median)")
+    ap.add_argument(
+        "--reads", type=int, default=None, help="get_state repetitions (median); 5, 3 with --quick"
+    )
     ap.add_argument(
         "--seed",
         choices=["update", "input"],
@@ -315,55 +366,100 @@ def main() -> None:
         help="how the big state enters the thread: update_state (one copy) or graph input",
     )
     args = ap.parse_args()
+    args.sizes = args.sizes or ("1MB" if args.quick else "1MB,10MB")
+    args.reads = args.reads or (3 if args.quick else 5)
     only = {o.strip().lower() for o in args.only.split(",") if o.strip()} or None
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         raw = RawWrites(tmp)
         try:
-            run_all(args, tmp, raw, only)
+            verdicts = [
+                line for size in args.sizes.split(",") for line in run_size(args, size, tmp, raw, only)
+            ]
         finally:
             raw.close()
+    print("\nTargets (TetherSaver; per step: met in most runs):")
+    for line in verdicts:
+        print(line)
 
 
-def run_all(args: argparse.Namespace, tmp: Path, raw: RawWrites, only: set[str] | None) -> None:
-    for size in args.sizes.split(","):
-        mb = int(size.upper().removesuffix("MB"))
-        initial = [message(i) for i in range(mb * MB // KB)]
+def run_size(
+    args: argparse.Namespace, size: str, tmp: Path, raw: RawWrites, only: set[str] | None
+) -> list[str]:
+    mb = int(size.upper().removesuffix("MB"))
+    initial = [message(i) for i in range(mb * MB // KB)]
+    chosen = subjects(tmp, only)
+    runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in chosen}
+    bares: list[float] = []
+    for _ in range(args.runs):  # subjects interleaved run by run, each beside its own baseline
         bare = no_checkpointer_step(initial, args.steps)
-        print(
-            f"\n{size}: {len(initial)} messages, {args.steps} steps; no checkpointer {bare * 1e3:.2f} ms/step;"
-            " x base = step / (no checkpointer + one raw write on the saver's backend)"
-        )
-        print(
-            f"{'saver':28} {'raw ms':>7} {'step ms':>8} {'x base':>7} {'get_state warm':>15} {'cold ms':>8} "
-            f"{'stored/state':>13} {'setup/state':>12} {'steps/appended':>15}"
-        )
-        rows: dict[str, dict[str, Any]] = {}
-        chosen = subjects(tmp, only)
+        bares.append(bare)
         for s in chosen:
+            if runs[s.name] is None:
+                continue
             try:
-                rows[s.name] = run_subject(s, initial, args.steps, args.reads, args.seed, raw)
+                r = run_subject(s, initial, args.steps, args.reads, args.seed, raw)
             except Exception as exc:  # a server not running: say so, go on
                 print(f"{s.name:28} failed: {type(exc).__name__}: {str(exc)[:120]}")
-        cold_reads(chosen, rows, args.reads)
-        for s in chosen:
-            if s.name not in rows:
+                runs[s.name] = None  # type: ignore[assignment]
                 continue
-            r = rows[s.name]
-            base = bare + r["raw"]
-            print(
-                f"{s.name:28} {r['raw'] * 1e3:7.2f} {r['step'] * 1e3:8.2f} {r['step'] / base:7.2f} "
-                f"{r['warm'] * 1e3:13.2f}ms {r['cold'] * 1e3:8.2f} {r['stored']:13.2f} "
-                f"{r['setup']:12.2f} {r['steps_bytes']:15.2f}"
+            r["x"] = r["step"] / (bare + r["raw"])
+            runs[s.name].append(r)
+    rows: dict[str, dict[str, Any]] = {}
+    for name, rs in runs.items():
+        if rs:
+            row = dict(rs[-1])
+            for k in ("raw", "step", "warm", "old", "x"):
+                row[k] = statistics.median(r[k] for r in rs)
+            row["xs"] = [r["x"] for r in rs]
+            rows[name] = row
+    cold_reads(chosen, rows, args.reads)
+    print(
+        f"\n{size}: {len(initial)} messages, {args.steps} steps, {args.runs} runs (medians); no checkpointer "
+        f"{statistics.median(bares) * 1e3:.2f} ms/step; x base = step / (no checkpointer + one raw write "
+        "on the saver's backend)"
+    )
+    print(
+        f"{'saver':28} {'raw ms':>7} {'step ms':>8} {'x base':>7} {'runs':>16} {'warm ms':>8} {'cold ms':>8} "
+        f"{'old ms':>7} {'stored/state':>13} {'setup/state':>12} {'steps/appended':>15}"
+    )
+    for s in chosen:
+        if s.name not in rows:
+            continue
+        r = rows[s.name]
+        xs = "/".join(f"{x:.2f}" for x in r["xs"])
+        print(
+            f"{s.name:28} {r['raw'] * 1e3:7.2f} {r['step'] * 1e3:8.2f} {r['x']:7.2f} {xs:>16} "
+            f"{r['warm'] * 1e3:8.2f} {r['cold'] * 1e3:8.2f} {r['old'] * 1e3:7.2f} {r['stored']:13.2f} "
+            f"{r['setup']:12.2f} {r['steps_bytes']:15.2f}"
+        )
+    return verdicts(size, rows)
+
+
+def verdicts(size: str, rows: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per target and TetherSaver backend, ending in PASS or FAIL."""
+    out = []
+    ref = rows.get("SqliteSaver")
+    for name, r in rows.items():
+        if not name.startswith("TetherSaver"):
+            continue
+        met = sum(x <= STEP_TARGET for x in r["xs"])
+        ok = met * 2 > len(r["xs"])
+        out.append(
+            f"  {size} {name}: step {r['x']:.2f}x base (runs {'/'.join(f'{x:.2f}' for x in r['xs'])}; "
+            f"met {met} of {len(r['xs'])}), target <= {STEP_TARGET}x: {'PASS' if ok else 'FAIL'}"
+        )
+        if ref is not None:
+            ratio = r["cold"] / ref["cold"]
+            out.append(
+                f"  {size} {name}: cold get_state {r['cold'] * 1e3:.1f} ms = {ratio:.2f}x SqliteSaver's, "
+                f"target <= 1x: {'PASS' if ratio <= 1 else 'FAIL'}"
             )
-        ref = rows.get("SqliteSaver")
-        if ref:
-            for name, r in rows.items():
-                if name.startswith("TetherSaver"):
-                    print(
-                        f"  {name}: cold get_state {r['cold'] / ref['cold']:.2f}x SqliteSaver's, "
-                        f"step {r['step'] / ref['step']:.2f}x"
-                    )
+        out.append(
+            f"  {size} {name}: stored {r['stored']:.2f}x the final state, target <= {STORED_TARGET}x: "
+            f"{'PASS' if r['stored'] <= STORED_TARGET else 'FAIL'}"
+        )
+    return out
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ Split by who is at fault, so callers can decide what to do without parsing messa
     + ModelUnavailable       network, 5xx, rate limit after retries: transient
     + ModelOutputError       unparsable or invalid reply: fed back to the model
     + PromptTooLong          the provider refused the prompt's size (reported_tokens)
+    + MalformedResponse      the provider's body is not a reply (not JSON, no choices)
     + ModelRequestsBlocked   a real provider was called while requests are disallowed (tests)
   x ToolError                a command could not be run as asked
     + CommandTimeout         it ran past its timeout and was killed
@@ -56,6 +57,7 @@ __all__ = [
     "ModelError",
     "ModelOutputError",
     "ModelRequestsBlocked",
+    "MalformedResponse",
     "ModelUnavailable",
     "PromptTooLong",
     "RunExists",
@@ -269,6 +271,11 @@ class PromptTooLong(ModelError):
         super().__init__(message)
         self.reported_tokens = reported_tokens
         self.limit = limit
+
+
+class MalformedResponse(ModelError):
+    """The provider answered with a body that is not a reply (not JSON, no choices, no
+    content). Asking again sends the same request to the same server: a DATA failure."""
 
 
 class ModelRequestsBlocked(ModelError):

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, TracerProvider
 
     from tether.models.base import ChatModel, ModelReply
+    from tether.runtime.workflow import Workflow
 
-__all__ = ["RunTracer", "TracedModel", "configure_exporter"]
+__all__ = ["RunTracer", "TracedModel", "configure_exporter", "trace_models"]
 
 logger = logging.getLogger(__name__)
 
@@ -220,10 +221,17 @@ class TracedModel:
     def __init__(self, model: ChatModel, *, provider: TracerProvider | None = None, system: str = "") -> None:
         from opentelemetry import trace
 
-        self.model = model
+        self.wrapped = model
         self._trace = trace
         self._tracer = (provider or trace.get_tracer_provider()).get_tracer("tether")
         self.system = system or type(model).__name__.lower()
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything but ``complete`` is the wrapped model's (its name, limits, counters)."""
+        wrapped = self.__dict__.get("wrapped")
+        if wrapped is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(wrapped, name)
 
     async def complete(
         self,
@@ -233,7 +241,7 @@ class TracedModel:
         max_tokens: int | None = None,
         temperature: float | None = None,
     ) -> ModelReply:
-        name = str(getattr(self.model, "model", "") or getattr(self.model, "name", "") or "model")
+        name = str(getattr(self.wrapped, "model", "") or getattr(self.wrapped, "name", "") or "model")
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": self.system,
@@ -244,7 +252,7 @@ class TracedModel:
         if temperature is not None:
             attrs["gen_ai.request.temperature"] = temperature
         with self._tracer.start_as_current_span(f"chat {name}", attributes=attrs) as span:
-            reply = await self.model.complete(
+            reply = await self.wrapped.complete(
                 messages, json_mode=json_mode, max_tokens=max_tokens, temperature=temperature
             )
             span.set_attribute("gen_ai.response.model", reply.model)
@@ -254,3 +262,46 @@ class TracedModel:
                 span.set_attribute("gen_ai.usage.input_tokens", reply.usage.prompt_tokens)
                 span.set_attribute("gen_ai.usage.output_tokens", reply.usage.completion_tokens)
             return reply
+
+
+def trace_models(workflow: Workflow, provider: TracerProvider | None = None) -> int:
+    """Make every chat model the workflow's steps call a :class:`TracedModel`, in place.
+
+    A server that drives runs of workflows it was handed cannot change their code, but
+    their models are reachable: a step that is a bound method (as ``AgentLoop.workflow()``
+    and the plan orchestrator build) or a callable object keeps its model in an attribute
+    of its owner, and that attribute is replaced by the traced wrapper. Models already
+    traced are left alone, so calling this twice wraps nothing twice. Models captured in
+    a plain function's closure are not reached: wrap those in ``TracedModel`` yourself.
+
+    Returns how many models were wrapped.
+    """
+    from tether.models.base import ChatModel
+
+    wrapped = 0
+    seen: set[int] = set()
+    for step in workflow.steps:
+        owner = getattr(step.fn, "__self__", None)
+        if owner is None and not _is_function(step.fn):
+            owner = step.fn  # a callable object
+        if owner is None or id(owner) in seen:
+            continue
+        seen.add(id(owner))
+        names = list(vars(owner)) if hasattr(owner, "__dict__") else []
+        names += [n for n in getattr(type(owner), "__slots__", ()) if isinstance(n, str)]
+        for name in names:
+            value = getattr(owner, name, None)
+            if isinstance(value, ChatModel) and not isinstance(value, TracedModel) and value is not owner:
+                try:
+                    setattr(owner, name, TracedModel(value, provider=provider))
+                except (AttributeError, TypeError):  # a read-only attribute: leave it
+                    continue
+                wrapped += 1
+    return wrapped
+
+
+def _is_function(fn: Any) -> bool:
+    import functools
+    import types
+
+    return isinstance(fn, types.FunctionType | types.BuiltinFunctionType | functools.partial)

@@ -31,11 +31,10 @@ async def test_every_subscriber_gets_its_runs_events_in_order():
     all_events = asyncio.create_task(collect(b.subscribe(), 3))
     only_r2 = asyncio.create_task(collect(b.subscribe(run_id="r2"), 1))
     await asyncio.sleep(0)
-    b.publish(ev("a"))
-    b.publish(ev("b", "r2"))
-    b.publish(ev("c"))
+    ids = [b.publish(ev("a")), b.publish(ev("b", "r2")), b.publish(ev("c"))]
     got = await asyncio.wait_for(all_events, 2)
-    assert [(i, e.kind) for i, e in got] == [(1, "a"), (2, "b"), (3, "c")]
+    assert [(i, e.kind) for i, e in got] == list(zip(ids, "abc", strict=True))
+    assert ids == sorted(set(ids))
     assert [e.kind for _, e in await asyncio.wait_for(only_r2, 2)] == ["b"]
     assert b.subscribers == 0
 
@@ -43,12 +42,25 @@ async def test_every_subscriber_gets_its_runs_events_in_order():
 async def test_replay_after_last_id_then_live_without_duplicates():
     """last_id replays the kept events after it, then continues live, each id once."""
     b = EventBroadcaster(history=10)
-    for k in "abcd":
-        b.publish(ev(k))
-    task = asyncio.create_task(collect(b.subscribe(last_id=2), 3))
+    ids = [b.publish(ev(k)) for k in "abcd"]
+    task = asyncio.create_task(collect(b.subscribe(last_id=ids[1]), 3))
     await asyncio.sleep(0)
-    b.publish(ev("e"))
-    assert [(i, e.kind) for i, e in await asyncio.wait_for(task, 2)] == [(3, "c"), (4, "d"), (5, "e")]
+    ids.append(b.publish(ev("e")))
+    assert [(i, e.kind) for i, e in await asyncio.wait_for(task, 2)] == list(zip(ids[2:], "cde", strict=True))
+
+
+async def test_ids_are_clock_based_so_they_keep_increasing_across_restarts():
+    """A new broadcaster (a restarted server) never reuses an id an earlier one gave out;
+    everything above its floor is in its memory."""
+    import time
+
+    first = EventBroadcaster(history=3)
+    old = [first.publish(ev(k)) for k in "abcd"]
+    assert first.floor == old[1]  # "a" was dropped
+    time.sleep(0.001)
+    second = EventBroadcaster(history=3)
+    assert second.floor >= old[-1] and second.floor >= time.time_ns() // 1000 - 5_000_000
+    assert second.publish(ev("e")) > old[-1]
 
 
 async def test_a_slow_subscriber_is_closed_not_waited_for():

@@ -53,6 +53,7 @@ async def serve(
     *,
     tokens: Sequence[ApiToken] | None = (),
     workflows: Sequence[Workflow] | None = None,
+    replanners: dict[str, Any] | None = None,
     **settings: Any,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
     """An app on ``url`` with its lifespan running, and a client for it."""
@@ -62,6 +63,7 @@ async def serve(
             store=store,
             tokens=tokens,
             workflows=workflows if workflows is not None else [plan_flow(), failing_flow(), context_flow()],
+            replanners=replanners,
         )
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)

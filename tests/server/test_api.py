@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.server.conftest import live, new_id
+from tests.server.conftest import live, new_id, serve
 from tests.server.flows import GATE
 from tether.runtime import runtime_reducers
 from tether.state import ExecutionContext, RunStatus
@@ -204,7 +204,9 @@ async def test_failure_report_and_skip_decision_continue_the_run(api):
     assert "Select the dataset" in f["text"] and "test-data" in f["text"]
     assert [o["decision"] for o in f["options"]] == ["retry", "skip", "abort"]
     bad = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "replan"})
-    assert bad.status_code == 400
+    assert bad.status_code == 409 and bad.json()["type"].endswith("/replan-unavailable")
+    assert "no replanner is registered for workflow 'failing'" in bad.json()["detail"]
+    assert (await client.get(f"/api/runs/{rid}/snapshot")).json()["status"] == "PAUSED"
     r = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "skip"})
     assert r.status_code == 202
     snap = await wait_status(client, rid, "COMPLETED")
@@ -314,3 +316,79 @@ async def test_a_running_run_whose_process_died_is_listed_as_interrupted(api):
     await store.commit(ExecutionContext(rid, {"_lease": lease}), status=RunStatus.RUNNING)
     items = (await client.get("/api/runs", params={"limit": 500})).json()["items"]
     assert next(r for r in items if r["runId"] == rid)["status"] == "INTERRUPTED"
+
+
+async def test_snapshot_is_gzipped_for_clients_that_accept_it_and_tags_match_across_encodings(api):
+    """gzip only when asked; the body is the same JSON; either ETag gives 304 for the version."""
+
+    client, app = api
+    rid = new_id()
+    await paused_run(app, rid, notes=[f"note {i} " * 20 for i in range(200)])
+    url = f"/api/runs/{rid}/snapshot"
+    plain = await client.get(url, headers={"Accept-Encoding": "identity"})
+    packed = await client.get(url, headers={"Accept-Encoding": "gzip"})
+    refused = await client.get(url, headers={"Accept-Encoding": "gzip;q=0, identity"})
+    assert "content-encoding" not in plain.headers and "content-encoding" not in refused.headers
+    assert packed.headers["content-encoding"] == "gzip" and packed.headers["vary"] == "Accept-Encoding"
+    assert int(packed.headers["content-length"]) < len(plain.content) / 3
+    assert packed.json() == plain.json()
+    assert packed.headers["etag"] != plain.headers["etag"]
+    for tag in (plain.headers["etag"], packed.headers["etag"], f"W/{packed.headers['etag']}"):
+        again = await client.get(url, headers={"If-None-Match": tag, "Accept-Encoding": "gzip"})
+        assert again.status_code == 304, tag
+
+
+async def test_snapshot_cache_builds_each_version_once_and_drops_older_versions(api, monkeypatch):
+    """Concurrent first reads of a version decode it once; a new version evicts the old."""
+    import asyncio
+
+    client, app = api
+    rid = new_id()
+    await paused_run(app, rid)
+    store = app.state.store
+    calls = 0
+    real = store.snapshot
+
+    async def counted(run_id: str) -> Any:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.05)  # keep the first read in flight while the others arrive
+        return await real(run_id)
+
+    monkeypatch.setattr(store, "snapshot", counted)
+    url = f"/api/runs/{rid}/snapshot"
+    bodies = await asyncio.gather(*(client.get(url) for _ in range(20)))
+    assert {r.status_code for r in bodies} == {200} and len({r.content for r in bodies}) == 1
+    assert calls == 1
+    await client.patch(url, json={"nodeId": "plan", "stateData": {"goal": "v2"}})
+    assert (await client.get(url)).json()["stateData"]["goal"] == "v2"
+    assert calls == 2
+    kept = [key for key in app.state.snapshots._items if key[0] == rid]
+    assert len(kept) == 1 and kept[0][1] == (await store.get_run(rid)).version
+
+
+async def test_replan_decision_runs_the_new_steps_when_the_server_has_a_replanner(store_url):
+    """With a replanner for the workflow, replan is offered and the run finishes on the new
+    steps; the report's text offers it too."""
+    from tests.server.flows import note
+    from tether.runtime import Step
+
+    seen: list[str] = []
+
+    def replanner(report: Any, ctx: Any) -> list[Step]:
+        seen.append(report.item_id)
+        return [Step(id="fetch_cached", fn=note("fetch_cached")), Step(id="report", fn=note("report"))]
+
+    async with serve(store_url, replanners={"failing": replanner}) as (client, app):
+        rid = new_id("replan")
+        await client.post("/api/runs", json={"workflow": "failing", "runId": rid})
+        await wait_status(client, rid, "PAUSED")
+        f = (await client.get(f"/api/runs/{rid}/failure")).json()
+        assert [o["decision"] for o in f["options"]] == ["retry", "skip", "replan", "abort"]
+        assert "[replan]" in f["text"]
+        r = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "replan"})
+        assert r.status_code == 202, r.text
+        snap = await wait_status(client, rid, "COMPLETED")
+        assert seen == ["fetch"]
+        assert snap["stateData"]["fetch_cached_output"] == "fetch_cached"
+        assert snap["stateData"]["todo"]["fetch_cached"]["status"] == "done"

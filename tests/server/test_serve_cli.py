@@ -76,3 +76,11 @@ def test_serve_answers_with_a_token_from_the_file(tmp_path: Path):
         proc.terminate()
         _, err = proc.communicate(timeout=10)
     assert b"Traceback" not in err
+
+
+def test_replan_option_names_a_registered_workflow_and_a_callable():
+    """--replan needs WORKFLOW=module:attribute, a callable, and a workflow given with --workflow."""
+    shape = CliRunner().invoke(app, ["serve", "--replan", "failing"])
+    assert shape.exit_code == 2 and "WORKFLOW=module:attribute" in shape.output
+    unknown = CliRunner().invoke(app, ["serve", "--replan", "failing=tests.server.flows:note"])
+    assert unknown.exit_code == 2 and "not registered: failing" in unknown.output

@@ -80,3 +80,61 @@ def test_importing_tether_does_not_import_opentelemetry():
     code = "import sys, tether, tether.tracing; print('opentelemetry' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+class Planner:
+    """A step owner keeping its model in an attribute, as AgentLoop does."""
+
+    def __init__(self, model):
+        self.model = model
+
+    async def think(self, sc):
+        reply = await self.model.complete([{"role": "user", "content": f"plan {sc.run_id}"}])
+        return {"think_output": reply.text}
+
+
+async def test_runs_the_server_drives_trace_their_model_calls_without_code_changes(tmp_path):
+    """With a tracer provider the server wraps the workflow's models: each model call of a
+    run it drives is a chat span inside the step's invoke_agent span."""
+    import asyncio
+
+    import httpx
+
+    from tether.server import ServerSettings, create_app
+
+    prov, exporter = provider()
+    planner = Planner(ScriptedModel(["first plan", "second plan"]))
+    wf = Workflow([Step(id="think", fn=planner.think)], name="planning")
+    async with open_store(f"sqlite:///{tmp_path}/t.db") as store:
+        app = create_app(ServerSettings(), store=store, workflows=[wf], tokens=[], tracer_provider=prov)
+        async with app.router.lifespan_context(app):
+            assert isinstance(planner.model, TracedModel)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                for rid in ("otel-a", "otel-b"):
+                    r = await client.post("/api/runs", json={"workflow": "planning", "runId": rid})
+                    assert r.status_code == 202
+                    result = await asyncio.wait_for(app.state.executor.join(rid), 10)
+                    assert str(result.status) == "COMPLETED"
+    spans = exporter.get_finished_spans()
+    chats = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    steps = {s.context.span_id: s for s in spans if s.name == "invoke_agent think"}
+    runs = {s.attributes["tether.run_id"]: s for s in spans if s.name.startswith("invoke_workflow")}
+    assert len(chats) == 2 and set(runs) == {"otel-a", "otel-b"}
+    for chat in chats:
+        step = steps[chat.parent.span_id]
+        assert step.attributes["tether.run_id"] in runs
+        assert step.parent.span_id == runs[step.attributes["tether.run_id"]].context.span_id
+        assert chat.attributes["gen_ai.provider.name"] == "scriptedmodel"
+
+
+def test_trace_models_wraps_once_and_keeps_the_models_attributes():
+    """A second call wraps nothing; the wrapper answers for the wrapped model's attributes."""
+    from tether.tracing import trace_models
+
+    prov, _ = provider()
+    inner = ScriptedModel(["x"])
+    planner = Planner(inner)
+    wf = Workflow([Step(id="a", fn=planner.think), Step(id="b", fn=planner.think)], name="twice")
+    assert trace_models(wf, prov) == 1 and trace_models(wf, prov) == 0
+    assert planner.model.wrapped is inner and planner.model.usage is inner.usage

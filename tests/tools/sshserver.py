@@ -12,6 +12,9 @@ from pathlib import Path
 
 import asyncssh
 
+COMMANDS: list[str] = []
+"""Every command line the server was asked to exec (what a remote ``ps`` would show)."""
+
 USERNAME = "deployer"
 PASSWORD = "s3cret-Pa55word!"
 
@@ -28,12 +31,14 @@ class _Server(asyncssh.SSHServer):
 
 
 async def _handle(process: asyncssh.SSHServerProcess) -> None:
-    """Run the exec'd command as a real local process, in its own session like sshd does."""
+    """Run the exec'd command as a real local process, in its own session like sshd does;
+    the channel's stdin is the process's stdin."""
+    COMMANDS.append(process.command or "")
     proc = await asyncio.create_subprocess_exec(
         "/bin/sh",
         "-c",
         process.command or "true",
-        stdin=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
@@ -44,12 +49,23 @@ async def _handle(process: asyncssh.SSHServerProcess) -> None:
             with contextlib.suppress(Exception):
                 dst.write(chunk)
 
+    async def feed() -> None:
+        assert proc.stdin is not None
+        with contextlib.suppress(Exception):
+            while chunk := await process.stdin.read(65536):
+                proc.stdin.write(chunk)
+                await proc.stdin.drain()
+        with contextlib.suppress(Exception):
+            proc.stdin.close()
+
+    feeder = asyncio.ensure_future(feed())
     try:
         assert proc.stdout is not None and proc.stderr is not None
         await asyncio.gather(pump(proc.stdout, process.stdout), pump(proc.stderr, process.stderr))
         code = await proc.wait()
         process.exit(code if code >= 0 else 128 - code)
     finally:
+        feeder.cancel()
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)

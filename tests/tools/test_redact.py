@@ -8,6 +8,7 @@ import time
 import pytest
 
 from tether.tools import REDACTED, Redactor
+from tether.tools.redact import default_redactor
 
 ANTHROPIC = "sk-ant-api03-" + "A1b2C3d4E5" * 6
 OPENAI = "sk-proj-" + "Zz9Yy8Xx7W" * 5
@@ -131,3 +132,51 @@ def test_ten_megabytes_in_linear_time() -> None:
     elapsed = time.perf_counter() - started
     assert OPENAI not in out and "password=[REDACTED:assignment]" in out
     assert elapsed < 5.0, elapsed
+
+
+def test_log_redaction_cleans_every_level_args_and_exception_text_for_any_handler():
+    import io
+    import logging
+
+    from tether.tools.redact import install_log_redaction
+
+    token = "tok_" + "k7Q2m9ZxW4" * 2
+    redactor = Redactor([token])
+    install_log_redaction(redactor)
+    try:
+        log = logging.getLogger("tether.tests.redact_sink")
+        stream = io.StringIO()
+        handler = logging.StreamHandler(stream)  # added after the install, on a child logger
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.DEBUG)
+        log.propagate = False
+        log.debug("token %s and %r", token, {"url": "postgresql://u:DbPw8812@h/db"})
+        log.info("password=%s", "Hunter2Hunter2")  # the secret spans the template and the argument
+        try:
+            raise RuntimeError(f"refused with {token}")
+        except RuntimeError:
+            log.exception("failed")
+        log.warning("count %d of %s", 3, "items")  # clean records keep their arguments
+        text = stream.getvalue()
+        for leaked in (token, "DbPw8812", "Hunter2Hunter2"):
+            assert leaked not in text
+        assert "Traceback" in text and "RuntimeError: refused with [REDACTED]" in text
+        assert "count 3 of items" in text
+        assert install_log_redaction() is redactor  # a second call keeps the installed one
+    finally:
+        install_log_redaction(default_redactor())
+
+
+def test_from_environ_declares_secret_named_values_and_url_passwords():
+    env = {
+        "GITLAB_DEPLOY_TOKEN": "plain-looking-value-1",
+        "DATABASE_URL": "postgresql://app:UrlPw55x@db/app",
+        "TETHER_ENCRYPTION_KEY": "newkeyAAAA,oldkeyBBBB",
+        "SSH_AUTH_SOCK": "/tmp/ssh-agent.sock",
+        "PWD": "/home/user",
+        "DEBUG_TOKEN": "1",
+    }
+    r = Redactor.from_environ(env)
+    assert r.redact("x plain-looking-value-1 UrlPw55x oldkeyBBBB y") == "x [REDACTED] [REDACTED] [REDACTED] y"
+    assert r.redact("/tmp/ssh-agent.sock /home/user 1") == "/tmp/ssh-agent.sock /home/user 1"

@@ -12,7 +12,7 @@ import pytest
 
 asyncssh = pytest.importorskip("asyncssh")
 
-from tests.tools.sshserver import PASSWORD, USERNAME, LoopbackSSH, loopback_ssh  # noqa: E402
+from tests.tools.sshserver import COMMANDS, PASSWORD, USERNAME, LoopbackSSH, loopback_ssh  # noqa: E402
 from tests.tools.test_local import wait_dead  # noqa: E402
 from tether.errors import CommandTimeout, ConfigError, SessionError  # noqa: E402
 from tether.tools import LocalSession, SSHCredentials, SSHSession  # noqa: E402
@@ -125,6 +125,39 @@ async def test_cd_and_env_over_ssh(server: LoopbackSSH, tmp_path: Path) -> None:
         result = await s.run('pwd; echo "$GREETING $EXTRA"', env={"EXTRA": "$(touch nope)"})
     assert result.stdout == f'{tmp_path / "app"}\nit\'s a "test" $(touch nope)\n'
     assert not (tmp_path / "app" / "nope").exists()
+
+
+async def test_env_secrets_travel_on_stdin_not_the_command_line_or_the_log(
+    server: LoopbackSSH, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A secret passed with env= reaches the remote shell, but neither the command the
+    server was asked to exec (the remote argv) nor asyncssh's INFO/DEBUG log; the
+    command's own stdin still ends at once."""
+    import logging
+
+    secret = "PLANTED-ssh-env-" + "Zq81xY3" * 3
+    caplog.set_level(logging.DEBUG)
+    logging.getLogger("asyncssh").setLevel(logging.DEBUG)
+    asyncssh.set_debug_level(2)
+    start = len(COMMANDS)
+    try:
+        async with SSHSession(creds(server), env={"BASE_TOKEN": secret + "-base"}) as s:
+            result = await s.run(
+                'printf "%s|%s|" "$DEPLOY_TOKEN" "$BASE_TOKEN"; cat; echo end', env={"DEPLOY_TOKEN": secret}
+            )
+            plain = await s.run("echo no-env-here")
+    finally:
+        asyncssh.set_debug_level(1)
+        logging.getLogger("asyncssh").setLevel(logging.NOTSET)
+    assert result.stdout == f"{secret}|{secret}-base|end\n"  # cat read nothing: stdin ended
+    assert plain.stdout == "no-env-here\n"
+    sent = COMMANDS[start:]
+    assert len(sent) >= 2 and all(secret not in command for command in sent)
+    assert any("DEPLOY_TOKEN" in command or "eval" in command for command in sent)
+    assert any(r.name.startswith("asyncssh") and "Command" in r.getMessage() for r in caplog.records)
+    ssh_log = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("asyncssh"))
+    assert secret not in ssh_log
+    assert all(secret not in r.getMessage() for r in caplog.records if "run on" in r.getMessage())
 
 
 async def test_output_cap_over_ssh(server: LoopbackSSH) -> None:

@@ -35,7 +35,8 @@ from tether.models.base import ChatModel
 from tether.runtime import Event, RunResult
 from tether.state import RunStatus
 from tether.stores.base import CheckpointStore
-from tether.tools import CommandPolicy, Redactor
+from tether.tools import CommandPolicy
+from tether.tools.redact import default_redactor, install_log_redaction
 
 if TYPE_CHECKING:
     from tether.models import LLMConfig
@@ -139,7 +140,8 @@ class AsyncDeploymentAgent:
             ExperienceRetriever(experience_store) if experience_store is not None else None
         )
         self.policy = policy
-        self.redact = redact
+        self.redact = redact if redact is not None else default_redactor()
+        install_log_redaction()  # an entry point: its logs are redacted like its state
         self.budget = budget
         self.on_event = on_event
         self.current_log_file: Path | None = None
@@ -379,7 +381,8 @@ class DeploymentAgent:
         self.experience_retriever = experience_retriever
         self.store_url = store_url
         self.policy = policy if policy is not None else CommandPolicy()
-        self.redact = redact if redact is not None else Redactor()
+        self.redact = redact if redact is not None else default_redactor()
+        install_log_redaction()
         self.on_event = on_event
         self.history: list[dict[str, Any]] = []
         self.user_interactions: list[dict[str, Any]] = []

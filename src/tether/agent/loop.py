@@ -33,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from tether.agent.actions import AgentAction, parse_action
+from tether.agent.approvals import decide_approval
 from tether.context import ContextWindow, FileArtifactStore, InMemoryArtifactStore, Layer, new_item
 from tether.context.artifacts import ArtifactNotFound, ArtifactStore
 from tether.context.monitor import Thresholds
 from tether.context.policy import ContextEvent, ContextPolicy
 from tether.context.recovery import call_with_recovery, is_prompt_too_long
 from tether.context.trim import trim_output
-from tether.errors import ApprovalRequired, ConfigError, ModelOutputError, ToolError
+from tether.errors import ApprovalRequired, ModelOutputError, ToolError
 from tether.models.base import ChatModel
 from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
 from tether.state import ExecutionContext, RunStatus, default_registry
@@ -170,18 +171,7 @@ class AgentLoop:
         Approved: the command runs when the model proposes it again. Refused: the model is
         told so and adapts.
         """
-        checkpoint = await self.store.load(run_id)
-        state = checkpoint.state if checkpoint is not None else {}
-        pending = state.get("pending_approval") or {}
-        if not pending:
-            raise ConfigError(f"run {run_id} is not waiting on an approval")
-        approvals = sorted({*(state.get("approvals") or ()), pending["key"]}) if approved else None
-        update: dict[str, Any] = {"pending_approval": None}
-        if approvals is not None:
-            update["approvals"] = approvals
-        else:
-            update["last_error"] = f"the operator refused: {pending.get('command', '')}"
-        await self.store.update_state(run_id, update)
+        await decide_approval(self.store, run_id, approved)
         return await self.resume(run_id)
 
     async def answer(self, run_id: str, value: str) -> RunResult:
@@ -213,6 +203,7 @@ class AgentLoop:
         reply = await call_with_recovery(
             window,
             lambda w: self._call_model(sc.run_id, w, events),
+            max_attempts=2,  # one compression, then a DATA failure: a third call is refused as well
             archive=self.artifacts_for(sc.run_id),
         )
         self._context_events(sc, events, update)
@@ -382,7 +373,8 @@ class AgentLoop:
                 "provenance": provenance,
             }
         ]
-        update["last_error"] = None if result.success else f"`{command}` exited {result.exit_code}"
+        failed = f"`{command}` exited {result.exit_code}"
+        update["last_error"] = None if result.success else self.redact(failed)
 
     def _read_artifact(
         self, sc: StepContext, window: ContextWindow, n: int, action: AgentAction, call_id: str
@@ -507,9 +499,10 @@ class AgentLoop:
                 "reply": self.redact(str(getattr(exc, "raw", "") or ""))[:2000],
             }
         ]
-        update["last_error"] = f"your last reply was invalid: {exc}. Answer with exactly one JSON object."
+        shown = self.redact(str(exc))
+        update["last_error"] = f"your last reply was invalid: {shown}. Answer with exactly one JSON object."
         if count >= self.config.max_invalid_replies:
-            sc.finish("FAILED", f"the model sent {count} invalid replies in a row: {exc}")
+            sc.finish("FAILED", f"the model sent {count} invalid replies in a row: {shown}")
         elif n >= self.config.max_iterations:  # the last reply decides: an invalid one is no success
             sc.finish("FAILED", f"the last reply (iteration {n}) was invalid: {exc}")
         self._save_window(sc, window, update)

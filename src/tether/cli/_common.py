@@ -76,7 +76,20 @@ def settings(store: str | None) -> tuple[str, dict[str, Any]]:
         if STATE["debug"]:
             raise
         raise fail(str(exc)) from None
+    declare_secrets(loaded)
     return loaded.store_url, loaded.store_options()
+
+
+def declare_secrets(loaded: Any) -> None:
+    """Settings read from ``--env-file`` hold secrets the environment did not: redact them too."""
+    from tether.tools.redact import _url_passwords, default_redactor
+
+    redactor = default_redactor()
+    key = getattr(loaded, "encryption_key", None)
+    if key is not None:
+        value = key.get_secret_value()
+        redactor.add(value, *value.split(","))
+    redactor.add(*_url_passwords(str(getattr(loaded, "store_url", "") or "")))
 
 
 def console() -> Any:
@@ -114,6 +127,8 @@ def continue_hint(run_id: str, state: dict[str, Any], status: str) -> str | None
         return base
     if status != "PAUSED":
         return None
+    if state.get("pending_approval"):
+        return f"tether approve {run_id} [--deny], then {base}"
     pending = state.get("pending_decision")
     if isinstance(pending, dict) and pending.get("options"):
         return f"{base} --decision {'|'.join(pending['options'])}"

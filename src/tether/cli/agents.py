@@ -47,10 +47,9 @@ DecisionOpt = Annotated[
 
 
 def _settings(store: str | None) -> tuple[str, dict[str, Any]]:
-    from tether.settings import Settings
+    from tether.cli._common import settings
 
-    settings = Settings() if store is None else Settings(store_url=store)
-    return settings.store_url, settings.store_options()
+    return settings(store)
 
 
 def _run(fn: Callable[[], Any]) -> Any:
@@ -222,20 +221,21 @@ def _deploy_run(
     async def go() -> Any:
         from tether.agent.deploy import AsyncDeploymentAgent
         from tether.stores import open_store
-        from tether.tools import CommandPolicy, LocalSession, Redactor, SSHCredentials, SSHSession
+        from tether.tools import CommandPolicy, LocalSession, SSHCredentials, SSHSession
+        from tether.tools.redact import default_redactor
         from tether.tools.sandbox import Sandbox
 
         chat, cfg = _model(replies, origin.get("model"), model)
         origin["model"] = _spec(chat, cfg)
         safety = origin.get("safety") or "sandboxed"
-        redactor = Redactor()
+        redactor = default_redactor()  # the environment's secrets, shared with the log sink
         if origin.get("host"):
             creds = SSHCredentials.from_target(origin["host"])
             if origin.get("key"):
                 creds = SSHCredentials(
                     host=creds.host, port=creds.port, username=creds.username, key_path=origin["key"]
                 )
-            session: Any = SSHSession(creds)
+            session: Any = SSHSession(creds, redact=redactor)
             mode = "ask" if safety == "sandboxed" else safety  # the remote host has no sandbox of ours
         else:
             sandbox = Sandbox.detect() if safety == "sandboxed" else None
@@ -261,21 +261,24 @@ def _deploy_run(
                     on_event=_printer(console),
                 )
                 if resume is not None:
-                    return await agent.resume(resume, session=session, answer=answer, decision=decision)
-                kwargs = {
-                    "session": session,
-                    "deploy_dir": origin["deploy_dir"],
-                    "run_id": start,
-                    "origin": origin,
-                }
-                if origin.get("host"):
-                    return await agent.deploy(origin["repo"], target=origin["host"], **kwargs)
-                return await agent.deploy_local(origin["repo"], **kwargs)
+                    result = await agent.resume(resume, session=session, answer=answer, decision=decision)
+                else:
+                    kwargs = {
+                        "session": session,
+                        "deploy_dir": origin["deploy_dir"],
+                        "run_id": start,
+                        "origin": origin,
+                    }
+                    if origin.get("host"):
+                        result = await agent.deploy(origin["repo"], target=origin["host"], **kwargs)
+                    else:
+                        result = await agent.deploy_local(origin["repo"], **kwargs)
+                return result, await _pending_approval(st, result.run_id, str(result.status))
         finally:
             if hasattr(chat, "aclose"):
                 await chat.aclose()
 
-    result = _run(go)
+    result, approval = _run(go)
     _report(
         console,
         result.run_id,
@@ -283,6 +286,7 @@ def _deploy_run(
         result.message,
         result.pending_question,
         result.pending_decision,
+        approval=approval,
     )
     console.print(f"run log: {result.log_file}")
     _exit(str(result.status))
@@ -295,9 +299,18 @@ def _report(
     message: str,
     question: Any,
     decision: Any,
+    *,
+    approval: dict[str, Any] | None = None,
 ) -> None:
     """The last lines of an agent command: how the run ended and what to run next."""
     from rich.markup import escape
+
+    if status == "PAUSED" and approval:
+        console.print(f"[yellow]PAUSED[/] {run_id}: a command waits for your approval:")
+        console.print(f"  $ {approval.get('command', '')}", highlight=False, markup=False)
+        console.print(f"  why: {approval.get('reason', '')}", highlight=False, markup=False)
+        console.print(f"  approve with: tether approve {run_id} (or --deny), then: tether resume {run_id}")
+        return
 
     if status == "COMPLETED":
         console.print(f"[green]COMPLETED[/] {run_id}: {escape(message)}")
@@ -408,12 +421,13 @@ def _plan_run(
         from tether.agent.loop import AgentLoop, LoopConfig
         from tether.agent.plan import PlanOrchestrator
         from tether.stores import open_store
-        from tether.tools import CommandPolicy, LocalSession, Redactor
+        from tether.tools import CommandPolicy, LocalSession
+        from tether.tools.redact import default_redactor
 
         chat, cfg = _model(replies, origin.get("model"), model)
         origin["model"] = _spec(chat, cfg)
         session = LocalSession(cwd=origin["deploy_dir"])
-        redactor, handler, printer = Redactor(), _handler(), _printer(console)
+        redactor, handler, printer = default_redactor(), _handler(), _printer(console)
         try:
             async with open_store(url, **options) as st:
                 orchestrator = PlanOrchestrator(
@@ -448,12 +462,13 @@ def _plan_run(
                     if str(result.status) == "PAUSED"
                     else None
                 )
-                return result, question, orchestrator.current_log_file
+                approval = await _pending_approval(st, result.run_id, str(result.status))
+                return result, question, orchestrator.current_log_file, approval
         finally:
             if hasattr(chat, "aclose"):
                 await chat.aclose()
 
-    result, question, log_file = _run(go)
+    result, question, log_file, approval = _run(go)
     pending = result.state.get("pending_decision") if str(result.status) == "PAUSED" else None
     _report(
         console,
@@ -462,6 +477,7 @@ def _plan_run(
         str(result.state.get("final_output") or ""),
         question,
         None if question else pending,
+        approval=approval,
     )
     if log_file is not None:
         console.print(f"plan log: {log_file}")
@@ -486,6 +502,45 @@ async def _answer_nested(store: Any, run_id: str, count: int, answer: str) -> st
             await store.update_state(f"{run_id}.{i}", {"answer": answer})
             return "retry"
     raise ConfigError(f"run {run_id!r} is not waiting on a question: continue it with --decision")
+
+
+async def _pending_approval(store: Any, run_id: str, status: str) -> dict[str, Any] | None:
+    """What a PAUSED run (or its plan step) waits on an approval for, if it does."""
+    if status != "PAUSED":
+        return None
+    from tether.agent.approvals import find_pending_approval
+
+    found = await find_pending_approval(store, run_id)
+    return found[1] if found is not None else None
+
+
+# == approve ==========================================================================
+def approve(
+    run_id: Annotated[str, typer.Argument(help="The paused run (a deploy, or a plan: its step is found).")],
+    deny: Annotated[bool, typer.Option("--deny", help="Refuse the command instead.")] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Approve (or --deny) the command a paused agent run waits on.
+
+    The decision is stored in the run's checkpoint and the run stays PAUSED: `tether
+    resume RUN` continues it. Approved, the command runs when the agent proposes it again
+    (and is not asked again in that run); denied, the agent is told and adapts.
+    """
+    from tether.cli._common import on_store
+
+    async def go(st: Any) -> tuple[str, dict[str, Any]]:
+        from tether.agent.approvals import decide_approval
+
+        return await decide_approval(st, run_id, approved=not deny)
+
+    waiting, pending = on_store(store, go)
+    from rich.markup import escape
+
+    console = _console()
+    word = "[red]denied[/]" if deny else "[green]approved[/]"
+    where = "" if waiting == run_id else f" (plan step {escape(waiting)})"
+    console.print(f"{word}{where}: {escape(str(pending.get('command', '')))}")
+    console.print(f"  continue with: tether resume {run_id}")
 
 
 # == resume ===========================================================================

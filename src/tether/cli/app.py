@@ -70,6 +70,9 @@ def _main(
         raise typer.BadParameter(f"--env-file {env_file!r} is not a file")
     STATE["env_file"] = env_file
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
+    from tether.tools.redact import install_log_redaction
+
+    install_log_redaction()  # every record, at every level, and a --debug traceback
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
@@ -323,6 +326,7 @@ def report(
 
 app.command()(agents.deploy)
 app.command()(agents.plan)
+app.command()(agents.approve)
 
 
 @app.command()

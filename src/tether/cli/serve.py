@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -18,6 +18,14 @@ def serve(
     workflow: Annotated[
         list[str] | None,
         typer.Option("--workflow", "-w", help="module:attribute of a Workflow the server may run (repeat)."),
+    ] = None,
+    replan: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--replan",
+            help="WORKFLOW=module:attribute of a replanner (report, ctx) -> steps: a 'replan' decision "
+            "for that workflow's failed runs calls it (repeat).",
+        ),
     ] = None,
     tokens_file: Annotated[
         str | None, typer.Option(help="File of hashed token entries (TETHER_API_TOKENS_FILE).")
@@ -80,14 +88,44 @@ def serve(
         flows = [load_workflow(target) for target in workflow or []]
     except TetherError as exc:
         raise typer.BadParameter(str(exc)) from None
+    try:
+        replanners = dict(_replanner(spec) for spec in replan or [])
+    except TetherError as exc:
+        raise typer.BadParameter(str(exc)) from None
     import uvicorn
 
     from tether.server import create_app
 
-    app = create_app(settings, workflows=flows, tokens=tokens)
+    try:
+        app = create_app(settings, workflows=flows, tokens=tokens, replanners=replanners)
+    except TetherError as exc:
+        raise typer.BadParameter(str(exc)) from None
     where = f"http://{settings.host}:{settings.port}"
     typer.echo(f"tether serve: {where}/ui/runs (API {where}/api/docs) on {settings.store_url}", err=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+
+
+def _replanner(spec: str) -> tuple[str, Any]:
+    """``WORKFLOW=module:attribute`` -> (workflow name, the callable)."""
+    import importlib
+    import os
+    import sys
+
+    from tether.errors import ConfigError
+
+    name, _, target = spec.partition("=")
+    module, _, attr = target.partition(":")
+    if not name or not module or not attr:
+        raise ConfigError(f"--replan must be 'WORKFLOW=module:attribute', got {spec!r}")
+    if os.getcwd() not in sys.path:  # a project's own module, as for --workflow
+        sys.path.insert(0, os.getcwd())
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load replanner {target!r}: {exc}") from exc
+    if not callable(fn):
+        raise ConfigError(f"replanner {target!r} is not callable")
+    return name, fn
 
 
 def register(app: typer.Typer) -> None:

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_exponential, wait_random
 
-from tether.errors import ModelError, ModelRequestsBlocked, ModelUnavailable, PromptTooLong
+from tether.errors import MalformedResponse, ModelError, ModelRequestsBlocked, ModelUnavailable, PromptTooLong
 from tether.models.base import ModelReply
 from tether.models.budget import retries_allowed, spend_retry
 
@@ -195,7 +195,7 @@ def map_sdk_error(sdk: ModuleType, exc: Exception, *, label: str, secret: str | 
         kind = "timed out" if isinstance(exc, sdk.APITimeoutError) else "connection failed"
         return Transient(redact(f"{label}: {kind}: {exc}", secret))
     if isinstance(exc, sdk.APIResponseValidationError):
-        return ModelError(redact(f"{label}: malformed response: {exc}", secret))
+        return MalformedResponse(redact(f"{label}: malformed response: {exc}", secret))
     if isinstance(exc, sdk.APIStatusError):
         status: int = exc.status_code
         error = _error_object(exc.body)
@@ -217,7 +217,7 @@ def map_sdk_error(sdk: ModuleType, exc: Exception, *, label: str, secret: str | 
     if isinstance(exc, sdk.APIError):
         return ModelError(redact(f"{label}: {exc}", secret))
     if isinstance(exc, json.JSONDecodeError):  # the SDKs let a JSON-typed non-JSON body through
-        return ModelError(f"{label}: malformed response: body is not JSON ({exc})")
+        return MalformedResponse(f"{label}: malformed response: body is not JSON ({exc})")
     return exc
 
 

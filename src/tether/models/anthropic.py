@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import ConfigError, ModelError
+from tether.errors import ConfigError, MalformedResponse
 from tether.models._provider import (
     Backoff,
     SdkChatModel,
@@ -160,7 +160,7 @@ class AnthropicChatModel(SdkChatModel):
         content = getattr(response, "content", None)
         if not isinstance(content, list):
             what = f"text {preview(response, 200)!r}" if isinstance(response, str) else "no content"
-            raise ModelError(f"{self._label}: malformed message: {what}")
+            raise MalformedResponse(f"{self._label}: malformed message: {what}")
         text = "".join(
             block.text
             for block in content

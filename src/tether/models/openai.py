@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import ConfigError, ModelError
+from tether.errors import ConfigError, MalformedResponse
 from tether.models._provider import (
     SdkChatModel,
     preview,
@@ -87,11 +87,13 @@ class OpenAIChatModel(SdkChatModel):
         choices = getattr(response, "choices", None)
         if not isinstance(choices, list) or not choices:
             what = f"text {preview(response, 200)!r}" if isinstance(response, str) else "no choices"
-            raise ModelError(f"{self._label}: malformed chat completion: {what}")
+            raise MalformedResponse(f"{self._label}: malformed chat completion: {what}")
         message = getattr(choices[0], "message", None)
         content = getattr(message, "content", None)
         if content is not None and not isinstance(content, str):
-            raise ModelError(f"{self._label}: malformed chat completion: content is {type(content).__name__}")
+            raise MalformedResponse(
+                f"{self._label}: malformed chat completion: content is {type(content).__name__}"
+            )
         return ModelReply(
             text=content or "",
             model=str(getattr(response, "model", None) or self.model),

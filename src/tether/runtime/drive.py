@@ -205,7 +205,7 @@ async def outside_status(
 
 async def interrupt(runner: Runner, run: Drive, exc: BaseException) -> None:
     """Cancelled, Ctrl-C, an error of the runner's own hooks: INTERRUPTED, lease released."""
-    reason = reason_of(exc)
+    reason = runner.redact(reason_of(exc))
     fresh = await commit_stop(
         runner.store,
         runner.reducers,
@@ -232,9 +232,12 @@ async def store_failed(runner: Runner, run: Drive, error: BaseException) -> RunR
     """A commit failed after the store's own retries: pause the run (from its last
     checkpoint) once the store answers, or leave it for ``resume``; never die."""
     ctx = run.ctx
-    reason = f"the store failed a commit ({type(error).__name__}: {error}); resume to continue"[:500]
+    reason = runner.redact(
+        f"the store failed a commit ({type(error).__name__}: {error}); resume to continue"
+    )[:500]
+    shown = runner.redact(repr(error))[:500]
     logger.error("run %s: %s", ctx.run_id, reason, extra={"run_id": ctx.run_id})
-    runner._emit("store_failed", ctx.run_id, run.step, error=repr(error))
+    runner._emit("store_failed", ctx.run_id, run.step, error=shown)
     fresh = await commit_stop(
         runner.store,
         runner.reducers,
@@ -242,7 +245,7 @@ async def store_failed(runner: Runner, run: Drive, error: BaseException) -> RunR
         token=run.token,
         status=RunStatus.PAUSED,
         expect=RunStatus.RUNNING,
-        event=runner._event(run, "store_failed", run.step, error=repr(error)[:500]),
+        event=runner._event(run, "store_failed", run.step, error=shown),
         update={"pause_reason": reason},
         wait=runner.store_wait,
     )

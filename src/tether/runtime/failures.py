@@ -13,7 +13,16 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tether.errors import CommandRefused, InvalidStateValue, ModelUnavailable, SessionError, StoreUnavailable
+from tether.errors import (
+    BudgetExceeded,
+    CommandRefused,
+    InvalidStateValue,
+    MalformedResponse,
+    ModelUnavailable,
+    PromptTooLong,
+    SessionError,
+    StoreUnavailable,
+)
 
 __all__ = [
     "ACTIONS",
@@ -99,6 +108,9 @@ _DEFAULT_RULES: tuple[Rule, ...] = (
     ),
     Rule(kind=FailureKind.PERMISSION, types=(CommandRefused,)),
     Rule(kind=FailureKind.DATA, types=(InvalidStateValue,)),  # a value the state refuses
+    # the provider refuses this input as it is (too long after compression, a body that is
+    # not a reply): asking again sends the same thing, so roll back and report
+    Rule(kind=FailureKind.DATA, types=(PromptTooLong, BudgetExceeded, MalformedResponse)),
     Rule(kind=FailureKind.DATA, types=(DataError, KeyError, LookupError, ValueError, FileNotFoundError)),
     Rule(kind=FailureKind.LOGIC, types=(LogicError, AssertionError, NotImplementedError)),
     Rule(kind=FailureKind.PERMISSION, types=(PermissionDenied, PermissionError)),

@@ -47,6 +47,7 @@ from tether.runtime.report import Decision, DecisionHandler, FailureReport, poss
 from tether.runtime.workflow import Phase, RetryPolicy, Step, StepContext, Workflow
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus, default_registry
 from tether.stores.base import CheckpointStore
+from tether.tools.redact import default_redactor, redact_exception
 
 __all__ = ["RunResult", "Runner", "StepReturnError", "StepTimeout", "runtime_reducers"]
 
@@ -91,6 +92,10 @@ class Runner:
             exception it raises is logged and skipped.
         store_wait: seconds to keep trying to record a pause or an interruption when
             the store fails; after that the run is left for ``resume``.
+        redact: applied to every error text the runner stores or emits (failure reports,
+            the execution history, the event log, pause reasons); default: the process's
+            :func:`~tether.tools.redact.default_redactor`, so a database URL's password
+            in an exception never reaches the checkpoint.
     """
 
     def __init__(
@@ -109,6 +114,7 @@ class Runner:
         on_event: Callable[[Event], None] | None = None,
         lease_ttl: float = 600.0,
         store_wait: float = 30.0,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self.workflow = workflow
         self.store = store
@@ -123,6 +129,7 @@ class Runner:
         self.on_event = on_event
         self.lease_ttl = lease_ttl
         self.store_wait = store_wait
+        self.redact: Callable[[str], str] = redact or default_redactor()
         self.owner = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     # == entry points ===============================================================
@@ -260,7 +267,7 @@ class Runner:
                 transient=lambda exc: self._transient(step, exc),
                 mark=mark,
                 on_retry=lambda n, exc: self._emit(
-                    "step_retry", ctx.run_id, step.id, attempt=n - 1, error=repr(exc)
+                    "step_retry", ctx.run_id, step.id, attempt=n - 1, error=self.redact(repr(exc))
                 ),
             )
             if update is not None and not isinstance(update, Mapping):
@@ -369,9 +376,8 @@ class Runner:
         ctx = run.ctx
         kind = self.classifier.classify(exc)
         logger.info("step %s failed (%s): %r", step.id, kind, exc, extra={"run_id": ctx.run_id})
-        self._emit(
-            "step_failed", ctx.run_id, step.id, failure=str(kind), error=repr(exc), attempts=sc.attempt
-        )
+        shown = self.redact(repr(exc))
+        self._emit("step_failed", ctx.run_id, step.id, failure=str(kind), error=shown, attempts=sc.attempt)
         events: list[dict[str, Any]] = []
         rolled, failures = await self._compensate(ctx, step, sc, events)
         rolled.append(await self._restore(run, step, start_version, events))
@@ -385,7 +391,7 @@ class Runner:
                         "name": step.title,
                         "status": "failed",
                         "kind": str(kind),
-                        "error": repr(exc),
+                        "error": shown,
                     }
                 ],
                 "event_log": events,
@@ -414,9 +420,10 @@ class Runner:
             try:
                 await _maybe_await(comp.fn())
             except Exception as exc:
-                failures.append(f"{label} FAILED: {exc!r}")
-                events.append(_record(ctx.run_id, "rollback_failed", step.id, action=label, error=repr(exc)))
-                self._emit("rollback_failed", ctx.run_id, step.id, action=label, error=repr(exc))
+                shown = self.redact(repr(exc))
+                failures.append(f"{label} FAILED: {shown}")
+                events.append(_record(ctx.run_id, "rollback_failed", step.id, action=label, error=shown))
+                self._emit("rollback_failed", ctx.run_id, step.id, action=label, error=shown)
                 continue
             rolled.append(label)
             events.append(_record(ctx.run_id, "rollback_action", step.id, action=label))
@@ -461,7 +468,7 @@ class Runner:
             total=total,
             kind=kind,
             error_type=type(exc).__name__,
-            error=str(exc)[:2000],
+            error=redact_exception(exc, self.redact),
             attempts=attempts,
             possible_causes=possible_causes(kind),
             rolled_back=rolled,

@@ -3,8 +3,12 @@
 A server streams a run's events to every browser watching it, and a client that lost
 its connection asks again from the last id it saw (server-sent events' ``Last-Event-ID``).
 So every event gets an increasing id, and the latest ``history`` events are kept to
-replay. A subscriber that cannot keep up (its queue is full) is closed rather than
-allowed to slow the runner down: it reconnects with its last id and replays.
+replay. Ids are microseconds since the epoch (bumped by one when two events share a
+microsecond), so they keep increasing across restarts and an id a client kept from an
+earlier process still says when it was: what is older than :attr:`EventBroadcaster.floor`
+can be replayed from the store instead. A subscriber that cannot keep up (its queue is
+full) is closed rather than allowed to slow the runner down: it reconnects with its
+last id and replays.
 
 Usage::
 
@@ -20,6 +24,7 @@ import asyncio
 import collections
 import contextlib
 import threading
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
@@ -52,17 +57,27 @@ class EventBroadcaster:
         self._history: collections.deque[tuple[int, Event]] = collections.deque(maxlen=history)
         self._queue_size = queue_size
         self._subs: set[_Subscriber] = set()
-        self._last_id = 0
+        self._last_id = time.time_ns() // 1000
+        self._started = self._last_id
         self._lock = threading.Lock()
 
     @property
     def last_id(self) -> int:
         return self._last_id
 
+    @property
+    def floor(self) -> int:
+        """Events with ids above this one are all still in memory (the oldest kept id, or
+        the broadcaster's start while nothing has been dropped yet)."""
+        with self._lock:
+            if len(self._history) == self._history.maxlen:
+                return self._history[0][0]
+            return self._started
+
     def publish(self, event: Event) -> int:
         """Record ``event`` and hand it to every matching subscriber; returns its id."""
         with self._lock:
-            self._last_id += 1
+            self._last_id = max(self._last_id + 1, time.time_ns() // 1000)
             item = (self._last_id, event)
             self._history.append(item)
             subs = [s for s in self._subs if s.run_id is None or s.run_id == event.run_id]

@@ -3,6 +3,7 @@ then takes in a server task (retry, skip, replan or abort)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -37,7 +38,7 @@ class DecisionBody(BaseModel):
 
 
 @router.get("/{run_id}/failure", response_model=FailureView, summary="The run's last failure report")
-async def failure(run_id: str, token: Reader, store: Store) -> Response:
+async def failure(run_id: str, token: Reader, store: Store, executor: Exec) -> Response:
     check_run(token, run_id)
     cp = await store.load(run_id)
     if cp is None:
@@ -47,7 +48,10 @@ async def failure(run_id: str, token: Reader, store: Store) -> Response:
     if not isinstance(data, dict):
         return json_response({"pending": False, "report": None, "text": None, "options": []})
     report = FailureReport.from_dict(data)
-    options = [{"decision": str(o), "description": _OPTIONS[o]} for o in report.options] if pending else []
+    can = executor.options(run_id, cp.state, [str(o) for o in report.options]) if pending else []
+    options = [{"decision": o, "description": _OPTIONS[Decision(o)]} for o in can]
+    if pending:  # the text lists what this server can do, as the options do
+        report = replace(report, options=[Decision(o) for o in can])
     return json_response(
         {"pending": bool(pending), "report": report.to_dict(), "text": report.render(), "options": options}
     )

@@ -206,20 +206,59 @@ async def get_snapshot(
     if info is None:
         raise RunNotFound(run_id)
     executing = executor.executing(run_id)
-    tag = f'"{info.version}-{info.status}-{int(executing)}-{keys}"'
-    headers = {"ETag": tag, "Cache-Control": "no-cache"}
-    if request.headers.get("if-none-match") == tag:
+    variant = f"{info.status}-{int(executing)}-{keys}"
+    tag = f"{info.version}-{variant}"
+    gz = accepts_gzip(request.headers.get("accept-encoding", ""))
+    headers = {
+        "ETag": f'"{tag}-gz"' if gz else f'"{tag}"',
+        "Cache-Control": "no-cache",
+        "Vary": "Accept-Encoding",
+    }
+    if etag_matches(request.headers.get("if-none-match"), tag):
         return Response(status_code=304, headers=headers)
-    cache: SnapshotCache = request.app.state.snapshots
-    body = cache.get(run_id, tag)
-    if body is None:
+
+    async def build() -> tuple[bytes, bool]:
         snap = await store.snapshot(run_id)
         if snap is None:
             raise RunNotFound(run_id)
-        body = encode(snapshot_dict(snap, executing, keys))
-        if snap.version == info.version:  # the version the tag names
-            cache.put(run_id, tag, body)
+        return encode(snapshot_dict(snap, executing, keys)), snap.version == info.version
+
+    cache: SnapshotCache = request.app.state.snapshots
+    entry = await cache.fetch(run_id, info.version, variant, build)
+    if gz and len(entry.body) >= GZIP_MIN:
+        body = await entry.gzipped()
+        cache.trim()
+        headers["Content-Encoding"] = "gzip"
+    else:
+        body = entry.body
+        headers["ETag"] = f'"{tag}"'
     return Response(body, media_type="application/json", headers=headers)
+
+
+GZIP_MIN = 1024
+"""Smaller bodies go as they are: compressing them saves less than it costs."""
+
+
+def accepts_gzip(header: str) -> bool:
+    """Whether ``Accept-Encoding`` allows gzip (a ``q=0`` refuses it)."""
+    for part in header.lower().split(","):
+        name, _, params = part.strip().partition(";")
+        if name.strip() in ("gzip", "*"):
+            q = params.strip()
+            return not (q.startswith("q=") and q[2:].strip().rstrip("0").rstrip(".") in ("", "0"))
+    return False
+
+
+def etag_matches(header: str | None, tag: str) -> bool:
+    """``If-None-Match`` names this version, whatever encoding it was received in (weak
+    comparison, as RFC 9110 asks for If-None-Match)."""
+    if not header:
+        return False
+    for raw in header.split(","):
+        candidate = raw.strip().removeprefix("W/").strip('"')
+        if candidate == "*" or candidate == tag or candidate == f"{tag}-gz":
+            return True
+    return False
 
 
 @router.patch(

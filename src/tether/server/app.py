@@ -8,14 +8,17 @@ calls it through ``httpx.ASGITransport``. Nothing is built at import time.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tether.context import Thresholds
+from tether.errors import ConfigError
 from tether.runtime import Workflow
+from tether.runtime.runner import Replanner
 from tether.runtime.stream import EventBroadcaster
 from tether.server.config import ApiToken, ServerSettings
 from tether.server.deps import SnapshotCache
@@ -23,6 +26,9 @@ from tether.server.executor import Executor
 from tether.server.problems import install_problem_handlers, problem
 from tether.state import ReducerRegistry
 from tether.stores.base import CheckpointStore
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["create_app"]
 
@@ -38,6 +44,8 @@ def create_app(
     reducers: ReducerRegistry | None = None,
     thresholds: Thresholds | None = None,
     dashboard: bool = True,
+    replanners: Mapping[str, Replanner] | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> FastAPI:
     """Build the service.
 
@@ -48,8 +56,21 @@ def create_app(
         workflows: the workflows the server may start and resume runs of.
         tokens: bearer tokens (default: from the settings); none means open access,
             which ``tether serve`` allows only on a loopback address.
+        replanners: by workflow name, what a ``replan`` decision calls to make the new
+            remaining steps of that workflow's runs; without one, ``replan`` is not
+            offered for them and deciding it answers 409.
+        tracer_provider: an OpenTelemetry tracer provider for the runs' spans (default:
+            the one ``settings.otel_exporter`` configures, none when that is ``none``).
+            With one, the chat models of the registered workflows' steps are wrapped in
+            ``TracedModel`` so every model call of a run the server drives is a span.
     """
+    from tether.tools.redact import install_log_redaction
+
+    install_log_redaction()  # the server's logs (uvicorn's included) never carry a secret
     cfg = settings or ServerSettings()
+    unknown = sorted(set(replanners or {}) - {wf.name for wf in workflows})
+    if unknown:
+        raise ConfigError(f"replanners for workflows that are not registered: {', '.join(unknown)}")
     known = list(cfg.tokens() if tokens is None else tokens)
 
     @asynccontextmanager
@@ -63,17 +84,26 @@ def create_app(
                 base = Settings(store_url=cfg.store_url)
                 opened = await stack.enter_async_context(open_store(base.store_url, **base.store_options()))
             events = EventBroadcaster()
-            executor = Executor(opened, events, workflows, reducers=reducers, thresholds=thresholds)
+            executor = Executor(
+                opened, events, workflows, reducers=reducers, thresholds=thresholds, replanners=replanners
+            )
             app.state.store = opened
             app.state.events = events
             app.state.executor = executor
-            tracer = None
-            if cfg.otel_exporter != "none":
-                from tether.tracing import RunTracer, configure_exporter
+            provider = tracer_provider
+            if provider is None and cfg.otel_exporter != "none":
+                from tether.tracing import configure_exporter
 
-                tracer = RunTracer(configure_exporter(cfg.otel_exporter))
+                provider = configure_exporter(cfg.otel_exporter)
+            if provider is not None:
+                from tether.tracing import RunTracer, trace_models
+
+                tracer = RunTracer(provider)
                 stack.callback(tracer.shutdown)
                 executor.taps.append(tracer.on_event)
+                for wf in workflows:
+                    wrapped = trace_models(wf, provider)
+                    logger.info("workflow %s: %d chat model(s) traced", wf.name, wrapped)
             try:
                 yield
             finally:

@@ -20,20 +20,35 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tether.context import Thresholds, UsageMonitor, window_from_run_state
-from tether.errors import ConfigError, RunNotFound, VersionConflict, WrongRunStatus
+from tether.errors import ConfigError, RunNotFound, TetherError, VersionConflict, WrongRunStatus
 from tether.runtime import Event, Runner, RunResult, Workflow
 from tether.runtime.context_hooks import WINDOW_KEY
 from tether.runtime.lease import check_lease
+from tether.runtime.runner import Replanner
 from tether.runtime.stream import EventBroadcaster
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus
 from tether.stores.base import CheckpointStore
 
-__all__ = ["WORKFLOW_KEY", "Executor"]
+__all__ = ["WORKFLOW_KEY", "Executor", "ReplanUnavailable"]
 
 logger = logging.getLogger(__name__)
 
 WORKFLOW_KEY = "_workflow"
 """State key naming the workflow of a run the server started."""
+
+
+class ReplanUnavailable(TetherError):
+    """A ``replan`` decision for a run whose workflow has no replanner in this server."""
+
+    def __init__(self, run_id: str, workflow: str | None) -> None:
+        which = f"workflow {workflow!r}" if workflow else "this run's workflow"
+        super().__init__(
+            f"run {run_id!r} cannot be replanned by this server: no replanner is registered for "
+            f"{which}, so there is nothing to make the new remaining steps. Choose retry, skip or "
+            "abort, or start the server with a replanner for it (create_app(replanners=...) or "
+            "`tether serve --replan WORKFLOW=module:attribute`).",
+        )
+        self.run_id = run_id
 
 
 class Executor:
@@ -47,10 +62,16 @@ class Executor:
         *,
         reducers: ReducerRegistry | None = None,
         thresholds: Thresholds | None = None,
+        replanners: Mapping[str, Replanner] | None = None,
     ) -> None:
         self.store = store
         self.events = events
         self.workflows = {wf.name: wf for wf in workflows}
+        self.replanners = dict(replanners or {})
+        """By workflow name: what a ``replan`` decision calls for that workflow's runs."""
+        unknown = sorted(set(self.replanners) - set(self.workflows))
+        if unknown:
+            raise ConfigError(f"replanners for workflows that are not registered: {', '.join(unknown)}")
         self.reducers = reducers
         self.thresholds = thresholds or Thresholds()
         self.owner = f"tether-serve:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -81,6 +102,23 @@ class Executor:
             "start the server with `tether serve --workflow module:attribute` for it"
         )
 
+    def options(self, run_id: str, state: Mapping[str, Any], offered: Sequence[str]) -> list[str]:
+        """The decisions this server can carry out for a failed run: what the failing
+        runner offered, with ``replan`` only when this server has a replanner for the
+        run's workflow (and none at all when the report offered none: a broken rollback)."""
+        if not offered:
+            return []
+        can = self.can_replan(run_id, state)
+        order = ["retry", "skip", "replan", "abort"]
+        allowed = {str(o) for o in offered} - {"replan"} | ({"replan"} if can else set())
+        return [o for o in order if o in allowed]
+
+    def can_replan(self, run_id: str, state: Mapping[str, Any]) -> bool:
+        try:
+            return self.workflow_for(run_id, state).name in self.replanners
+        except ConfigError:
+            return False
+
     # == actions =====================================================================
     async def start(self, workflow: str, run_id: str, inputs: Mapping[str, Any]) -> None:
         wf = self.workflows.get(workflow)
@@ -107,8 +145,12 @@ class Executor:
             raise WrongRunStatus(run_id, "FAILED", "resume", "send a decision (retry, skip, replan or abort)")
         if decision is not None and not pending and info.status is not RunStatus.FAILED:
             raise WrongRunStatus(run_id, str(info.status), "decide on", "it has no failure waiting")
-        if decision is not None and isinstance(pending, dict) and decision not in pending.get("options", []):
-            raise ConfigError(f"{decision!r} is not offered here; choose one of {pending.get('options')}")
+        if decision == "replan" and not self.can_replan(run_id, cp.state):
+            raise ReplanUnavailable(run_id, self._workflow_name(run_id, cp.state))
+        if decision is not None and isinstance(pending, dict):
+            allowed = self.options(run_id, cp.state, pending.get("options") or [])
+            if decision not in allowed:
+                raise ConfigError(f"{decision!r} is not offered here; choose one of {allowed}")
         self._check_lease(run_id, cp.state.get("_lease"))
         runner = self._runner(self.workflow_for(run_id, cp.state))
         self._spawn(run_id, runner, runner.resume(run_id, decision=decision, force=True))
@@ -160,12 +202,23 @@ class Executor:
                 await asyncio.wait(late, timeout=2.0)
 
     # == internals ===================================================================
+    def _workflow_name(self, run_id: str, state: Mapping[str, Any]) -> str | None:
+        try:
+            return self.workflow_for(run_id, state).name
+        except ConfigError:
+            return None
+
     def _runner(self, wf: Workflow) -> Runner:
         """One Runner per workflow drives all of that workflow's runs at once."""
         runner = self._by_workflow.get(wf.name)
         if runner is None:
             runner = Runner(
-                wf, self.store, reducers=self.reducers, on_event=self._on_event, on_checkpoint=self._measure
+                wf,
+                self.store,
+                reducers=self.reducers,
+                replan=self.replanners.get(wf.name),
+                on_event=self._on_event,
+                on_checkpoint=self._measure,
             )
             runner.owner = self.owner
             self._by_workflow[wf.name] = runner

@@ -29,6 +29,7 @@ from tether.errors import (
     VersionConflict,
     WrongRunStatus,
 )
+from tether.server.executor import ReplanUnavailable
 
 __all__ = ["PROBLEM_RESPONSES", "ApiProblem", "install_problem_handlers", "problem"]
 
@@ -53,6 +54,7 @@ class ApiProblem(Exception):
 # most specific first: the first match wins
 _MAP: list[tuple[type[BaseException], int, str, str]] = [
     (RunNotFound, 404, "run-not-found", "Run not found"),
+    (ReplanUnavailable, 409, "replan-unavailable", "This run cannot be replanned by this server"),
     (RunNotPaused, 409, "run-not-paused", "Run is not paused"),
     (WrongRunStatus, 409, "wrong-run-status", "The run's status does not allow this"),
     (RunInProgress, 409, "run-in-progress", "Run is being executed elsewhere"),

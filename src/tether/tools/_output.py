@@ -17,6 +17,7 @@ __all__ = [
     "new_marker",
     "preview",
     "wrap_script",
+    "env_exports",
     "add_note",
     "timeout_note",
 ]
@@ -139,6 +140,7 @@ def wrap_script(
     fallback_cwd: str | None = None,
     env: Mapping[str, str] | None = None,
     pid_marker: bytes | None = None,
+    env_on_stdin: bool = False,
 ) -> str:
     """The ``sh -c`` script that runs ``command`` and reports where it ended.
 
@@ -147,6 +149,10 @@ def wrap_script(
     and ``env`` are set inside the script (used over SSH, where the channel's own env
     requests are usually refused); ``pid_marker`` makes the shell print its pid to stderr
     first, so a timeout can kill its process group from another channel.
+
+    With ``env_on_stdin`` the values are not in the script: it reads ``export`` lines
+    from its standard input (:func:`env_exports`, then EOF), so they appear in no
+    process list and no log of the command line.
     """
     lines: list[str] = []
     if pid_marker is not None:
@@ -159,13 +165,27 @@ def wrap_script(
             lines.append(f"{go} 2>/dev/null || {{ printf '%s\\n' {note} >&2; {back} || exit 1; }}")
         else:
             lines.append(f"{go} || exit 1")
-    for name, value in (env or {}).items():
-        check_env_name(name)
-        lines.append(f"export {name}={shlex.quote(value)}")
+    if env_on_stdin and env:
+        for name in env:
+            check_env_name(name)
+        lines.append('eval "$(cat)"')  # the exports arrive on stdin, which then ends
+    else:
+        for name, value in (env or {}).items():
+            check_env_name(name)
+            lines.append(f"export {name}={shlex.quote(value)}")
     if cwd_sentinel is not None:
         lines.append(f'trap \'printf "\\n%s%s\\n" {cwd_sentinel.decode()} "$PWD"\' EXIT')
     lines.append(command)
     return "\n".join(lines) + "\n"
+
+
+def env_exports(env: Mapping[str, str]) -> bytes:
+    """What a script made with ``env_on_stdin`` reads on its standard input."""
+    lines = []
+    for name, value in env.items():
+        check_env_name(name)
+        lines.append(f"export {name}={shlex.quote(value)}\n")
+    return "".join(lines).encode()
 
 
 def preview(text: str, redact: Callable[[str], str] | None, limit: int = 400) -> str:

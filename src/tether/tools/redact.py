@@ -10,13 +10,26 @@ substring scans.
 from __future__ import annotations
 
 import base64
+import logging
+import os
 import re
-from collections.abc import Iterable, Mapping
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
-__all__ = ["REDACTED", "Redactor"]
+__all__ = [
+    "REDACTED",
+    "Redactor",
+    "default_redactor",
+    "install_log_redaction",
+    "redact_exception",
+    "secret_env_values",
+]
 
 REDACTED = "[REDACTED]"
 """What a declared secret becomes; pattern matches become ``[REDACTED:kind]``."""
@@ -27,6 +40,17 @@ _KEY_WORDS = (
 )
 _SENSITIVE_KEY = re.compile(rf"(?:{_KEY_WORDS})$", re.IGNORECASE)
 """A mapping key whose value ``redact_obj`` hides whatever it looks like."""
+
+_SECRET_ENV_NAME = re.compile(
+    r"(?:^|_)(?:KEY|KEYS|TOKEN|TOKENS|SECRET|SECRETS|PASSWORD|PASSWD|PASS|PASSPHRASE|PWD|"
+    r"CREDENTIAL|CREDENTIALS|APIKEY|AUTH|COOKIE|SESSION|DSN|PRIVATE)(?:_|$)",
+    re.IGNORECASE,
+)
+"""Environment variables whose values are secrets, whatever they look like."""
+_NOT_SECRET_ENV = re.compile(r"(?:_SOCK|_PATH|_FILE|_DIR|_HOST|_PORT|_ID|_TYPE|_NAME)$|^OLDPWD$|^PWD$", re.I)
+"""Names that match the words above but hold locations or labels (``SSH_AUTH_SOCK``, ``PWD``)."""
+_MIN_ENV_SECRET = 6
+"""Shorter values (``1``, ``true``, ``none``) would be redacted everywhere they appear."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +172,21 @@ class Redactor:
         for secret in self._secrets:
             variants |= _variants(secret, self._min_length)
         self._variants = tuple(sorted(variants, key=len, reverse=True))
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> Redactor:
+        """A redactor that also knows the secrets of this process's environment.
+
+        Values of variables named like secrets (``*_KEY``, ``*_TOKEN``, ``*_SECRET``,
+        ``*_PASSWORD``...) and passwords embedded in URL values (``DATABASE_URL``) are
+        declared, so they are removed even when they match no known credential shape.
+        """
+        return cls(secret_env_values(os.environ if environ is None else environ), **kwargs)
+
+    @property
+    def secrets(self) -> frozenset[str]:
+        """The declared values (not their variants)."""
+        return frozenset(self._secrets)
 
     def __call__(self, text: str) -> str:
         return self.redact(text)
@@ -280,3 +319,144 @@ def _variants(secret: str, min_length: int) -> set[str]:
         if len(token) >= min_length:
             out.add(token)
     return out
+
+
+def secret_env_values(environ: Mapping[str, str]) -> list[str]:
+    """The secret values of an environment: see :meth:`Redactor.from_environ`."""
+    found: list[str] = []
+    for name, value in environ.items():
+        if not value:
+            continue
+        secret_name = _SECRET_ENV_NAME.search(name) and not _NOT_SECRET_ENV.search(name)
+        if secret_name and len(value) >= _MIN_ENV_SECRET:
+            found.append(value)
+            found.extend(v for v in value.split(",") if len(v) >= _MIN_ENV_SECRET)  # key lists
+        if "://" in value and "@" in value:
+            found.extend(_url_passwords(value))
+    return found
+
+
+def _url_passwords(value: str) -> list[str]:
+    out: list[str] = []
+    for part in value.split(","):
+        try:
+            password = urlsplit(part.strip()).password
+        except ValueError:
+            continue
+        if password and len(password) >= 4:
+            out += [password, unquote(password)]
+    return out
+
+
+# == the process-wide redactor and the log sink =========================================
+
+_lock = threading.Lock()
+_default: Redactor | None = None
+_installed: Redactor | None = None
+
+
+def default_redactor() -> Redactor:
+    """The process's redactor: credential patterns plus the environment's secrets.
+
+    Shared by every sink that has no redactor of its own (logs, failure reports, the
+    event log), so a secret declared once (``default_redactor().add(value)``) is removed
+    everywhere.
+    """
+    global _default
+    with _lock:
+        if _default is None:
+            _default = Redactor.from_environ()
+        return _default
+
+
+def install_log_redaction(redactor: Redactor | None = None) -> Redactor:
+    """Redact every log record of this process from now on, at every level.
+
+    The message with its arguments, the exception text and the stack text of each record
+    pass through ``redactor`` (default: :func:`default_redactor`) as the record is made,
+    so every handler sees the clean record, including handlers added later (uvicorn's,
+    asyncssh's). Idempotent: a second call only switches to ``redactor`` when one is
+    given. Also redacts the
+    traceback of an uncaught exception (``sys.excepthook``).
+    """
+    global _installed
+    chosen = redactor or _installed or default_redactor()
+    with _lock:
+        first = _installed is None
+        _installed = chosen
+    if first:
+        previous = logging.getLogRecordFactory()
+
+        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            if _installed is not None:
+                _scrub_record(record, _installed)
+            return record
+
+        logging.setLogRecordFactory(factory)
+        hook = sys.excepthook
+
+        def excepthook(tp: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+            if _installed is None:  # pragma: no cover - never uninstalled
+                hook(tp, exc, tb)
+                return
+            sys.stderr.write(_installed.redact("".join(traceback.format_exception(tp, exc, tb))))
+
+        sys.excepthook = excepthook
+    return chosen
+
+
+def redact_exception(
+    exc: BaseException, redact: Callable[[str], str] | None = None, *, limit: int = 2000
+) -> str:
+    """``str(exc)`` redacted and cut, for failure reports and event logs."""
+    return (redact or default_redactor())(str(exc))[:limit]
+
+
+def _scrub_record(record: logging.LogRecord, redactor: Redactor) -> None:
+    try:
+        message = record.getMessage()
+    except Exception:  # a malformed call: the logging module reports it; keep the raw parts clean
+        record.msg, record.args = redactor.redact(str(record.msg)), None
+        return
+    if redactor.redact(message) != message:
+        _scrub_args(record, redactor)
+        try:
+            still = record.getMessage()
+        except Exception:
+            still = message
+        clean = redactor.redact(still)
+        if clean != still:  # the secret spans the template and an argument: keep the text only
+            record.msg, record.args = clean, None
+    if record.exc_info and record.exc_info[0] is not None:
+        text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+        clean = redactor.redact(text)
+        record.exc_text = clean
+        if clean != text:  # a handler rendering exc_info itself would print the secret
+            record.exc_info = None
+    elif record.exc_text:
+        record.exc_text = redactor.redact(record.exc_text)
+    if record.stack_info:
+        record.stack_info = redactor.redact(record.stack_info)
+
+
+def _scrub_args(record: logging.LogRecord, redactor: Redactor) -> None:
+    """Redact each argument, keeping the tuple's shape for formatters that read it."""
+    if isinstance(record.msg, str):
+        record.msg = redactor.redact(record.msg)
+    args = record.args
+    if isinstance(args, Mapping):
+        record.args = {k: _scrub_arg(v, redactor) for k, v in args.items()}
+    elif isinstance(args, tuple):
+        record.args = tuple(_scrub_arg(v, redactor) for v in args)
+
+
+def _scrub_arg(value: Any, redactor: Redactor) -> Any:
+    if isinstance(value, bool | int | float) or value is None:
+        return value
+    if isinstance(value, str):
+        return redactor.redact(value)
+    text, shown = str(value), repr(value)
+    if redactor.redact(text) != text or redactor.redact(shown) != shown:
+        return redactor.redact(text)
+    return value

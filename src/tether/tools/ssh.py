@@ -24,6 +24,7 @@ from tether.tools._output import (
     ShellOptions,
     add_note,
     check_env_name,
+    env_exports,
     new_marker,
     preview,
     timeout_note,
@@ -226,8 +227,10 @@ class SSHSession(ShellOptions):
     shell prints its pid first (stripped from stderr), so a timeout can kill its whole
     process group from a second channel (``kill -TERM -PID``, then ``-KILL``), which works
     even where the server ignores SSH signal requests; the channel is then closed.
-    Environment variables are exported inside the script (servers usually refuse SSH env
-    requests). ``cd`` carries over between commands as in ``LocalSession``.
+    Environment variables reach the remote shell on the channel's standard input, which
+    the script reads first (servers usually refuse SSH env requests, and a value on the
+    command line would show in the remote process list and in asyncssh's log). ``cd``
+    carries over between commands as in ``LocalSession``.
 
     Args:
         credentials: host, user and how to authenticate.
@@ -347,13 +350,15 @@ class SSHSession(ShellOptions):
         start_dir = self._start_dir(cwd)
         for name in env or {}:
             check_env_name(name)
+        merged = {**self._env, **(env or {})}
         script = wrap_script(
             command,
             cwd_sentinel=self._sentinel if self.persist_cwd else None,
             cwd=start_dir,
             fallback_cwd=(self._base_cwd or "~") if cwd is None else None,
-            env={**self._env, **(env or {})},
+            env=merged,
             pid_marker=self._pid_marker,
+            env_on_stdin=True,  # values (secrets) never in the remote argv or asyncssh's log
         )
         logger.debug("run on %s: %s", self.credentials.target, preview(command, self._redact))
         loop = asyncio.get_running_loop()
@@ -365,6 +370,8 @@ class SSHSession(ShellOptions):
                 f"exec /bin/sh -c {shlex.quote(script)}",
                 encoding=None,
             )
+            if merged:
+                chan.write(env_exports(merged))
             chan.write_eof()
         except Exception as exc:  # channel refused, connection dropped
             raise SessionError(f"cannot run a command on {self.credentials.target}: {exc}") from exc

@@ -12,24 +12,29 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
-from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
+from langgraph.checkpoint.base import WRITES_IDX_MAP, Checkpoint, CheckpointTuple
 
 from tether.errors import ConfigError, RunNotFound, VersionConflict
 from tether.integrations.langgraph._layout import (
     EMPTY,
     LIST,
     REDUCERS,
+    REF,
     VALUE,
+    before_put,
     chunks_extend,
     decode_channels,
     extends,
     ns_key,
+    record_of,
+    resolve_writes,
     run_index_key,
     sort_writes,
     thread_index_key,
@@ -44,6 +49,32 @@ logger = logging.getLogger(__name__)
 _ATTEMPTS = 3
 _DROP_WRITES = 32
 _DROP_WRITE_BYTES = 32 * 1024
+_RECENT = 16
+_NOTE_BYTES = 16 * 1024
+"""Replaced values up to this size are kept for a one-read time travel; larger ones are
+not stored twice (that read then takes two loads)."""
+
+
+def _size(entry: list[Any]) -> int:
+    return len(entry[5]) if entry[4] != REF else 0
+
+
+Batch = tuple[str, dict[str, Any], bool]
+"""Writes of one ``put_writes`` call: checkpoint id, entries by key, all special."""
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _as_ref(entry: list[Any], refs: Mapping[tuple[str, bytes], tuple[str, int]]) -> list[Any]:
+    hit = refs.get((entry[3], entry[5]))
+    if hit is None or hit[0] != entry[4]:
+        return entry
+    return [*entry[:4], REF, hit[1], entry[6]]
 
 
 def _wkey(entry: list[Any]) -> str:
@@ -59,6 +90,7 @@ class _Ns:
         "key",
         "ns",
         "pos",
+        "recent",
         "snaps",
         "thread_id",
         "timer",
@@ -81,12 +113,16 @@ class _Ns:
         """For list channels, the items as stored: a copy, so in-place edits show."""
         self.pos: dict[str, int] = {}
         """Checkpoint id -> its (last) entry in ``ix``."""
-        self.buffer: list[tuple[str, dict[str, Any], bool]] = []
+        self.buffer: list[Batch] = []
         """Pending writes not stored yet (see ``Threads.flush_delay``)."""
         self.timer: asyncio.TimerHandle | None = None
+        self.recent: dict[tuple[str, bytes], tuple[str, int]] = {}
+        """The chunks last appended to list channels, by channel and bytes: ``(type, index)``.
+        A pending write with the same bytes is stored as a reference to its chunk."""
 
     def forget(self) -> None:
         self.ctx, self.view, self.version, self.values, self.snaps, self.pos = None, None, 0, {}, {}, {}
+        self.recent = {}
 
 
 class Threads:
@@ -113,6 +149,8 @@ class Threads:
         self._cache: OrderedDict[str, _Ns] = OrderedDict()
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._indexed: set[tuple[str, str]] = set()
+        self._guard = threading.Lock()
+        """The cache and the write buffers: a sync caller buffers writes from its own thread."""
 
     def with_serde(self, serde: Any) -> Threads:
         """The same store, cache and locks, with another serializer (``with_allowlist``)."""
@@ -130,15 +168,31 @@ class Threads:
 
     def _ns(self, thread_id: str, ns: str, key: str | None = None) -> _Ns:
         key = key or ns_key(thread_id, ns, self.prefix)
-        n = self._cache.get(key)
-        if n is None:
-            n = self._cache[key] = _Ns(key, thread_id, ns)
-            for old in list(self._cache.values())[: max(0, len(self._cache) - self.cache_size)]:
-                if not old.buffer:  # a namespace with writes still to store stays
-                    del self._cache[old.key]
-        else:
-            self._cache.move_to_end(key)
-        return n
+        with self._guard:
+            n = self._cache.get(key)
+            if n is None:
+                n = self._cache[key] = _Ns(key, thread_id, ns)
+                for old in list(self._cache.values())[: max(0, len(self._cache) - self.cache_size)]:
+                    if not old.buffer:  # a namespace with writes still to store stays
+                        del self._cache[old.key]
+            else:
+                self._cache.move_to_end(key)
+            return n
+
+    def _taken(self, n: _Ns, stored_only: bool = False) -> list[Batch]:
+        """The buffered batches to store now; ``stored_only``: only those of checkpoints
+        already stored (the others wait for a later put, or the timer)."""
+        with self._guard:
+            return [b for b in n.buffer if not stored_only or b[0] in n.pos]
+
+    def _stored(self, n: _Ns, taken: list[Batch]) -> None:
+        """``taken`` is stored; a timer for the batches still buffered."""
+        done = {id(b) for b in taken}
+        with self._guard:
+            n.buffer[:] = [b for b in n.buffer if id(b) not in done]
+            left = bool(n.buffer)
+        if left:
+            self._schedule(n)
 
     def _lock(self, key: str) -> asyncio.Lock:
         lock = self._locks.get(key)
@@ -258,8 +312,7 @@ class Threads:
         n = self._ns(thread_id, ns)
 
         async def work() -> None:
-            await self._put_once(n, checkpoint, metadata, parent_id, new_versions, equal)
-            n.buffer.clear()
+            self._stored(n, await self._put_once(n, checkpoint, metadata, parent_id, new_versions, equal))
 
         await self._retrying(n, work, absorb=True)
 
@@ -271,31 +324,50 @@ class Threads:
         parent_id: str | None,
         new_versions: Mapping[str, Any],
         equal: bool,
-    ) -> None:
+    ) -> list[Batch]:
+        """Returns the buffered batches of writes the commit stored. Writes for this
+        checkpoint or a later one (a graph whose puts lag behind its tasks) wait for a later
+        put, whose appended chunks they may then refer to instead of holding the same bytes
+        again."""
         cid = str(checkpoint["id"])
         if n.timer is not None:
             n.timer.cancel()
             n.timer = None
         ctx = await self._ctx_for_write(n)
-        for batch in n.buffer:  # writes waiting for this checkpoint: one commit for both
-            self._apply_writes(n, ctx, batch)
+        taken = self._taken(n, stored_only=True)
         ix: list[Any] = ctx.get("ix") or []
         values, snaps = dict(n.values), dict(n.snaps)
+        # What this put changes, as it was: checkpoint ``ix[-1]`` is then read from this
+        # version alone (see ``p`` in ``_layout``).
+        note: dict[str, Any] | None = (
+            {"id": ix[-1][0], "cp": ctx.get("cp"), "m": {}, "n": {}, "c": {}} if ix else None
+        )
+        noted = 0
         if parent_id is not None and ix and parent_id != ix[-1][0] and parent_id in n.pos:
             values, snaps = await self._fork(n, ctx, ix, parent_id)
+            note = None
+            n.recent = {}
         meta: dict[str, Any] = ctx.get("m") or {}
         versions: Mapping[str, Any] = checkpoint["channel_versions"]
         given: Mapping[str, Any] = checkpoint["channel_values"]
         update: dict[str, Any] = {}
-        for ch, ver in versions.items():
+        refs = dict(n.recent)
+        for ch in [*versions, *(c for c, e in meta.items() if e is not None and c not in versions)]:
             ent = meta.get(ch)
-            if ch not in new_versions and ent is not None and ent[0] == ver:
+            ver = versions.get(ch)
+            if ch in versions and ch not in new_versions and ent is not None and ent[0] == ver:
                 continue  # unchanged: the stored value is this version's
             key = "c:" + ch
-            if ch not in given:
+            chunks = ctx.get(key) or []
+            if note is not None:
+                note["m"][ch] = ent
+            if ch not in versions or ch not in given:
                 if ent is not None and ent[1] != EMPTY:
+                    self._unref(ctx, ch)
+                    refs = {k: r for k, r in refs.items() if k[0] != ch}
                     ctx.put(key, [])
-                update[ch] = [ver, EMPTY]
+                    noted += self._note_chunks(note, ch, chunks)
+                update[ch] = None if ch not in versions else [ver, EMPTY]
                 values.pop(ch, None)
                 snaps.pop(ch, None)
                 continue
@@ -303,39 +375,49 @@ class Threads:
             if type(value) is list:
                 old = snaps.get(ch) if ent is not None and ent[1] == LIST else None
                 if old is not None and extends(value, old, equal=equal):
+                    if note is not None:
+                        note["n"][ch] = len(chunks)
                     if len(value) > len(old):
-                        ctx.merge({key: [self._dumps(value[len(old) :])]})
-                elif ctx.get(key):
+                        t, b = self._dumps(value[len(old) :])
+                        refs[ch, b] = (t, len(chunks))
+                        ctx.merge({key: [[t, b]]})
+                elif chunks:
+                    self._unref(ctx, ch)
+                    refs = {k: r for k, r in refs.items() if k[0] != ch}
                     ctx.put(key, [self._dumps(value)])
+                    noted += self._note_chunks(note, ch, chunks)
                 else:  # a first value is an append to nothing: growth, not a rewrite
                     ctx.merge({key: [self._dumps(value)]})
+                    if note is not None:
+                        note["n"][ch] = 0
                 snaps[ch], kind = list(value), LIST
             else:
+                self._unref(ctx, ch)
+                refs = {k: r for k, r in refs.items() if k[0] != ch}
                 ctx.put(key, [self._dumps(value)])
+                noted += self._note_chunks(note, ch, chunks)
                 snaps.pop(ch, None)
                 kind = VALUE
             values[ch] = value
             update[ch] = [ver, kind]
-        for ch, ent in meta.items():
-            if ent is not None and ch not in versions:
-                if ent[1] != EMPTY:
-                    ctx.put("c:" + ch, [])
-                update[ch] = None
-                values.pop(ch, None)
-                snaps.pop(ch, None)
         if update:
             ctx.merge({"m": update})
-        ctx.put("cp", self._dumps({k: v for k, v in checkpoint.items() if k != "channel_values"}))
+        for batch in taken:  # writes waiting for this checkpoint: one commit for both
+            self._apply_writes(n, ctx, batch, refs)
+        record = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "channel_versions")}
+        ctx.put("cp", self._dumps(record))
+        if ix:
+            ctx.put("p", note if noted <= _NOTE_BYTES else None)
         ctx.merge({"ix": [[cid, ctx.version + 1, parent_id, *self._dumps(dict(metadata))]]})
         pending: list[Any] = ctx.get("w") or []
         # The previous checkpoint's writes stay in this version too: those that waited for
-        # this put are stored only here (see ``_writes_after``).
+        # this put are stored only here (see ``_state_of``).
         previous = ix[-1][0] if ix else None
         kept = [e for e in pending if e[0] in (cid, previous) or e[0] not in n.pos]
         dead = len(pending) - len(kept)
         # Reads pick writes by checkpoint id, so older ones may stay a while: dropping them
         # rewrites the live ones, so it waits until they are worth it.
-        if dead >= _DROP_WRITES or (dead and sum(len(e[5]) for e in pending) > _DROP_WRITE_BYTES):
+        if dead >= _DROP_WRITES or (dead and sum(_size(e) for e in pending) > _DROP_WRITE_BYTES):
             ctx.put("w", kept)
         run_id = metadata.get("run_id")
         if run_id is not None and str(run_id) != ctx.get("r"):
@@ -346,17 +428,20 @@ class Threads:
         self._committed(n, ctx)
         n.values, n.snaps = values, snaps
         n.pos[cid] = position
+        n.recent = dict(list(refs.items())[-_RECENT:])
+        return taken
 
     async def _fork(
         self, n: _Ns, ctx: ExecutionContext, ix: list[Any], parent_id: str
     ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
         """Put the parent checkpoint's channels back in ``ctx`` (the next save is a full one):
         a put whose parent is an older checkpoint starts a branch from it."""
-        i = n.pos[parent_id]
-        cp = await self.store.load(n.key, ix[i + 1][1] - 1)
-        if cp is None:  # pruned by another process meanwhile: reload and redo
-            raise VersionConflict(n.key, expected=ctx.version, actual=None)
-        base = {k: v for k, v in cp.state.items() if k.startswith("c:") or k == "m"}
+        try:
+            parent, _ = await self._state_of(n.key, ix, n.pos[parent_id])
+        except RunNotFound:  # pruned by another process meanwhile: reload and redo
+            raise VersionConflict(n.key, expected=ctx.version, actual=None) from None
+        self._unref(ctx)  # the chunks they refer to are replaced
+        base = {k: v for k, v in parent.items() if k.startswith("c:") or k == "m"}
         for key in ("t", "r", "ix", "ow", "w", "cp"):
             if key in ctx:
                 base[key] = ctx.get(key)
@@ -366,27 +451,74 @@ class Threads:
         return values, {ch: list(v) for ch, v in values.items() if type(v) is list and meta[ch][1] == LIST}
 
     # == writes =====================================================================
-    async def put_writes(
-        self, thread_id: str, ns: str, cid: str, writes: Sequence[tuple[str, Any]], task_id: str, path: str
-    ) -> None:
-        n = self._ns(thread_id, ns)
+    def writes_batch(
+        self, cid: str, writes: Sequence[tuple[str, Any]], task_id: str, path: str
+    ) -> tuple[Batch, bool]:
+        """One ``put_writes`` call as stored entries, and whether it may wait for the next put
+        (interrupts, errors and resumes are stored at once)."""
         special = all(ch in WRITES_IDX_MAP for ch, _ in writes)
         entries: dict[str, list[Any]] = {}
         for idx, (ch, value) in enumerate(writes):
             widx = WRITES_IDX_MAP.get(ch, idx)
             entries[f"{cid}|{task_id}|{widx}"] = [cid, task_id, widx, ch, *self._dumps(value), path]
-        batch = (cid, entries, special)
-        if self.flush_delay and not any(ch in WRITES_IDX_MAP for ch, _ in writes):
-            async with self._lock(n.key):
-                n.buffer.append(batch)  # stored with the next checkpoint, or by the timer
-                self._schedule(n)
-            return
-        async with self._lock(n.key):
+        deferred = bool(self.flush_delay) and not any(ch in WRITES_IDX_MAP for ch, _ in writes)
+        return (cid, entries, special), deferred
+
+    def defer(self, thread_id: str, ns: str, batch: Batch, loop: asyncio.AbstractEventLoop) -> None:
+        """Buffer writes for the next put's commit (or the timer), from any thread, without
+        waiting for ``loop``: a sync graph then pays no hop to the store's thread for them."""
+        n = self._ns(thread_id, ns)
+        with self._guard:
+            first = not n.buffer
             n.buffer.append(batch)
+        if first:
+            if _running_loop() is loop:
+                self._schedule(n)
+            else:
+                loop.call_soon_threadsafe(self._schedule, n)
+
+    async def store_writes(self, thread_id: str, ns: str, batch: Batch) -> None:
+        """Store writes now, with any still buffered for the namespace."""
+        n = self._ns(thread_id, ns)
+        async with self._lock(n.key):
+            with self._guard:
+                n.buffer.append(batch)
             await self._flush_locked(n)
 
-    def _apply_writes(self, n: _Ns, ctx: ExecutionContext, batch: tuple[str, dict[str, Any], bool]) -> bool:
-        """Add one batch of writes to ``ctx``; False when all of it is stored already."""
+    async def put_writes(
+        self, thread_id: str, ns: str, cid: str, writes: Sequence[tuple[str, Any]], task_id: str, path: str
+    ) -> None:
+        batch, deferred = self.writes_batch(cid, writes, task_id, path)
+        if deferred:
+            self.defer(thread_id, ns, batch, asyncio.get_running_loop())
+        else:
+            await self.store_writes(thread_id, ns, batch)
+
+    def _unref(self, ctx: ExecutionContext, channel: str | None = None) -> None:
+        """Make the writes that refer to ``channel``'s chunks (or any) whole, before those
+        chunks are replaced."""
+        pending = ctx.get("w") or []
+        if any(e[4] == REF and (channel is None or e[3] == channel) for e in pending):
+            ctx.put("w", resolve_writes(pending, ctx, channel))
+
+    @staticmethod
+    def _note_chunks(note: dict[str, Any] | None, channel: str, chunks: list[Any]) -> int:
+        """Keep a replaced value's chunks in the put's note; returns their size."""
+        if note is None or not chunks:
+            return 0
+        note["c"][channel] = chunks
+        return sum(len(c[1]) for c in chunks)
+
+    def _apply_writes(
+        self,
+        n: _Ns,
+        ctx: ExecutionContext,
+        batch: Batch,
+        refs: Mapping[tuple[str, bytes], tuple[str, int]] | None = None,
+    ) -> bool:
+        """Add one batch of writes to ``ctx``; False when all of it is stored already.
+        ``refs``: chunks this commit appends, by channel and bytes: a write with the same
+        bytes is stored as a reference to its chunk."""
         cid, entries, special = batch
         ix = ctx.get("ix") or []
         late = cid in n.pos and cid != ix[-1][0]
@@ -402,7 +534,10 @@ class Threads:
         elif any(k in have for k in add):  # an upsert of special writes: rewrite the list
             ctx.put("w", [e for e in listed if _wkey(e) not in add] + list(add.values()))
         else:  # new writes are appended: growth, so they never force a full save
-            ctx.merge({"w": list(add.values())})
+            new = list(add.values())
+            if refs:
+                new = [_as_ref(e, refs) for e in new]
+            ctx.merge({"w": new})
         return True
 
     async def _ctx_for_write(self, n: _Ns) -> ExecutionContext:
@@ -423,11 +558,12 @@ class Threads:
                 await self._load(n)
             try:
                 ctx = await self._ctx_for_write(n)
-                changed = [self._apply_writes(n, ctx, b) for b in n.buffer]
+                taken = self._taken(n)
+                changed = [self._apply_writes(n, ctx, b, n.recent) for b in taken]
                 if any(changed):
                     await self.store.commit(ctx)
                     self._committed(n, ctx)
-                n.buffer.clear()
+                self._stored(n, taken)
                 return
             except VersionConflict:
                 n.forget()
@@ -456,7 +592,9 @@ class Threads:
 
     async def flush(self) -> None:
         """Store every buffered write now (``close`` and the context managers call it)."""
-        for n in [n for n in self._cache.values() if n.buffer]:
+        with self._guard:
+            waiting = [n for n in self._cache.values() if n.buffer]
+        for n in waiting:
             async with self._held(n):
                 pass
 
@@ -487,38 +625,42 @@ class Threads:
         cid = entry[0]
         late = list(((ctx.get("ow") or {}).get(cid) or {}).values())
         if i == len(ix) - 1:
-            record = self._loads(tuple(ctx.get("cp")))
-            versions = record.get("channel_versions") or {}
+            record = record_of(ctx, self._loads)
+            versions = record["channel_versions"]
             meta = ctx.get("m") or {}
             values = {ch: v for ch, v in n.values.items() if ch in versions and meta[ch][0] == versions[ch]}
-            pending = ctx.get("w") or []
+            pending = resolve_writes(ctx.get("w") or [], ctx)
         else:
-            cp = await self.store.load(n.key, ix[i + 1][1] - 1)
-            if cp is None:
-                raise RunNotFound(n.key, ix[i + 1][1] - 1)
-            state = cp.state
-            record = self._loads(tuple(state["cp"]))
-            values = decode_channels(state, record.get("channel_versions") or {}, self._loads)
-            pending = await self._writes_after(n.key, ix[i + 1][1])
+            state, pending = await self._state_of(n.key, ix, i)
+            record = record_of(state, self._loads)
+            values = decode_channels(state, record["channel_versions"], self._loads)
         record["channel_values"] = values
         writes = [e for e in pending if e[0] == cid] + late
         conf = {"thread_id": n.thread_id, "checkpoint_ns": n.ns}
         return CheckpointTuple(
             config={"configurable": {**conf, "checkpoint_id": cid}},
-            checkpoint=record,
+            checkpoint=cast(Checkpoint, record),
             metadata=self._loads((entry[3], entry[4])),
             parent_config={"configurable": {**conf, "checkpoint_id": entry[2]}} if entry[2] else None,
             pending_writes=[(e[1], e[3], self._loads((e[4], e[5]))) for e in sort_writes(writes)],
         )
 
-    async def _writes_after(self, key: str, version: int) -> list[Any]:
-        """The pending writes stored with the put at ``version``: they hold the previous
-        checkpoint's writes, including those that waited (``flush_delay``) for that put and
-        were stored in its commit."""
-        cp = await self.store.load(key, version)
-        if cp is None:
+    async def _state_of(self, key: str, ix: list[Any], i: int) -> tuple[dict[str, Any], list[Any]]:
+        """Checkpoint ``ix[i]`` (not the latest): its channels and record, and the pending
+        writes stored with the put after it (writes that waited for that put are stored
+        only there). One load when that put kept a note of what it changed (``p``)."""
+        version = ix[i + 1][1]
+        after = await self.store.load(key, version)
+        if after is None:
             raise RunNotFound(key, version)
-        return list(cp.state.get("w") or [])
+        pending = resolve_writes(after.state.get("w") or [], after.state)
+        state = before_put(after.state, ix[i][0])
+        if state is None:
+            cp = await self.store.load(key, version - 1)
+            if cp is None:
+                raise RunNotFound(key, version - 1)
+            state = cp.state
+        return state, pending
 
     async def select(
         self,
@@ -665,11 +807,10 @@ class Threads:
                     continue
                 if i == len(ix) - 1:
                     state = {k: view.get(k) for k in view}
+                    state["w"] = resolve_writes(state.get("w") or [], view)
                 else:
-                    cp = await self.store.load(src.key, ix[i + 1][1] - 1)
-                    if cp is None:
-                        raise RunNotFound(src.key, ix[i + 1][1] - 1)
-                    state = {**cp.state, "w": await self._writes_after(src.key, ix[i + 1][1])}
+                    state, pending = await self._state_of(src.key, ix, i)
+                    state = {**state, "w": pending}
                 late = (view.get("ow") or {}).get(entry[0])
             await self._append_state(dst, entry, state, late or {})
 
@@ -694,7 +835,8 @@ class Threads:
                     ctx.put(key, value)
             writes = [e for e in state.get("w") or [] if e[0] == cid]
             ix = ctx.get("ix") or []
-            previous = [e for e in ctx.get("w") or [] if ix and e[0] == ix[-1][0]]  # see _writes_after
+            # the previous checkpoint's writes stay (see ``_state_of``)
+            previous = [e for e in resolve_writes(ctx.get("w") or [], ctx) if ix and e[0] == ix[-1][0]]
             ctx.put("w", previous + writes + list(late.values()))
             ctx.merge({"ix": [[cid, ctx.version + 1, *entry[2:]]]})
             run_id = self._loads((entry[3], entry[4])).get("run_id")

@@ -12,17 +12,25 @@ that point:
                  costs the bytes it added, not the whole list again.
 ``m``            ``{channel: [version, kind]}``: which channel version the stored value
                  is, and whether it is a single value, a list of chunks, or empty.
-``cp``           the checkpoint without its channel values (id, ts, versions...).
+``cp``           the checkpoint without its channel values and versions (those are in ``m``).
 ``ix``           one entry per checkpoint of the namespace, in the order written:
                  ``[checkpoint_id, version, parent_id, meta_type, meta_bytes]``.
 ``w``            pending writes of the latest checkpoint (and of ones not put yet), a
                  list of ``[cid, task_id, idx, channel, type, bytes, task_path]``, unique
-                 by ``cid|task_id|idx``. Reads pick a checkpoint's writes by its id. Writes
+                 by ``cid|task_id|idx``; a write whose bytes are a chunk its put appended
+                 to the channel is ``[..., channel, "@c", chunk_index, ...]`` instead (a
+                 message is then stored once, not twice). Reads pick a checkpoint's writes
+                 by its id. Writes
                  may wait for the next put and be stored in its commit, so the writes of
                  checkpoint X are read from the version of the put after it; a put drops
                  writes older than its parent's once there are enough (32 or 32 KiB).
 ``ow``           writes that arrived for an older checkpoint after a newer one existed
                  (replaying from an old checkpoint): ``{cid: {key: entry}}``.
+``p``            what the put changed, as it was before: ``{"id": previous checkpoint id,
+                 "cp": its record, "m": its entries of the channels changed, "n": {channel:
+                 chunk count} for appends, "c": {channel: chunks} for values replaced}``, so
+                 a checkpoint that is not the latest is read from one version (the next
+                 put's, which holds its writes too). None after a branch or a large value.
 ``r``            the LangGraph run id of the latest checkpoint (for ``delete_for_runs``).
 """
 
@@ -38,18 +46,24 @@ from tether.state.reducers import ReducerRegistry
 __all__ = [
     "EMPTY",
     "LIST",
+    "REF",
     "REDUCERS",
     "VALUE",
+    "before_put",
     "chunks_extend",
     "decode_channels",
     "extends",
     "ns_key",
+    "record_of",
+    "resolve_writes",
     "run_index_key",
     "sort_writes",
     "thread_index_key",
 ]
 
 VALUE, LIST, EMPTY = 0, 1, 2
+REF = "@c"
+"""The type of a pending write stored as a reference to a chunk of its channel."""
 
 REDUCERS = (
     ReducerRegistry()
@@ -129,3 +143,44 @@ def decode_channels(state: Any, versions: Mapping[str, Any] | None, loads: Any) 
 def sort_writes(entries: Any) -> list[list[Any]]:
     """Pending writes in LangGraph's apply order: ``(task_path, task_id, idx)``."""
     return sorted(entries, key=lambda e: (e[6], e[1], e[2]))
+
+
+def resolve_writes(entries: Sequence[list[Any]], state: Any, channel: str | None = None) -> list[list[Any]]:
+    """``entries`` with the writes stored as a chunk reference (of ``channel``, or any) made
+    whole again from the chunks in ``state`` (the state they were read with)."""
+    out = []
+    for e in entries:
+        if e[4] == REF and (channel is None or e[3] == channel):
+            t, b = state.get("c:" + e[3])[e[5]]
+            e = [*e[:4], t, b, e[6]]
+        out.append(e)
+    return out
+
+
+def record_of(state: Any, loads: Any) -> dict[str, Any]:
+    """The checkpoint record stored in ``state``, its channel versions put back from ``m``
+    (a record stored before they were left out still has its own)."""
+    record: dict[str, Any] = loads(tuple(state.get("cp")))
+    if "channel_versions" not in record:
+        meta: Mapping[str, Any] = state.get("m") or {}
+        record["channel_versions"] = {ch: ent[0] for ch, ent in meta.items() if ent is not None}
+    return record
+
+
+def before_put(state: Any, cid: str) -> dict[str, Any] | None:
+    """The channels (``m``, ``c:*``) and record (``cp``) of checkpoint ``cid`` rebuilt from
+    the state of the put that followed it (see ``p``); None when that put kept no such note."""
+    p = state.get("p")
+    if not p or p.get("id") != cid:
+        return None
+    meta = {**(state.get("m") or {}), **p["m"]}
+    out: dict[str, Any] = {"m": meta, "cp": p["cp"]}
+    for ch in meta:
+        key = "c:" + ch
+        if ch in p["c"]:
+            out[key] = p["c"][ch]
+        elif ch in p["n"]:
+            out[key] = (state.get(key) or [])[: p["n"][ch]]
+        elif key in state:
+            out[key] = state.get(key)
+    return out

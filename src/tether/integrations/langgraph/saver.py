@@ -181,12 +181,9 @@ class TetherSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        thread_id, ns, cid = _where(config)
-        if cid is None:
-            raise ConfigError(
-                "put_writes needs configurable.checkpoint_id (the checkpoint the writes follow)"
-            )
-        await self._arun(self._threads.put_writes(thread_id, ns, cid, writes, task_id, task_path))
+        now = self._writes(config, writes, task_id, task_path)
+        if now is not None:
+            await self._arun(now)
 
     async def aflush(self) -> None:
         """Store the task writes still waiting for their checkpoint (see ``flush_delay``)."""
@@ -238,12 +235,9 @@ class TetherSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        thread_id, ns, cid = _where(config)
-        if cid is None:
-            raise ConfigError(
-                "put_writes needs configurable.checkpoint_id (the checkpoint the writes follow)"
-            )
-        self._srun(self._threads.put_writes(thread_id, ns, cid, writes, task_id, task_path))
+        now = self._writes(config, writes, task_id, task_path)
+        if now is not None:
+            self._srun(now)
 
     def flush(self) -> None:
         """Store the task writes still waiting for their checkpoint (see ``flush_delay``)."""
@@ -279,6 +273,22 @@ class TetherSaver(BaseCheckpointSaver[str]):
         return f"{number + 1:032}.{random.random():016}"
 
     # == internals ==================================================================
+    def _writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> Coroutine[Any, Any, None] | None:
+        """Buffer writes that may wait for the next put, from the caller's thread (no hop to
+        the store's loop); otherwise the coroutine that stores them now."""
+        thread_id, ns, cid = _where(config)
+        if cid is None:
+            raise ConfigError(
+                "put_writes needs configurable.checkpoint_id (the checkpoint the writes follow)"
+            )
+        batch, deferred = self._threads.writes_batch(cid, writes, task_id, task_path)
+        if deferred and self._loop is not None:
+            self._threads.defer(thread_id, ns, batch, self._loop)
+            return None
+        return self._threads.store_writes(thread_id, ns, batch)
+
     async def _put(
         self,
         config: RunnableConfig,

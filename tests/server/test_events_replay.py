@@ -1,0 +1,135 @@
+"""Last-Event-ID across a server restart: what the client missed comes from the store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tether.runtime import runtime_reducers
+from tether.state import ExecutionContext, RunStatus
+from tether.stores import open_store
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serving(url: str) -> Iterator[str]:
+    """A real `tether serve` process on ``url``; terminated (a restart) on exit."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether.cli.app", "serve", "--store", url, "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{base}/api/runs?limit=1", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None, "tether serve did not start"
+                time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+async def _events(
+    base: str, run_id: str, last: int | None, until: Any, then: Any = None
+) -> list[dict[str, Any]]:
+    """Read a run's stream until ``until(event)``; ``then()`` runs once it is connected."""
+    headers = {} if last is None else {"Last-Event-ID": str(last)}
+    got: list[dict[str, Any]] = []
+    async with (
+        httpx.AsyncClient(base_url=base, timeout=20) as client,
+        client.stream("GET", f"/api/runs/{run_id}/events", headers=headers) as resp,
+    ):
+        assert resp.status_code == 200
+        if then is not None:
+            await then(client)
+        block: dict[str, str] = {}
+        async for line in resp.aiter_lines():
+            if line:
+                key, _, value = line.partition(": ")
+                block[key] = value
+                continue
+            if "id" in block:
+                event = {"id": int(block["id"]), "event": block["event"], **json.loads(block["data"])}
+                got.append(event)
+                if until(event):
+                    return got
+            block = {}
+    raise AssertionError(f"stream ended without the awaited event: {got}")
+
+
+async def _patch(base: str, run_id: str, goal: str) -> int:
+    async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+        r = await client.patch(
+            f"/api/runs/{run_id}/snapshot", json={"nodeId": "plan", "stateData": {"goal": goal}}
+        )
+        assert r.status_code == 200, r.text
+        version: int = r.json()["version"]
+        return version
+
+
+def _updated(event: dict[str, Any]) -> bool:
+    return bool(event["event"] == "state_updated")
+
+
+async def test_last_event_id_after_a_restart_replays_only_the_missed_events(tmp_path: Path):
+    """Server A sends u1 live; u2 happens with nobody listening; A stops; server B makes u3.
+    Reconnecting to B with u1's id gives u2 (from the store) then u3, nothing before."""
+    url = f"sqlite:///{tmp_path}/tether.db"
+    rid = "replay-run"
+    async with open_store(url) as store:
+        ctx = ExecutionContext(rid, {"goal": "start"}, reducers=runtime_reducers())
+        await store.commit(ctx, node_id="plan", status=RunStatus.PAUSED)
+
+    with serving(url) as base:
+        v1: list[int] = []
+
+        async def first_update(_: httpx.AsyncClient) -> None:
+            v1.append(await _patch(base, rid, "u1"))
+
+        live = await _events(base, rid, None, _updated, first_update)
+        seen = live[-1]["id"]
+        v2 = await _patch(base, rid, "u2")
+
+    with serving(url) as base:
+        v3 = await _patch(base, rid, "u3")
+        missed = await _events(base, rid, seen, _updated)
+        assert [e["id"] for e in missed] == sorted({e["id"] for e in missed})
+        assert all(e["id"] > seen for e in missed)
+        assert [(e["event"], e["detail"].get("version")) for e in missed] == [
+            ("checkpoint", v2),
+            ("state_updated", None),
+        ]
+        assert v1[0] < v2 < v3
+
+        # and from the last id received: nothing old again, only what comes next
+        async def fourth_update(_: httpx.AsyncClient) -> None:
+            await asyncio.sleep(0.2)
+            await _patch(base, rid, "u4")
+
+        after = await _events(base, rid, missed[-1]["id"], _updated, fourth_update)
+        assert [e["event"] for e in after] == ["state_updated"] and after[0]["id"] > missed[-1]["id"]
