@@ -75,10 +75,11 @@ async def resume_cost(store: CheckpointStore, steps: int, size_mb: float) -> tup
     await Runner(wf, store).start(run_id, {"history": big})
     # make it look crashed mid-run: RUNNING with a stale lease (a dead pid)
     from tether.state import RunStatus
+    from tether.state.reserved import runtime_update
 
     ctx = await store.load_context(run_id)
     assert ctx is not None
-    ctx.put("_lease", {"owner": "dead", "host": "elsewhere", "pid": 0, "expires_at": 0})
+    ctx.merge(runtime_update(lease={"owner": "dead", "host": "elsewhere", "pid": 0, "expires_at": 0}))
     await store.commit(ctx, status=RunStatus.RUNNING)
     loads, resumes = [], []
     for _ in range(5):

@@ -14,6 +14,7 @@ from tether.context import ContextWindow
 from tether.context.monitor import Thresholds
 from tether.models import ScriptedModel
 from tether.state import RunStatus
+from tether.state.reserved import runtime_state
 from tether.state.serde import pack_plain
 from tether.stores import open_store
 from tether.tools import LocalSession
@@ -56,10 +57,10 @@ async def test_stored_bytes_stay_near_the_final_state_over_200_iterations(tmp_pa
     # and the window the log rebuilds is the one the loop last used, compressed as it went
     window = ContextWindow.from_log(final.state["context_meta"], final.state["context_log"])
     assert window.usage().tokens <= 8_000
-    kinds = [e["kind"] for e in final.state["event_log"]]
+    kinds = [e["kind"] for e in runtime_state(final.state)["event_log"]]
     # the working layer's own budget keeps this run under 70%; the warning is tested below
     assert "context_compressed" in kinds
-    compressed = next(e for e in final.state["event_log"] if e["kind"] == "context_compressed")
+    compressed = next(e for e in runtime_state(final.state)["event_log"] if e["kind"] == "context_compressed")
     assert compressed["detail"]["before_tokens"] > compressed["detail"]["after_tokens"] > 0
     assert compressed["detail"]["level"] in ("standard", "deep")
 
@@ -75,7 +76,7 @@ async def test_thresholds_come_from_the_config_and_events_reach_the_listener(tmp
     assert result.status is RunStatus.COMPLETED
     warnings = [e for e in events if e.kind == "context_warning"]
     assert len(warnings) == 1 and warnings[0].detail["ratio"] > 0.2
-    assert [e["kind"] for e in result.state["event_log"]].count("context_warning") == 1
+    assert [e["kind"] for e in runtime_state(result.state)["event_log"]].count("context_warning") == 1
 
 
 async def test_read_artifact_after_kill_9_and_resume(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tether.agent import AgentLoop, LoopConfig
 from tether.models import ScriptedModel
 from tether.state import RunStatus
+from tether.state.reserved import runtime_state
 from tether.stores import open_store
 from tether.tools import LocalSession
 
@@ -24,7 +25,9 @@ async def test_iterations_are_one_routed_step_with_a_counter(tmp_path):
         assert result.status is RunStatus.COMPLETED
         assert result.state["iteration"] == 3
         assert [h["node"] for h in result.state["execution_history"]] == ["iteration"] * 3
-        routes = [e["detail"]["reason"] for e in result.state["event_log"] if e["kind"] == "route"]
+        routes = [
+            e["detail"]["reason"] for e in runtime_state(result.state)["event_log"] if e["kind"] == "route"
+        ]
         assert routes == ["iteration 2", "iteration 3"]
         assert [c["command"] for c in result.state["command_history"]] == ["echo one", "echo two"]
 

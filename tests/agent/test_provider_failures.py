@@ -16,6 +16,7 @@ from tether.models.anthropic import AnthropicChatModel
 from tether.models.openai import OpenAIChatModel
 from tether.runtime import FailureKind, classify
 from tether.state import RunStatus
+from tether.state.reserved import runtime_state
 from tether.stores import open_store
 from tether.tools import LocalSession
 
@@ -70,7 +71,7 @@ async def test_a_prompt_still_too_long_after_one_compression_is_a_data_failure(s
     assert len(server.requests) == 3  # the action, then one refusal, one compression, one refusal
     first, second = server.requests[1], server.requests[2]
     assert _prompt_chars(second) < _prompt_chars(first)  # the retry sent a compressed prompt
-    report = result.state["failure_report"]
+    report = runtime_state(result.state)["failure_report"]
     assert result.status is RunStatus.PAUSED  # waits for a decision, as any DATA failure
     assert (report["kind"], report["error_type"]) == ("data", "BudgetExceeded")
     assert "too long 2 times" in report["error"]
@@ -90,7 +91,7 @@ async def test_a_malformed_provider_body_is_a_data_failure_after_one_call(server
     result = await AgentLoop(model, LocalSession(cwd=tmp_path), store).start(new_id(), "g")
     await model.aclose()
     assert len(server.requests) == 1
-    report = result.state["failure_report"]
+    report = runtime_state(result.state)["failure_report"]
     assert (report["kind"], report["error_type"]) == ("data", "MalformedResponse")
     assert "malformed" in report["error"]
 

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tether.cli.app import app
+from tether.state.reserved import runtime_state
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW = "tests.cli._flows:slow_plan"
@@ -87,7 +88,7 @@ def test_a_killed_runner_lists_as_interrupted(url, tmp_path):
     go.touch()
     done = tether("resume", "sigkill", "--store", url, env={"TETHER_TEST_GO": str(go)})
     assert done.returncode == 0, done.stderr
-    log = json.loads(tether("show", "sigkill", "--store", url).stdout)["state"]["event_log"]
+    log = runtime_state(json.loads(tether("show", "sigkill", "--store", url).stdout)["state"])["event_log"]
     cut = [e for e in log if e["kind"] == "interrupted"]
     assert cut and cut[0]["detail"]["after"] == "a"  # the crash is on record
 
@@ -103,7 +104,7 @@ def test_pause_and_cancel_stop_a_live_runner_at_the_next_step_boundary(url, tmp_
     assert f"status: {status}" in out
     shown = json.loads(tether("show", command, "--store", url).stdout)
     assert shown["status"] == status and shown["state"]["messages"] == ["a", "b"]  # 'b' was kept
-    assert shown["state"]["_lease"] is None
+    assert runtime_state(shown["state"])["lease"] is None
     if status == "PAUSED":
         assert "paused from outside" in out and f"continue with: tether resume {command}" in out
         done = tether("resume", SLOW, command, "--store", url, env={"TETHER_TEST_GO": str(go)})
@@ -178,7 +179,7 @@ def test_json_diff_rollback_and_never_expiring_settings(url, monkeypatch):
     back = cli.invoke(app, ["rollback", "j1", "2", "--store", url])
     assert back.exit_code == 0 and "version 2 restored as version" in back.output
     shown = json.loads(cli.invoke(app, ["show", "j1", "--store", url]).output)
-    assert shown["state"]["messages"] == ["a"] and shown["state"]["_lease"] is None
+    assert shown["state"]["messages"] == ["a"] and runtime_state(shown["state"])["lease"] is None
     status = json.loads(cli.invoke(app, ["status", "j1", "--store", url, "--json"]).output)
     assert status["status"] == "COMPLETED" and status["continue_with"] is None
 

@@ -13,6 +13,7 @@ from tests.stores.conftest import new_id
 from tether.models import Backoff, LLMConfig, OpenAIChatModel
 from tether.runtime import FailureKind, RetryPolicy, Runner, Step, Workflow
 from tether.state import RunStatus
+from tether.state.reserved import runtime_state
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,11 +52,11 @@ async def test_a_crash_during_attempt_2_of_3_leaves_one_attempt_for_the_resume(
     assert calls == ["call:1", "call:2", "call:3"]
     cp = await store.load(run_id)
     if status == "PAUSED":
-        report = cp.state["failure_report"]
+        report = runtime_state(cp.state)["failure_report"]
         assert report["attempts"] == 3 and report["kind"] == "transient"
     else:
-        assert cp.state["todo"]["call"]["attempts"] == 3
-    kinds = [e["kind"] for e in cp.state["event_log"]]
+        assert runtime_state(cp.state)["todo"]["call"]["attempts"] == 3
+    kinds = [e["kind"] for e in runtime_state(cp.state)["event_log"]]
     assert "interrupted" in kinds  # the crash inside attempt 2 is on record
 
 
@@ -67,15 +68,17 @@ async def test_a_non_idempotent_step_cut_by_a_crash_pauses_instead_of_running_ag
     assert resumed.stdout.strip() == "PAUSED", resumed.stderr
     assert log.read_text().split() == ["prepare:1", "charge:1"]  # not charged twice
     cp = await store.load(run_id)
-    report = cp.state["failure_report"]
+    report = runtime_state(cp.state)["failure_report"]
     assert report["item_id"] == "charge"
     assert "step 'charge' may have partly run; retry, skip or inspect" in report["error"]
     assert report["options"] == ["retry", "skip", "abort"]
-    assert [e for e in cp.state["event_log"] if e["kind"] == "interrupted"][-1]["step"] == "charge"
+    assert [e for e in runtime_state(cp.state)["event_log"] if e["kind"] == "interrupted"][-1][
+        "step"
+    ] == "charge"
     skipped = flow(url, run_id, "resume", log, "charge", "skip")
     assert skipped.stdout.strip() == "COMPLETED", skipped.stderr
     assert log.read_text().split() == ["prepare:1", "charge:1", "notify:1"]
-    assert (await store.load(run_id)).state["todo"]["charge"]["status"] == "skipped"
+    assert runtime_state((await store.load(run_id)).state)["todo"]["charge"]["status"] == "skipped"
 
 
 async def test_provider_retries_and_runner_retries_share_one_budget(store):

@@ -7,6 +7,7 @@ import asyncio
 from tests.stores.conftest import new_id
 from tether.runtime import LogicError, RetryPolicy, Runner, Step, Workflow
 from tether.state import RunStatus
+from tether.state.reserved import runtime_state
 
 FAST = RetryPolicy(attempts=1)
 
@@ -47,7 +48,7 @@ async def test_two_runs_on_one_runner_interleave_and_each_completes_its_own_plan
     assert result_b.status is RunStatus.COMPLETED, result_b.report and result_b.report.render()
     assert result_a.state["messages"] == ["one", "fix", "two-again"]
     assert result_b.state["messages"] == ["one", "two", "three"]
-    assert list(result_b.state["todo"]) == ["one", "two", "three"]
+    assert list(runtime_state(result_b.state)["todo"]) == ["one", "two", "three"]
     assert runner.workflow is wf  # a re-plan changes that run's plan, not the runner's
     assert (await store.load(b_id)).executed_node_ids == ["one", "two", "three"]
 

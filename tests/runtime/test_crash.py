@@ -10,10 +10,11 @@ import pytest
 
 from tests.runtime._flow import STEPS
 from tests.stores.conftest import new_id
+from tether.state.reserved import runtime_state
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-VOLATILE = {"_lease", "event_log", "execution_history", "todo"}
+VOLATILE = {"_tether", "execution_history"}
 
 
 def run_flow(
@@ -40,7 +41,7 @@ def url(backend: str, store_url: str) -> str:
 def comparable(state: dict) -> dict:
     out = {k: v for k, v in state.items() if k not in VOLATILE}
     out["history"] = [h["node"] for h in state["execution_history"]]
-    out["todo"] = [(sid, t["status"]) for sid, t in state["todo"].items()]
+    out["todo"] = [(sid, t["status"]) for sid, t in runtime_state(state)["todo"].items()]
     return out
 
 

@@ -13,6 +13,7 @@ from tether.errors import InvalidStateValue, RunExists, RunInProgress, VersionCo
 from tether.runtime import FailureKind, RetryPolicy, Runner, Step, Workflow
 from tether.runtime.lease import list_runs_live
 from tether.state import ExecutionContext, RunStatus
+from tether.state.reserved import runtime_state
 
 ONCE = RetryPolicy(attempts=1)
 
@@ -29,7 +30,7 @@ async def assert_released(store, run_id, status):
     """The run is stored with ``status`` and no process holds it."""
     assert await store.get_status(run_id) is status
     cp = await store.load(run_id)
-    assert cp.state.get("_lease") is None
+    assert runtime_state(cp.state).get("lease") is None
     return cp
 
 
@@ -52,7 +53,7 @@ async def test_a_step_value_the_state_refuses_is_a_data_failure_with_a_report(st
     assert result.report is not None and result.report.kind is FailureKind.DATA
     assert result.report.item_id == "b" and expected in result.report.error
     cp = await assert_released(store, result.run_id, RunStatus.PAUSED)
-    assert cp.state["failure_report"]["error"] == result.report.error
+    assert runtime_state(cp.state)["failure_report"]["error"] == result.report.error
     assert cp.executed_node_ids == ["a"]
     resumed = await Runner(plan(ok, ok, ok), store).resume(result.run_id, decision="retry")
     assert resumed.status is RunStatus.COMPLETED
@@ -108,9 +109,9 @@ async def test_a_cancelled_run_is_interrupted_released_and_resumable_in_the_same
         await task
     cp = await assert_released(store, run_id, RunStatus.INTERRUPTED)
     assert "half_done" not in cp.state and cp.executed_node_ids == ["a"]
-    assert cp.state["event_log"][-1]["kind"] == "interrupted"
-    assert cp.state["event_log"][-1]["step"] == "b"
-    assert cp.state["pause_reason"].startswith("cancelled")
+    assert runtime_state(cp.state)["event_log"][-1]["kind"] == "interrupted"
+    assert runtime_state(cp.state)["event_log"][-1]["step"] == "b"
+    assert runtime_state(cp.state)["pause_reason"].startswith("cancelled")
     # a new runner in this same process may take it over at once (no 10-minute lease wait)
     result = await Runner(plan(ok, ok, ok), store).resume(run_id)
     assert result.status is RunStatus.COMPLETED and result.state["messages"] == ["a", "b", "c"]
@@ -171,19 +172,19 @@ async def test_copy_rollback_and_update_never_carry_a_lease(store):
     run_id = new_id()
     task = asyncio.create_task(Runner(plan(ok, waits), store).start(run_id))
     await started.wait()
-    assert (await store.load(run_id)).state["_lease"] is not None
+    assert runtime_state((await store.load(run_id)).state)["lease"] is not None
     fork = new_id("fork")
     await store.copy(run_id, fork)
-    assert (await store.load(fork)).state.get("_lease") is None
+    assert runtime_state((await store.load(fork)).state).get("lease") is None
     await store.rollback(run_id, 1)
-    assert (await store.load(run_id)).state.get("_lease") is None
+    assert runtime_state((await store.load(run_id)).state).get("lease") is None
     gate.set()
     with pytest.raises(VersionConflict):  # the live runner cannot go on from a state it never saw
         await task
     await assert_released(store, run_id, RunStatus.INTERRUPTED)
     await store.set_status(fork, RunStatus.PAUSED)
     await store.update_state(fork, {"goal": "new"})
-    assert (await store.load(fork)).state.get("_lease") is None
+    assert runtime_state((await store.load(fork)).state).get("lease") is None
 
 
 async def test_a_pause_stored_by_another_process_stops_the_runner_at_the_next_step_boundary(store):
@@ -204,7 +205,7 @@ async def test_a_pause_stored_by_another_process_stops_the_runner_at_the_next_st
     assert result.status is RunStatus.PAUSED
     cp = await assert_released(store, run_id, RunStatus.PAUSED)
     assert cp.executed_node_ids == ["a", "b"] and cp.state["b_output"] == "done"
-    assert "paused from outside" in cp.state["pause_reason"]
+    assert "paused from outside" in runtime_state(cp.state)["pause_reason"]
     await store.update_state(run_id, {"goal": "changed while paused"})
     done = await Runner(plan(ok, waits, ok), store).resume(run_id)
     assert done.status is RunStatus.COMPLETED and done.state["goal"] == "changed while paused"
@@ -246,7 +247,7 @@ async def test_paused_then_updated_while_the_step_runs_keeps_the_update(store):
     assert result.status is RunStatus.PAUSED
     cp = await assert_released(store, run_id, RunStatus.PAUSED)
     assert cp.state["goal"] == "human edit" and cp.executed_node_ids == ["a"]
-    assert cp.state["event_log"][-1]["kind"] == "step_discarded"
+    assert runtime_state(cp.state)["event_log"][-1]["kind"] == "step_discarded"
     done = await Runner(plan(ok, ok, ok), store).resume(run_id)
     assert done.status is RunStatus.COMPLETED and done.state["goal"] == "human edit"
 

@@ -13,6 +13,7 @@ from tether.errors import ConfigError
 from tether.runtime import Runner, Step, StepContext, Workflow
 from tether.runtime.workflow import ROUTE_KEY, LoopLimitExceeded
 from tether.state import ExecutionContext, RunStatus
+from tether.state.reserved import runtime_state
 from tether.stores import create_store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +55,7 @@ async def test_a_step_loops_back_and_every_decision_is_in_the_checkpoint(tmp_pat
     assert result.status is RunStatus.COMPLETED
     assert result.state["trail"] == ["check", "work"] * 3 + ["check", "done"]
     cp = await store.load("loop")
-    routes = [e["detail"] for e in cp.state["event_log"] if e["kind"] == "route"]
+    routes = [e["detail"] for e in runtime_state(cp.state)["event_log"] if e["kind"] == "route"]
     assert [r["to"] for r in routes] == [["work"], ["check"]] * 3 + [["done"]]
     assert routes[0]["reason"] == "n=0"
     assert cp.state[ROUTE_KEY]["visits"] == {"work": 3, "check": 3, "done": 1}
@@ -185,7 +186,7 @@ async def test_a_non_idempotent_routed_step_killed_inside_pauses_and_stays_queue
     cp = await store.load(run_id)
     chosen = [line.split(":")[2] for line in log.read_text().split() if line.startswith("decide:")]
     assert cp is not None and cp.state[ROUTE_KEY]["pending"][0] == chosen[1]
-    assert cp.state["failure_report"]["error_type"] == "Interrupted"
+    assert runtime_state(cp.state)["failure_report"]["error_type"] == "Interrupted"
     done = run_loop(url, run_id, "resume", log, 0, "nonidem,retry")
     assert done.stdout.strip() == "COMPLETED", done.stderr
     cp = await store.load(run_id)

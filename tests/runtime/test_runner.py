@@ -22,6 +22,7 @@ from tether.runtime import (
     Workflow,
 )
 from tether.state import RunStatus
+from tether.state.reserved import runtime_state
 
 FAST = RetryPolicy(attempts=3, initial=0.001, maximum=0.002, jitter=0)
 
@@ -43,7 +44,7 @@ async def test_a_plan_runs_in_order_with_a_checkpoint_after_every_step(store):
     hist = await store.history(result.run_id)
     assert [h.node_id for h in reversed(hist)][1:4] == ["plan", "build", "ship"]
     assert result.state["messages"] == ["plan", "build", "ship"]
-    assert [t["status"] for t in result.state["todo"].values()] == ["done"] * 3
+    assert [t["status"] for t in runtime_state(result.state)["todo"].values()] == ["done"] * 3
     assert [h["node"] for h in result.state["execution_history"]] == ["plan", "build", "ship"]
     assert await store.get_status(result.run_id) is RunStatus.COMPLETED
     assert [e.kind for e in events].count("step_done") == 3
@@ -62,7 +63,7 @@ async def test_transient_fault_succeeds_on_the_third_try(store):
     result = await r.start(new_id())
     assert result.status is RunStatus.COMPLETED and tries == [1, 2, 3]
     assert [e.kind for e in events].count("step_retry") == 2
-    assert result.state["todo"]["call"]["attempts"] == 3
+    assert runtime_state(result.state)["todo"]["call"]["attempts"] == 3
 
 
 async def test_transient_fault_that_never_recovers_is_reported_after_three_tries(store):
@@ -78,8 +79,8 @@ async def test_transient_fault_that_never_recovers_is_reported_after_three_tries
     assert result.status is RunStatus.PAUSED  # waits for a human decision
     assert result.report.kind is FailureKind.TRANSIENT and result.report.attempts == 3
     snap = await store.snapshot(result.run_id)
-    assert snap.state["pending_decision"]["item_id"] == "call"
-    assert snap.state["todo"]["call"]["status"] == "failed"
+    assert runtime_state(snap.state)["pending_decision"]["item_id"] == "call"
+    assert runtime_state(snap.state)["todo"]["call"]["status"] == "failed"
 
 
 @pytest.mark.parametrize(
@@ -117,7 +118,7 @@ async def test_each_failure_class_is_rolled_back_and_reported(store, exc, kind):
     assert len(alerts) == (1 if kind is FailureKind.SYSTEM else 0)
     text = report.render()
     assert 'TODO item: "Select dataset"' in text and "item 2 of 2" in text and "[abort]" in text
-    stored = (await store.load(result.run_id)).state["failure_report"]
+    stored = runtime_state((await store.load(result.run_id)).state)["failure_report"]
     assert stored["kind"] == str(kind) and stored["error_type"] == type(exc).__name__
 
 
@@ -134,7 +135,7 @@ async def test_logic_failure_replans_the_remaining_steps(store):
     assert result.status is RunStatus.COMPLETED
     assert result.state["messages"] == ["plan", "build", "deploy2"]
     assert "replanned" in [e.kind for e in events]
-    assert result.state["todo"]["deploy"]["status"] == "failed"
+    assert runtime_state(result.state)["todo"]["deploy"]["status"] == "failed"
 
 
 async def test_rollback_restores_the_pre_item_state_and_compensates_in_reverse(store):
@@ -156,7 +157,7 @@ async def test_rollback_restores_the_pre_item_state_and_compensates_in_reverse(s
         "undo_create: remove container",
     ]
     assert "state restored to version" in result.report.rolled_back[2]
-    logged = [e["kind"] for e in state["event_log"]]
+    logged = [e["kind"] for e in runtime_state(state)["event_log"]]
     assert logged.count("rollback_action") == 2 and "state_restored" in logged
 
 
@@ -179,7 +180,7 @@ async def test_a_failing_compensation_is_reported_and_the_run_fails_consistently
     assert "Rollback problems" in result.report.render()
     cp = await store.load(result.run_id)
     assert cp.status is RunStatus.FAILED and await store.get_status(result.run_id) is RunStatus.FAILED
-    assert [e["kind"] for e in cp.state["event_log"]].count("rollback_failed") == 1
+    assert [e["kind"] for e in runtime_state(cp.state)["event_log"]].count("rollback_failed") == 1
 
 
 async def test_retry_and_skip_decisions(store):
@@ -205,7 +206,10 @@ async def test_retry_and_skip_decisions(store):
     )
     result = await r2.start(new_id())
     assert result.status is RunStatus.COMPLETED
-    assert [(k, t["status"]) for k, t in result.state["todo"].items()] == [("x", "skipped"), ("y", "done")]
+    assert [(k, t["status"]) for k, t in runtime_state(result.state)["todo"].items()] == [
+        ("x", "skipped"),
+        ("y", "done"),
+    ]
 
 
 async def test_paused_failure_is_decided_later_from_another_runner(store):
@@ -320,7 +324,7 @@ async def test_a_step_can_finish_the_run_early(store):
     result = await r.start(new_id())
     assert result.status is RunStatus.COMPLETED
     assert result.state["final_output"] == "deployed at http://127.0.0.1:8000"
-    assert result.state["todo"]["c"]["status"] == "skipped" and "c_output" not in result.state
+    assert runtime_state(result.state)["todo"]["c"]["status"] == "skipped" and "c_output" not in result.state
 
     def give_up(sc):
         sc.finish("FAILED", "no database configured")

@@ -15,6 +15,7 @@ import pytest
 from tests.stores.conftest import IN_CI, new_id
 from tether.runtime import Runner, Step, Workflow, live_status
 from tether.state import RunStatus
+from tether.state.reserved import runtime_state
 from tether.stores import create_store
 
 
@@ -89,9 +90,9 @@ async def test_a_failed_commit_pauses_the_run_once_the_store_is_back(redis_serve
         assert result.status is RunStatus.PAUSED
         cp = await store.load(run_id)
         assert await store.get_status(run_id) is RunStatus.PAUSED
-        assert cp.state["_lease"] is None and cp.executed_node_ids == ["a"]
-        assert "the store failed a commit" in cp.state["pause_reason"]
-        assert cp.state["event_log"][-1]["kind"] == "store_failed"
+        assert runtime_state(cp.state)["lease"] is None and cp.executed_node_ids == ["a"]
+        assert "the store failed a commit" in runtime_state(cp.state)["pause_reason"]
+        assert runtime_state(cp.state)["event_log"][-1]["kind"] == "store_failed"
         done = await Runner(workflow(redis_server, ran), store).resume(run_id)
         assert done.status is RunStatus.COMPLETED
         assert done.state["messages"] == ["a", "b", "c"] and ran == ["a", "b", "b", "c"]

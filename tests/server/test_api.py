@@ -9,6 +9,7 @@ from tests.server.conftest import live, new_id, serve
 from tests.server.flows import GATE
 from tether.runtime import runtime_reducers
 from tether.state import ExecutionContext, RunStatus
+from tether.state.reserved import runtime_state
 
 
 async def paused_run(app: Any, run_id: str, **state: Any) -> int:
@@ -210,7 +211,7 @@ async def test_failure_report_and_skip_decision_continue_the_run(api):
     r = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "skip"})
     assert r.status_code == 202
     snap = await wait_status(client, rid, "COMPLETED")
-    assert snap["stateData"]["todo"]["fetch"]["status"] == "skipped"
+    assert runtime_state(snap["stateData"])["todo"]["fetch"]["status"] == "skipped"
     assert snap["stateData"]["report_output"] == "report"
     again = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "skip"})
     assert again.status_code == 409
@@ -391,4 +392,4 @@ async def test_replan_decision_runs_the_new_steps_when_the_server_has_a_replanne
         snap = await wait_status(client, rid, "COMPLETED")
         assert seen == ["fetch"]
         assert snap["stateData"]["fetch_cached_output"] == "fetch_cached"
-        assert snap["stateData"]["todo"]["fetch_cached"]["status"] == "done"
+        assert runtime_state(snap["stateData"])["todo"]["fetch_cached"]["status"] == "done"

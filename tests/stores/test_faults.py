@@ -39,6 +39,7 @@ from tether.errors import (
     StoreUnavailable,
 )
 from tether.state import ExecutionContext, RunStatus, default_registry
+from tether.state.reserved import runtime_state, runtime_update
 from tether.stores import CheckpointStore, RetryPolicy
 from tether.stores.redis import RedisStore
 from tether.stores.sqlite import SqliteStore
@@ -82,7 +83,7 @@ async def _pause_with_report(store: CheckpointStore, run_id: str, step: int, exc
         try:
             ctx = await store.load_context(run_id, reducers=REDUCERS)
             assert ctx is not None
-            ctx.put("failure_report", report)
+            ctx.merge(runtime_update(failure_report=report))
             await store.commit(ctx, status=RunStatus.PAUSED, metadata={"report": report})
             return
         except StoreError:
@@ -99,7 +100,7 @@ async def assert_consistent(
     assert info is not None and info.status in ended, info
     if info.status is not RunStatus.COMPLETED:
         cp = await store.load(run_id)
-        assert cp is not None and cp.state.get("failure_report"), cp
+        assert cp is not None and runtime_state(cp.state).get("failure_report"), cp
     for version, items in committed.items():
         cp = await store.load(run_id, version)
         assert cp is not None and cp.state["items"] == items, (version, cp)
@@ -193,7 +194,7 @@ async def test_redis_away_longer_than_the_retries_pauses_the_run(tmp_path):
             status = await assert_consistent(store, run_id, committed)
             assert status is RunStatus.PAUSED and sorted(committed) == [1, 2, 3]
             cp = await store.load(run_id)
-            assert cp.state["failure_report"]["error"] == "StoreUnavailable"
+            assert runtime_state(cp.state)["failure_report"]["error"] == "StoreUnavailable"
 
 
 # -- deadlocks ------------------------------------------------------------------------
@@ -340,7 +341,7 @@ async def test_a_state_over_max_allowed_packet_is_state_too_large(tmp_path):
 
         committed = await drive(store, run_id, steps=3, fault_at=2, fault=too_big)
         assert await assert_consistent(store, run_id, committed) is RunStatus.PAUSED
-        report = (await store.load(run_id)).state["failure_report"]
+        report = runtime_state((await store.load(run_id)).state)["failure_report"]
         assert report["error"] == "StateTooLarge"
         assert "max_allowed_packet" in report["message"] and str(limit) in report["message"]
 
@@ -394,9 +395,9 @@ async def test_a_flipped_byte_in_a_stored_row_is_corrupt_on_every_server(tmp_pat
             await store.commit(ctx)
             if isinstance(store, RedisStore):
                 key = f"{store.prefix}rows:{ctx.run_id}"
-                row = bytearray(await store._r.hget(key, "2"))
+                row = bytearray(await store.client.hget(key, "2"))
                 row[row.index(b"will change")] ^= 0x01
-                await store._r.hset(key, "2", bytes(row))
+                await store.client.hset(key, "2", bytes(row))
             else:
                 row = (
                     await store._query(
@@ -418,7 +419,7 @@ async def test_a_missing_base_row_on_redis_is_corrupt_not_not_found(tmp_path):
         await writer.commit(ctx)
         ctx.merge({"items": ["x"]})
         await writer.commit(ctx)
-        await writer._r.hdel(f"{writer.prefix}rows:{ctx.run_id}", "1")
+        await writer.client.hdel(f"{writer.prefix}rows:{ctx.run_id}", "1")
         for store in (writer, reader):  # with this store's hint, and without
             with pytest.raises(CheckpointCorrupt, match=rf"run '{ctx.run_id}' version 1: .*missing"):
                 await store.load(ctx.run_id)
@@ -499,7 +500,9 @@ async def test_every_fault_under_the_runner_ends_the_run_consistently(fault, tmp
             assert result.state["messages"][0] == "a" and result.state["messages"][-1] == "c"
         else:
             assert info.status is not RunStatus.COMPLETED
-            assert result.state.get("pause_reason") or result.state.get("failure_report"), result.state
+            assert runtime_state(result.state).get("pause_reason") or runtime_state(result.state).get(
+                "failure_report"
+            ), result.state
         versions = [h.version for h in await store.history(result.run_id)]
         assert versions == list(range(info.version, 0, -1))
         for version in versions:

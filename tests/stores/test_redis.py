@@ -303,12 +303,12 @@ def test_the_chain_fetch_packs_as_redis_py_would(key: str, base: int, latest: in
     it must be byte for byte what redis-py sends."""
     import redis
 
-    from tether.stores.redis import _hmget_rows
+    from tether.stores.redis.pipeline import hmget_rows
 
     conn = redis.Redis().connection_pool.make_connection()
     versions = [*range(base, latest + 1, 7), latest + 1]
     expected = b"".join(conn.pack_command("HMGET", key, "_base", *versions))
-    assert _hmget_rows(key, versions) == expected
+    assert hmget_rows(key, versions) == expected
 
 
 async def test_a_long_chain_under_a_non_ascii_run_id_loads_by_both_paths(store, redis_url, prefix):

@@ -34,6 +34,7 @@ from tether.errors import TetherError
 from tether.models.base import ChatModel
 from tether.runtime import Event, RunResult
 from tether.state import RunStatus
+from tether.state.reserved import runtime_get
 from tether.stores.base import CheckpointStore
 from tether.tools import CommandPolicy
 from tether.tools.redact import default_redactor, install_log_redaction
@@ -294,7 +295,7 @@ class AsyncDeploymentAgent:
             message=message,
             log_file=path,
             pending_question=result.state.get("pending_question") if paused else None,
-            pending_decision=result.state.get("pending_decision") if paused else None,
+            pending_decision=runtime_get(result.state, "pending_decision") if paused else None,
         )
 
     async def _learn(self, result: RunResult, ctx: RepoContext) -> None:

@@ -44,6 +44,7 @@ from tether.errors import ApprovalRequired, ModelOutputError, ToolError
 from tether.models.base import ChatModel
 from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
 from tether.state import ExecutionContext, RunStatus, default_registry
+from tether.state.reserved import runtime_update
 from tether.stores.base import CheckpointStore
 from tether.tools.base import Session
 from tether.tools.guard import GuardedSession
@@ -146,7 +147,6 @@ class AgentLoop:
             .register("user_interactions", "append")
             .register("actions", "append")
             .register("context_log", "append")
-            .register("event_log", "append")
         )
         return Runner(self.workflow(), self.store, reducers=reducers, on_event=self.on_event)
 
@@ -271,9 +271,10 @@ class AgentLoop:
         for event in events:
             self._emit(event.kind, sc, **event.detail())
         if events:
-            update["event_log"] = [
+            logged = [
                 {"kind": e.kind, "step": sc.step.id, "detail": e.detail(), "ts": _iso_now()} for e in events
             ]
+            sc.state.merge(runtime_update(event_log=logged))
 
     def _save_window(self, sc: StepContext, window: ContextWindow, update: dict[str, Any]) -> None:
         update["context_meta"] = window.meta_state()

@@ -121,6 +121,8 @@ def continue_hint(run_id: str, state: dict[str, Any], status: str) -> str | None
 
     A run records what started it (``_origin``), so its id is enough; an older run needs
     its workflow named."""
+    from tether.state.reserved import runtime_get
+
     origin = state.get("_origin")
     base = f"tether resume {run_id}" if isinstance(origin, dict) else f"tether resume WORKFLOW {run_id}"
     if status == "INTERRUPTED":
@@ -129,7 +131,7 @@ def continue_hint(run_id: str, state: dict[str, Any], status: str) -> str | None
         return None
     if state.get("pending_approval"):
         return f"tether approve {run_id} [--deny], then {base}"
-    pending = state.get("pending_decision")
+    pending = runtime_get(state, "pending_decision")
     if isinstance(pending, dict) and pending.get("options"):
         return f"{base} --decision {'|'.join(pending['options'])}"
     if state.get("pending_question"):

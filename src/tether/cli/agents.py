@@ -468,8 +468,10 @@ def _plan_run(
             if hasattr(chat, "aclose"):
                 await chat.aclose()
 
+    from tether.state.reserved import runtime_get
+
     result, question, log_file, approval = _run(go)
-    pending = result.state.get("pending_decision") if str(result.status) == "PAUSED" else None
+    pending = runtime_get(result.state, "pending_decision") if str(result.status) == "PAUSED" else None
     _report(
         console,
         result.run_id,

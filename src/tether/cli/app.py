@@ -239,7 +239,9 @@ def _drive(
         async with open_store(url, **options) as s:
             view = LiveView(wf, out, plain=plain or not out.is_terminal)
             if seed and (ctx := await s.load_context(run_id)) is not None:
-                view.seed(ctx.get("todo") or {})
+                from tether.state.reserved import runtime_get
+
+                view.seed(runtime_get(ctx, "todo", {}))
             with view:
                 return await call(Runner(wf, s, on_event=view))
 
@@ -251,11 +253,13 @@ def _drive(
         sys.stderr.flush()
         os._exit(EXIT_CTRL_C)  # a sync step's thread cannot be stopped: do not wait for it
 
+    from tether.state.reserved import runtime_get
+
     status = str(result.status)
     out.print(f"status: {status} at version {result.version}", markup=False)
     if result.report is not None:
         out.print(result.report.render(), markup=False)
-    reason = result.state.get("pause_reason")
+    reason = runtime_get(result.state, "pause_reason")
     if reason and status in ("PAUSED", "INTERRUPTED"):
         out.print(f"reason: {reason}", markup=False)
     hint = continue_hint(run_id, result.state, status)
@@ -301,6 +305,7 @@ def report(
     """Show a run's last failure report (or --json)."""
     from tether.errors import RunNotFound
     from tether.runtime import FailureReport
+    from tether.state.reserved import runtime_get
 
     url, options = _settings(store)
 
@@ -311,7 +316,7 @@ def report(
             cp = await s.load(run_id)
             if cp is None:
                 raise RunNotFound(run_id)
-            found = cp.state.get("failure_report")
+            found = runtime_get(cp.state, "failure_report")
             return found if isinstance(found, dict) else None
 
     data = _run(go)

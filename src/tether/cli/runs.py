@@ -107,6 +107,7 @@ def show(run_id: str, store: StoreOpt = None, version: int | None = None, as_jso
 
     async def go(s: Any) -> dict[str, Any]:
         from tether.runtime import live_status
+        from tether.state.reserved import runtime_get
 
         if version is None:
             snap = await s.snapshot(run_id)
@@ -121,7 +122,7 @@ def show(run_id: str, store: StoreOpt = None, version: int | None = None, as_jso
                 "current_node_id": snap.current_node_id,
                 "current_node_name": snap.current_node_name,
                 "timestamp": snap.timestamp.isoformat(),
-                "pause_reason": snap.state.get("pause_reason"),
+                "pause_reason": runtime_get(snap.state, "pause_reason"),
                 "continue_with": continue_hint(run_id, snap.state, shown),
                 "state": snap.state,
             }
@@ -187,6 +188,7 @@ def status(
 
     async def go(s: Any) -> dict[str, Any]:
         from tether.runtime import live_status
+        from tether.state.reserved import runtime_get
 
         if wanted is not None:
             await s.set_status(run_id, wanted)
@@ -200,7 +202,7 @@ def status(
             "status": shown,
             "version": info.version,
             "node_id": info.node_id,
-            "pause_reason": cp.state.get("pause_reason"),
+            "pause_reason": runtime_get(cp.state, "pause_reason"),
             "continue_with": continue_hint(run_id, cp.state, shown),
         }
 

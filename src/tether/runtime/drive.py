@@ -31,6 +31,7 @@ from tether.runtime.events import Event
 from tether.runtime.report import FailureReport
 from tether.runtime.workflow import Workflow
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus
+from tether.state.reserved import runtime_get, runtime_update
 from tether.stores.base import CheckpointStore
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class Stop(BaseException):
         self.status = status
         self.report = report
         self.reason = reason
-        """Why the run pauses (stored as ``pause_reason``)."""
+        """Why the run pauses (stored as the runtime's ``pause_reason``)."""
         self.committed = committed
         """The stop is already stored (it came from another process's status)."""
         self.store_error = store_error
@@ -124,8 +125,8 @@ async def commit_stop(
     wait: float = 0.0,
 ) -> ExecutionContext | None:
     """Commit the run's latest checkpoint with ``status``, the lease released, ``event``
-    appended to its event log and ``update`` put, if the run is still ``expect`` and
-    held by ``token``.
+    appended to its event log and ``update`` (fields of the runtime's part) set, if the
+    run is still ``expect`` and held by ``token``.
 
     Store failures are retried for ``wait`` seconds (backoff up to 2 s). Returns the
     committed context; None when the run is no longer this drive's (another runner,
@@ -140,13 +141,10 @@ async def commit_stop(
             info = await store.get_run(run_id)
             if ctx is None or info is None or info.status is not expect:
                 return None
-            lease = ctx.get("_lease")
+            lease = runtime_get(ctx, "lease")
             if isinstance(lease, dict) and lease.get("drive") != token:
                 return None  # another runner holds it now
-            ctx.put("_lease", None)
-            for key, value in (update or {}).items():
-                ctx.put(key, value)
-            ctx.merge({"event_log": [event.to_dict()]})
+            ctx.merge(runtime_update(**(update or {}), lease=None, event_log=[event.to_dict()]))
             await store.commit(ctx, status=status, metadata={"stopped": event.kind}, _require_status=expect)
             return ctx
         except (VersionConflict, RunNotPaused):
@@ -179,8 +177,9 @@ async def outside_status(
     reason = f"{str(info.status).lower()} from outside (another process set the status)"
     runner._emit("status_from_outside", ctx.run_id, run.step, status=str(info.status))
     if isinstance(exc, RunNotPaused):  # only the status changed: keep this step's work
-        ctx.put("_lease", None)
-        ctx.put("pause_reason", reason if info.status is RunStatus.PAUSED else None)
+        ctx.merge(
+            runtime_update(lease=None, pause_reason=reason if info.status is RunStatus.PAUSED else None)
+        )
         runner._log(run, "status_from_outside", run.step, status=str(info.status))
         try:
             await runner.store.commit(

@@ -1,7 +1,7 @@
 """Events a run emits: the CLI renders them, the server streams them, tests collect them.
 
-Rollback actions and decisions are also appended to the run's ``event_log`` state key,
-so they are checkpointed with the run.
+Rollback actions and decisions are also appended to the run's event log (in its state,
+under the reserved ``_tether`` key), so they are checkpointed with the run.
 """
 
 from __future__ import annotations

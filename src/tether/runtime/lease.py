@@ -1,6 +1,6 @@
 """Leases: which process executes a run now, and whether that process is still alive.
 
-A lease lives in the run's state (key ``_lease``: owner, host, pid, expires_at), so it is
+A lease lives in the run's state (the runtime's ``lease``: owner, host, pid, expires_at), so it is
 written in the same atomic commit as the step it covers. A lease is *dead* when its time
 ran out (its holder stopped renewing it) or when it names this host and a pid that no
 longer exists (a crash, a SIGKILL). A RUNNING run whose lease is dead is shown as
@@ -17,6 +17,7 @@ from typing import Any
 
 from tether.errors import CheckpointCorrupt, RunInProgress
 from tether.state import RunInfo, RunStatus
+from tether.state.reserved import runtime_get
 from tether.stores.base import CheckpointStore
 
 __all__ = [
@@ -85,7 +86,7 @@ async def live_status(store: CheckpointStore, info: RunInfo) -> RunStatus:
         cp = await store.load(info.run_id)
     except CheckpointCorrupt:
         return info.status  # unreadable here (damaged, or written by a newer tether): as stored
-    if cp is None or lease_is_dead(cp.state.get("_lease")):
+    if cp is None or lease_is_dead(runtime_get(cp.state, "lease")):
         return RunStatus.INTERRUPTED
     return RunStatus.RUNNING
 

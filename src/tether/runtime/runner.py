@@ -1,16 +1,10 @@
 """The runner: executes a workflow's steps, checkpointing after every one.
 
-State keys it keeps (all checkpointed with the run):
-
-    todo              {step id: {name, phase, status, attempts}} in plan order;
-                      status pending|done|failed|skipped (dict-merged: cheap per step)
-    execution_history one entry per finished step (append)
-    event_log         retries, rollback actions, decisions (append)
-    failure_report    the last FailureReport (dict) or None
-    pending_decision  a FailureReport waiting for retry/skip/replan/abort, or None
-    _lease            who executes the run now: {owner, host, pid, expires_at}
-
-    pause_reason      why the run is PAUSED or INTERRUPTED (None otherwise)
+What it keeps is checkpointed with the run: ``execution_history`` (one entry per
+finished step, appended) and, under the reserved key ``_tether``
+(:mod:`tether.state.reserved`), the TODO list (status pending|running|done|failed|
+skipped per step), the event log, the last failure report, the decision waiting, the
+lease and the pause reason.
 
 Resume after a crash: the latest checkpoint is loaded, the executed step ids rebuild
 the dependency tracker, and the step that was running when the process died runs
@@ -46,6 +40,14 @@ from tether.runtime.lease import ACTIVE_DRIVES, HOST, check_lease, new_lease
 from tether.runtime.report import Decision, DecisionHandler, FailureReport, possible_causes
 from tether.runtime.workflow import Phase, RetryPolicy, Step, StepContext, Workflow
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus, default_registry
+from tether.state.reserved import (
+    REDUCER,
+    RESERVED,
+    check_user_keys,
+    runtime_get,
+    runtime_update,
+    upgrade_context,
+)
 from tether.stores.base import CheckpointStore
 from tether.tools.redact import default_redactor, redact_exception
 
@@ -65,8 +67,7 @@ CheckpointHook = Callable[
 
 def runtime_reducers(base: ReducerRegistry | None = None) -> ReducerRegistry:
     """The reducers the runner's own keys need, on top of ``base`` (or the defaults)."""
-    reg = (base or default_registry()).copy()
-    return reg.register("todo", "merge").register("event_log", "append")
+    return (base or default_registry()).copy().register(RESERVED, REDUCER)
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -135,13 +136,18 @@ class Runner:
     # == entry points ===============================================================
     async def start(self, run_id: str, inputs: Mapping[str, Any] | None = None) -> RunResult:
         """Start a new run; raises :class:`RunExists` if ``run_id`` is already stored."""
+        check_user_keys(inputs or (), where="the run's inputs")
         ctx = ExecutionContext(run_id, dict(inputs or {}), reducers=self.reducers)
         run = self._new_run(ctx)
-        ctx.merge({"todo": self._todos(self.workflow.steps, "pending")})
-        ctx.put("_lease", self._lease(run))
-        ctx.put("failure_report", None)
-        ctx.put("pending_decision", None)
-        ctx.put("pause_reason", None)
+        ctx.merge(
+            runtime_update(
+                todo=self._todos(self.workflow.steps, "pending"),
+                lease=self._lease(run),
+                failure_report=None,
+                pending_decision=None,
+                pause_reason=None,
+            )
+        )
         try:
             await self.store.commit(ctx, status=RunStatus.RUNNING)
         except VersionConflict as exc:
@@ -177,12 +183,12 @@ class Runner:
         finished = info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
         if finished or (info.status is RunStatus.FAILED and decision is None):
             return RunResult(run_id=run_id, status=info.status, version=ctx.version, state=ctx._state_ref())
-        check_lease(run_id, ctx.get("_lease"), owner=self.owner, force=force)
+        check_lease(run_id, runtime_get(ctx, "lease"), owner=self.owner, force=force)
+        upgrade_context(ctx)  # a run stored by an earlier tether keeps its keys at the top
         run = self._new_run(ctx)
-        ctx.put("_lease", self._lease(run))
-        ctx.put("pause_reason", None)
+        ctx.merge(runtime_update(lease=self._lease(run), pause_reason=None))
         if info.status is RunStatus.RUNNING:  # its process died without a word: say so
-            cut = [sid for sid, t in (ctx.get("todo") or {}).items() if t.get("status") == "running"]
+            cut = [sid for sid, t in runtime_get(ctx, "todo", {}).items() if t.get("status") == "running"]
             for sid in cut:
                 self._log(run, "interrupted", sid, reason="its process stopped during the step")
             if not cut:  # no step had recorded its start: the one after this node was cut
@@ -205,7 +211,7 @@ class Runner:
         ACTIVE_DRIVES.add(run.token)
         try:
             try:
-                pending = run.ctx.get("pending_decision")
+                pending = runtime_get(run.ctx, "pending_decision")
                 if pending:
                     report = FailureReport.from_dict(pending)
                     choice = Decision(decision) if decision else await self._decide(report)
@@ -235,7 +241,7 @@ class Runner:
     def _settled(self, run: Drive) -> tuple[set[str], set[str]]:
         """Executed and skipped step ids, cached until a step or a decision changes them."""
         if run.settled_cache is None:
-            todo = run.ctx.get("todo") or {}
+            todo = runtime_get(run.ctx, "todo", {})
             skipped = {sid for sid, t in todo.items() if t.get("status") == "skipped"}
             run.settled_cache = (set(run.ctx.executed_node_ids), skipped)
         return run.settled_cache
@@ -244,7 +250,7 @@ class Runner:
         ctx = run.ctx
         run.step = step.id
         start_version = ctx.version
-        item = (ctx.get("todo") or {}).get(step.id) or {}
+        item = runtime_get(ctx, "todo", {}).get(step.id) or {}
         first = 1
         if item.get("status") == "running":  # its process stopped inside it
             if not step.idempotent:
@@ -255,7 +261,7 @@ class Runner:
         began = time.monotonic()
 
         async def mark(attempt: int) -> None:  # the attempt is on record before it runs
-            ctx._merge_checked({"todo": self._todos([step], "running", attempt)})
+            ctx._merge_checked(runtime_update(todo=self._todos([step], "running", attempt)))
             await self._commit(run, node_id=ctx.node_id, metadata={"attempt": attempt, "step": step.id})
 
         try:
@@ -275,13 +281,18 @@ class Runner:
                     f"step {step.id!r} returned {type(update).__name__}; "
                     "return a mapping of state updates or None"
                 )
+            if update and RESERVED in update:
+                raise StepReturnError(
+                    f"step {step.id!r} returned the key {RESERVED!r}, which tether reserves for "
+                    "its own bookkeeping; rename the key"
+                )
             ctx.merge(dict(update or {}))  # refused values fail here, as the step's failure
         except Exception as exc:
             await self._fail(run, step, exc, sc, start_version)
             return
         ctx._merge_checked(
             {
-                "todo": self._todos([step], "done", sc.attempt),
+                **runtime_update(todo=self._todos([step], "done", sc.attempt)),
                 "execution_history": [
                     {
                         "node": step.id,
@@ -295,9 +306,9 @@ class Runner:
         )
         ctx.mark_executed(step.id)
         sc.leave_route()  # a routed step leaves the queue in the checkpoint that records it done
-        lease = ctx.get("_lease")
+        lease = runtime_get(ctx, "lease")
         if not isinstance(lease, dict) or lease.get("expires_at", 0) - time.time() < self.lease_ttl / 2:
-            ctx.put("_lease", self._lease(run))
+            ctx._merge_checked(runtime_update(lease=self._lease(run)))
         if run.settled_cache is not None:
             run.settled_cache[0].add(step.id)
         version = await self._commit(run, node_id=step.id, metadata={"node_name": step.title})
@@ -335,8 +346,7 @@ class Runner:
             options=[Decision.RETRY, Decision.SKIP, Decision.ABORT],
         )
         self._log(run, "side_effect_cut", step.id, attempt=attempt)
-        ctx.put("failure_report", report.to_dict())
-        ctx.put("pending_decision", report.to_dict())
+        ctx.merge(runtime_update(failure_report=report.to_dict(), pending_decision=report.to_dict()))
         return Stop(RunStatus.PAUSED, report, reason=_waiting(report))
 
     async def _finish_early(self, run: Drive, step: Step, status: str, message: str) -> None:
@@ -344,7 +354,7 @@ class Runner:
         done, skipped = self._settled(run)
         rest = [s for s in run.workflow.steps if s.id not in done and s.id not in skipped]
         if rest:
-            ctx.merge({"todo": self._todos(rest, "skipped")})
+            ctx.merge(runtime_update(todo=self._todos(rest, "skipped")))
         ctx.put("final_output", message)
         self._emit("finish_requested", ctx.run_id, step.id, status=status, message=message)
         raise Stop(RunStatus(status))
@@ -384,7 +394,11 @@ class Runner:
         report = self._report(run, step, exc, kind, sc.attempt, rolled, failures)
         ctx.merge(
             {
-                "todo": self._todos([step], "failed", sc.attempt),
+                **runtime_update(
+                    todo=self._todos([step], "failed", sc.attempt),
+                    event_log=events,
+                    failure_report=report.to_dict(),
+                ),
                 "execution_history": [
                     {
                         "node": step.id,
@@ -394,10 +408,8 @@ class Runner:
                         "error": shown,
                     }
                 ],
-                "event_log": events,
             }
         )
-        ctx.put("failure_report", report.to_dict())
         if failures:  # a broken rollback is never papered over: stop, FAILED, consistent
             raise Stop(RunStatus.FAILED, report)
         if kind is FailureKind.SYSTEM and self.alert is not None:
@@ -406,7 +418,7 @@ class Runner:
             return
         choice = await self._decide(report)
         if choice is None:
-            ctx.put("pending_decision", report.to_dict())
+            ctx.merge(runtime_update(pending_decision=report.to_dict()))
             raise Stop(RunStatus.PAUSED, report, reason=_waiting(report))
         await self._apply_decision(run, report, choice)
 
@@ -487,7 +499,7 @@ class Runner:
         step = run.workflow.get(report.item_id)
         self._log(run, "decision", report.item_id, decision=str(choice))
         self._emit("decision", ctx.run_id, report.item_id, decision=str(choice))
-        ctx.put("pending_decision", None)
+        ctx.merge(runtime_update(pending_decision=None))
         if choice is Decision.ABORT:
             raise Stop(RunStatus.CANCELLED, report)
         if choice is Decision.REPLAN:
@@ -496,7 +508,7 @@ class Runner:
             return
         status = "skipped" if choice is Decision.SKIP else "pending"
         if step is not None:
-            ctx.merge({"todo": self._todos([step], status)})
+            ctx.merge(runtime_update(todo=self._todos([step], status)))
             run.settled_cache = None
         await self._commit(run, node_id=ctx.node_id, metadata={"decision": str(choice)})
 
@@ -508,11 +520,13 @@ class Runner:
             return False
         done, _ = self._settled(run)
         run.workflow = run.workflow.replace_remaining(done, steps)
-        ctx.merge({"todo": self._todos([s for s in run.workflow.steps if s.id not in done], "pending")})
+        ctx.merge(
+            runtime_update(todo=self._todos([s for s in run.workflow.steps if s.id not in done], "pending"))
+        )
         run.hint = 0
         run.settled_cache = None
         self._log(run, "replanned", report.item_id, steps=[s.id for s in steps])
-        ctx.put("pending_decision", None)
+        ctx.merge(runtime_update(pending_decision=None))
         await self._commit(run, node_id=ctx.node_id, metadata={"replanned": True})
         self._emit("replanned", ctx.run_id, report.item_id, steps=[s.id for s in steps])
         return True
@@ -530,6 +544,7 @@ class Runner:
             if self.on_phase_complete is not None:
                 update.update(await _maybe_await(self.on_phase_complete(phase, ctx)) or {})
         if update:
+            check_user_keys(update, where="a context hook's update")
             ctx.merge(update)
             await self._commit(run, node_id=step.id, metadata={"context_hook": True})
 
@@ -537,8 +552,8 @@ class Runner:
         """Commit the status the drive ends with, the lease released (unless another
         process's status or a store failure already decided how it ends)."""
         while not stop.committed and stop.store_error is None:
-            run.ctx.put("_lease", None)
-            run.ctx.put("pause_reason", stop.reason if stop.status is RunStatus.PAUSED else None)
+            reason = stop.reason if stop.status is RunStatus.PAUSED else None
+            run.ctx.merge(runtime_update(lease=None, pause_reason=reason))
             try:
                 await self._commit(run, status=stop.status)
                 break
@@ -570,7 +585,7 @@ class Runner:
 
     def _log(self, run: Drive, kind: str, step: str | None = None, **detail: Any) -> None:
         """Append to the run's event log (checkpointed with its next commit)."""
-        run.ctx._merge_checked({"event_log": [_record(run.ctx.run_id, kind, step, **detail)]})
+        run.ctx._merge_checked(runtime_update(event_log=[_record(run.ctx.run_id, kind, step, **detail)]))
 
     def _emit(self, event: str, run_id: str, step: str | None = None, **detail: Any) -> None:
         if self.on_event is None:

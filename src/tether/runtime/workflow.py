@@ -9,7 +9,7 @@ Dynamic routing: by default steps run in declaration order as their dependencies
 (a DAG). A step may instead choose what runs next with ``StepContext.goto(...)``, one
 step or several (run in the order given), including steps that already ran: loops.
 Routing state lives in the run's state under ``_route`` (the queue of chosen steps and
-a visit count per step) and every decision is appended to ``event_log``, both written
+a visit count per step) and every decision is appended to the run's event log, both written
 with the step's own checkpoint, so a resumed run continues on the same path. Loops are
 bounded per step (``Step.max_visits``) and per run (``Workflow.max_routed``).
 """
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from tether.errors import ConfigError
 from tether.runtime.events import Event
 from tether.runtime.failures import LogicError
+from tether.state.reserved import runtime_get, runtime_update
 
 if TYPE_CHECKING:
     from tether.state import ExecutionContext
@@ -147,7 +148,7 @@ class StepContext:
         route = self.state.get(ROUTE_KEY)
         if not isinstance(route, dict):
             return False
-        todo = self.state.get("todo") or {}
+        todo = runtime_get(self.state, "todo", {})
         for target in route.get("pending") or ():
             if (todo.get(target) or {}).get("status") != "skipped":
                 return bool(target == self.step.id)
@@ -206,13 +207,8 @@ class StepContext:
         self._inserted += len(targets)
         self.state.put(ROUTE_KEY, {"pending": pending, "visits": visits, "total": total})
         detail = {"from": self.step.id, "to": list(targets), "reason": reason, "total": total}
-        self.state.merge(
-            {
-                "event_log": [
-                    Event(kind="route", run_id=self.run_id, step=self.step.id, detail=detail).to_dict()
-                ]
-            }
-        )
+        event = Event(kind="route", run_id=self.run_id, step=self.step.id, detail=detail)
+        self.state.merge(runtime_update(event_log=[event.to_dict()]))
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.state.get(key, default)

@@ -27,6 +27,7 @@ from tether.runtime.stream import EventBroadcaster, SubscriberOverflow
 from tether.server.auth import ApiToken, check_run
 from tether.server.deps import Events, Reader, Store
 from tether.server.problems import PROBLEM_RESPONSES
+from tether.state.reserved import runtime_get
 from tether.stores.base import CheckpointStore
 
 router = APIRouter(prefix="/api", tags=["events"], responses=PROBLEM_RESPONSES)
@@ -66,7 +67,7 @@ def _micros(ts: dt.datetime) -> int:
 
 
 def _log_entries(state: dict[str, Any]) -> list[Any]:
-    log = state.get("event_log")
+    log = runtime_get(state, "event_log")
     return log if isinstance(log, list) else []
 
 

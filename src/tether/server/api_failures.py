@@ -16,6 +16,7 @@ from tether.server.api_runs import Accepted
 from tether.server.auth import check_run
 from tether.server.deps import Exec, Operator, Reader, Store, json_response
 from tether.server.problems import PROBLEM_RESPONSES
+from tether.state.reserved import runtime_get
 
 router = APIRouter(prefix="/api/runs", tags=["failures"], responses=PROBLEM_RESPONSES)
 
@@ -43,8 +44,8 @@ async def failure(run_id: str, token: Reader, store: Store, executor: Exec) -> R
     cp = await store.load(run_id)
     if cp is None:
         raise RunNotFound(run_id)
-    data = cp.state.get("failure_report")
-    pending = cp.state.get("pending_decision")
+    data = runtime_get(cp.state, "failure_report")
+    pending = runtime_get(cp.state, "pending_decision")
     if not isinstance(data, dict):
         return json_response({"pending": False, "report": None, "text": None, "options": []})
     report = FailureReport.from_dict(data)

@@ -27,6 +27,7 @@ from tether.runtime.lease import check_lease
 from tether.runtime.runner import Replanner
 from tether.runtime.stream import EventBroadcaster
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus
+from tether.state.reserved import runtime_get
 from tether.stores.base import CheckpointStore
 
 __all__ = ["WORKFLOW_KEY", "Executor", "ReplanUnavailable"]
@@ -91,7 +92,7 @@ class Executor:
         name = state.get(WORKFLOW_KEY)
         if isinstance(name, str) and name in self.workflows:
             return self.workflows[name]
-        todo = state.get("todo")
+        todo = runtime_get(state, "todo")
         ids = set(todo) if isinstance(todo, dict) else set()
         fits = [wf for wf in self.workflows.values() if ids and ids <= {s.id for s in wf.steps}]
         if len(fits) == 1:
@@ -140,7 +141,7 @@ class Executor:
             raise RunNotFound(run_id)
         if info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
             raise WrongRunStatus(run_id, str(info.status), "resume", "it has finished")
-        pending = cp.state.get("pending_decision")
+        pending = runtime_get(cp.state, "pending_decision")
         if decision is None and info.status is RunStatus.FAILED:
             raise WrongRunStatus(run_id, "FAILED", "resume", "send a decision (retry, skip, replan or abort)")
         if decision is not None and not pending and info.status is not RunStatus.FAILED:
@@ -151,7 +152,7 @@ class Executor:
             allowed = self.options(run_id, cp.state, pending.get("options") or [])
             if decision not in allowed:
                 raise ConfigError(f"{decision!r} is not offered here; choose one of {allowed}")
-        self._check_lease(run_id, cp.state.get("_lease"))
+        self._check_lease(run_id, runtime_get(cp.state, "lease"))
         runner = self._runner(self.workflow_for(run_id, cp.state))
         self._spawn(run_id, runner, runner.resume(run_id, decision=decision, force=True))
 

@@ -217,6 +217,11 @@ class ReducerRegistry:
     def register(self, key_or_pattern: str, reducer: Reducer | str) -> ReducerRegistry:
         """Use ``reducer`` for a key, or for every key matching a glob (``*_output``)."""
         red = _resolve(reducer)
+        if key_or_pattern.startswith("_"):
+            from tether.state.reserved import REDUCER, check_user_keys
+
+            if red is not REDUCER:
+                check_user_keys((key_or_pattern,), where="a reducer registration")
         if any(c in key_or_pattern for c in "*?["):
             self._patterns.insert(0, (key_or_pattern, red))
         else:
@@ -245,10 +250,14 @@ class ReducerRegistry:
 
 
 def default_registry() -> ReducerRegistry:
-    """Seed 003 §3.3: ``messages`` and ``execution_history`` append, the rest overwrite."""
+    """``messages`` and ``execution_history`` append, the rest overwrite; the runtime's
+    reserved key has its own reducer (see :mod:`tether.state.reserved`)."""
+    from tether.state.reserved import REDUCER, RESERVED  # it builds its reducer from this module
+
     return (
         ReducerRegistry()
         .register("*_output", OVERWRITE)
         .register("messages", APPEND)
         .register("execution_history", APPEND)
+        .register(RESERVED, REDUCER)
     )

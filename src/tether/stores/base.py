@@ -50,6 +50,7 @@ from tether.state.model import (
     _checkpoint,
 )
 from tether.state.reducers import ReducerRegistry
+from tether.state.reserved import check_user_keys, release_lease, without_lease
 from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
 from tether.state.values import check_run_id, check_value
 from tether.stores._retry import RetryPolicy, retry_call
@@ -785,6 +786,7 @@ class CheckpointStore(abc.ABC):
         a run resumed meanwhile is not modified. A runner's lease is never carried over.
         """
         check_run_id(run_id)
+        check_user_keys(update, where="a state update")
         info = await self.get_run(run_id)
         if info is None:
             raise RunNotFound(run_id)
@@ -794,8 +796,7 @@ class CheckpointStore(abc.ABC):
         if ctx is None:
             raise RunNotFound(run_id)
         ctx.merge(update)
-        if ctx.get(_LEASE) is not None:
-            ctx.put(_LEASE, None)
+        release_lease(ctx)
         return await self.commit(
             ctx,
             node_id=node_id,
@@ -819,7 +820,7 @@ class CheckpointStore(abc.ABC):
             Checkpoint(
                 run_id=run_id,
                 node_id=cp.node_id,
-                state=_unleased(cp.state),
+                state=without_lease(cp.state),
                 executed_node_ids=cp.executed_node_ids,
                 status=status,
                 metadata={"rolled_back_to": version},
@@ -842,7 +843,7 @@ class CheckpointStore(abc.ABC):
             Checkpoint(
                 run_id=new_run_id,
                 node_id=cp.node_id,
-                state=_unleased(cp.state),
+                state=without_lease(cp.state),
                 executed_node_ids=cp.executed_node_ids,
                 status=cp.status,
                 metadata={"forked_from": {"run_id": run_id, "version": cp.version}},
@@ -888,14 +889,6 @@ class CheckpointStore(abc.ABC):
         ):
             return b""
         return self.codec.encode(pack_segment(cut + 1, split_segment(body)[cut + 1 - first :]))
-
-
-_LEASE = "_lease"
-"""The state key where a runner records which process executes the run."""
-
-
-def _unleased(state: dict[str, Any]) -> dict[str, Any]:
-    return {**state, _LEASE: None} if state.get(_LEASE) is not None else state
 
 
 def _last_bytes(rows: list[Carrier], limit: int) -> list[Carrier]:

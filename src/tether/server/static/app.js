@@ -104,7 +104,7 @@ function runPage() {
     text($("editor-note"), paused ? "The JSON object is merged through the run's reducers (lists append, the rest overwrites)."
       : "Editing is enabled only while the run is paused.");
     text($("state-view"), JSON.stringify(snap.stateData, null, 2).slice(0, 200000));
-    renderTodo(snap.stateData.todo || {});
+    renderTodo((snap.stateData._tether || {}).todo || snap.stateData.todo || {});
   }
 
   function renderTodo(todo) {
