@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from tether.agent.actions import AgentAction, parse_action
+from tether.agent.interaction import InteractionRequest
 from tether.context import ContextItem, new_item
 from tether.errors import ApprovalRequired, ModelOutputError, ToolError
 from tether.tools.guard import Provenance
@@ -32,7 +33,9 @@ __all__ = [
     "Turn",
     "answer_turn",
     "artifact_slice",
+    "cancelled_turn",
     "command_turn",
+    "confirmation",
     "decide",
     "logged",
     "output_of",
@@ -40,6 +43,7 @@ __all__ = [
     "question_of",
     "redacted",
     "refused_turn",
+    "request_for",
 ]
 
 Redact = Callable[[str], str]
@@ -274,17 +278,50 @@ def refused_turn(
     return Turn(iteration=n, items=(item,), update=update, pause=pause)
 
 
-def answer_turn(n: int, question: Mapping[str, Any], shown: str) -> Turn:
-    """The user's answer (``shown``: a secret's placeholder, never its value) to question ``n``."""
+def answer_turn(n: int, question: Mapping[str, object], value: str, *, secret: str | None = None) -> Turn:
+    """The user's answer to question ``n``. A secret answer is never shown: ``secret`` names
+    the environment variable that holds it, and the model is told to use that."""
+    shown = value
+    if secret is not None:
+        shown = f'(secret stored in ${secret}; use "${secret}" in commands, never ask for the value)'
+
+    asked = {"iteration": n, "question": question.get("question"), "answer": shown}
     return Turn(
         iteration=n,
         items=(
             new_item("decision", f"Q: {question.get('question')}\nA: {shown}", id=f"answer-{n}"),
             new_item("tool_result", f"user answered: {shown}", id=f"result-{n}", tool_call_id=f"it{n}"),
         ),
-        update={
-            "user_interactions": [{"iteration": n, "question": question.get("question"), "answer": shown}]
-        },
+        update={"user_interactions": [asked]},
+    )
+
+
+def cancelled_turn(n: int) -> Turn:
+    """The user cancelled the question of iteration ``n``: the run fails, saying so."""
+    item = new_item("tool_result", "the user cancelled", id=f"result-{n}", tool_call_id=f"it{n}")
+    return Turn(iteration=n, items=(item,), finish=Finish(status="FAILED", message="cancelled by the user"))
+
+
+def request_for(action: AgentAction) -> InteractionRequest:
+    """The interaction handler's request for an ``ask_user`` action."""
+    return InteractionRequest(
+        question=action.question or "",
+        options=action.options or (),
+        input_type=action.input_type,
+        category=action.category,
+        context=action.context,
+        default_option=action.default_option,
+    )
+
+
+def confirmation(command: str, reason: str) -> InteractionRequest:
+    """The request that asks a human to allow a risky (already redacted) ``command``."""
+    return InteractionRequest(
+        question=f"Allow this command? {command}\n({reason})",
+        options=["yes", "no"],
+        input_type="confirm",
+        category="confirmation",
+        default_option="no",
     )
 
 

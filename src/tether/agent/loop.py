@@ -1,21 +1,14 @@
 """The agent loop as a durable workflow: one runtime step that loops, once per iteration.
 
-Each iteration builds the prompt from the run's context window, calls the model, and
-hands the reply to :func:`~tether.agent.decide.decide`, which says what the iteration
-does (a frozen :class:`~tether.agent.decide.Turn`). This module only does the I/O: it
-calls the model, runs the turn's action through the tools (a command, an artefact read,
-a question to the interaction handler), and returns the turn's state update, which the
-:class:`~tether.runtime.Runner` merges through the reducers and checkpoints. A crashed
-agent resumes with its whole history; a question can be answered later, from another
-process.
-
-State keys: ``iteration`` (iterations done), ``goal``; the context window as
-``context_meta`` (small, rewritten each step) and ``context_log`` (append: what each step
-added, replaced or removed); ``command_history``, ``user_interactions`` and ``actions``
-(append; ``actions`` holds every action that is not a command), ``invalid_replies``,
-``last_error``, ``pending_question``, ``pending_approval``, ``approvals``, ``final_output``.
-Context events (the usage warning, each compression) go to the run's event log. Trimmed
-command outputs go to a durable artefact store, read back with ``read_artifact``.
+An iteration builds the prompt from the run's context window, calls the model, and hands
+the reply to :func:`~tether.agent.decide.decide`, whose frozen ``Turn`` says what to do.
+This module does the I/O only: the model call, the turn's action through the tools (a
+command, an artefact read, a question), and the turn's state update returned to the
+:class:`~tether.runtime.Runner`, which merges it through the reducers and checkpoints.
+State keys: ``iteration``, ``goal``, ``context_meta`` and ``context_log`` (the window as a
+log of changes), ``command_history``, ``user_interactions``, ``actions`` (appended),
+``invalid_replies``, ``last_error``, ``pending_question``, ``pending_approval``,
+``approvals``, ``final_output``; context events go to the run's event log.
 """
 
 from __future__ import annotations
@@ -26,30 +19,16 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tether.agent import decide as pure
 from tether.agent.actions import AgentAction
 from tether.agent.approvals import decide_approval
+from tether.agent.asking import Asker
 from tether.agent.config import SYSTEM_PROMPT, LoopConfig, artifact_store_for
-from tether.agent.decide import (
-    Finish,
-    Turn,
-    answer_turn,
-    artifact_slice,
-    command_turn,
-    decide,
-    output_of,
-    provenance,
-    redacted,
-    refused_turn,
-)
-from tether.agent.interaction import InteractionRequest, UserInteractionHandler
+from tether.agent.decide import Turn
+from tether.agent.interaction import UserInteractionHandler
 from tether.agent.prompt import load_window, new_window, remind
 from tether.agent.runlog import run_log
-from tether.context import (
-    ContextItem,
-    ContextWindow,
-    InMemoryArtifactStore,
-    new_item,
-)
+from tether.context import ContextItem, ContextWindow, InMemoryArtifactStore, new_item
 from tether.context.artifacts import ArtifactNotFound, ArtifactStore
 from tether.context.policy import ContextEvent, ContextPolicy
 from tether.context.recovery import call_with_recovery, is_prompt_too_long
@@ -95,11 +74,12 @@ class AgentLoop:
         self.store = store
         self.config = config or LoopConfig()
         self.policy = policy
-        self.session: Session | GuardedSession = (
-            session if policy is None else GuardedSession(session, policy, confirm=self._confirm)
-        )
         self.redact = redact or (lambda text: text)
         self.interaction = interaction
+        self.asker = Asker(interaction, self.redact)
+        self.session: Session | GuardedSession = (
+            session if policy is None else GuardedSession(session, policy, confirm=self.asker.confirm)
+        )
         self._artifacts = artifacts
         self._run_artifacts: dict[str, ArtifactStore] = {}
         self._policies: dict[str, ContextPolicy] = {}
@@ -107,8 +87,6 @@ class AgentLoop:
         self.on_event = on_event
         self.prompt_sizes: list[int] = []
         """Prompt tokens sent at each iteration of this process (for measurements)."""
-        self._secret_env: dict[str, str] = {}
-        """Secrets the user answered, passed to commands as environment variables only."""
 
     # == entry points ===============================================================
     def workflow(self) -> Workflow:
@@ -124,7 +102,7 @@ class AgentLoop:
             reducers.register(key, "append")
         return Runner(self.workflow(), self.store, reducers=reducers, on_event=self.on_event)
 
-    async def start(self, run_id: str, goal: str, *, inputs: Mapping[str, Any] | None = None) -> RunResult:
+    async def start(self, run_id: str, goal: str, *, inputs: Mapping[str, object] | None = None) -> RunResult:
         """Start a run on ``goal``; ``inputs`` adds keys to its initial state."""
         window = new_window(self.config, goal, self.redact)
         state = {**(inputs or {}), "goal": goal, "invalid_replies": 0}
@@ -162,9 +140,9 @@ class AgentLoop:
                 sc.goto("iteration", reason=f"iteration {n + 1}")
         return update
 
-    async def _iteration(self, sc: StepContext, n: int) -> dict[str, Any]:
+    async def _iteration(self, sc: StepContext, n: int) -> dict[str, object]:
         window = load_window(sc.state)
-        update: dict[str, Any] = {}
+        update: dict[str, object] = {}
         if sc.get("pending_question"):
             self._take_answer(sc, window, update)
             if sc.pause_requested:
@@ -180,7 +158,7 @@ class AgentLoop:
         self._context_events(sc, events)
         if reply.usage is not None and reply.usage.prompt_tokens:
             window.observe_provider_usage(int(reply.usage.prompt_tokens))
-        turn = decide(
+        turn = pure.decide(
             reply.text, sc.state, self.config, interactive=self.interaction is not None, redact=self.redact
         )
         self._apply(sc, window, turn, update)
@@ -190,7 +168,7 @@ class AgentLoop:
         update["context_log"] = window.take_journal()
         return update
 
-    def _apply(self, sc: StepContext, window: ContextWindow, turn: Turn, update: dict[str, Any]) -> None:
+    def _apply(self, sc: StepContext, window: ContextWindow, turn: Turn, update: dict[str, object]) -> None:
         for item in turn.items:
             window.add(item)
         update.update(turn.update)
@@ -213,11 +191,10 @@ class AgentLoop:
 
     def policy_for(self, run_id: str) -> ContextPolicy:
         """The run's compression policy (its monitor keeps which thresholds are armed)."""
-        policy = self._policies.get(run_id)
-        if policy is None:
-            policy = ContextPolicy(thresholds=self.config.thresholds, archive=self.artifacts_for(run_id))
-            self._policies[run_id] = policy
-        return policy
+        if run_id not in self._policies:
+            archive = self.artifacts_for(run_id)
+            self._policies[run_id] = ContextPolicy(thresholds=self.config.thresholds, archive=archive)
+        return self._policies[run_id]
 
     def artifacts_for(self, run_id: str) -> ArtifactStore:
         """Where the run's trimmed outputs and archives go (see ``artifact_store_for``)."""
@@ -247,18 +224,18 @@ class AgentLoop:
         if action.action_type == "execute":
             return await self._execute(sc, window, n, action)
         if action.action_type == "ask_user":
-            return await self._ask(n, action)
+            return await self.asker.ask(n, action)
         return Turn(iteration=n, items=(self._read_artifact(sc.run_id, window, n, action),))
 
     async def _execute(self, sc: StepContext, window: ContextWindow, n: int, action: AgentAction) -> Turn:
         command = action.command or ""
-        origin = provenance(command, window)
+        origin = pure.provenance(command, window)
         self._emit("command", sc, command=self.redact(command), reasoning=action.reasoning, provenance=origin)
         guard = self.session if isinstance(self.session, GuardedSession) else None
         approved = set(sc.get("approvals") or ())
         if guard is not None:  # approvals live in the run's state: a resumed run does not ask twice
             guard.approvals = set(approved)
-        env = dict(self._secret_env) or None
+        env = dict(self.asker.secret_env) or None
         timeout = self.config.command_timeout
         try:
             if guard is not None:
@@ -266,15 +243,15 @@ class AgentLoop:
             else:
                 result = await self.session.run(command, timeout=timeout, env=env)
         except ToolError as exc:  # CommandRefused included: the model reads why and adapts
-            return refused_turn(n, action, exc, origin=origin, redact=self.redact)
-        result = redacted(result, self.redact)
-        body, last = output_of(result)
+            return pure.refused_turn(n, action, exc, origin=origin, redact=self.redact)
+        result = pure.redacted(result, self.redact)
+        body, last = pure.output_of(result)
         self._emit("command_result", sc, exit_code=result.exit_code, tail=last[:160])
         store = self.artifacts_for(sc.run_id)
         trimmed = trim_output(
             body, max_tokens=self.config.output_tokens, tokenizer=window.tokenizer, store=store
         )
-        turn = command_turn(
+        turn = pure.command_turn(
             n,
             action,
             result,
@@ -291,7 +268,7 @@ class AgentLoop:
         """A slice of a stored output, by lines or bytes, trimmed like any output."""
         aid = action.artifact_id or ""
         try:
-            part, where = artifact_slice(self.artifacts_for(run_id).get(aid), action)
+            part, where = pure.artifact_slice(self.artifacts_for(run_id).get(aid), action)
         except ArtifactNotFound:
             body = f"no artifact {aid!r} for this run"
         else:
@@ -300,62 +277,15 @@ class AgentLoop:
             body = f"artifact {aid}, {where}:\n{preview}"
         return new_item("tool_result", body, id=f"result-{n}", tool_call_id=f"it{n}")
 
-    # == the user ===================================================================
-    async def _confirm(self, command: str, reason: str) -> bool | None:
-        """GuardedSession's confirmation of a risky command, asked through the handler;
-        ``None`` without one: the command raises ApprovalRequired and the run pauses."""
-        if self.interaction is None:
-            return None
-        response = await self.interaction.ask(
-            InteractionRequest(
-                question=f"Allow this command? {self.redact(command)}\n({reason})",
-                options=["yes", "no"],
-                input_type="confirm",
-                category="confirmation",
-                default_option="no",
-            )
-        )
-        return not response.cancelled and str(response.value).lower() in {"yes", "y", "true"}
-
-    async def _ask(self, n: int, action: AgentAction) -> Turn:
-        assert self.interaction is not None  # decide() pauses instead when no one can answer
-        response = await self.interaction.ask(
-            InteractionRequest(
-                question=action.question or "",
-                options=action.options or (),
-                input_type=action.input_type,
-                category=action.category,
-                context=action.context,
-                default_option=action.default_option,
-            )
-        )
-        if response.cancelled:
-            item = new_item("tool_result", "the user cancelled", id=f"result-{n}", tool_call_id=f"it{n}")
-            return Turn(
-                iteration=n, items=(item,), finish=Finish(status="FAILED", message="cancelled by the user")
-            )
-        value = (response.reveal() or "") if action.input_type == "secret" else str(response.value)
-        return self._answer(n, {"question": action.question, "input_type": action.input_type}, value)
-
-    def _take_answer(self, sc: StepContext, window: ContextWindow, update: dict[str, Any]) -> None:
+    def _take_answer(self, sc: StepContext, window: ContextWindow, update: dict[str, object]) -> None:
         question = dict(sc.get("pending_question"))
         value = sc.get("answer")
         if value is None:
             sc.pause("still waiting for an answer")
             return
         update.update(pending_question=None, answer=None)
-        self._apply(sc, window, self._answer(int(question.get("iteration", 0)), question, str(value)), update)
-
-    def _answer(self, n: int, question: Mapping[str, Any], value: str) -> Turn:
-        if question.get("input_type") != "secret":
-            return answer_turn(n, question, value)
-        name = f"TETHER_SECRET_{len(self._secret_env) + 1}"
-        self._secret_env[name] = value
-        add = getattr(self.redact, "add", None)
-        if callable(add):
-            add(value)
-        return answer_turn(
-            n, question, f'(secret stored in ${name}; use "${name}" in commands, never ask for the value)'
+        self._apply(
+            sc, window, self.asker.answer(int(question.get("iteration", 0)), question, str(value)), update
         )
 
     def _emit(self, kind: str, sc: StepContext, **detail: object) -> None:
