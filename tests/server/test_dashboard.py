@@ -1,5 +1,6 @@
 """The dashboard in headless Chromium (Debian's, driven by Playwright): the context warning,
-the compress dialog, the failure recovery panel. Screenshots go to .artifacts/screenshots/."""
+the compress dialog, the failure recovery panel, on SQLite and PostgreSQL. Screenshots go
+to .artifacts/screenshots/."""
 
 from __future__ import annotations
 
@@ -49,9 +50,10 @@ async def browser() -> AsyncIterator[Any]:
 
 
 @pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[tuple[str, Any, httpx.AsyncClient]]:
+async def served(store_url: str) -> AsyncIterator[tuple[str, Any, httpx.AsyncClient]]:
+    """The dashboard on SQLite and on PostgreSQL (CI fails when the server is missing)."""
     async with (
-        live(f"sqlite:///{tmp_path}/ui.db") as (base, app),
+        live(store_url) as (base, app),
         httpx.AsyncClient(base_url=base, timeout=10) as client,
     ):
         yield base, app, client

@@ -395,9 +395,9 @@ async def test_a_flipped_byte_in_a_stored_row_is_corrupt_on_every_server(tmp_pat
             await store.commit(ctx)
             if isinstance(store, RedisStore):
                 key = f"{store.prefix}rows:{ctx.run_id}"
-                row = bytearray(await store._r.hget(key, "2"))
+                row = bytearray(await store.client.hget(key, "2"))
                 row[row.index(b"will change")] ^= 0x01
-                await store._r.hset(key, "2", bytes(row))
+                await store.client.hset(key, "2", bytes(row))
             else:
                 row = (
                     await store._query(
@@ -419,7 +419,7 @@ async def test_a_missing_base_row_on_redis_is_corrupt_not_not_found(tmp_path):
         await writer.commit(ctx)
         ctx.merge({"items": ["x"]})
         await writer.commit(ctx)
-        await writer._r.hdel(f"{writer.prefix}rows:{ctx.run_id}", "1")
+        await writer.client.hdel(f"{writer.prefix}rows:{ctx.run_id}", "1")
         for store in (writer, reader):  # with this store's hint, and without
             with pytest.raises(CheckpointCorrupt, match=rf"run '{ctx.run_id}' version 1: .*missing"):
                 await store.load(ctx.run_id)

@@ -156,7 +156,7 @@ async def test_a_crashed_writer_never_lets_redis_serve_a_stale_version(client, t
     try:
         ctx = await _grow(store, 2)
         # what a writer killed after its SQL commit leaves: a lease, no Redis update
-        await store.redis._begin(ctx.run_id, "dead-writer", time.time() + store.lease)
+        await store.cache.begin(ctx.run_id, "dead-writer", time.time() + store.lease)
         ctx.merge({"step": 42})
         kind, payload, _, _, growth, rewrite, _ = store._encode_commit(
             ctx, ctx._take(), "n9", RunStatus.RUNNING, time.time(), {}
@@ -209,12 +209,12 @@ async def test_a_refill_loses_to_a_write_that_began_after_the_miss(store, client
     """A reader that read SQL before a save cannot put that older chain into Redis."""
     ctx = await _grow(store, 3)
     await _flush(client, prefix)
-    info, rows, token = await store.redis._fetch(ctx.run_id, None, tiered=True)
+    info, rows, token = await store.cache.fetch(ctx.run_id)
     assert info is None
     old_info, old_rows = await store.sql._read(ctx.run_id, None)
     ctx.merge({"step": 7})
     await store.commit(ctx)  # lands in SQL; Redis had no copy to append to
-    assert not await store.redis._warm(old_info, old_rows, token)
+    assert not await store.cache.warm(old_info, old_rows, token)
     assert await _cached_version(client, prefix, ctx.run_id) is None
     assert (await store.load(ctx.run_id)).state["step"] == 7
     assert await _cached_version(client, prefix, ctx.run_id) == 4

@@ -7,10 +7,10 @@ deltas after it), so loading the latest state is one Redis round trip.
 
 A save is write-through:
 
-1. ``_begin``: a lease on the run's Redis copy (and a bump of its fence counter), so
+1. ``begin``: a lease on the run's Redis copy (and a bump of its fence counter), so
    no reader trusts or refills the copy while the SQL commit is in flight;
 2. the SQL transaction (version check, row, run record);
-3. ``_mirror``: the same row appended to the Redis copy if that copy is exactly at the
+3. ``mirror``: the same row appended to the Redis copy if that copy is exactly at the
    previous version, else the copy is dropped; either way the lease is released.
 
 A process killed between 2 and 3 leaves its lease behind: readers then go to SQL
@@ -36,7 +36,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tether.errors import ConfigError, RunNotFound, RunNotPaused, StoreError, VersionConflict
 from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
 from tether.stores.base import CheckpointStore, StoredRow, Write
-from tether.stores.redis import RedisStore
+from tether.stores.redis import RedisCache, RedisStore
 
 __all__ = ["TieredStore"]
 
@@ -53,7 +53,8 @@ class TieredStore(CheckpointStore):
 
     Args:
         redis: the Redis side; its own codec/expiry settings are unused (this store
-            encodes payloads and computes expiry times for both sides).
+            encodes payloads and computes expiry times for both sides), and it is used
+            as a cache (:class:`RedisCache`) that may evict: its ``allow_eviction`` is set.
         sql: the durable side, usually a ``SqlStore`` from ``create_store(sql_url)``.
         lease: seconds a writer's lease lasts; longer than any SQL commit should take.
         codec, expiry, compaction: see :class:`CheckpointStore`.
@@ -70,10 +71,10 @@ class TieredStore(CheckpointStore):
         if not isinstance(sql, CheckpointStore) or isinstance(sql, RedisStore | TieredStore):
             raise ConfigError("TieredStore needs a durable store (SQL) behind Redis")
         self.redis = redis
+        self.cache = RedisCache(redis, indexed=False)  # list_runs comes from SQL
         self.sql = sql
         self._seals = sql._seals  # a segment is written to SQL first, then mirrored
         self.lease = lease
-        redis._indexed = False  # list_runs comes from SQL
         redis.allow_eviction = True  # a cache: an evicted copy is refilled from SQL
         self._suspect: set[str] = set()
         """Runs whose Redis copy this process could not update: read them from SQL."""
@@ -137,7 +138,7 @@ class TieredStore(CheckpointStore):
         if run_id not in self._suspect:
             return True
         try:
-            await self.redis._invalidate(run_id)
+            await self.cache.invalidate(run_id)
         except StoreError:
             return False
         self._suspect.discard(run_id)
@@ -145,7 +146,7 @@ class TieredStore(CheckpointStore):
 
     async def _lease(self, run_id: str) -> str:
         token = uuid.uuid4().hex
-        await self._cache(run_id, "lease", self.redis._begin(run_id, token, time.time() + self.lease))
+        await self._cache(run_id, "lease", self.cache.begin(run_id, token, time.time() + self.lease))
         return token
 
     async def _release_after(self, run_id: str, token: str, exc: BaseException) -> None:
@@ -157,7 +158,7 @@ class TieredStore(CheckpointStore):
         """
         if isinstance(exc, _NOT_COMMITTED):
             keep = exc.actual if isinstance(exc, VersionConflict) else None
-            await self._cache(run_id, "release", self.redis._invalidate(run_id, token, keep=keep))
+            await self._cache(run_id, "release", self.cache.invalidate(run_id, token, keep=keep))
 
     # -- writes ---------------------------------------------------------------------------
     async def _write(self, w: Write) -> tuple[int, ChainStats]:
@@ -167,9 +168,9 @@ class TieredStore(CheckpointStore):
         except Exception as exc:
             await self._release_after(w.run_id, token, exc)
             raise
-        applied = await self._cache(w.run_id, "mirror", self.redis._mirror(w, version, chain, token))
+        applied = await self._cache(w.run_id, "mirror", self.cache.mirror(w, version, chain, token))
         if not applied:  # (the mirror hints the chain it applied)
-            self.redis._hint(w.run_id, None)
+            self.cache.hint(w.run_id, None)
             if applied is False:
                 logger.debug("tiered: redis copy of %s was not at v%d; dropped", w.run_id, version - 1)
         return version, chain
@@ -183,14 +184,14 @@ class TieredStore(CheckpointStore):
             await self._release_after(run_id, token, exc)
             raise
         if info is None:
-            await self._cache(run_id, "drop", self.redis._invalidate(run_id, token))
+            await self._cache(run_id, "drop", self.cache.invalidate(run_id, token))
         else:
-            await self._cache(run_id, "status", self.redis._mirror_status(info, token))
+            await self._cache(run_id, "status", self.cache.mirror_status(info, token))
 
     async def delete(self, run_id: str) -> bool:
         token = await self._lease(run_id)
         deleted = await self.sql.delete(run_id)
-        await self._cache(run_id, "drop", self.redis._invalidate(run_id, token))
+        await self._cache(run_id, "drop", self.cache.invalidate(run_id, token))
         return deleted
 
     async def _rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
@@ -200,7 +201,7 @@ class TieredStore(CheckpointStore):
         except Exception as exc:
             await self._release_after(run_id, token, exc)
             raise
-        await self._cache(run_id, "drop", self.redis._invalidate(run_id, token))
+        await self._cache(run_id, "drop", self.cache.invalidate(run_id, token))
         return dropped
 
     async def purge_expired(self) -> int:
@@ -212,7 +213,7 @@ class TieredStore(CheckpointStore):
         """``load()``: the lean Redis read when the copy is trusted, else :meth:`_read`
         (which goes to SQL and refills Redis)."""
         if version is None and await self._trusted(run_id):
-            chain = await self._cache(run_id, "read", self.redis._latest_chain(run_id, tiered=True))
+            chain = await self._cache(run_id, "read", self.cache.latest_chain(run_id))
             if chain:
                 return chain
         return await super()._read_chain(run_id, version)
@@ -220,17 +221,17 @@ class TieredStore(CheckpointStore):
     async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
         if version is not None or not await self._trusted(run_id):
             return await self.sql._read(run_id, version)
-        hit = await self._cache(run_id, "read", self.redis._fetch(run_id, None, tiered=True))
+        hit = await self._cache(run_id, "read", self.cache.fetch(run_id))
         if hit is not None:
             info, rows, token = hit
             if info is not None and rows:
                 return info, rows
             if info is not None:  # a record without its chain: not usable
-                await self._cache(run_id, "drop", self.redis._invalidate(run_id))
+                await self._cache(run_id, "drop", self.cache.invalidate(run_id))
                 hit = None
         info, rows = await self.sql._read(run_id, None)
         if hit is not None and info is not None and rows:
-            warmed = await self._cache(run_id, "refill", self.redis._warm(info, rows, hit[2]))
+            warmed = await self._cache(run_id, "refill", self.cache.warm(info, rows, hit[2]))
             logger.debug("tiered: %s v%d read from SQL, refilled=%s", run_id, info.version, warmed)
         return info, rows
 
@@ -239,7 +240,7 @@ class TieredStore(CheckpointStore):
 
     async def get_run(self, run_id: str) -> RunInfo | None:
         if await self._trusted(run_id):
-            hit = await self._cache(run_id, "read", self.redis._fetch(run_id, None, tiered=True, record=True))
+            hit = await self._cache(run_id, "read", self.cache.fetch(run_id, record=True))
             if hit is not None and hit[0] is not None:
                 return hit[0]
         return await self.sql.get_run(run_id)

@@ -1,0 +1,326 @@
+"""The Redis store: checkpoints in plain Redis, with key TTLs as the expiry policy.
+
+See the package docstring for the key layout. Every change is one script (scripts.py),
+so a write checks the expected version and status, appends the row, updates the run
+record and sets the TTLs in one step, and two processes racing on one version cannot
+both win. A save is one round trip; loading the latest state is one too (two for big
+chains, whose payloads skip the copy Lua makes of every string it returns).
+
+Expiry is Redis's own: every key of a run gets ``PEXPIREAT`` at the run's
+``expires_at`` (``PERSIST`` when None). Expired runs leave stale ids in ``P runs``;
+``list_runs`` skips and removes them, ``purge_expired`` sweeps them all. Until then such
+an id tells an expired run from one never stored, so a load or a write says
+:class:`RunExpired` rather than "not found" (as the SQL stores do until they purge).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+
+from tether.errors import (
+    CheckpointCorrupt,
+    ConfigError,
+    RunExpired,
+    RunNotFound,
+    RunNotPaused,
+    VersionConflict,
+)
+from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
+from tether.stores._retry import retried
+from tether.stores.base import CheckpointStore, StaleSeal, StoredRow, Write
+from tether.stores.redis.keyspace import Chain, Keyspace
+from tether.stores.redis.records import chain_stats, checkpoint_info, run_info, versions
+
+__all__ = ["RedisStore"]
+
+logger = logging.getLogger("tether.stores.redis")
+
+
+class RedisStore(CheckpointStore):
+    """Checkpoints in Redis, with key TTLs as the expiry policy.
+
+    Args:
+        client: a ``redis.asyncio.Redis`` created with ``decode_responses=False``.
+            The store does not close a client it was given (``from_url`` does).
+        prefix: prepended to every key, so several apps or tests can share a db.
+        allow_eviction: see the attribute.
+        indexed: False leaves runs out of the run index (``list_runs`` then finds
+            none), for a store whose runs are listed elsewhere.
+        codec, expiry, compaction: see :class:`CheckpointStore`.
+    """
+
+    scheme = "redis"
+    _seals = True
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        prefix: str = "tether:",
+        allow_eviction: bool = False,
+        indexed: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.allow_eviction = allow_eviction
+        """False: :meth:`setup` refuses a server whose ``maxmemory-policy`` may evict this
+        store's keys (every policy but ``noeviction``: tether sets TTLs on its keys, so
+        ``volatile-*`` policies can evict them too). True: it logs a warning instead."""
+        self.indexed = indexed
+        self.keyspace = Keyspace(client, prefix)
+        """The keys, scripts and reads this store shares with a :class:`RedisCache`."""
+        self._owns_client = False
+
+    @property
+    def client(self) -> aioredis.Redis:
+        return self.keyspace.client
+
+    @property
+    def prefix(self) -> str:
+        return self.keyspace.prefix
+
+    @classmethod
+    def from_url(cls, url: str, *, prefix: str | None = None, **options: Any) -> RedisStore:
+        """A store on a new client for ``redis://host:port/db`` (or ``rediss://``).
+
+        ``?prefix=`` in the URL sets the key prefix. ``codec``, ``expiry``,
+        ``compaction``, ``retry``, ``allow_eviction`` and ``indexed`` go to the store,
+        any other option to ``redis.asyncio.from_url``.
+        """
+        store_opts = {
+            k: options.pop(k)
+            for k in ("codec", "expiry", "compaction", "retry", "allow_eviction", "indexed")
+            if k in options
+        }
+        if options.pop("decode_responses", False):
+            raise ConfigError("RedisStore stores bytes: do not set decode_responses")
+        url, query = _pop_query(url, "prefix")
+        url, evict = _pop_query(url, "allow_eviction")
+        if evict is not None:
+            store_opts["allow_eviction"] = evict.lower() in {"1", "true", "yes", "on"}
+        options.setdefault("socket_connect_timeout", 5.0)
+        try:
+            client = aioredis.Redis.from_url(url, decode_responses=False, **options)
+        except ValueError as exc:
+            raise ConfigError(f"bad Redis URL {url!r}: {exc}") from exc
+        store = cls(client, prefix=prefix or query or "tether:", **store_opts)
+        store._owns_client = True
+        return store
+
+    async def setup(self) -> None:
+        """Check the server is reachable and new enough, and preload the scripts."""
+        with self.keyspace.errors():
+            info = await self.client.info("server")
+            version = str(info.get("redis_version", "0"))
+            if int(version.split(".")[0]) < 5:
+                raise ConfigError(f"RedisStore needs Redis >= 5, the server runs {version}")
+            await self._check_eviction()
+            for script in self.keyspace.scripts.all():
+                await self.client.script_load(script.script)
+
+    async def _check_eviction(self) -> None:
+        """Refuse (or, with ``allow_eviction``, warn about) a server that may evict keys: an
+        evicted row makes its run unreadable, an evicted run record makes it look new."""
+        memory = await self.client.info("memory")
+        policy = str(memory.get("maxmemory_policy", "noeviction"))
+        if policy == "noeviction":
+            return
+        message = (
+            f"Redis at {self._where()} has maxmemory-policy {policy}: it may evict tether's "
+            "keys (tether sets TTLs on them, so volatile-* policies can evict them too), and an "
+            "evicted checkpoint is lost. Set `maxmemory-policy noeviction` on the server "
+            "(CONFIG SET maxmemory-policy noeviction, and in redis.conf), use a tiered store "
+            "(Redis in front of SQL), or pass allow_eviction=True (URL ?allow_eviction=1) to "
+            "accept the risk"
+        )
+        if not self.allow_eviction:
+            raise ConfigError(message)
+        logger.warning("%s (allowed: allow_eviction=True)", message)
+
+    def _where(self) -> str:
+        kwargs = getattr(self.client.connection_pool, "connection_kwargs", {})
+        return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            with self.keyspace.errors():
+                await self.client.aclose()
+
+    # -- writes ---------------------------------------------------------------------
+    async def _write(self, w: Write) -> tuple[int, ChainStats]:
+        ks = self.keyspace
+        with ks.errors():
+            reply = await ks.scripts.write(
+                ks.keys(w.run_id), row=w, expected=w.expected_version, indexed=self.indexed
+            )
+        tag = bytes(reply[0])
+        if tag == b"conflict":
+            if int(reply[1]) == 0 and w.expected_version:
+                raise await self._gone(w.run_id)  # its keys are gone: expired (Redis TTL) or deleted
+            raise VersionConflict(w.run_id, expected=w.expected_version, actual=int(reply[1]))
+        if tag == b"status":
+            raise RunNotPaused(w.run_id, bytes(reply[1]).decode())
+        if tag == b"missing":
+            raise await self._gone(w.run_id)
+        if tag == b"stale":
+            raise StaleSeal(w.run_id)
+        version, chain = int(reply[1]), chain_stats(reply[2:7])
+        ks.hint(w.run_id, (chain.base_version, version, versions(reply[7])) if reply[7] else None)
+        return version, chain
+
+    async def _set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
+        ks = self.keyspace
+        with ks.errors():
+            done = await ks.scripts.status(
+                ks.keys(run_id),
+                run_id=run_id,
+                status=status,
+                updated_at=time.time(),
+                expires_at=expires_at,
+                indexed=self.indexed,
+            )
+        if not done:
+            raise await self._gone(run_id)
+
+    async def _gone(self, run_id: str) -> RunNotFound:
+        """The error for a write to a run that is not there: expired, or never stored."""
+        return RunExpired(run_id) if await self._is_expired(run_id) else RunNotFound(run_id)
+
+    @retried
+    async def delete(self, run_id: str) -> bool:
+        ks = self.keyspace
+        ks.hint(run_id, None)
+        with ks.errors():
+            return await ks.scripts.delete(ks.keys(run_id), run_id=run_id)
+
+    async def _rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
+        ks = self.keyspace
+        ks.hint(run_id, None)
+        with ks.errors():
+            dropped = await ks.scripts.rebase(ks.keys(run_id), version=version, payload=payload, after=after)
+        if dropped == -1:
+            raise RunNotFound(run_id)
+        if dropped == -2:
+            raise RunNotFound(run_id, version)
+        return dropped
+
+    # -- reads ----------------------------------------------------------------------
+    async def _read_chain(self, run_id: str, version: int | None) -> Chain:
+        if version is None:
+            chain = await self.keyspace.latest_chain(run_id, tiered=False)
+            if chain is not None:
+                return chain
+        return await super()._read_chain(run_id, version)
+
+    async def _is_expired(self, run_id: str) -> bool:
+        """Asked after a read found no run: True when its id is still in the run index (Redis
+        expired its keys; a delete removes the id). Rows left without their run record
+        (evicted under memory pressure, or deleted by hand) are CheckpointCorrupt: the run
+        would otherwise look new. An unindexed store cannot tell: False."""
+        keys = self.keyspace.keys(run_id)
+        with self.keyspace.errors():
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.exists(keys.run)
+                pipe.exists(keys.rows, keys.hist)
+                pipe.zscore(keys.runs, run_id)
+                record, rows, indexed = await pipe.execute()
+        if record:
+            return False
+        if rows:
+            raise CheckpointCorrupt(
+                "the run record is missing from Redis while its rows are stored (evicted under "
+                "memory pressure, or deleted by hand?); set maxmemory-policy noeviction, and "
+                "restore the run from a copy",
+                run_id=run_id,
+            )
+        return self.indexed and indexed is not None
+
+    async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
+        info, rows, _ = await self.keyspace.fetch(run_id, version)
+        return info, rows
+
+    async def _history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
+        if limit == 0:
+            return []
+        keys = self.keyspace.keys(run_id)
+        top = "+inf" if before is None else f"({before}"
+        with self.keyspace.errors():
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.exists(keys.run)
+                pipe.zrevrangebyscore(keys.hist, top, "-inf", start=0, num=limit or -1)
+                exists, members = await pipe.execute()
+        if not exists:
+            return []
+        return [checkpoint_info(run_id, m) for m in members]
+
+    @retried
+    async def get_run(self, run_id: str) -> RunInfo | None:
+        info, _, _ = await self.keyspace.fetch(run_id, None, record=True)
+        return info
+
+    @retried
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
+    ) -> list[RunInfo]:
+        if limit <= 0:
+            return []
+        want = None if status is None else RunStatus(status)
+        found: list[RunInfo] = []
+        stale: list[str] = []
+        start, batch = 0, max(offset + limit, 50)
+        ks = self.keyspace
+        with ks.errors():
+            while len(found) < offset + limit:
+                ids: list[bytes] = await self.client.zrevrange(  # type: ignore[assignment]
+                    ks.index_key, start, start + batch - 1
+                )
+                if not ids:
+                    break
+                async with self.client.pipeline(transaction=False) as pipe:
+                    for rid in ids:
+                        pipe.hgetall(ks.keys(rid.decode()).run)
+                    hashes = await pipe.execute()
+                for rid, h in zip(ids, hashes, strict=True):
+                    if b"version" not in h:
+                        stale.append(rid.decode())
+                    elif want is None or h.get(b"status") == want.encode():
+                        found.append(run_info(rid.decode(), h))
+                start, batch = start + batch, batch * 2
+            if stale:
+                await self._unindex(stale)
+        return found[offset : offset + limit]
+
+    async def _unindex(self, run_ids: list[str]) -> int:
+        ks = self.keyspace
+        return await ks.scripts.unindex(ks.index_key, [ks.keys(rid).run for rid in run_ids], run_ids)
+
+    @retried
+    async def purge_expired(self) -> int:
+        """Redis expires the runs itself; this sweeps their ids out of the run index."""
+        removed = 0
+        batch: list[str] = []
+        with self.keyspace.errors():
+            async for member, _score in self.client.zscan_iter(self.keyspace.index_key, count=500):
+                batch.append(member.decode())
+                if len(batch) >= 500:
+                    removed += await self._unindex(batch)
+                    batch = []
+            if batch:
+                removed += await self._unindex(batch)
+        if removed:
+            logger.info("redis: removed %d expired runs from the index", removed)
+        return removed
+
+
+def _pop_query(url: str, name: str) -> tuple[str, str | None]:
+    """Remove ``name`` from the URL's query (redis-py would reject it); return its value."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    value = next((v for k, v in query if k == name), None)
+    rest = urlencode([(k, v) for k, v in query if k != name])
+    return urlunsplit(parts._replace(query=rest)), value
