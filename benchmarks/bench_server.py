@@ -13,7 +13,11 @@ the JSON (that is the reader's work, not the server's).
 1. Snapshot of a run whose state is 10 MiB (generated agent conversation: prose, tool
    calls, JSON rows, logs, code): the plain store read (``store.snapshot``) one at a time
    as the baseline, then 1 and 50 concurrent clients, each sending requests back to back:
-   full body without gzip, full body with gzip, and ``If-None-Match`` (304).
+   full body without gzip, full body with gzip, and ``If-None-Match`` (304). After each
+   50-client full-body run, its floor: a plain asyncio server (another process, no
+   framework, no store) sending the same bytes to the same clients, which is what moving
+   that many bytes through loopback costs on this host. Then 50 clients polling once a
+   second (dashboards), gzip and 304.
 2. Update (PATCH a small change into a PAUSED run) on a small run and on the 10 MiB run,
    against ``store.update_state`` in this process.
 3. Server-sent events fanned out to 100 subscribers of /api/events: the delay from an
