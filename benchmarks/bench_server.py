@@ -279,6 +279,54 @@ async def store_reads(url: str, run_id: str, n: int) -> tuple[list[float], list[
         return plain, encoded
 
 
+async def in_process_304(url: str, run_id: str, n: int) -> float:
+    """Server CPU for one 304, without sockets: the app called as ASGI in this process."""
+    from tether.server import ServerSettings, create_app
+    from tether.stores import open_store
+
+    async with open_store(url) as store:
+        app = create_app(ServerSettings(), store=store, tokens=[], dashboard=False)
+        async with app.router.lifespan_context(app):
+            path = f"/api/runs/{run_id}/snapshot"
+
+            async def call(headers: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
+                scope = {
+                    "type": "http",
+                    "asgi": {"version": "3.0"},
+                    "http_version": "1.1",
+                    "method": "GET",
+                    "scheme": "http",
+                    "path": path,
+                    "raw_path": path.encode(),
+                    "query_string": b"",
+                    "root_path": "",
+                    "headers": headers,
+                    "client": ("127.0.0.1", 1),
+                    "server": ("127.0.0.1", 80),
+                    "state": {},
+                }
+                sent: list[dict[str, Any]] = []
+
+                async def receive() -> dict[str, Any]:
+                    return {"type": "http.request", "body": b"", "more_body": False}
+
+                async def send(message: dict[str, Any]) -> None:
+                    sent.append(message)
+
+                await app(scope, receive, send)
+                return sent
+
+            first = await call([])
+            tag = dict(first[0]["headers"])[b"etag"]
+            for _ in range(100):
+                await call([(b"if-none-match", tag)])
+            start = time.process_time()
+            for _ in range(n):
+                answer = await call([(b"if-none-match", tag)])
+                assert answer[0]["status"] == 304
+            return (time.process_time() - start) / n
+
+
 async def store_updates(url: str, run_id: str, n: int) -> list[float]:
     from tether.runtime import runtime_reducers
     from tether.stores import open_store
@@ -453,6 +501,8 @@ async def main() -> None:
                 | {"mode": mode, "period": 1.0}
             )
             line(f"API, {args.clients} clients polling 1/s, {mode}", r["times"], b50)
+        cpu = await in_process_304(url, big, 500 if args.quick else 3000)
+        print(f"   server CPU for one 304, in-process (ASGI call, no socket): {cpu * 1000:.3f} ms")
         packed = Path(tmp, "gzip").read_bytes()
         t = time.perf_counter()
         gzip.decompress(packed)
