@@ -152,10 +152,18 @@ class Tokenizer(Protocol):
         ...
 
 
+LINE_START = re.compile(r"(?<=\n)(?=[^\s/])")
+"""Where cl100k's and o200k's split patterns always end a piece: after a newline, before a
+character that is neither whitespace nor "/" (o200k lets "/" follow a newline in one piece).
+BPE never merges across pieces, so a text's count is the sum of its parts split here."""
+
+
 class TiktokenTokenizer:
     """Exact counts: cl100k (gpt-4, gpt-3.5-turbo) or o200k (gpt-4o, gpt-4.1, gpt-5, o-series)."""
 
     __slots__ = ("_encode", "_encoding_name")
+    line_additive = True
+    """Counts add up over parts split at :data:`LINE_START` (a cache of lines can count a text)."""
 
     def __init__(self, encoding: str = ENCODING_NAME) -> None:
         if encoding not in _OFFLINE_ENCODINGS:
