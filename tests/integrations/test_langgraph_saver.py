@@ -257,3 +257,21 @@ def test_delete_for_runs_killed_midway_is_finished_by_running_it_again(tmp_path:
     assert after == kept
     assert sorted(tup[0] for tup in after.values()) == [0, 2, 3, 5]
     assert len(runs) == 6
+
+
+def test_sync_task_writes_do_not_wait_for_the_stores_loop(tmp_path: Path) -> None:
+    """A sync graph's task writes are buffered in its own thread: put_writes returns while
+    the store's loop thread is busy, and the writes are stored with the next put."""
+    cfg: Any = {"configurable": {"thread_id": "busy", "checkpoint_ns": ""}}
+    with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db", flush_delay=30) as saver:
+        assert saver._loop is not None
+        stored = saver.put(cfg, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+        saver._loop.call_soon_threadsafe(time.sleep, 1.0)  # the loop thread is busy for 1 s
+        t0 = time.monotonic()
+        saver.put_writes(stored, [("messages", "hello")], "task-1")
+        took = time.monotonic() - t0
+        following = saver.put(stored, empty_checkpoint(), {"source": "loop", "step": 1}, {})
+        first = saver.get_tuple(stored)
+    assert took < 0.5, f"put_writes waited {took:.2f} s for the store's loop"
+    assert following["configurable"]["checkpoint_id"] != stored["configurable"]["checkpoint_id"]
+    assert first is not None and first.pending_writes == [("task-1", "messages", "hello")]
