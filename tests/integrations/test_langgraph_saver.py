@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import pytest
 from langchain_core.messages import AIMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
@@ -19,6 +25,7 @@ from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel
 
 from tests.integrations._lg_graph import FIRST_INPUT, build
+from tests.integrations.test_langgraph_graph import ROOT
 from tether.integrations.langgraph import TetherSaver
 from tether.integrations.langgraph._layout import ns_key
 
@@ -195,3 +202,77 @@ def _comparable(t: Any) -> tuple[Any, ...]:
     values = t.checkpoint["channel_values"]
     writes = sorted((ch, repr(v)) for _task, ch, v in t.pending_writes or [])
     return (t.metadata.get("step"), {k: repr(v) for k, v in values.items()}, writes)
+
+
+def _seed_runs(saver: TetherSaver, thread: str) -> dict[str, Any]:
+    """Six checkpoints of runs r1, r2, r1, r3, r2, r3, each with a task write; returns what
+    reads give for each checkpoint id."""
+    cfg: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    items: list[str] = []
+    for i, run in enumerate(["r1", "r2", "r1", "r3", "r2", "r3"]):
+        cp = empty_checkpoint()
+        items = [*items, f"m{i}"]
+        cp["channel_values"] = {"items": items, "n": i}
+        cp["channel_versions"] = {"items": i + 1, "n": i + 1}
+        cfg = saver.put(cfg, cp, {"source": "loop", "step": i, "run_id": run}, {"items": i + 1, "n": i + 1})
+        saver.put_writes(cfg, [("items", [f"w{i}"])], f"task-{i}")
+    return {t.checkpoint["id"]: _comparable(t) for t in saver.list({"configurable": {"thread_id": thread}})}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["scratch", "deleted", "copying"])
+def test_delete_for_runs_killed_midway_is_finished_by_running_it_again(tmp_path: Path, point: str) -> None:
+    """SIGKILL while the kept checkpoints are copied aside, right after the namespace was
+    deleted, or while they are copied back: running delete_for_runs again leaves exactly
+    the checkpoints of the other runs, as they were, and no scratch run."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    with TetherSaver.from_url(url, flush_delay=None) as saver:
+        before = _seed_runs(saver, "del")
+        runs = {cid: tup[0] for cid, tup in before.items()}
+    stall = tmp_path / "stalled"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.integrations._lg_delete", url, "del", point, str(stall)],
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not stall.exists():
+            assert child.poll() is None, "the child exited before the kill point"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(10) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+    with TetherSaver.from_url(url) as saver:
+        saver.delete_for_runs(["r2"])
+        after = {
+            t.checkpoint["id"]: _comparable(t) for t in saver.list({"configurable": {"thread_id": "del"}})
+        }
+        scratch = saver._srun(saver.store.get_run(ns_key("del", "") + "~rw"))
+    kept = {cid: tup for cid, tup in before.items() if cid in after}
+    assert len(after) == 4 and scratch is None
+    assert after == kept
+    assert sorted(tup[0] for tup in after.values()) == [0, 2, 3, 5]
+    assert len(runs) == 6
+
+
+def test_sync_task_writes_do_not_wait_for_the_stores_loop(tmp_path: Path) -> None:
+    """A sync graph's task writes are buffered in its own thread: put_writes returns while
+    the store's loop thread is busy, and the writes are stored with the next put."""
+    cfg: Any = {"configurable": {"thread_id": "busy", "checkpoint_ns": ""}}
+    with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db", flush_delay=30) as saver:
+        assert saver._loop is not None
+        stored = saver.put(cfg, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+        saver._loop.call_soon_threadsafe(time.sleep, 1.0)  # the loop thread is busy for 1 s
+        t0 = time.monotonic()
+        saver.put_writes(stored, [("messages", "hello")], "task-1")
+        took = time.monotonic() - t0
+        following = saver.put(stored, empty_checkpoint(), {"source": "loop", "step": 1}, {})
+        first = saver.get_tuple(stored)
+    assert took < 0.5, f"put_writes waited {took:.2f} s for the store's loop"
+    assert following["configurable"]["checkpoint_id"] != stored["configurable"]["checkpoint_id"]
+    assert first is not None and first.pending_writes == [("task-1", "messages", "hello")]

@@ -429,18 +429,17 @@ async def test_delete_removes_everything(store):
 
 # -- expiry --------------------------------------------------------------------------
 async def test_writing_to_an_expired_run_says_so_not_another_writer(make_store, backend):
-    """A commit onto a run that expired under its writer is RunExpired (a RunNotFound on
-    Redis, whose TTLs drop the keys), never "another writer saved first"."""
+    """A commit onto a run that expired under its writer is RunExpired, never "another
+    writer saved first"."""
     async with make_store(expiry=ExpiryPolicy(checkpoint_ttl=dt.timedelta(seconds=0.5))) as s:
         ctx = await committed(s, {"x": 1})
         await asyncio.sleep(0.8)
         ctx.merge({"x": 2})
-        expected = RunNotFound if backend == "redis" else RunExpired
-        with pytest.raises(expected) as caught:
+        with pytest.raises(RunExpired) as caught:
             await s.commit(ctx)
         assert not isinstance(caught.value, VersionConflict)
         if backend != "memory":  # memory forgets the run once it saw it expired
-            with pytest.raises(expected):
+            with pytest.raises(RunExpired):
                 await s.set_status(ctx.run_id, RunStatus.PAUSED)
 
 
@@ -453,9 +452,9 @@ async def test_checkpoints_expire_after_their_ttl(make_store, backend):
         await asyncio.sleep(1.0)
         s.expiry = ExpiryPolicy()  # keep lives on, however slow the host is from here
         await s.commit(keep)
-        if backend in {"memory", "redis"}:  # expired runs are dropped outright: not found
+        if backend == "memory":  # expired runs are dropped outright: not found
             assert await s.load(ctx.run_id) is None
-        else:  # stored until purged: said to be expired, not "not found"
+        else:  # known until purged: said to be expired, not "not found"
             with pytest.raises(RunExpired, match="has expired"):
                 await s.load(ctx.run_id)
             with pytest.raises(RunExpired):
@@ -480,7 +479,7 @@ async def test_finished_runs_expire_after_the_completed_ttl(make_store, backend)
         assert info.expires_at is not None
         assert info.expires_at - info.updated_at > dt.timedelta(days=6)
         await asyncio.sleep(1.0)
-        if backend in {"memory", "redis"}:
+        if backend == "memory":
             assert await s.load(done.run_id) is None
         else:
             with pytest.raises(RunExpired):

@@ -14,11 +14,20 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from tether.errors import ConfigError, StoreError, StoreUnavailable, VersionConflict
+from tether.errors import (
+    CheckpointCorrupt,
+    ConfigError,
+    RunExpired,
+    RunNotFound,
+    StoreError,
+    StoreUnavailable,
+    VersionConflict,
+)
 from tether.state import Checkpoint, ExecutionContext, RunStatus
 from tether.stores import ExpiryPolicy, create_store
 from tether.stores.redis import RedisStore
 
+from ._worker import REDUCERS as _APPEND
 from .conftest import new_id, redis_client, require_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -327,3 +336,103 @@ async def test_a_long_chain_under_a_non_ascii_run_id_loads_by_both_paths(store, 
         await fresh.aclose()
     assert hinted is not None and cold is not None
     assert hinted.state == cold.state == ctx.snapshot() and hinted.version == cold.version == 301
+
+
+# -- failure paths: expiry and damage say what they are -----------------------------------
+async def test_an_expired_run_is_run_expired_until_its_id_is_swept(store, client, prefix):
+    """Redis's TTL drops the keys, the run index keeps the id: load, load_context, commit
+    and set_status say RunExpired (not "not found", not "another writer"); once
+    purge_expired sweeps the id, the run is simply not found and its id can be reused."""
+    store.expiry = ExpiryPolicy(checkpoint_ttl=dt.timedelta(milliseconds=300))
+    ctx = ExecutionContext(new_id("expired"), {"a": 1})
+    await store.commit(ctx)
+    await asyncio.sleep(0.6)
+    assert await client.exists(*_keys(prefix, ctx.run_id)) == 0
+    with pytest.raises(RunExpired, match="has expired"):
+        await store.load(ctx.run_id)
+    with pytest.raises(RunExpired):
+        await store.load(ctx.run_id, 1)
+    with pytest.raises(RunExpired):
+        await store.load_context(ctx.run_id)
+    ctx.merge({"a": 2})
+    with pytest.raises(RunExpired):
+        await store.commit(ctx)
+    with pytest.raises(RunExpired):
+        await store.set_status(ctx.run_id, RunStatus.PAUSED)
+    assert await store.get_run(ctx.run_id) is None
+    assert await store.purge_expired() == 1
+    assert await store.load(ctx.run_id) is None
+    store.expiry = ExpiryPolicy()
+    assert await store.commit(ExecutionContext(ctx.run_id, {"again": 1})) == 1
+
+
+async def test_a_deleted_or_unknown_run_is_not_found_not_expired(store):
+    ctx = ExecutionContext(new_id("deleted"), {"a": 1})
+    await store.commit(ctx)
+    assert await store.delete(ctx.run_id)
+    assert await store.load(ctx.run_id) is None
+    assert await store.load(new_id("never")) is None
+    ctx.merge({"a": 2})
+    with pytest.raises(RunNotFound) as caught:
+        await store.commit(ctx)
+    assert not isinstance(caught.value, RunExpired)
+
+
+async def test_an_unindexed_store_cannot_tell_expired_from_unknown(client, redis_url, prefix):
+    """Without the run index (indexed=False) nothing outlives the TTL: not found."""
+    store = RedisStore.from_url(_url(redis_url, prefix), indexed=False)
+    store.expiry = ExpiryPolicy(checkpoint_ttl=dt.timedelta(milliseconds=300))
+    try:
+        ctx = ExecutionContext(new_id("unindexed"), {"a": 1})
+        await store.commit(ctx)
+        assert await client.zscore(f"{prefix}runs", ctx.run_id) is None
+        await asyncio.sleep(0.6)
+        assert await store.load(ctx.run_id) is None
+    finally:
+        await store.aclose()
+
+
+async def test_a_missing_row_inside_a_chain_is_corrupt_on_every_read(store, redis_url, prefix, client):
+    """A delta row gone from the middle of a chain (evicted, deleted by hand): every read
+    path says CheckpointCorrupt naming run and version, never a state without it."""
+    ctx = ExecutionContext(new_id("hole"), {"items": []}, reducers=_APPEND)
+    await store.commit(ctx)
+    for i in range(3):
+        ctx.merge({"items": [f"item {i}"]})
+        await store.commit(ctx)
+    assert [c.kind for c in await store.history(ctx.run_id)][::-1] == ["full", "delta", "delta", "delta"]
+    await client.hdel(f"{prefix}rows:{ctx.run_id}", "2")
+    fresh = RedisStore.from_url(_url(redis_url, prefix))
+    try:
+        for s in (store, fresh):  # with this store's hint, and without
+            with pytest.raises(CheckpointCorrupt, match=rf"run '{ctx.run_id}' version 2"):
+                await s.load(ctx.run_id)
+            with pytest.raises(CheckpointCorrupt, match=rf"run '{ctx.run_id}' version 2"):
+                await s.load(ctx.run_id, 3)
+            with pytest.raises(CheckpointCorrupt, match=rf"run '{ctx.run_id}' version 2"):
+                await s.load_context(ctx.run_id)
+        assert (await store.load(ctx.run_id, 1)).state == {"items": []}
+    finally:
+        await fresh.aclose()
+
+
+async def test_rows_without_their_run_record_are_corrupt_not_a_new_run(store, client, redis_url, prefix):
+    """An evicted run record would make its run look new (and the next save start it
+    over): a load by a process that never saw the run says CheckpointCorrupt instead, and
+    so does a write onto it."""
+    ctx = ExecutionContext(new_id("headless"), {"a": 1})
+    await store.commit(ctx)
+    ctx.merge({"a": 2})
+    await store.commit(ctx)
+    await client.delete(f"{prefix}run:{ctx.run_id}")
+    fresh = RedisStore.from_url(_url(redis_url, prefix))
+    try:
+        with pytest.raises(CheckpointCorrupt, match="run record is missing"):
+            await fresh.load(ctx.run_id)
+        with pytest.raises(CheckpointCorrupt, match="run record is missing"):
+            await fresh.load_context(ctx.run_id)
+    finally:
+        await fresh.aclose()
+    ctx.merge({"a": 3})
+    with pytest.raises(CheckpointCorrupt, match="run record is missing"):
+        await store.commit(ctx)

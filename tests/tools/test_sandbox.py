@@ -195,3 +195,53 @@ async def test_without_a_sandbox_the_mode_falls_back_to_ask(
     assert "falling back to the ask mode" in caplog.text
     with pytest.raises(ApprovalRequired):
         await guard.run("python3 -c 'print(1)'")
+
+
+async def test_the_prestarted_launcher_passes_the_exact_environment_and_limits(
+    session: LocalSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command started by a launcher (in the cgroup before the command exists) gets the
+    environment of a plain start: the allow-list plus env=, never this process's secrets;
+    the rlimits hold; the launcher's own pid never shows."""
+    monkeypatch.setenv("TETHER_TEST_DEPLOY_TOKEN", "PLANTED-launcher-token")
+    for _ in range(3):  # the first start and the launchers started behind it
+        result = await session.run(
+            'printf "%s|" "$A" "$PATH"; ulimit -v; ulimit -f; env | grep -c PLANTED || true',
+            env={"A": 'it\'s "quoted" $(touch nope)'},
+        )
+        fields = result.stdout.split("|")
+        assert fields[0] == 'it\'s "quoted" $(touch nope)'
+        assert fields[1] == os.environ["PATH"]
+        assert fields[2].split() == [str(512 * 1024), str(8 * 1024**2 // 512), "0"]
+    assert not (Path(session.cwd) / "nope").exists()
+
+
+def test_a_session_used_under_several_event_loops_leaves_no_launcher_behind(
+    bwrap: str, tmp_path: Path
+) -> None:
+    """asyncio.run twice (the sync wrappers do that): each run starts cleanly, and close
+    kills the launcher waiting for a next command."""
+    import asyncio
+    import subprocess
+    import time
+
+    session = LocalSession(tmp_path, sandbox=Sandbox(bwrap))
+    for word in ("one", "two"):
+        assert asyncio.run(session.run(f"echo {word}")).stdout == f"{word}\n"
+
+    async def last() -> int | None:
+        await session.run("true")
+        task = session._next
+        spawned = await task if task is not None else None
+        await session.close()
+        return spawned[0].get_pid() if spawned is not None else None
+
+    pid = asyncio.run(last())
+    if pid is not None:  # a launcher only exists with a pids cgroup
+        for _ in range(100):  # killed at once; reaped by asyncio's child watcher thread
+            ps = ["ps", "-o", "stat=", "-g", str(pid)]
+            left = subprocess.run(ps, capture_output=True, text=True, check=False).stdout.split()
+            if all(state.startswith("Z") for state in left):
+                break
+            time.sleep(0.02)
+        assert all(state.startswith("Z") for state in left), left

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from tether.context.distill import distill
+from tether.context.facts import FactCache
 from tether.context.items import ContextItem, ItemCounter, Layer
 from tether.context.session import bound_summary, paragraph_text
 from tether.context.summarizer import (
@@ -42,6 +43,7 @@ __all__ = [
     "SUMMARY_ID",
     "CompressionLevel",
     "CompressionResult",
+    "LINE_LENGTHS",
     "Unit",
     "compress",
     "compress_async",
@@ -58,7 +60,10 @@ SUMMARY_ID = "ctx-summary"
 CompressionLevel = Literal["standard", "deep", "checkpoint"]
 Unit = tuple[ContextItem, ...]
 _LINE_CHARS = {"standard": 200, "checkpoint": 200, "deep": 120}
+LINE_LENGTHS = tuple(sorted(set(_LINE_CHARS.values())))
+"""Lengths of a folded operation's summary line, one per level (what a window pre-computes)."""
 _KEEP_RECENT = {"standard": 3, "checkpoint": 0, "deep": 0}
+_SAMPLE_LINES = 64
 _OPERATION_KINDS = frozenset(
     {"operation", "tool_call", "tool_result", "message", "error", "report", "summary"}
 )
@@ -202,6 +207,10 @@ def _request(
     )
 
 
+def _working_cost(unit: Unit, cost: Mapping[str, int]) -> int:
+    return sum(cost[i.id] for i in unit if i.layer is Layer.WORKING)
+
+
 def _plan(
     items: Sequence[ContextItem],
     level: CompressionLevel,
@@ -211,9 +220,12 @@ def _plan(
     before_seq: int | None,
     archive_id: str | None,
     summary_budget: int | None = None,
+    working_budget: int | None = None,
+    facts_cache: FactCache | None = None,
 ) -> _Plan:
     items = [counter.counted(i) for i in items]
-    plan = _Plan(level=level, items=items, before=counter.total(items))
+    cost_of = {i.id: counter.cost(i) for i in items}  # once: every total below reads it
+    plan = _Plan(level=level, items=items, before=counter.fmt.reply_priming + sum(cost_of.values()))
     previous = next((i for i in items if i.id == SUMMARY_ID and not i.pinned), None)
     if previous is not None:
         plan.carried = [str(x) for x in previous.metadata.get("completed", [])]
@@ -225,13 +237,15 @@ def _plan(
     ops: list[Unit] = []
     seen: set[tuple[tuple[str, str], ...]] = set()
     latest_state = max((i.seq for i in items if i.kind == "state"), default=-1)
+    protected = [_protected(u) for u in units]
     last_op_seq = max(
-        (u[-1].seq for u in units if u[0].kind in _OPERATION_KINDS and not _protected(u)),
+        (u[-1].seq for u, p in zip(units, protected, strict=True) if u[0].kind in _OPERATION_KINDS and not p),
         default=-1,
     )
-    for unit in reversed(units):  # newest first, so the last copy of a repeat survives
+    # newest first, so the last copy of a repeat survives
+    for unit, prot in zip(reversed(units), reversed(protected), strict=True):
         key = tuple((i.kind, i.content) for i in unit)
-        if _protected(unit) or (before_seq is not None and unit[-1].seq > before_seq):
+        if prot or (before_seq is not None and unit[-1].seq > before_seq):
             plan.keep_ids.update(i.id for i in unit)
         elif key in seen or (unit[0].kind == "state" and unit[0].seq != latest_state):
             plan.dropped.extend(i.id for i in unit)
@@ -246,30 +260,50 @@ def _plan(
             plan.keep_ids.update(i.id for i in unit)
         seen.add(key)
     ops.reverse()
+
+    # The working layer's own budget: what stays in detail there fits under its share.
+    working_cap = round(working_budget * target_ratio) if working_budget is not None else None
+    working = sum(cost_of[i.id] for i in items if i.id in plan.keep_ids and i.layer is Layer.WORKING)
     recent = _KEEP_RECENT[level]
-    for unit in ops[len(ops) - recent :] if recent else ():
+    split = len(ops) - min(recent, len(ops))
+    keep_from = len(ops)
+    for k in range(len(ops) - 1, split - 1, -1):  # newest first; the newest one always stays
+        cost = _working_cost(ops[k], cost_of)
+        if working_cap is not None and keep_from < len(ops) and working + cost > working_cap:
+            break
+        working += cost
+        keep_from = k
+    for unit in ops[keep_from:]:
         plan.keep_ids.update(i.id for i in unit)
-    plan.fold = ops[: len(ops) - recent] if recent else ops
+    plan.fold = ops[:keep_from]
     if plan.fold and not plan.summary_seq:
         plan.summary_seq = plan.fold[0][0].seq
 
     # Give detail back to the newest folded operations while under the target.
     target = round(plan.before * target_ratio)
     facts = previous.metadata.get("facts") if previous is not None else None
-    d = distill(plan.fold, units, items, previous=facts, line_chars=line_chars)
+    d = distill(plan.fold, units, items, previous=facts, line_chars=line_chars, cache=facts_cache)
     plan.notes = [counter.counted(n) for n in d.notes]
     plan.fields, plan.resolutions = d.fields, d.resolutions
     lines = {u[0].id: d.lines.get(u[0].id, "") for u in plan.fold}
     replaced = {n.id for n in plan.notes}
-    kept = counter.total([*(i for i in items if i.id in plan.keep_ids and i.id not in replaced), *plan.notes])
+    kept = counter.fmt.reply_priming + sum(counter.cost(n) for n in plan.notes)
+    kept += sum(cost_of[i] for i in plan.keep_ids if i not in replaced)
     tokenize = counter.tokenizer.count
-    remaining = plan.carried + [x for x in lines.values() if x]
+    position: dict[str, int] = {}  # a folded unit's line: its index in carried + new lines
+    remaining = list(plan.carried)
+    for unit in plan.fold:
+        if lines[unit[0].id]:
+            position[unit[0].id] = len(remaining)
+            remaining.append(lines[unit[0].id])
     estimate = _estimator(tokenize, remaining)
+    total_lines = len(remaining)
     if summary_budget is not None:
         overhead = tokenize(StructuredSummarizer().summarize(_request(plan, [], archive_id, 0)))
         plan.history, remaining = bound_summary(
             plan.history, remaining, budget=summary_budget, count=estimate, overhead=overhead
         )
+    cut = total_lines - len(remaining)  # the oldest lines went into paragraphs
     summary_tokens = estimate(StructuredSummarizer().summarize(_request(plan, remaining, archive_id, 0)))
     cost = kept + counter.fmt.per_message + 1 + summary_tokens
     if summary_budget is not None and summary_tokens > summary_budget:
@@ -278,35 +312,51 @@ def _plan(
             "the session layer's protected items (goal, TODOs, decisions, constraints) leave too little room"
         )
     given: set[str] = set()
+    taken: set[int] = set()
     for unit in reversed(plan.fold):
         if unit[0].id in d.absorbed:
             continue
         line = lines[unit[0].id]
-        delta = _unit_cost(unit, counter) - estimate(line) - 3
-        if cost + delta > target * 0.98 or (line and line not in remaining[-len(plan.fold) :]):
+        at = position.get(unit[0].id)
+        delta = sum(cost_of[i.id] for i in unit) - estimate(line) - 3
+        more = _working_cost(unit, cost_of)
+        if (
+            cost + delta > target * 0.98
+            or (at is not None and at < cut)
+            or (working_cap is not None and working + more > working_cap * 0.98)
+        ):
             break  # margin: the final summary may differ a little; a line in a paragraph stays folded
         cost += delta
+        working += more
         given.add(unit[0].id)
         plan.keep_ids.update(i.id for i in unit)
-        if line:
-            del remaining[len(remaining) - 1 - remaining[::-1].index(line)]
+        if at is not None:
+            taken.add(at - cut)
+    if taken:
+        remaining = [x for k, x in enumerate(remaining) if k not in taken]
     plan.fold = [u for u in plan.fold if u[0].id not in given]
-    completed = remaining
+    if working_budget is not None and working > working_budget:
+        plan.warnings.append(
+            f"the working layer keeps {working} tokens, over its budget of {working_budget}: "
+            "its newest operation alone is larger (trim long outputs before adding them)"
+        )
     max_tokens = max(target - kept, 0)
-    plan.request = _request(plan, completed, archive_id, max_tokens, details=True)
+    plan.request = _request(plan, remaining, archive_id, max_tokens, details=True)
     return plan
 
 
 def _estimator(count: Callable[[str], int], texts: Sequence[str]) -> Callable[[str], int]:
-    """Tokens of a line from one count of all of them: a hot path, see benchmarks/README.md.
+    """Tokens of a line from its length and the tokens per character of a sample of lines.
 
-    Tokenizing hundreds of summary lines one by one cost more than the rest of a
-    compression; the final summary is still counted exactly.
+    Tokenizing every summary line (or all of them joined) cost more than the rest of a
+    compression; a sample spread over old and new lines gives the same ratio, and the
+    final summary is still counted exactly.
     """
     if not texts:
         return count
-    chars = sum(len(t) for t in texts) + len(texts) - 1
-    per_char = count("\n".join(texts)) / max(chars, 1)
+    sample = texts[:: max(1, len(texts) // _SAMPLE_LINES)]
+    chars = sum(len(t) for t in sample) + len(sample) - 1
+    per_char = count("\n".join(sample)) / max(chars, 1)
     return lambda text: max(1, round(len(text) * per_char)) if text else 0
 
 
@@ -378,12 +428,17 @@ def compress(
     before_seq: int | None = None,
     archive_id: str | None = None,
     summary_budget: int | None = None,
+    working_budget: int | None = None,
+    facts: FactCache | None = None,
 ) -> CompressionResult:
     """Compress ``items`` to about ``target_ratio`` of their tokens (60% standard, 30% deep).
 
     ``checkpoint`` compresses only what precedes ``before_seq`` (the checkpoint's position)
     with the standard rules and leaves everything after it untouched. ``summary_budget``
     bounds the rolling summary: older lines are re-summarised into paragraphs to fit it.
+    ``working_budget`` bounds the working layer: what it keeps in detail (recent operations
+    included, the newest one excepted) fits in ``target_ratio`` of it. ``facts`` holds facts
+    mined when the items were added (:attr:`ContextWindow.facts`).
     """
     if level == "checkpoint" and before_seq is None:
         raise ValueError("checkpoint compression needs before_seq")
@@ -395,6 +450,8 @@ def compress(
         before_seq=before_seq,
         archive_id=archive_id,
         summary_budget=summary_budget,
+        working_budget=working_budget,
+        facts_cache=facts,
     )
     assert plan.request is not None
     text = (summarizer or StructuredSummarizer()).summarize(plan.request)
@@ -411,6 +468,8 @@ async def compress_async(
     before_seq: int | None = None,
     archive_id: str | None = None,
     summary_budget: int | None = None,
+    working_budget: int | None = None,
+    facts: FactCache | None = None,
 ) -> CompressionResult:
     """:func:`compress` with a summariser that may await a model."""
     plan = _plan(
@@ -421,6 +480,8 @@ async def compress_async(
         before_seq=before_seq,
         archive_id=archive_id,
         summary_budget=summary_budget,
+        working_budget=working_budget,
+        facts_cache=facts,
     )
     assert plan.request is not None
     chosen = summarizer or StructuredSummarizer()

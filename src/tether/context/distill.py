@@ -20,7 +20,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tether.context.facts import OperationFacts, Resolution, extract_operation, find_resolutions
+from tether.context.facts import (
+    FactCache,
+    OperationFacts,
+    Resolution,
+    extract_operation,
+    find_resolutions,
+)
 from tether.context.items import ContextItem, Layer
 from tether.context.notes import (
     constraint_lines,
@@ -137,9 +143,15 @@ def distill(
     *,
     previous: Mapping[str, Any] | None,
     line_chars: int,
+    cache: FactCache | None = None,
 ) -> Distilled:
-    """Lines, notes and fields for the units in ``fold`` (``units`` is every unit, in order)."""
+    """Lines, notes and fields for the units in ``fold`` (``units`` is every unit, in order).
+
+    ``cache`` holds facts mined when the items were added (a window's); without one, every
+    output is mined here.
+    """
     out = Distilled()
+    cache = cache if cache is not None else FactCache()
     notes = _Notes(items)
     folded = {u[0].id for u in fold}
     ops: list[tuple[str, OperationFacts]] = []
@@ -157,10 +169,10 @@ def distill(
                     out.absorbed.add(head.id)
                     notes.add(_decision(call, q, result.content))
                 continue
-            facts = extract_operation(call, result)
+            facts = cache.operation(call, result)
             ops.append((head.id, facts))
             if is_folded:
-                out.lines[head.id] = facts.line(max_chars=line_chars)
+                out.lines[head.id] = cache.line(call, result, max_chars=line_chars)
             question = None
             continue
         if head.kind != "message":
@@ -175,6 +187,11 @@ def distill(
                 out.lines[head.id] = _message_line(head, line_chars)
             continue
         if not is_folded:
+            if role == "user" and question is not None and question[0].id in folded:
+                q_item, q_text = question  # the question folds, its answer stays: keep both as a decision
+                notes.add(_decision(head, q_text, head.content))
+                out.absorbed.add(q_item.id)
+                out.lines.pop(q_item.id, None)
             question = None if role == "user" else question
             continue
         planned = notes.plan(head)

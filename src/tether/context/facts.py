@@ -24,6 +24,7 @@ from typing import Any
 from tether.context.items import ContextItem
 
 __all__ = [
+    "FactCache",
     "OperationFacts",
     "Resolution",
     "command_of",
@@ -335,3 +336,58 @@ def find_resolutions(ops: Sequence[tuple[str, OperationFacts]]) -> list[Resoluti
         ids = tuple(u for u, _ in ops[start : index + 1])
         out.append(Resolution(issue=_clip(issue, 160), resolution=how, unit_ids=ids))
     return out
+
+
+def _same(a: ContextItem | None, b: ContextItem | None) -> bool:
+    """The same operation text: an item re-sequenced or re-counted still hits the cache."""
+    if a is b:
+        return True
+    if a is None or b is None:
+        return False
+    return a.kind == b.kind and a.content == b.content and a.metadata == b.metadata
+
+
+_Entry = tuple[ContextItem | None, ContextItem | None, OperationFacts, dict[int, str]]
+"""The call and result mined, their facts, and their summary line per length."""
+
+
+class FactCache:
+    """Facts and summary lines of each operation, computed once per (call, result) pair.
+
+    Mining outputs is most of what a compression would cost, so a window fills this as
+    tool results arrive and a compression reads it. Keyed by the items' ids and checked
+    against their text, so a replaced item is mined again, never served stale facts.
+    """
+
+    __slots__ = ("_ops",)
+
+    def __init__(self) -> None:
+        self._ops: dict[tuple[str, str], _Entry] = {}
+
+    def _entry(self, call: ContextItem | None, result: ContextItem | None) -> _Entry:
+        key = (call.id if call is not None else "", result.id if result is not None else "")
+        entry = self._ops.get(key)
+        if entry is None or not (_same(entry[0], call) and _same(entry[1], result)):
+            entry = (call, result, extract_operation(call, result), {})
+            self._ops[key] = entry
+        return entry
+
+    def operation(self, call: ContextItem | None, result: ContextItem | None) -> OperationFacts:
+        """:func:`extract_operation`, once per pair."""
+        return self._entry(call, result)[2]
+
+    def line(self, call: ContextItem | None, result: ContextItem | None, *, max_chars: int) -> str:
+        """:meth:`OperationFacts.line` of the pair, once per length."""
+        _c, _r, facts, lines = self._entry(call, result)
+        text = lines.get(max_chars)
+        if text is None:
+            text = lines[max_chars] = facts.line(max_chars=max_chars)
+        return text
+
+    def prune(self, live: Iterable[str]) -> None:
+        """Forget operations whose items left the window."""
+        keep = set(live)
+        self._ops = {k: v for k, v in self._ops.items() if k[0] in keep or k[1] in keep}
+
+    def __len__(self) -> int:
+        return len(self._ops)

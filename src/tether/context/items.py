@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast, get_args
 
-from tether.context.tokens import OPENAI_FORMAT, MessageFormat, Tokenizer
+from tether.context.tokens import LINE_START, OPENAI_FORMAT, MessageFormat, Tokenizer, tool_call_tokens
 from tether.errors import ContextError
 
 logger = logging.getLogger(__name__)
@@ -244,6 +244,10 @@ def arguments_text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
+_MAX_LINES = 50_000
+"""Primed summary lines kept; past it the cache starts again (only a cost, never an error)."""
+
+
 class ItemCounter:
     """Counts items once: a cache keyed by (kind, content) makes re-adding free.
 
@@ -251,28 +255,68 @@ class ItemCounter:
     on the string object) instead of a BPE pass; only genuinely new text is tokenized.
     """
 
-    __slots__ = ("_cache", "_role_cost", "fmt", "tokenizer")
+    __slots__ = ("_args", "_cache", "_lines", "_role_cost", "fmt", "tokenizer")
 
     def __init__(self, tokenizer: Tokenizer, fmt: MessageFormat = OPENAI_FORMAT) -> None:
         self.tokenizer = tokenizer
         self.fmt = fmt
-        self._cache: dict[tuple[str, str], int] = {}
+        self._cache: dict[tuple[str, ...], int] = {}
         self._role_cost: dict[str, int] = {}
+        self._args: dict[int, tuple[object, str]] = {}
+        """Arguments' JSON by the identity of the arguments object: items share it when copied."""
+        self._lines: dict[str, int] | None = {} if getattr(tokenizer, "line_additive", False) else None
+        """Counts of summary lines primed as operations arrive (tokenizers whose counts add up)."""
 
-    @staticmethod
-    def _key(item: ContextItem) -> tuple[str, str]:
+    def prime(self, line: str) -> None:
+        """Count a line a later summary will hold, so that summary costs only its new lines."""
+        lines = self._lines
+        if lines is None or line in lines:
+            return
+        if len(lines) >= _MAX_LINES:
+            lines.clear()
+        lines[line] = self.tokenizer.count(line)
+
+    def _count_lines(self, text: str) -> int:
+        """Exact count of a summary from its primed lines plus one count of the rest."""
+        lines = self._lines
+        if lines is None:
+            return self.tokenizer.count(text)
+        total = 0
+        missed: list[str] = []
+        for part in LINE_START.split(text):
+            n = lines.get(part)
+            if n is None:
+                missed.append(part)
+            else:
+                total += n
+        return total + (self.tokenizer.count("".join(missed)) if missed else 0)
+
+    def _arguments(self, value: object) -> str:
+        if isinstance(value, str):
+            return value
+        hit = self._args.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        text = arguments_text(value)
+        self._args[id(value)] = (value, text)
+        return text
+
+    def _key(self, item: ContextItem) -> tuple[str, ...]:
         if is_structured_call(item):  # billed as name + arguments, not as the text
             name = str(item.metadata["name"])
-            return ("tool_call\0", f"{name}\0{arguments_text(item.metadata.get('arguments', {}))}")
+            return ("tool_call\0", name, self._arguments(item.metadata.get("arguments", {})))
         return (item.kind, item.content)
 
     def tokens(self, item: ContextItem) -> int:
         key = self._key(item)
         n = self._cache.get(key)
         if n is None:
-            if key[0] == "tool_call\0":
-                name, _, args = key[1].partition("\0")
-                n = self.tokenizer.count(name) + self.tokenizer.count(args)
+            if key[0] == "tool_call\0" and self.fmt.tool_framing:
+                n = tool_call_tokens(key[1], key[2], self.tokenizer)
+            elif key[0] == "tool_call\0":
+                n = self.tokenizer.count(key[1]) + self.tokenizer.count(key[2])
+            elif item.kind == "summary":
+                n = self._count_lines(item.text)
             else:
                 n = self.tokenizer.count(item.text)
             self._cache[key] = n
@@ -304,6 +348,8 @@ class ItemCounter:
 
     def prune(self, live: Iterable[ContextItem]) -> None:
         """Forget text no longer in use, so a long run's cache does not grow without bound."""
+        live = list(live)
+        self._args = {}
         keep = {self._key(i) for i in live}
         self._cache = {k: v for k, v in self._cache.items() if k in keep}
 

@@ -5,10 +5,13 @@ happened as :class:`ContextEvent` records (the 70% warning, each compression wit
 tokens before and after and what was folded, overflow recoveries, a session layer that its
 protected items alone overflow), which the loop puts in the run's event log.
 
-The order of checks: a session layer over its own budget is compressed first (its rolling
-summary is re-bounded), then the monitor's thresholds on the whole window decide between
-standard and deep compression (the highest level crossed, once per crossing), and a window
-still over its budget is fitted.
+The order of checks: the monitor's thresholds read the window as it stands (so the 70%
+warning reaches the log even when a layer's compression is about to bring usage down);
+then a session or working layer over its own budget is compressed (the rolling summary is
+re-bounded; the working layer keeps in detail only what fits in 60% of its budget); then
+the highest threshold level crossed (standard or deep, once per crossing) compresses the
+window, unless the layer's compression already took it back under that threshold; and a
+window still over its budget is fitted.
 """
 
 from __future__ import annotations
@@ -86,19 +89,7 @@ class ContextPolicy:
 
     def before_call(self, window: ContextWindow) -> list[ContextEvent]:
         events: list[ContextEvent] = []
-        session = window.usage().layers[Layer.SESSION]
-        if session.budget and session.tokens > session.budget:
-            result = window.compress("standard", archive=self.archive)
-            events.append(
-                _compressed(
-                    result,
-                    f"session layer over its budget ({session.tokens}/{session.budget})",
-                    session.ratio,
-                )
-            )
-            if window.usage().layers[Layer.SESSION].tokens > session.budget:
-                events.append(ContextEvent(kind="context_session_over", reason="; ".join(result.warnings)))
-        usage = window.usage()
+        usage = window.usage()  # the thresholds see the window the model would get
         level = None
         for ev in self.monitor.observe(usage):
             if ev.kind == "warn":
@@ -110,11 +101,26 @@ class ContextPolicy:
                 )
             elif ev.level in ("standard", "deep") and level != "deep":
                 level = ev.level
-        if level is not None:
+        layered = False
+        for layer in (Layer.SESSION, Layer.WORKING):  # a layer over its own budget first
+            over = window.usage().layers[layer]
+            if not over.budget or over.tokens <= over.budget:
+                continue
+            result = window.compress("standard", archive=self.archive)
+            layered = True
+            name = layer.name.lower()
+            events.append(
+                _compressed(result, f"{name} layer over its budget ({over.tokens}/{over.budget})", over.ratio)
+            )
+            if layer is Layer.SESSION and window.usage().layers[layer].tokens > over.budget:
+                events.append(ContextEvent(kind="context_session_over", reason="; ".join(result.warnings)))
+        threshold = self.thresholds.deep if level == "deep" else self.thresholds.standard
+        if level is not None and (not layered or window.usage().ratio > threshold):
             result = window.compress(level, archive=self.archive)
             events.append(
                 _compressed(result, f"usage {usage.ratio:.0%} crossed the {level} threshold", usage.ratio)
             )
+        if level is not None or layered:
             self.monitor.observe(window.usage())  # re-arm the thresholds it fell back under
         if window.usage().tokens > window.budget:
             before = window.usage()

@@ -68,8 +68,13 @@ class AsyncSummarizer(Protocol):
     async def summarize(self, request: SummaryRequest) -> str: ...
 
 
+def bullet(line: str) -> str:
+    """A line of a summary section as the structured summary writes it."""
+    return f"- {line}"
+
+
 def _bullets(lines: Sequence[str], empty: str = "- (none)") -> list[str]:
-    return [f"- {line}" for line in lines] if lines else [empty]
+    return [bullet(line) for line in lines] if lines else [empty]
 
 
 class StructuredSummarizer:

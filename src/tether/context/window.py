@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from tether.context.artifacts import ArtifactStore, archive_items
 from tether.context.compress import (
+    LINE_LENGTHS,
     SUMMARY_ID,
     CompressionLevel,
     CompressionResult,
@@ -23,8 +24,9 @@ from tether.context.compress import (
     compress_phase,
     fit,
 )
+from tether.context.facts import FactCache
 from tether.context.items import ContextItem, ItemCounter, Layer
-from tether.context.summarizer import Summarizer
+from tether.context.summarizer import Summarizer, bullet
 from tether.context.tokens import (
     ANTHROPIC_FORMAT,
     OPENAI_FORMAT,
@@ -137,6 +139,10 @@ class ContextWindow:
         self.version = 0
         """Bumped on every change; background compression uses it to detect races."""
         self._journal: list[dict[str, Any]] | None = None
+        self.facts = FactCache()
+        """Facts of each tool call and result, mined when the result arrives (see compress)."""
+        self._calls: dict[str, ContextItem] = {}
+        """The latest tool call per ``tool_call_id``, to pair a result with on arrival."""
 
     # -- items -------------------------------------------------------------------------
 
@@ -174,7 +180,21 @@ class ContextWindow:
             raise ContextError(f"item {item.id!r} already in the window; use replace()")
         stored = self._store(item, seq=None if item.seq <= 0 else item.seq)
         self._log(stored)
+        self._mine(stored)
         return stored
+
+    def _mine(self, item: ContextItem) -> None:
+        """Extract a finished operation's facts now, so that compression only reads them."""
+        call_id = item.tool_call_id
+        if not call_id:
+            return
+        if item.kind == "tool_call":
+            self._calls[call_id] = item
+        elif item.kind == "tool_result":
+            call = self._calls.get(call_id)
+            if call is not None and self.get(call.id) is call:
+                for n in LINE_LENGTHS:  # its summary line, mined and counted as a summary holds it
+                    self.counter.prime(bullet(self.facts.line(call, item, max_chars=n)) + "\n")
 
     def add_many(self, items: Iterable[ContextItem]) -> list[ContextItem]:
         return [self.add(item) for item in items]
@@ -198,6 +218,7 @@ class ContextWindow:
         self.version += 1
         if item != old:
             self._log(item)
+            self._mine(item)
         return item
 
     def upsert(self, item: ContextItem) -> ContextItem:
@@ -220,6 +241,9 @@ class ContextWindow:
     def _maybe_prune(self) -> None:
         if len(self.counter) > 2 * len(self._where) + 1_024:
             self.counter.prune(self)
+        if len(self.facts) > len(self._where) + 1_024:
+            self.facts.prune(self._where)
+            self._calls = {k: c for k, c in self._calls.items() if c.id in self._where}
 
     def get(self, item_id: str) -> ContextItem | None:
         layer = self._where.get(item_id)
@@ -441,6 +465,8 @@ class ContextWindow:
 
         The rolling summary is kept inside what the session layer's budget leaves after
         its protected items; if those alone overflow it, the result's ``warnings`` say so.
+        The operations the working layer keeps in detail fit in the level's share of that
+        layer's budget (60% standard, 30% deep), so its own budget holds too.
         """
         archive_id = self._archive(archive)
         result = compress(
@@ -452,6 +478,8 @@ class ContextWindow:
             before_seq=before_seq,
             archive_id=archive_id,
             summary_budget=self.summary_budget(),
+            working_budget=self.layer_budgets.get(Layer.WORKING),
+            facts=self.facts,
         )
         self.replace_all(result.items)
         return self._check_session(result)

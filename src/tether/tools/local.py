@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import logging
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
@@ -140,6 +141,12 @@ class LocalSession(ShellOptions):
         self.shell = shell
         self.sandbox = sandbox
         self.inherit_env = None if inherit_env is None else tuple(inherit_env)
+        self._next: asyncio.Task[_Spawned | None] | None = None
+        """The sandbox launcher for the next command, started while this one runs."""
+        self._idle: _Spawned | None = None
+        """That launcher once started, until a command takes it."""
+        self._guard: AsyncGenerator[None, None] | None = None
+        """Kills an idle launcher when its event loop shuts down (``asyncio.run`` ends)."""
 
     def __repr__(self) -> str:
         return f"LocalSession(cwd={self._cwd!r})"
@@ -162,6 +169,7 @@ class LocalSession(ShellOptions):
 
     async def close(self) -> None:
         self._closed = True
+        await self._drop_launcher()
         if self.sandbox is not None:
             self.sandbox.close()
 
@@ -195,20 +203,37 @@ class LocalSession(ShellOptions):
         argv = [self.shell, "-c", script]
         launch = None
         if self.sandbox is not None and sandboxed:
-            launch = self.sandbox.prepare(argv, workdir=self._base_cwd, cwd=start_dir, network=network)
+            launch = self.sandbox.prepare(
+                argv, workdir=self._base_cwd, cwd=start_dir, network=network, warm=True
+            )
             argv = launch.argv
         started = time.monotonic()
         try:
-            transport, proto = await loop.subprocess_exec(
-                lambda: _Capture(loop, self.max_output_bytes),
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=start_dir,
-                env=merged,
-                start_new_session=True,
-            )
+            spawned = await self._launcher(loop) if launch is not None and launch.warm else None
+            if spawned is not None and launch is not None:
+                transport, proto = spawned
+                env = dict(os.environ) if merged is None else merged
+                stdin = transport.get_pipe_transport(0)
+                assert isinstance(stdin, asyncio.WriteTransport)  # spawned with stdin=PIPE
+                stdin.write(launch.script(env))
+                stdin.close()
+                self._next = loop.create_task(self._spawn_launcher(loop))  # while this one runs
+            else:
+                if launch is not None and launch.warm:  # no launcher could start: join on the way
+                    launch = self.sandbox.prepare(  # type: ignore[union-attr]
+                        [self.shell, "-c", script], workdir=self._base_cwd, cwd=start_dir, network=network
+                    )
+                    argv = launch.argv
+                transport, proto = await loop.subprocess_exec(
+                    lambda: _Capture(loop, self.max_output_bytes),
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    cwd=start_dir,
+                    env=merged,
+                    start_new_session=True,
+                )
         except (OSError, subprocess.SubprocessError) as exc:
             if launch is not None:
                 launch.close()
@@ -235,6 +260,8 @@ class LocalSession(ShellOptions):
                     pass
             transport.close()
             if launch is not None:
+                if launch.warm and self._next is not None:  # spare the next command's launcher
+                    launch.keep_group = await _pid_of(self._next)
                 launch.close()
         duration = time.monotonic() - started
         returncode = transport.get_returncode()
@@ -264,6 +291,63 @@ class LocalSession(ShellOptions):
             raise CommandTimeout(command, limit)
         return result
 
+    async def _launcher(self, loop: asyncio.AbstractEventLoop) -> _Spawned | None:
+        """The launcher started for this command (or one started now); None without a cgroup."""
+        task, self._next = self._next, None
+        if task is not None and task.get_loop() is loop:
+            with contextlib.suppress(Exception):
+                ready = await task
+                self._idle = None
+                if ready is not None and ready[0].get_returncode() is None:
+                    return ready
+        elif task is not None:  # started under another event loop (a new asyncio.run)
+            _discard(task)
+        return await self._spawn_launcher(loop)
+
+    async def _spawn_launcher(self, loop: asyncio.AbstractEventLoop) -> _Spawned | None:
+        argv = self.sandbox.launcher() if self.sandbox is not None else None
+        if argv is None or self._closed:
+            return None
+        try:
+            spawned = await loop.subprocess_exec(
+                lambda: _Capture(loop, self.max_output_bytes),
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=self._base_cwd,
+                env={},  # the command's environment arrives with its script
+                start_new_session=True,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            logger.debug("cannot start a sandbox launcher: %s", exc)
+            return None
+        self._idle = spawned
+        self._guard = self._until_loop_ends(spawned)
+        await self._guard.__anext__()  # registered with the loop: closed by shutdown_asyncgens
+        return spawned
+
+    async def _until_loop_ends(self, spawned: _Spawned) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            if self._idle is spawned:
+                self._idle = None
+                await _reap(spawned)
+
+    async def _drop_launcher(self) -> None:
+        task, self._next = self._next, None
+        if task is None:
+            return
+        if task.get_loop() is not asyncio.get_running_loop():
+            _discard(task)
+            return
+        with contextlib.suppress(Exception):
+            spawned = await task
+            self._idle = None
+            if spawned is not None:
+                await _reap(spawned)
+
     def _start_dir(self, cwd: str | None) -> tuple[str, str]:
         if cwd is not None:
             path = os.path.join(self._cwd, os.path.expanduser(cwd))
@@ -291,6 +375,41 @@ class LocalSession(ShellOptions):
             k: v for k, v in os.environ.items() if any(fnmatch.fnmatchcase(k, p) for p in self.inherit_env)
         }
         return {**kept, **self._env, **(env or {})}
+
+
+_Spawned = tuple[asyncio.SubprocessTransport, "_Capture"]
+
+
+async def _pid_of(task: asyncio.Task[_Spawned | None]) -> int | None:
+    """The launcher's pid (its process group), once it has started."""
+    with contextlib.suppress(Exception):
+        spawned = await asyncio.shield(task)
+        return spawned[0].get_pid() if spawned is not None else None
+    return None
+
+
+def _discard(task: asyncio.Task[_Spawned | None]) -> None:
+    """Kill a launcher that belongs to an event loop no longer running."""
+    if task.done() and not task.cancelled() and task.exception() is None:
+        spawned = task.result()
+        if spawned is not None:
+            _kill_spawned(spawned)
+    else:
+        task.cancel()
+
+
+async def _reap(spawned: _Spawned) -> None:
+    """Kill a launcher and wait for its exit while its event loop still runs."""
+    _killpg(spawned[0].get_pid(), signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(asyncio.shield(spawned[1].exited), 2.0)
+    _kill_spawned(spawned)
+
+
+def _kill_spawned(spawned: _Spawned) -> None:
+    _killpg(spawned[0].get_pid(), signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        spawned[0].close()
 
 
 def _killpg(pgid: int, sig: int) -> bool:

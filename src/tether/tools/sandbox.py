@@ -20,6 +20,8 @@ import contextlib
 import itertools
 import logging
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -55,18 +57,38 @@ class Limits:
     """Largest file a command may write (RLIMIT_FSIZE)."""
 
 
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 @dataclass(slots=True)
 class _Launch:
-    """One prepared command: the argv to exec, what runs in the child before exec, cleanup."""
+    """One prepared command: the argv to exec, what runs in the child before exec, cleanup.
+
+    ``warm``: ``argv`` is meant for a launcher (:meth:`Sandbox.launcher`) that already
+    joined the session's cgroup: :meth:`script` is what it reads on stdin.
+    """
 
     argv: list[str]
     cgroup: str | None = None
     cleanup: list[Callable[[], None]] = field(default_factory=list)
+    warm: bool = False
+    keep_group: int | None = None
+    """A process group the cleanup spares (the next command's launcher, already waiting)."""
+
+    limits: list[str] = field(default_factory=list)
+    """``ulimit`` commands the launcher runs before exec (no ``prlimit`` process)."""
+
+    def script(self, env: dict[str, str]) -> bytes:
+        """The launcher's stdin: the environment, the limits, then exec ``argv`` (stdin /dev/null)."""
+        lines = [f"export {k}={shlex.quote(v)}\n" for k, v in env.items() if _SHELL_NAME.fullmatch(k)]
+        lines += [f"{limit} || exit 125\n" for limit in self.limits]
+        lines.append(f"exec {shlex.join(self.argv)} < /dev/null\n")
+        return "".join(lines).encode()
 
     def close(self) -> None:
-        """Kill whatever is left in the command's cgroup."""
+        """Kill whatever is left in the command's cgroup (the PID namespace already ended it)."""
         if self.cgroup is not None:
-            _kill_cgroup(self.cgroup, remove=False)
+            _kill_cgroup(self.cgroup, remove=False, keep_group=self.keep_group)
         for fn in self.cleanup:
             with contextlib.suppress(OSError):
                 fn()
@@ -100,6 +122,9 @@ class Sandbox:
         self._cgroup: str | None = None
         """The session's pids cgroup, made on first use (one per session: its setup is not cheap)."""
         self._tmp = tempfile.mkdtemp(prefix="tether-sandbox-tmp-")
+        self._cat = shutil.which("cat") or "/bin/cat"
+        self._file_block: int | None = None
+        """Bytes per unit of ``ulimit -f`` in /bin/sh (0: unknown); probed on first use."""
         self._prlimit = shutil.which("prlimit")
         if self._prlimit is None and (self.limits.memory_bytes or self.limits.file_bytes):
             logger.warning("prlimit (util-linux) not found: memory and file-size limits are not enforced")
@@ -130,8 +155,29 @@ class Sandbox:
         """Whether the process limit holds (root ignores RLIMIT_NPROC: it needs a cgroup)."""
         return self.limits.processes is None or self._pids_root is not None or os.geteuid() != 0
 
-    def prepare(self, argv: list[str], *, workdir: str, cwd: str, network: bool) -> _Launch:
-        """The launch of ``argv`` in the sandbox: ``workdir`` writable, ``cwd`` the start directory."""
+    def launcher(self) -> list[str] | None:
+        """A process to start ahead of the next command: it joins the session's pids cgroup,
+        then waits for its :meth:`_Launch.script` on stdin.
+
+        Moving a process into a cgroup waits for the kernel (an RCU grace period, about
+        10 ms): a launcher started while the previous command runs takes that wait off
+        the next command's start. ``None`` when there is no cgroup to join.
+        """
+        if self._pids_root and self._cgroup is None:
+            self._cgroup = _new_cgroup(self._pids_root, self.limits.processes)
+        if self._cgroup is None:
+            return None
+        procs = os.path.join(self._cgroup, "cgroup.procs")
+        body = f'echo $$ > "$1" || exit 125; eval "$({shlex.quote(self._cat)})"'
+        return ["/bin/sh", "-c", body, "tether-sandbox", procs]
+
+    def prepare(
+        self, argv: list[str], *, workdir: str, cwd: str, network: bool, warm: bool = False
+    ) -> _Launch:
+        """The launch of ``argv`` in the sandbox: ``workdir`` writable, ``cwd`` the start directory.
+
+        ``warm``: for a :meth:`launcher` (which joined the cgroup), when there is a cgroup.
+        """
         args = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         args += [
             "--unshare-pid",
@@ -160,9 +206,28 @@ class Sandbox:
         args += ["--chdir", cwd, "--", *argv]
         if self._pids_root and self._cgroup is None:
             self._cgroup = _new_cgroup(self._pids_root, self.limits.processes)
+        if warm and self._cgroup is not None:
+            ulimits = self._ulimits()
+            if ulimits is not None:
+                return _Launch(args, self._cgroup, warm=True, limits=ulimits)
+            return _Launch(self._limited(args, join=False), self._cgroup, warm=True)
         return _Launch(self._limited(args), self._cgroup)
 
-    def _limited(self, args: list[str]) -> list[str]:
+    def _ulimits(self) -> list[str] | None:
+        """The memory and file-size limits as the launcher shell's ``ulimit`` commands, or
+        None if its units could not be confirmed (then ``prlimit`` sets them)."""
+        if self._file_block is None:
+            self._file_block = _ulimit_file_block()
+        if self._file_block == 0:
+            return None
+        out = []
+        if self.limits.memory_bytes is not None:
+            out.append(f"ulimit -v {self.limits.memory_bytes // 1024}")
+        if self.limits.file_bytes is not None:
+            out.append(f"ulimit -f {self.limits.file_bytes // self._file_block}")
+        return out
+
+    def _limited(self, args: list[str], *, join: bool = True) -> list[str]:
         """Join the cgroup and set the rlimits in a tiny shell before exec'ing bwrap.
 
         A Python ``preexec_fn`` would do the same but forces a full fork of this process
@@ -178,11 +243,11 @@ class Sandbox:
             if limits.processes is not None and self._cgroup is None and os.geteuid() != 0:
                 prlimit.append(f"--nproc={limits.processes + _count_own_processes()}")
         head = [self._prlimit, *prlimit, "--"] if prlimit and self._prlimit else []
-        if self._cgroup is None:
+        if self._cgroup is None or not join:
             return [*head, *args]
         procs = os.path.join(self._cgroup, "cgroup.procs")
-        join = 'echo $$ > "$1" && shift && exec "$@"'
-        return ["/bin/sh", "-c", join, "tether-sandbox", procs, *head, *args]
+        enter = 'echo $$ > "$1" && shift && exec "$@"'
+        return ["/bin/sh", "-c", enter, "tether-sandbox", procs, *head, *args]
 
     def close(self) -> None:
         """Remove the session's private ``/tmp`` and its cgroup (killing what is left in it)."""
@@ -249,6 +314,30 @@ def _pids_cgroup_root() -> str | None:
     return None
 
 
+def _ulimit_file_block() -> int:
+    """Bytes per ``ulimit -f`` unit of /bin/sh (512 in dash and POSIX shells), checked by
+    reading the limit back from the kernel; 0 when it cannot be confirmed."""
+    probe = "ulimit -v 4096000 && ulimit -f 1000 && cat /proc/self/limits"
+    try:
+        out = subprocess.run(["/bin/sh", "-c", probe], capture_output=True, timeout=5, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    soft = {line[:26].strip(): line[26:].split()[0] for line in out.decode().splitlines()[1:] if line[26:]}
+    if soft.get("Max address space") != str(4096000 * 1024):
+        return 0
+    for block in (512, 1024):
+        if soft.get("Max file size") == str(1000 * block):
+            return block
+    return 0
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
 def _new_cgroup(root: str, limit: int | None) -> str | None:
     path = os.path.join(root, f"tether-{os.getpid()}-{next(_COUNTER)}")
     try:
@@ -263,18 +352,24 @@ def _new_cgroup(root: str, limit: int | None) -> str | None:
     return path
 
 
-def _kill_cgroup(path: str, *, remove: bool) -> None:
-    """SIGKILL every process in the cgroup until it is empty, then maybe remove it (up to ~2 s)."""
+def _kill_cgroup(path: str, *, remove: bool, keep_group: int | None = None) -> None:
+    """SIGKILL every process in the cgroup (but ``keep_group``'s).
+
+    Removing: until it is empty, then remove it (up to ~2 s). Else one pass: what is
+    signalled dies on its own, and nothing waits for it.
+    """
     for _ in range(200):
         try:
             with open(os.path.join(path, "cgroup.procs")) as f:
                 pids = [int(p) for p in f.read().split()]
         except OSError:
             return
+        if keep_group is not None:
+            pids = [p for p in pids if _group_of(p) != keep_group]
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        if not pids and not remove:
+        if not remove:
             return
         if not pids:
             try:

@@ -39,7 +39,7 @@ from tether.integrations.langgraph._layout import (
     sort_writes,
     thread_index_key,
 )
-from tether.state import ExecutionContext
+from tether.state import ExecutionContext, RunStatus
 from tether.stores import CheckpointStore
 
 __all__ = ["Threads"]
@@ -759,12 +759,27 @@ class Threads:
             await self._copy_ns(self._ns(source, ns), self._ns(target, ns), keep=None)
 
     async def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints of these LangGraph runs, keeping the others.
+
+        A namespace that keeps some is rebuilt: its kept checkpoints are copied to a scratch
+        run, which is then marked complete (PAUSED), the namespace deleted and the scratch
+        copied back. Each step can be redone, and the run indexes go last, so a process
+        killed at any point loses nothing: the next ``delete_for_runs`` of these runs
+        finds a complete scratch run and finishes the swap from it, or an incomplete one
+        and starts over (the namespace is intact until its scratch is complete). Until
+        then, readers may see the namespace missing or partly copied back.
+        """
         drop = {str(r) for r in run_ids}
         places = {
             tuple(item) for rid in drop for item in await self._index_items(run_index_key(rid, self.prefix))
         }
         for thread_id, ns in sorted(places):
             n = self._ns(str(thread_id), str(ns))
+            scratch = self._ns(n.thread_id, n.ns, key=n.key + "~rw")
+            info = await self.store.get_run(scratch.key)
+            if info is not None and info.status == RunStatus.PAUSED:
+                await self._swap_back(n, scratch)  # a rebuild that stopped after its copy
+                continue
             async with self._held(n):
                 if not await self._fresh(n):
                     continue
@@ -773,21 +788,29 @@ class Threads:
             keep = {c for c, r in runs.items() if r is None or str(r) not in drop}
             if len(keep) == len(runs):
                 continue
-            if keep:  # rebuilt through a scratch run, so a crash midway leaves a copy
-                scratch = self._ns(n.thread_id, n.ns, key=n.key + "~rw")
+            if not keep:
+                async with self._held(n):
+                    await self.store.delete(n.key)
+                    n.forget()
+                continue
+            if info is not None:
                 await self.store.delete(scratch.key)
-                scratch.forget()
-                await self._copy_ns(n, scratch, keep=keep)
-            async with self._held(n):
-                await self.store.delete(n.key)
-                n.forget()
-            if keep:
-                await self._copy_ns(scratch, n, keep=None)
-                await self.store.delete(scratch.key)
-                scratch.forget()
+            scratch.forget()
+            await self._copy_ns(n, scratch, keep=keep)
+            await self.store.set_status(scratch.key, RunStatus.PAUSED)  # complete: swap from it
+            await self._swap_back(n, scratch)
         for rid in drop:
             await self.store.delete(run_index_key(rid, self.prefix))
         self._indexed.clear()
+
+    async def _swap_back(self, n: _Ns, scratch: _Ns) -> None:
+        """Replace namespace ``n`` by its complete scratch copy, then drop the scratch."""
+        async with self._held(n):
+            await self.store.delete(n.key)
+            n.forget()
+        await self._copy_ns(scratch, n, keep=None)
+        await self.store.delete(scratch.key)
+        scratch.forget()
 
     async def _copy_ns(self, src: _Ns, dst: _Ns, *, keep: set[str] | None) -> None:
         """Append ``src``'s checkpoints (those in ``keep``, or all) to ``dst`` in order,

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import random
-from collections.abc import AsyncIterator, Collection, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterator, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -36,6 +36,7 @@ from tether.sync import SyncStore, open_store_sync
 __all__ = ["TetherSaver"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def _where(config: RunnableConfig) -> tuple[str, str, str | None]:
@@ -51,6 +52,21 @@ def _store_options(options: dict[str, Any]) -> dict[str, Any]:
     # default, so a saver opened from a URL keeps them unless told otherwise.
     options.setdefault("expiry", ExpiryPolicy(checkpoint_ttl=None, completed_ttl=None))
     return options
+
+
+def _blocking(
+    method: Callable[Concatenate[TetherSaver, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[TetherSaver, P], T]:
+    """The sync twin of an async saver method: the same call, run on the store's loop."""
+
+    def blocking(self: TetherSaver, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._srun(method(self, *args, **kwargs))
+
+    blocking.__name__ = method.__name__.removeprefix("a")
+    blocking.__qualname__ = f"TetherSaver.{blocking.__name__}"
+    blocking.__doc__ = method.__doc__
+    blocking.__wrapped__ = method  # type: ignore[attr-defined]  # inspect.signature shows the real one
+    return blocking
 
 
 class TetherSaver(BaseCheckpointSaver[str]):
@@ -202,9 +218,15 @@ class TetherSaver(BaseCheckpointSaver[str]):
         await self._arun(self._threads.prune([str(t) for t in thread_ids], strategy))
 
     # == the same, blocking ==========================================================
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        thread_id, ns, cid = _where(config)
-        return self._srun(self._threads.get_tuple(thread_id, ns, cid))
+    # Each runs its async twin on the store's loop; put_writes and list are written out:
+    # put_writes buffers from the caller's thread, list yields as it goes.
+    get_tuple = _blocking(aget_tuple)
+    put = _blocking(aput)
+    flush = _blocking(aflush)
+    delete_thread = _blocking(adelete_thread)
+    delete_for_runs = _blocking(adelete_for_runs)
+    copy_thread = _blocking(acopy_thread)
+    prune = _blocking(aprune)
 
     def list(
         self,
@@ -219,15 +241,6 @@ class TetherSaver(BaseCheckpointSaver[str]):
             if tup is not None:
                 yield tup
 
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return self._srun(self._put(config, checkpoint, metadata, new_versions))
-
     def put_writes(
         self,
         config: RunnableConfig,
@@ -238,22 +251,6 @@ class TetherSaver(BaseCheckpointSaver[str]):
         now = self._writes(config, writes, task_id, task_path)
         if now is not None:
             self._srun(now)
-
-    def flush(self) -> None:
-        """Store the task writes still waiting for their checkpoint (see ``flush_delay``)."""
-        self._srun(self._threads.flush())
-
-    def delete_thread(self, thread_id: str) -> None:
-        self._srun(self._threads.delete_thread(str(thread_id)))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._srun(self._threads.delete_for_runs(run_ids))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._srun(self._threads.copy_thread(str(source_thread_id), str(target_thread_id)))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._srun(self._threads.prune([str(t) for t in thread_ids], strategy))
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> BaseCheckpointSaver[str]:
         """LangGraph's clone with a stricter serializer; it shares this saver's cache."""

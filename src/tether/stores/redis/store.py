@@ -8,7 +8,9 @@ chains, whose payloads skip the copy Lua makes of every string it returns).
 
 Expiry is Redis's own: every key of a run gets ``PEXPIREAT`` at the run's
 ``expires_at`` (``PERSIST`` when None). Expired runs leave stale ids in ``P runs``;
-``list_runs`` skips and removes them, ``purge_expired`` sweeps them all.
+``list_runs`` skips and removes them, ``purge_expired`` sweeps them all. Until then such
+an id tells an expired run from one never stored, so a load or a write says
+:class:`RunExpired` rather than "not found" (as the SQL stores do until they purge).
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 
-from tether.errors import ConfigError, RunNotFound, RunNotPaused, VersionConflict
+from tether.errors import (
+    CheckpointCorrupt,
+    ConfigError,
+    RunExpired,
+    RunNotFound,
+    RunNotPaused,
+    VersionConflict,
+)
 from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
 from tether.stores._chain import StaleSeal, Write
 from tether.stores.backend import Capabilities, StoredRow
@@ -45,7 +54,7 @@ class RedisBackend:
             none), for a store whose runs are listed elsewhere.
     """
 
-    capabilities = Capabilities(seals=True, drops_expired=True)
+    capabilities = Capabilities(seals=True)
 
     def __init__(
         self,
@@ -144,12 +153,12 @@ class RedisBackend:
         tag = bytes(reply[0])
         if tag == b"conflict":
             if int(reply[1]) == 0 and w.expected_version:
-                raise RunNotFound(w.run_id)  # its keys are gone: expired (Redis TTL) or deleted
+                raise await self._gone(w.run_id)  # its keys are gone: expired (Redis TTL) or deleted
             raise VersionConflict(w.run_id, expected=w.expected_version, actual=int(reply[1]))
         if tag == b"status":
             raise RunNotPaused(w.run_id, bytes(reply[1]).decode())
         if tag == b"missing":
-            raise RunNotFound(w.run_id)
+            raise await self._gone(w.run_id)
         if tag == b"stale":
             raise StaleSeal(w.run_id)
         version, chain = int(reply[1]), chain_stats(reply[2:7])
@@ -168,7 +177,11 @@ class RedisBackend:
                 indexed=self.indexed,
             )
         if not done:
-            raise RunNotFound(run_id)
+            raise await self._gone(run_id)
+
+    async def _gone(self, run_id: str) -> RunNotFound:
+        """The error for a write to a run that is not there: expired, or never stored."""
+        return RunExpired(run_id) if await self.is_expired(run_id) else RunNotFound(run_id)
 
     async def delete(self, run_id: str) -> bool:
         ks = self.keyspace
@@ -197,7 +210,27 @@ class RedisBackend:
         return [(r.version, r.payload) for r in rows]
 
     async def is_expired(self, run_id: str) -> bool:
-        return False  # Redis drops expired keys itself: nothing is left to report
+        """Asked after a read found no run: True when its id is still in the run index (Redis
+        expired its keys; a delete removes the id). Rows left without their run record
+        (evicted under memory pressure, or deleted by hand) are CheckpointCorrupt: the run
+        would otherwise look new. An unindexed store cannot tell: False."""
+        keys = self.keyspace.keys(run_id)
+        with self.keyspace.errors():
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.exists(keys.run)
+                pipe.exists(keys.rows, keys.hist)
+                pipe.zscore(keys.runs, run_id)
+                record, rows, indexed = await pipe.execute()
+        if record:
+            return False
+        if rows:
+            raise CheckpointCorrupt(
+                "the run record is missing from Redis while its rows are stored (evicted under "
+                "memory pressure, or deleted by hand?); set maxmemory-policy noeviction, and "
+                "restore the run from a copy",
+                run_id=run_id,
+            )
+        return self.indexed and indexed is not None
 
     async def read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
         info, rows, _ = await self.keyspace.fetch(run_id, version)
