@@ -28,8 +28,8 @@ import ormsgpack
 from tether.state import ExecutionContext
 from tether.state.model import Checkpoint, RunStatus, make_checkpoint
 from tether.stores import create_store
-from tether.stores._sql import _CHAIN_SQL, _chain_of
-from tether.stores.base import _utc
+from tether.stores._sql import CHAIN_SQL, chain_of
+from tether.stores.backend import utc as _utc
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_stores import conversation  # the store bench's chat messages
@@ -84,10 +84,10 @@ async def main() -> None:
         for store in (sqlite, memory):
             await store.setup()
             await store.commit(ExecutionContext("r", {"messages": msgs}))
-        conn = sqlite._conn  # type: ignore[attr-defined]
+        conn = sqlite.backend._conn  # type: ignore[attr-defined]
         conn.execute("CREATE TABLE floor (k TEXT PRIMARY KEY, v BLOB NOT NULL)")
         conn.execute("INSERT INTO floor VALUES ('k', ?)", (raw,))
-        payload = conn.execute(_CHAIN_SQL, ("r", ts)).fetchall()[0][1]
+        payload = conn.execute(CHAIN_SQL, ("r", ts)).fetchall()[0][1]
         floor_sql = "SELECT v FROM floor WHERE k = ?"
 
         async def floor_load() -> int:
@@ -99,7 +99,7 @@ async def main() -> None:
             ("floor: whole load (SELECT + unpackb, awaited)", lambda: drive(floor_load())),
             (
                 "tether: chain statement (runs JOIN checkpoints)",
-                lambda: conn.execute(_CHAIN_SQL, ("r", ts)).fetchall(),
+                lambda: conn.execute(CHAIN_SQL, ("r", ts)).fetchall(),
             ),
             ("tether: Codec.decode of the payload (head + state)", lambda: sqlite.codec.decode(payload)),
             ("tether: a datetime (UTC; made only if .timestamp is read)", lambda: _utc(ts)),
@@ -122,11 +122,11 @@ async def main() -> None:
             ),
             (
                 "tether: payload -> Checkpoint (decode, checks, object)",
-                lambda: sqlite._checkpoint_of("r", [(1, payload)]),
+                lambda: sqlite.engine.checkpoint_of("r", [(1, payload)]),
             ),
             (
                 "tether: chain statement + rows -> chain",
-                lambda: _chain_of(conn.execute(_CHAIN_SQL, ("r", ts)).fetchall()),
+                lambda: chain_of(conn.execute(CHAIN_SQL, ("r", ts)).fetchall()),
             ),
             ("tether: SqliteStore.load (awaited)", lambda: drive(sqlite.load("r"))),
             ("tether: InMemoryStore.load (awaited)", lambda: drive(memory.load("r"))),

@@ -34,7 +34,18 @@ from tether.stores.backend import remember as _hint
 from tether.stores.backend import utc as _utc
 from tether.stores.base import CheckpointStore
 
-__all__ = ["Dialect", "SqlBackend", "SqlStore", "Tx"]
+__all__ = [
+    "CHAIN_SQL",
+    "Dialect",
+    "SqlBackend",
+    "SqlStore",
+    "Tx",
+    "chain_of",
+    "hint_of",
+    "hinted_chain",
+    "hinted_query",
+    "skips_sealed",
+]
 
 T = TypeVar("T")
 
@@ -130,7 +141,7 @@ _RUN_COLS = (
 
 _RUN_COLS_R = ", ".join(f"r.{c.strip()}" for c in _RUN_COLS.split(","))
 _STATUS_OF = {s.value: s for s in RunStatus}
-_CHAIN_SQL = (
+CHAIN_SQL = (
     "SELECT c.version, c.payload, r.version FROM tether_runs r "
     "JOIN tether_checkpoints c ON c.run_id = r.run_id AND c.version >= r.base_version "
     "AND c.version <= r.version AND (c.kind <> 'sealed' OR c.version = r.version) "
@@ -140,8 +151,8 @@ _CHAIN_SQL = (
 (their segment holds them) but the latest, which says where the chain ends."""
 
 
-def _chain_of(rows: list[tuple[Any, ...]]) -> list[tuple[int, bytes]]:
-    """``(version, payload)`` from rows of ``_CHAIN_SQL``."""
+def chain_of(rows: list[tuple[Any, ...]]) -> list[tuple[int, bytes]]:
+    """``(version, payload)`` from rows of ``CHAIN_SQL``."""
     if not rows or rows[-1][0] != rows[-1][2]:
         return []  # absent, expired, or the latest row is gone
     return [(int(r[0]), r[1]) for r in rows]
@@ -154,10 +165,10 @@ latest version, and the versions of its rows that hold a payload (the *carriers*
 
 @functools.lru_cache(maxsize=256)
 def _hinted_sql(n: int) -> str:
-    """The rows of a hinted chain, by primary key: ``_CHAIN_SQL`` reads every row from the
+    """The rows of a hinted chain, by primary key: ``CHAIN_SQL`` reads every row from the
     base on to skip the sealed ones, which costs on MariaDB. No ORDER BY: SQLite would sort
     the rows, payloads and all, in a temporary B-tree; the few rows are sorted by
-    :func:`_hinted_chain`."""
+    :func:`hinted_chain`."""
     keys = ", ".join("?" * n)
     return (
         "SELECT c.version, c.payload, r.version, r.base_version FROM tether_runs r "
@@ -166,20 +177,20 @@ def _hinted_sql(n: int) -> str:
     )
 
 
-def _skips(hint: ChainHint | None) -> bool:
-    """Whether reading a hinted chain by key skips sealed rows. If not, ``_CHAIN_SQL`` reads the
+def skips_sealed(hint: ChainHint | None) -> bool:
+    """Whether reading a hinted chain by key skips sealed rows. If not, ``CHAIN_SQL`` reads the
     same rows, and it is the cheaper statement for the smallest chains."""
     return hint is not None and hint[1] - hint[0] > len(hint[2])
 
 
-def _hinted_query(run_id: str, hint: ChainHint) -> tuple[str, list[Any]]:
+def hinted_query(run_id: str, hint: ChainHint) -> tuple[str, list[Any]]:
     _base, latest, carriers = hint
     keys = list(carriers) if carriers[-1] == latest else [*carriers, latest]
     return _hinted_sql(len(keys)), [*keys, run_id, time.time()]
 
 
-def _hinted_chain(rows: list[tuple[Any, ...]], hint: ChainHint) -> list[tuple[int, bytes]] | None:
-    """The chain from the rows of :func:`_hinted_query`, if they prove the hint is still the
+def hinted_chain(rows: list[tuple[Any, ...]], hint: ChainHint) -> list[tuple[int, bytes]] | None:
+    """The chain from the rows of :func:`hinted_query`, if they prove the hint is still the
     latest chain: the run is at the same latest and base versions (a write moves the first,
     a prune of these rows the second, a seal both), and every carrier holds a payload."""
     base, latest, carriers = hint
@@ -195,7 +206,7 @@ def _hinted_chain(rows: list[tuple[Any, ...]], hint: ChainHint) -> list[tuple[in
     return chain
 
 
-def _hint_of(chain: list[tuple[int, bytes]]) -> ChainHint | None:
+def hint_of(chain: list[tuple[int, bytes]]) -> ChainHint | None:
     """The hint for a chain just read (None for no chain)."""
     if not chain:
         return None
@@ -234,7 +245,7 @@ class SqlBackend(abc.ABC):
     def __init__(self) -> None:
         self._chains: dict[str, ChainHint] = {}
         """Runs' latest chains as this store last wrote or read them, so that a load reads
-        just their rows by key (see :func:`_hinted_chain`)."""
+        just their rows by key (see :func:`hinted_chain`)."""
 
     @abc.abstractmethod
     def _tx(self, *, write: bool) -> AbstractAsyncContextManager[Tx]:
@@ -451,12 +462,12 @@ class SqlBackend(abc.ABC):
             _info, rows = await self.read(run_id, version)
             return [(r.version, r.payload) for r in rows]
         hint = self._chains.get(run_id)
-        if hint is not None and _skips(hint):
-            chain = _hinted_chain(await self._query(*_hinted_query(run_id, hint), run_id=run_id), hint)
+        if hint is not None and skips_sealed(hint):
+            chain = hinted_chain(await self._query(*hinted_query(run_id, hint), run_id=run_id), hint)
             if chain is not None:
                 return chain
-        chain = _chain_of(await self._query(_CHAIN_SQL, (run_id, time.time()), run_id=run_id))
-        _hint(self._chains, run_id, _hint_of(chain))
+        chain = chain_of(await self._query(CHAIN_SQL, (run_id, time.time()), run_id=run_id))
+        _hint(self._chains, run_id, hint_of(chain))
         return chain
 
     async def history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:

@@ -29,16 +29,16 @@ from tether.errors import ConfigError, StoreError, StoreNotWritable, StoreUnavai
 from tether.state.model import ChainStats
 from tether.stores._chain import Write
 from tether.stores._sql import (
-    _CHAIN_SQL,
+    CHAIN_SQL,
     Dialect,
     SqlBackend,
     SqlStore,
     Tx,
-    _chain_of,
-    _hint_of,
-    _hinted_chain,
-    _hinted_query,
-    _skips,
+    chain_of,
+    hint_of,
+    hinted_chain,
+    hinted_query,
+    skips_sealed,
 )
 from tether.stores.backend import remember as _hint
 from tether.stores.base import split_store_options
@@ -55,11 +55,11 @@ _DIALECT = Dialect(text_key="TEXT", text="TEXT", real="REAL", bigint="INTEGER", 
 _SIZE_SQL = "SELECT base_bytes + growth_bytes + rewrite_bytes FROM tether_runs WHERE run_id = ?"
 
 _SIZE = "r.base_bytes + r.growth_bytes + r.rewrite_bytes"
-_CHAIN_IF_SMALL_SQL = _CHAIN_SQL.replace(
+_CHAIN_IF_SMALL_SQL = CHAIN_SQL.replace(
     "SELECT c.version, c.payload, r.version",
     f"SELECT c.version, CASE WHEN {_SIZE} <= ? THEN c.payload END, r.version, {_SIZE}",
 )
-"""``_CHAIN_SQL`` for a run of unknown size: payloads only if the chain is small enough to
+"""``CHAIN_SQL`` for a run of unknown size: payloads only if the chain is small enough to
 read on the event loop (a payload not selected is never read from disk), else the size."""
 
 
@@ -354,15 +354,15 @@ class SqliteBackend(SqlBackend):
                 if rows and rows[0][3] > limit:
                     _hint(self._chain_bytes, run_id, int(rows[0][3]))  # big: on the DB thread
                     return None
-                chain = _chain_of(rows)
+                chain = chain_of(rows)
             elif size <= limit:
                 hint = self._chains.get(run_id)
-                if hint is not None and _skips(hint):
-                    sql, params = _hinted_query(run_id, hint)
-                    hinted = _hinted_chain(conn.execute(sql, params).fetchall(), hint)
+                if hint is not None and skips_sealed(hint):
+                    sql, params = hinted_query(run_id, hint)
+                    hinted = hinted_chain(conn.execute(sql, params).fetchall(), hint)
                     if hinted is not None:
                         return hinted
-                chain = _chain_of(conn.execute(_CHAIN_SQL, (run_id, time.time())).fetchall())
+                chain = chain_of(conn.execute(CHAIN_SQL, (run_id, time.time())).fetchall())
             else:
                 return None
         except sqlite3.Error:
@@ -378,7 +378,7 @@ class SqliteBackend(SqlBackend):
                 _hint(self._chains, run_id, hint)
         else:
             read = sum(len(p) for _, p in chain)
-            _hint(self._chains, run_id, _hint_of(chain))
+            _hint(self._chains, run_id, hint_of(chain))
         if read != size:
             _hint(self._chain_bytes, run_id, read)
         return chain
