@@ -19,7 +19,7 @@ input instead, which every saver then also stores as the input channel). For eac
   included, LangGraph's default durability);
 - get_state: ``graph.get_state`` at the end, with the saver that ran the graph (warm) and
   with a freshly opened one (cold: what a new process pays); old: ``get_state`` of the
-  checkpoint half the steps back (time travel), warm;
+  checkpoint before the steps (time travel), warm;
 - stored: payload bytes the thread holds in the database at the end / the final state's
   size (its messages serialised once by LangGraph's serializer).
 
@@ -301,6 +301,7 @@ def run_subject(
         if hasattr(saver, "flush"):
             saver.flush()
         setup = s.stored(thread)
+        old_cfg = graph.get_state(cfg).config  # the checkpoint before the steps: time travel
         floor = raw.median(s.backend)
         t0 = time.perf_counter()
         graph.invoke({"left": steps}, cfg)
@@ -308,7 +309,6 @@ def run_subject(
         floor = (floor + raw.median(s.backend)) / 2
         final = graph.get_state(cfg).values["messages"]
         warm = _median_time(lambda: graph.get_state(cfg), reads)
-        old_cfg = list(graph.get_state_history(cfg, limit=steps // 2))[-1].config
         old = _median_time(lambda: graph.get_state(old_cfg), reads)
     assert len(final) == len(initial) + steps, (s.name, len(final))
     serde = JsonPlusSerializer()
@@ -320,7 +320,7 @@ def run_subject(
         "step": step,
         "warm": warm,
         "old": old,
-        "thread": thread,  # type: ignore[dict-item]
+        "thread": thread,
         "final": len(final),
         "stored": total / size,
         "setup": setup / size,
@@ -414,6 +414,11 @@ def run_size(
             row["xs"] = [r["x"] for r in rs]
             rows[name] = row
     cold_reads(chosen, rows, args.reads)
+    for s in chosen:  # the servers are shared: leave no threads behind
+        if runs[s.name]:
+            with s.open() as saver:
+                for r in runs[s.name]:
+                    saver.delete_thread(r["thread"])
     print(
         f"\n{size}: {len(initial)} messages, {args.steps} steps, {args.runs} runs (medians); no checkpointer "
         f"{statistics.median(bares) * 1e3:.2f} ms/step; x base = step / (no checkpointer + one raw write "

@@ -10,6 +10,11 @@ Run: ``.venv/bin/python benchmarks/bench_tokens.py`` (about 30 s).
    gpt-4/gpt-3.5 (cl100k), "count_omni" is gpt-4o (o200k)).
 3. What counting an o200k model with cl100k (tether's previous default) got wrong per kind
    of text, which is the error a model family counted through an approximation carries.
+4. Tool calls: ten requests with assistant tool calls and tool results whose ``prompt_tokens``
+   the OpenAI API reported for gpt-4-turbo (cl100k), published with the tests of the
+   chrisdinn/tokens Go package, counted with tether's tool-call framing and with the name +
+   arguments it counted before; and the tool definitions of the OpenAI cookbook's example
+   ("How to count tokens with tiktoken": 105 tokens on gpt-4, 101 on gpt-4o).
 """
 
 from __future__ import annotations
@@ -17,9 +22,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from tether.context import count_messages
+from tether.context import count_messages, count_tools
 from tether.context.testing import generate_transcript
-from tether.context.tokens import ENCODING_NAME, O200K_NAME, TiktokenTokenizer, load_encoding
+from tether.context.tokens import (
+    ENCODING_NAME,
+    O200K_NAME,
+    MessageFormat,
+    TiktokenTokenizer,
+    load_encoding,
+)
 
 PUBLISHED = [  # (message, count for gpt-4 / cl100k, count for gpt-4o / o200k)
     ({"role": "system", "content": "You are a helpful, pattern-following assistant that translates corporate jargon into plain English."}, 25, 24),
@@ -108,10 +119,83 @@ def bench_languages() -> None:
           ["text", "o200k tokens", "cl100k tokens", "cl100k error", "o200k error"], rows)  # fmt: skip
 
 
+def _call(call_id: str, args: str) -> dict[str, object]:
+    return {"id": call_id, "type": "function", "function": {"name": "get_current_weather", "arguments": args}}
+
+
+def _ski(place: str, args: str, output: str, text: str | None = None) -> list[dict[str, object]]:
+    return [
+        {"role": "user", "content": f"I want to ski at {place} this weekend."},
+        {"role": "assistant", "content": text, "tool_calls": [_call("a", args)]},
+        {"role": "tool", "content": output, "tool_call_id": "a"},
+    ]
+
+
+KILLINGTON = '{"location": "Killington, VT", "format": "fahrenheit", "temperature": "45"}'
+TOOL_CALLS = [  # (label, request, prompt_tokens reported by the API for gpt-4-turbo)
+    ("call with text, text output", _ski("Breckenridge", '{"location": "Breckenridge, CO"}', "The weather in Breckenridge, CO is 38 degrees.", "I can help with that."), 70),
+    ("1 arg, JSON output (1 key)", _ski("Vail", '{"location": "Vail, CO"}', '{"temperature": "35"}'), 50),
+    ("1 arg, JSON output (2 keys)", _ski("Park City", '{"location": "Park City, UT"}', '{"location": "Park City, UT", "temperature": "45"}'), 59),
+    ("1 arg, JSON output (3 keys)", _ski("Whistler", '{"location": "Whistler, BC"}', '{"location": "Whistler, BC", "format": "fahrenheit", "temperature": "45"}'), 69),
+    ("no args, empty output", [{"role": "user", "content": "What's the weather?"}, *_ski("x", "{}", "{}")[1:]], 33),
+    ("no args, JSON output", [{"role": "user", "content": "What's the weather?"}, *_ski("x", "{}", '{"temperature": "45"}')[1:]], 38),
+    ("1 arg", _ski("Killington", '{"location": "Killington, VT"}', KILLINGTON), 66),
+    ("2 args", _ski("Killington", '{"location": "Killington, VT", "unit": "celsius"}', KILLINGTON), 71),
+    ("3 args", _ski("Killington", '{"location": "Killington, VT", "unit": "celsius", "date": "2024-03-28"}', KILLINGTON), 80),
+    ("2 parallel calls, 2 outputs", [
+        {"role": "user", "content": "Should I ski at Killington or Tremblant this weekend?"},
+        {"role": "assistant", "content": None, "tool_calls": [_call("a", '{"location": "Killington, VT"}'), _call("b", '{"location": "Mount Tremblant, QC"}')]},
+        {"role": "tool", "content": "The weather in Killington, VT is 45 degrees.", "tool_call_id": "a"},
+        {"role": "tool", "content": "The weather at Mount Tremblant, QC is 32 degrees.", "tool_call_id": "b"}], 111),
+]  # fmt: skip
+COOKBOOK_TOOLS = [{"type": "function", "function": {
+    "name": "get_current_weather", "description": "Get the current weather in a given location",
+    "parameters": {"type": "object", "properties": {
+        "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"},
+        "unit": {"type": "string", "description": "The unit of temperature to return", "enum": ["celsius", "fahrenheit"]},
+    }, "required": ["location"]}}}]  # fmt: skip
+COOKBOOK_MESSAGES = [
+    {
+        "role": "system",
+        "content": "You are a helpful assistant that can answer to questions about the weather.",
+    },
+    {"role": "user", "content": "What's the weather like in San Francisco?"},
+]
+NAME_AND_ARGUMENTS = MessageFormat(
+    name="openai-before", per_message=3, per_name=1, reply_priming=3, count_role=True
+)
+
+
+def bench_tool_calls() -> None:
+    tok = TiktokenTokenizer(ENCODING_NAME)
+    rows = []
+    for label, messages, reported in TOOL_CALLS:
+        now, before = count_messages(messages, tok), count_messages(messages, tok, NAME_AND_ARGUMENTS)
+        rows.append(
+            [label, str(reported), f"{now} ({now - reported:+d})", f"{before} ({before - reported:+d})"]
+        )
+    table("Tool calls against API-reported prompt_tokens (gpt-4-turbo, cl100k)",
+          ["request", "API", "tether framing", "name + arguments (before)"], rows)  # fmt: skip
+    rows = []
+    for label, name, reported in (
+        ("gpt-4 (cl100k)", ENCODING_NAME, 105),
+        ("gpt-4o (o200k)", O200K_NAME, 101),
+    ):
+        t = TiktokenTokenizer(name)
+        messages = count_messages(COOKBOOK_MESSAGES, t)
+        now = messages + count_tools(COOKBOOK_TOOLS, t)
+        rows.append(
+            [label, str(reported), f"{now} ({now - reported:+d})", f"{messages} ({messages - reported:+d})"]
+        )
+    table("Tool definitions, the cookbook's example request",
+          ["model", "API", "messages + count_tools", "messages alone (before)"], rows)  # fmt: skip
+
+
 def main() -> None:
     bench_overhead()
     bench_published()
     bench_languages()
+    bench_tool_calls()
 
 
 if __name__ == "__main__":

@@ -12,11 +12,13 @@ def test_public_names_are_pinned():
     """Changing the top-level API is a deliberate act: update this list with it."""
     assert sorted(tether.__all__) == sorted(
         [
+            "AgentLoop",
             "CheckpointCorrupt",
             "Checkpoint",
             "CheckpointStore",
             "CompactionPolicy",
             "ConfigError",
+            "ContextWindow",
             "DecryptionError",
             "ExecutionContext",
             "ExecutionContextSnapshot",
@@ -27,10 +29,14 @@ def test_public_names_are_pinned():
             "RunNotFound",
             "RunNotPaused",
             "RunStatus",
+            "Runner",
+            "ScriptedModel",
+            "Step",
             "StoreError",
             "StoreUnavailable",
             "TetherError",
             "VersionConflict",
+            "Workflow",
             "__version__",
             "open_store",
             "upsert_by",
@@ -38,6 +44,27 @@ def test_public_names_are_pinned():
     )
     for name in tether.__all__:
         assert hasattr(tether, name), name
+
+
+def test_the_everyday_names_load_on_first_use():
+    """``import tether`` does not import the runtime, the agent or pydantic; the first
+    ``tether.Runner`` (or ``from tether import AgentLoop``) does, and gives the real class."""
+    code = (
+        "import sys, tether; "
+        "before = sorted(m for m in ('tether.runtime', 'tether.agent', 'tether.models', 'pydantic') "
+        "if m in sys.modules); "
+        "from tether import AgentLoop, ContextWindow, Runner, ScriptedModel, Step, Workflow; "
+        "from tether.runtime import Runner as R; "
+        "print(before, tether.Runner is R, 'tether.agent.loop' in sys.modules, 'Runner' in dir(tether))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] True True True", out.stderr
+    try:
+        tether.NoSuchName  # noqa: B018
+    except AttributeError as exc:
+        assert "NoSuchName" in str(exc)
+    else:
+        raise AssertionError("expected AttributeError")
 
 
 def test_core_import_loads_no_driver_or_tokenizer():

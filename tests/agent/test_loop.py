@@ -14,6 +14,7 @@ import pytest
 from tests.stores.conftest import new_id
 from tether.agent import AgentLoop, CallbackInteractionHandler, LoopConfig, NonInteractiveHandler
 from tether.agent.deploy import AsyncDeploymentAgent
+from tether.agent.prompt import new_window
 from tether.models import ScriptedModel
 from tether.state import RunStatus
 from tether.stores import open_store
@@ -294,7 +295,7 @@ async def test_an_iteration_that_fails_half_way_is_retried_cleanly(store, tmp_pa
     loop = AgentLoop(model, LocalSession(cwd=tmp_path), store, interaction=CallbackInteractionHandler(flaky))
     runner = loop.runner()
     runner.retry = RetryPolicy(attempts=3, initial=0.001, maximum=0.002, jitter=0)
-    window = loop._new_window("g")
+    window = new_window(loop.config, "g", loop.redact)
     result = await runner.start(
         new_id(), {"goal": "g", "context_window": window.to_state(), "invalid_replies": 0}
     )

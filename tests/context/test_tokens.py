@@ -136,7 +136,7 @@ def test_count_messages_matches_openai_cookbook(tok: TiktokenTokenizer) -> None:
 
 
 def test_count_messages_counts_blocks_and_tool_calls(tok: TiktokenTokenizer) -> None:
-    """Content blocks count their text; tool calls their name and arguments."""
+    """Content blocks count their text; tool calls as OpenAI frames them (Anthropic: name + arguments)."""
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "look"}]},
         {
@@ -145,7 +145,8 @@ def test_count_messages_counts_blocks_and_tool_calls(tok: TiktokenTokenizer) -> 
             "tool_calls": [{"function": {"name": "ls", "arguments": '{"p": "/"}'}}],
         },
     ]
-    expected = 3 + (3 + 1 + tok.count("look")) + (3 + 1 + tok.count("ls") + tok.count('{"p": "/"}'))
+    call = 4 + tok.count("function") + 2 * tok.count("ls") + tok.count('{p:"/"}\n')
+    expected = 3 + (3 + 1 + tok.count("look")) + (3 + 1 + call)
     assert count_messages(messages, tok) == expected
     anth = count_messages(messages, tok, ANTHROPIC_FORMAT)
     assert anth == 4 + (4 + tok.count("look")) + (4 + tok.count("ls") + tok.count('{"p": "/"}'))
@@ -157,3 +158,60 @@ def test_heuristic_tokenizer_is_within_a_third(tok: TiktokenTokenizer) -> None:
     assert h.count("") == 0
     for text in (SAMPLES["english"] * 20, SAMPLES["chinese"] * 20):
         assert abs(h.count(text) - tok.count(text)) / tok.count(text) < 0.35
+
+
+def _call(call_id: str, args: str) -> dict[str, object]:
+    return {"id": call_id, "type": "function", "function": {"name": "get_current_weather", "arguments": args}}
+
+
+# Requests and the prompt_tokens the OpenAI API reported for gpt-4-turbo (cl100k), published
+# with the chrisdinn/tokens Go package's tests; each tool message's JSON is as sent.
+PUBLISHED_TOOL_CALLS = [
+    ([{"role": "user", "content": "I want to ski at Breckenridge this weekend."},
+      {"role": "assistant", "content": "I can help with that.", "tool_calls": [_call("a", '{"location": "Breckenridge, CO"}')]},
+      {"role": "tool", "content": "The weather in Breckenridge, CO is 38 degrees.", "tool_call_id": "a"}], 70),
+    ([{"role": "user", "content": "I want to ski at Vail this weekend."},
+      {"role": "assistant", "content": None, "tool_calls": [_call("a", '{"location": "Vail, CO"}')]},
+      {"role": "tool", "content": '{"temperature": "35"}', "tool_call_id": "a"}], 50),
+    ([{"role": "user", "content": "What's the weather?"},
+      {"role": "assistant", "content": None, "tool_calls": [_call("a", "{}")]},
+      {"role": "tool", "content": "{}", "tool_call_id": "a"}], 33),
+    ([{"role": "user", "content": "I want to ski at Killington this weekend."},
+      {"role": "assistant", "content": None, "tool_calls": [_call("a", '{"location": "Killington, VT", "unit": "celsius", "date": "2024-03-28"}')]},
+      {"role": "tool", "content": '{"location": "Killington, VT", "format": "fahrenheit", "temperature": "45"}', "tool_call_id": "a"}], 80),
+    ([{"role": "user", "content": "Should I ski at Killington or Tremblant this weekend?"},
+      {"role": "assistant", "content": None, "tool_calls": [_call("a", '{"location": "Killington, VT"}'), _call("b", '{"location": "Mount Tremblant, QC"}')]},
+      {"role": "tool", "content": "The weather in Killington, VT is 45 degrees.", "tool_call_id": "a"},
+      {"role": "tool", "content": "The weather at Mount Tremblant, QC is 32 degrees.", "tool_call_id": "b"}], 111),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("messages", "reported"), PUBLISHED_TOOL_CALLS)
+def test_tool_call_framing_against_published_api_counts(
+    messages: list, reported: int, tok: TiktokenTokenizer
+) -> None:
+    """Exactly what the API reported, where name + arguments alone under-counted by 3 to 27."""
+    assert count_messages(messages, tok) == reported
+
+
+def test_tool_definitions_counted_by_the_cookbook_recipe() -> None:
+    """The cookbook's example request: 105 prompt tokens on gpt-4, 101 on gpt-4o, as the API reported."""
+    from tether.context import count_tools
+    from tether.context.tokens import O200K_NAME
+
+    tools = [{"type": "function", "function": {
+        "name": "get_current_weather", "description": "Get the current weather in a given location",
+        "parameters": {"type": "object", "properties": {
+            "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"},
+            "unit": {"type": "string", "description": "The unit of temperature to return", "enum": ["celsius", "fahrenheit"]},
+        }, "required": ["location"]}}}]  # fmt: skip
+    messages = [
+        {
+            "role": "system",
+            "content": "You are a helpful assistant that can answer to questions about the weather.",
+        },
+        {"role": "user", "content": "What's the weather like in San Francisco?"},
+    ]
+    for tokenizer, reported in ((TiktokenTokenizer(), 105), (TiktokenTokenizer(O200K_NAME), 101)):
+        assert count_messages(messages, tokenizer) + count_tools(tools, tokenizer) == reported
+    assert count_tools([], TiktokenTokenizer()) == 0

@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -24,8 +20,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel
 
-from tests.integrations._lg_graph import FIRST_INPUT, build
-from tests.integrations.test_langgraph_graph import ROOT
+from tests.integrations._lg_graph import FIRST_INPUT, build, kill_when_stalled
 from tether.integrations.langgraph import TetherSaver
 from tether.integrations.langgraph._layout import ns_key
 
@@ -229,23 +224,7 @@ def test_delete_for_runs_killed_midway_is_finished_by_running_it_again(tmp_path:
         before = _seed_runs(saver, "del")
         runs = {cid: tup[0] for cid, tup in before.items()}
     stall = tmp_path / "stalled"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.integrations._lg_delete", url, "del", point, str(stall)],
-        cwd=ROOT,
-        env=env,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not stall.exists():
-            assert child.poll() is None, "the child exited before the kill point"
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        child.send_signal(signal.SIGKILL)
-        assert child.wait(10) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            child.kill()
+    kill_when_stalled("tests.integrations._lg_delete", url, "del", point, str(stall), stall=stall)
     with TetherSaver.from_url(url) as saver:
         saver.delete_for_runs(["r2"])
         after = {
@@ -257,3 +236,21 @@ def test_delete_for_runs_killed_midway_is_finished_by_running_it_again(tmp_path:
     assert after == kept
     assert sorted(tup[0] for tup in after.values()) == [0, 2, 3, 5]
     assert len(runs) == 6
+
+
+def test_sync_task_writes_do_not_wait_for_the_stores_loop(tmp_path: Path) -> None:
+    """A sync graph's task writes are buffered in its own thread: put_writes returns while
+    the store's loop thread is busy, and the writes are stored with the next put."""
+    cfg: Any = {"configurable": {"thread_id": "busy", "checkpoint_ns": ""}}
+    with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db", flush_delay=30) as saver:
+        assert saver._loop is not None
+        stored = saver.put(cfg, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+        saver._loop.call_soon_threadsafe(time.sleep, 1.0)  # the loop thread is busy for 1 s
+        t0 = time.monotonic()
+        saver.put_writes(stored, [("messages", "hello")], "task-1")
+        took = time.monotonic() - t0
+        following = saver.put(stored, empty_checkpoint(), {"source": "loop", "step": 1}, {})
+        first = saver.get_tuple(stored)
+    assert took < 0.5, f"put_writes waited {took:.2f} s for the store's loop"
+    assert following["configurable"]["checkpoint_id"] != stored["configurable"]["checkpoint_id"]
+    assert first is not None and first.pending_writes == [("task-1", "messages", "hello")]

@@ -393,3 +393,26 @@ async def test_replan_decision_runs_the_new_steps_when_the_server_has_a_replanne
         assert seen == ["fetch"]
         assert snap["stateData"]["fetch_cached_output"] == "fetch_cached"
         assert runtime_state(snap["stateData"])["todo"]["fetch_cached"]["status"] == "done"
+
+
+async def test_snapshot_cache_stays_within_its_bound():
+    """Least recently used entries go first, gzip bodies count, an oversized body is served
+    but not kept."""
+    from tether.server.deps import SnapshotCache
+
+    cache = SnapshotCache(max_bytes=3000)
+
+    async def body(n: int) -> tuple[bytes, bool]:
+        return b"x" * n, True
+
+    for run in ("a", "b", "c"):
+        await cache.fetch(run, 1, "v", lambda: body(1000))
+    assert cache.size == 3000
+    cache.get("a", 1, "v")  # a is now the most recent
+    entry = await cache.fetch("d", 1, "v", lambda: body(1000))
+    assert {k[0] for k in cache._items} == {"a", "c", "d"}
+    await entry.gzipped()
+    cache.trim()
+    assert cache.size <= 3000 and "c" not in {k[0] for k in cache._items}
+    big = await cache.fetch("e", 1, "v", lambda: body(2000))
+    assert len(big.body) == 2000 and cache.get("e", 1, "v") is None

@@ -27,13 +27,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
 @contextmanager
-def serving(url: str) -> Iterator[str]:
+def serving(url: str, *workflows: str) -> Iterator[str]:
     """A real `tether serve` process on ``url``; terminated (a restart) on exit."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    extra = [arg for target in workflows for arg in ("--workflow", target)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tether.cli.app", "serve", "--store", url, "--port", str(port)],
+        [sys.executable, "-m", "tether.cli.app", "serve", "--store", url, "--port", str(port), *extra],
+        cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -55,14 +60,16 @@ def serving(url: str) -> Iterator[str]:
 
 
 async def _events(
-    base: str, run_id: str, last: int | None, until: Any, then: Any = None
+    base: str, run_id: str | None, last: int | None, until: Any, then: Any = None
 ) -> list[dict[str, Any]]:
-    """Read a run's stream until ``until(event)``; ``then()`` runs once it is connected."""
+    """Read a run's stream (every run's when ``run_id`` is None) until ``until(event)``;
+    ``then()`` runs once it is connected."""
     headers = {} if last is None else {"Last-Event-ID": str(last)}
+    path = "/api/events" if run_id is None else f"/api/runs/{run_id}/events"
     got: list[dict[str, Any]] = []
     async with (
         httpx.AsyncClient(base_url=base, timeout=20) as client,
-        client.stream("GET", f"/api/runs/{run_id}/events", headers=headers) as resp,
+        client.stream("GET", path, headers=headers) as resp,
     ):
         assert resp.status_code == 200
         if then is not None:
@@ -125,6 +132,8 @@ async def test_last_event_id_after_a_restart_replays_only_the_missed_events(tmp_
             ("state_updated", None),
         ]
         assert v1[0] < v2 < v3
+        everything = await _events(base, None, seen, _updated)
+        assert [(e["event"], e["runId"]) for e in everything] == [("checkpoint", rid), ("state_updated", rid)]
 
         # and from the last id received: nothing old again, only what comes next
         async def fourth_update(_: httpx.AsyncClient) -> None:
@@ -133,3 +142,38 @@ async def test_last_event_id_after_a_restart_replays_only_the_missed_events(tmp_
 
         after = await _events(base, rid, missed[-1]["id"], _updated, fourth_update)
         assert [e["event"] for e in after] == ["state_updated"] and after[0]["id"] > missed[-1]["id"]
+
+
+async def test_decisions_and_versions_made_while_disconnected_replay_from_the_run_record(tmp_path: Path):
+    """A failed step, then a skip decided with nobody listening, then a restart: the
+    reconnecting client gets the decision from the run's event log and the versions that
+    followed, in time order, then the run's status."""
+    url = f"sqlite:///{tmp_path}/tether.db"
+    flows = "tests.server.flows:failing_flow"
+    rid = "replay-decision"
+    with serving(url, flows) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+            assert (
+                await client.post("/api/runs", json={"workflow": "failing", "runId": rid})
+            ).status_code == 202
+        live = await _events(base, rid, 1, lambda e: e["event"] == "paused")
+        seen = live[-1]["id"]
+        async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+            r = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "skip"})
+            assert r.status_code == 202
+            for _ in range(200):
+                if (await client.get(f"/api/runs/{rid}/snapshot")).json()["status"] == "COMPLETED":
+                    break
+                await asyncio.sleep(0.05)
+    with serving(url, flows) as base:
+        missed = await _events(
+            base, rid, seen, lambda e: e["event"] == "checkpoint" and e["detail"]["status"] == "COMPLETED"
+        )
+    kinds = [e["event"] for e in missed]
+    assert "decision" in kinds and kinds.index("decision") < len(kinds) - 1  # the COMPLETED version last
+    decision = missed[kinds.index("decision")]
+    assert decision["detail"] == {"decision": "skip"} and decision["step"] == "fetch"
+    assert all(e["id"] > seen for e in missed) and [e["id"] for e in missed] == sorted(
+        {e["id"] for e in missed}
+    )
+    assert not any(e["event"] == "step_failed" for e in missed)  # before the id the client sent

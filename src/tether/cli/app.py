@@ -334,6 +334,15 @@ app.command()(agents.plan)
 app.command()(agents.approve)
 
 
+def _register_rekey() -> None:
+    from tether.cli import rekey
+
+    app.command()(rekey.rekey)
+
+
+_register_rekey()
+
+
 @app.command()
 def keygen() -> None:
     """Print a new encryption key for TETHER_ENCRYPTION_KEY."""

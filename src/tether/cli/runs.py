@@ -60,26 +60,48 @@ def runs(
     limit: int = 50,
     as_json: JsonOpt = False,
 ) -> None:
-    """List runs, most recently updated first (a RUNNING run whose process is gone: INTERRUPTED)."""
-    from tether.runtime import list_runs_live
-
+    """List runs, most recently updated first (a RUNNING run whose process is gone: INTERRUPTED);
+    a paused or interrupted run with why it stopped and the command that continues it."""
     wanted = _status(status) if status else None
-    result = on_store(store, lambda s: list_runs_live(s, status=wanted, limit=limit))
+
+    async def go(s: Any) -> list[dict[str, Any]]:
+        from tether.runtime import list_runs_live
+        from tether.state.reserved import runtime_get
+
+        listed = []
+        for r in await list_runs_live(s, status=wanted, limit=limit):
+            entry = {**_info(r), "pause_reason": None, "continue_with": None}
+            if entry["status"] in ("PAUSED", "INTERRUPTED"):  # one load each, only for these
+                cp = await s.load(r.run_id)
+                if cp is not None:
+                    entry["pause_reason"] = runtime_get(cp.state, "pause_reason")
+                    entry["continue_with"] = continue_hint(r.run_id, cp.state, entry["status"])
+            listed.append(entry)
+        return listed
+
+    result = on_store(store, go)
     if as_json:
-        print_json([_info(r) for r in result])
+        print_json(result)
         return
     from rich.table import Table
 
+    stopped = any(r["continue_with"] for r in result)
     table = Table("status", "version", "node", "updated")
     table.add_column("run", no_wrap=True)
+    if stopped:
+        table.add_column("reason")
+        table.add_column("continue with", no_wrap=True)
     for r in result:
-        table.add_row(
-            str(r.status),
-            str(r.version),
-            _text(r.node_id or ""),
-            f"{r.updated_at:%Y-%m-%d %H:%M:%S}",
-            _text(r.run_id),
-        )
+        cells = [
+            r["status"],
+            str(r["version"]),
+            _text(r["node_id"] or ""),
+            r["updated_at"][:19].replace("T", " "),
+        ]
+        cells.append(_text(r["run_id"]))
+        if stopped:
+            cells += [_text(r["pause_reason"] or ""), _text(r["continue_with"] or "")]
+        table.add_row(*cells)
     console().print(table)
 
 
@@ -217,9 +239,42 @@ def status(
         typer.echo(f"continue with: {data['continue_with']}")
 
 
-def pause(run_id: str, store: StoreOpt = None) -> None:
+def pause(
+    run_id: str,
+    store: StoreOpt = None,
+    reason: Annotated[
+        str | None, typer.Option(help="Why: stored with the run, shown by show, status and runs.")
+    ] = None,
+    wait: Annotated[
+        float, typer.Option(help="Seconds to wait for a live runner to stop, to store the reason.")
+    ] = 60.0,
+) -> None:
     """Pause a run: a live runner checkpoints the step in progress and stops there."""
-    _request(run_id, store, "PAUSED")
+    if reason is None:
+        _request(run_id, store, "PAUSED")
+        return
+
+    async def go(s: Any) -> tuple[Any, str | None]:
+        from tether.runtime.control import pause_run
+
+        outcome = await pause_run(s, run_id, reason=reason, wait=wait)
+        cp = await s.load(run_id)
+        return outcome, continue_hint(run_id, cp.state, "PAUSED") if cp is not None else None
+
+    outcome, hint = on_store(store, go)
+    was = str(outcome.was)
+    typer.echo(f"{run_id}: already PAUSED" if was == "PAUSED" else f"{run_id}: PAUSED (was {was})")
+    if outcome.reason_recorded:
+        typer.echo(f"reason: {reason}")
+    elif not outcome.stopped:
+        typer.echo(
+            f"its runner is still inside a step after {wait:g}s: it stops at the next step boundary; "
+            f"the reason is stored when you run this again once it has stopped"
+        )
+    else:
+        typer.echo("the reason was not stored: the run was resumed or changed meanwhile")
+    if hint and outcome.stopped:
+        typer.echo(f"continue with: {hint}")
 
 
 def cancel(run_id: str, store: StoreOpt = None) -> None:

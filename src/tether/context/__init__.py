@@ -84,6 +84,7 @@ from tether.context.tokens import (
     TiktokenTokenizer,
     Tokenizer,
     count_messages,
+    count_tools,
     model_spec,
     tokenizer_for_model,
 )
@@ -151,6 +152,7 @@ __all__ = [
     "compress_async",
     "compress_phase",
     "count_messages",
+    "count_tools",
     "detect_milestones",
     "extract_report_summary",
     "fit",

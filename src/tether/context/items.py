@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast, get_args
 
-from tether.context.tokens import LINE_START, OPENAI_FORMAT, MessageFormat, Tokenizer
+from tether.context.tokens import LINE_START, OPENAI_FORMAT, MessageFormat, Tokenizer, tool_call_tokens
 from tether.errors import ContextError
 
 logger = logging.getLogger(__name__)
@@ -311,7 +311,9 @@ class ItemCounter:
         key = self._key(item)
         n = self._cache.get(key)
         if n is None:
-            if key[0] == "tool_call\0":
+            if key[0] == "tool_call\0" and self.fmt.tool_framing:
+                n = tool_call_tokens(key[1], key[2], self.tokenizer)
+            elif key[0] == "tool_call\0":
                 n = self.tokenizer.count(key[1]) + self.tokenizer.count(key[2])
             elif item.kind == "summary":
                 n = self._count_lines(item.text)

@@ -17,6 +17,7 @@ import base64
 import gzip
 import hashlib
 import importlib.util
+import json
 import logging
 import math
 import re
@@ -48,6 +49,9 @@ __all__ = [
     "TiktokenTokenizer",
     "Tokenizer",
     "count_messages",
+    "count_tools",
+    "tool_arguments_text",
+    "tool_call_tokens",
     "load_encoding",
     "model_spec",
     "tokenizer_for_model",
@@ -302,9 +306,13 @@ class MessageFormat:
     """Tokens that prime the reply (OpenAI: ``<|start|>assistant<|message|>``, 3)."""
     count_role: bool
     """Whether the role string itself is counted (OpenAI: yes, 1 token)."""
+    tool_framing: bool = False
+    """Count a tool call the way OpenAI renders it to the model (see :func:`tool_call_tokens`)."""
 
 
-OPENAI_FORMAT = MessageFormat(name="openai", per_message=3, per_name=1, reply_priming=3, count_role=True)
+OPENAI_FORMAT = MessageFormat(
+    name="openai", per_message=3, per_name=1, reply_priming=3, count_role=True, tool_framing=True
+)
 """Exactly what OpenAI's cookbook counts for gpt-3.5/gpt-4/gpt-4o chat prompts."""
 ANTHROPIC_FORMAT = MessageFormat(
     name="anthropic", per_message=4, per_name=0, reply_priming=4, count_role=False
@@ -435,6 +443,91 @@ def _content_text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+TOOL_CALL_TOKENS = 4
+"""Framing of one tool call, besides its type, its name (counted twice) and its arguments."""
+TOOL_CALL_WITH_TEXT = 4
+"""Extra when an assistant message has both text and tool calls."""
+PARALLEL_TOOL_CALLS = 13
+"""Extra for an assistant message with more than one tool call (OpenAI wraps them as one)."""
+
+
+def _argument_value(value: object) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int | float | str):
+        return f'"{int(value) if isinstance(value, float) and value.is_integer() else value}"'
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def tool_arguments_text(arguments: object) -> str:
+    """Arguments as OpenAI shows them to the model: ``{key:"value", ...}`` and a newline.
+
+    The API's counts fit this rendering (keys unquoted, values quoted), not the JSON sent.
+    Arguments that are not a JSON object are counted as they are.
+    """
+    parsed: object = arguments
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            return arguments
+    if not isinstance(parsed, Mapping):
+        return arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return "{" + ", ".join(f"{k}:{_argument_value(v)}" for k, v in parsed.items()) + "}\n"
+
+
+def tool_call_tokens(name: str, arguments: object, tokenizer: Tokenizer, *, type_: str = "function") -> int:
+    """Prompt tokens of one tool call in an assistant message, the way OpenAI counts it."""
+    return (
+        TOOL_CALL_TOKENS
+        + tokenizer.count(type_)
+        + 2 * tokenizer.count(name)
+        + tokenizer.count(tool_arguments_text(arguments))
+    )
+
+
+def _tool_calls_tokens(calls: list[Any], tokenizer: Tokenizer, fmt: MessageFormat, has_text: bool) -> int:
+    total = 0
+    for call in calls:
+        fn = call.get("function", {}) if isinstance(call, Mapping) else {}
+        name, arguments = str(fn.get("name", "")), fn.get("arguments", "")
+        if fmt.tool_framing:
+            total += tool_call_tokens(name, arguments, tokenizer, type_=str(call.get("type") or "function"))
+        else:
+            total += tokenizer.count(name) + tokenizer.count(str(arguments))
+    if fmt.tool_framing and calls:
+        total += PARALLEL_TOOL_CALLS if len(calls) > 1 else 0
+        total += TOOL_CALL_WITH_TEXT if has_text else 0
+    return total
+
+
+def count_tools(tools: Iterable[Mapping[str, Any]], tokenizer: Tokenizer) -> int:
+    """Prompt tokens of the ``tools`` (function definitions) sent with a request.
+
+    OpenAI's cookbook recipe ("How to count tokens with tiktoken"): per function 7 tokens
+    for o200k models (10 for cl100k ones), its name and description, 3 to open its
+    properties, 3 plus ``name:type:description`` per property, -3 plus 3 per item for an
+    enum, and 12 to close the list. Add it to :func:`count_messages` of the messages.
+    """
+    func_init = 7 if O200K_NAME in tokenizer.name else 10
+    total = 0
+    for tool in tools:
+        function = tool.get("function", tool)
+        total += func_init
+        desc = str(function.get("description", "")).removesuffix(".")
+        total += tokenizer.count(f"{function.get('name', '')}:{desc}")
+        properties = (function.get("parameters") or {}).get("properties") or {}
+        if properties:
+            total += 3
+            for key, prop in properties.items():
+                total += 3
+                if "enum" in prop:
+                    total += -3 + sum(3 + tokenizer.count(str(item)) for item in prop["enum"])
+                p_desc = str(prop.get("description", "")).removesuffix(".")
+                total += tokenizer.count(f"{key}:{prop.get('type', '')}:{p_desc}")
+    return total + 12 if total else 0
+
+
 def count_messages(
     messages: Iterable[Mapping[str, Any]],
     tokenizer: Tokenizer,
@@ -444,8 +537,8 @@ def count_messages(
 
     OpenAI: 3 per message, the role, every string field, +1 per ``name``, +3 to prime the
     reply (the cookbook's ``num_tokens_from_messages``). Structured content blocks count
-    their text; ``tool_calls`` count their name and arguments and ``tool_call_id`` is not
-    counted (OpenAI does not document either; an approximation).
+    their text. ``tool_calls`` count as OpenAI frames them (:func:`tool_call_tokens`; fitted
+    to the API's counts, OpenAI does not document it) and ``tool_call_id`` is not counted.
     """
     total = fmt.reply_priming
     for message in messages:
@@ -455,10 +548,8 @@ def count_messages(
                 if fmt.count_role:
                     total += tokenizer.count(str(value))
             elif key == "tool_calls" and isinstance(value, list):
-                for call in value:
-                    fn = call.get("function", {}) if isinstance(call, Mapping) else {}
-                    total += tokenizer.count(str(fn.get("name", "")))
-                    total += tokenizer.count(str(fn.get("arguments", "")))
+                has_text = bool(_content_text(message.get("content")))
+                total += _tool_calls_tokens(value, tokenizer, fmt, has_text)
             elif key == "tool_call_id":
                 continue  # an id, not text the model reads; its billing is undocumented
             elif isinstance(value, str):

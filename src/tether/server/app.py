@@ -119,7 +119,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.tokens = {t.digest: t for t in known}
-    app.state.snapshots = SnapshotCache()
+    app.state.snapshots = SnapshotCache(cfg.snapshot_cache_bytes)
     app.state.settings = cfg
     install_problem_handlers(app)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tether.errors import ConfigError
@@ -44,6 +45,8 @@ class ServerSettings(BaseSettings):
     """Comma-separated origins allowed to call the API from a browser (none by default)."""
     max_body_bytes: int = 16 * 1024 * 1024
     """Requests with a larger body get 413 (a 10 MB state update fits)."""
+    snapshot_cache_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    """Memory for encoded snapshots (JSON and gzip), kept per run version for re-reads."""
     otel_exporter: Literal["none", "console", "otlp"] = "none"
     """Where trace spans go; ``otlp`` uses the standard ``OTEL_EXPORTER_OTLP_*`` variables."""
 

@@ -34,21 +34,23 @@ __all__ = [
 ]
 
 
-def _store(request: Request) -> CheckpointStore:
+async def _store(request: Request) -> CheckpointStore:
     store: CheckpointStore = request.app.state.store
     return store
 
 
-def _executor(request: Request) -> Executor:
+async def _executor(request: Request) -> Executor:
     executor: Executor = request.app.state.executor
     return executor
 
 
-def _events(request: Request) -> EventBroadcaster:
+async def _events(request: Request) -> EventBroadcaster:
     events: EventBroadcaster = request.app.state.events
     return events
 
 
+# async on purpose: FastAPI runs a plain ``def`` dependency in a worker thread, a thread
+# hop per dependency per request
 Store = Annotated[CheckpointStore, Depends(_store)]
 Exec = Annotated[Executor, Depends(_executor)]
 Events = Annotated[EventBroadcaster, Depends(_events)]
