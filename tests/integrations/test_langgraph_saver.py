@@ -159,9 +159,10 @@ def test_langgraph_delta_channel_rebuilds_the_same_state_as_on_sqlitesaver(tmp_p
 
 
 def test_an_old_checkpoint_is_read_in_one_load_and_a_message_is_stored_once(tmp_path: Path) -> None:
-    """Time travel reads one stored version; the task write that appended a message refers
-    to the channel's chunk instead of holding the message again; both read back as on
-    SqliteSaver, from the saver that wrote them and from a fresh one."""
+    """Time travel reads one stored version and decodes no message the latest state holds;
+    the task write that appended a message refers to the channel's chunk instead of holding
+    the message again; both read back as on SqliteSaver, from the saver that wrote them and
+    from a fresh one."""
     graph = build(turns=8, pause_at=-1)
     cfg: dict[str, Any] = {"configurable": {"thread_id": "old"}}
     url = f"sqlite:///{tmp_path}/t.db"
@@ -181,11 +182,15 @@ def test_an_old_checkpoint_is_read_in_one_load_and_a_message_is_stored_once(tmp_
 
         saver.store._read_chain = spy  # type: ignore[method-assign]
         tup = saver.get_tuple(old)
+        newest = saver.get_tuple(cfg)
         latest = saver._srun(saver.store.load(ns_key("old", "")))
     with TetherSaver.from_url(url) as cold:
         fresh = [_comparable(t) for t in cold.list(cfg)]
     assert warm == fresh == expected
-    assert len(loads) == 1 and tup is not None and tup.pending_writes
+    assert len(loads) == 1 and tup is not None and tup.pending_writes and newest is not None
+    # the older list is a prefix of the latest one held in memory: sliced, not decoded again
+    older, now = tup.checkpoint["channel_values"]["messages"], newest.checkpoint["channel_values"]["messages"]
+    assert 0 < len(older) < len(now) and all(a is b for a, b in zip(older, now, strict=False))
     assert latest is not None
     kinds = {(e[3], e[4]) for e in latest.state["w"]}
     assert ("messages", "@c") in kinds and ("log", "@c") in kinds
