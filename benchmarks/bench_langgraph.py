@@ -320,7 +320,7 @@ def run_subject(
         "step": step,
         "warm": warm,
         "old": old,
-        "thread": thread,  # type: ignore[dict-item]
+        "thread": thread,
         "final": len(final),
         "stored": total / size,
         "setup": setup / size,
@@ -414,6 +414,11 @@ def run_size(
             row["xs"] = [r["x"] for r in rs]
             rows[name] = row
     cold_reads(chosen, rows, args.reads)
+    for s in chosen:  # the servers are shared: leave no threads behind
+        if runs[s.name]:
+            with s.open() as saver:
+                for r in runs[s.name]:
+                    saver.delete_thread(r["thread"])
     print(
         f"\n{size}: {len(initial)} messages, {args.steps} steps, {args.runs} runs (medians); no checkpointer "
         f"{statistics.median(bares) * 1e3:.2f} ms/step; x base = step / (no checkpointer + one raw write "

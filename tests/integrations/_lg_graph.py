@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import operator
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -65,6 +67,26 @@ FIRST_INPUT: dict[str, Any] = {
     "messages": [HumanMessage(content="deploy the service", id="user-0")],
     "turn": 0,
 }
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def kill_when_stalled(module: str, *args: str, stall: Path) -> None:
+    """Run ``python -m module args`` and SIGKILL it once it has written ``stall``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not stall.exists():
+            assert child.poll() is None, "the child exited before the kill point"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(10) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
 
 
 if __name__ == "__main__":  # child: run one thread on a store URL until it finishes or is killed

@@ -4,11 +4,6 @@ time travel) gives the same states on TetherSaver as on LangGraph's own SqliteSa
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,12 +14,10 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.types import Command
 
-from tests.integrations._lg_graph import FIRST_INPUT, build
+from tests.integrations._lg_graph import FIRST_INPUT, build, kill_when_stalled
 from tests.stores.conftest import require_url
 from tether.errors import ConfigError
 from tether.integrations.langgraph import TetherSaver
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def view(snap: Any) -> dict[str, Any]:
@@ -139,21 +132,7 @@ def test_a_graph_killed_mid_step_resumes_on_the_same_thread(tmp_path: Path) -> N
     """SIGKILL inside turn 4; the same thread id then finishes with nothing lost or doubled."""
     url = f"sqlite:///{tmp_path}/t.db"
     stall = tmp_path / "stalled"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.integrations._lg_graph", url, "killed", str(stall)], cwd=ROOT, env=env
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not stall.exists():
-            assert child.poll() is None, "the child exited before reaching turn 4"
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        child.send_signal(signal.SIGKILL)
-        assert child.wait(10) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            child.kill()
+    kill_when_stalled("tests.integrations._lg_graph", url, "killed", str(stall), stall=stall)
     with TetherSaver.from_url(url) as saver:
         graph = build(pause_at=99, stall=stall).compile(checkpointer=saver)
         cfg = {"configurable": {"thread_id": "killed"}}

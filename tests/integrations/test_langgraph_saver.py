@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -24,8 +20,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel
 
-from tests.integrations._lg_graph import FIRST_INPUT, build
-from tests.integrations.test_langgraph_graph import ROOT
+from tests.integrations._lg_graph import FIRST_INPUT, build, kill_when_stalled
 from tether.integrations.langgraph import TetherSaver
 from tether.integrations.langgraph._layout import ns_key
 
@@ -164,9 +159,10 @@ def test_langgraph_delta_channel_rebuilds_the_same_state_as_on_sqlitesaver(tmp_p
 
 
 def test_an_old_checkpoint_is_read_in_one_load_and_a_message_is_stored_once(tmp_path: Path) -> None:
-    """Time travel reads one stored version; the task write that appended a message refers
-    to the channel's chunk instead of holding the message again; both read back as on
-    SqliteSaver, from the saver that wrote them and from a fresh one."""
+    """Time travel reads one stored version and decodes no message the latest state holds;
+    the task write that appended a message refers to the channel's chunk instead of holding
+    the message again; both read back as on SqliteSaver, from the saver that wrote them and
+    from a fresh one."""
     graph = build(turns=8, pause_at=-1)
     cfg: dict[str, Any] = {"configurable": {"thread_id": "old"}}
     url = f"sqlite:///{tmp_path}/t.db"
@@ -187,11 +183,15 @@ def test_an_old_checkpoint_is_read_in_one_load_and_a_message_is_stored_once(tmp_
         saver.store._read_chain = spy  # type: ignore[method-assign]
         tup = saver.get_tuple(old)
         read_for_tuple = len(loads)
+        newest = saver.get_tuple(cfg)
         latest = saver._srun(saver.store.load(ns_key("old", "")))
     with TetherSaver.from_url(url) as cold:
         fresh = [_comparable(t) for t in cold.list(cfg)]
     assert warm == fresh == expected
-    assert read_for_tuple == 1 and tup is not None and tup.pending_writes
+    assert read_for_tuple == 1 and tup is not None and tup.pending_writes and newest is not None
+    # the older list is a prefix of the latest one held in memory: sliced, not decoded again
+    older, now = tup.checkpoint["channel_values"]["messages"], newest.checkpoint["channel_values"]["messages"]
+    assert 0 < len(older) < len(now) and all(a is b for a, b in zip(older, now, strict=False))
     assert latest is not None
     kinds = {(e[3], e[4]) for e in latest.state["w"]}
     assert ("messages", "@c") in kinds and ("log", "@c") in kinds
@@ -230,23 +230,7 @@ def test_delete_for_runs_killed_midway_is_finished_by_running_it_again(tmp_path:
         before = _seed_runs(saver, "del")
         runs = {cid: tup[0] for cid, tup in before.items()}
     stall = tmp_path / "stalled"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.integrations._lg_delete", url, "del", point, str(stall)],
-        cwd=ROOT,
-        env=env,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not stall.exists():
-            assert child.poll() is None, "the child exited before the kill point"
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        child.send_signal(signal.SIGKILL)
-        assert child.wait(10) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            child.kill()
+    kill_when_stalled("tests.integrations._lg_delete", url, "del", point, str(stall), stall=stall)
     with TetherSaver.from_url(url) as saver:
         saver.delete_for_runs(["r2"])
         after = {

@@ -147,3 +147,22 @@ def test_without_lease_reads_both_layouts():
     assert without_lease({"_lease": {"owner": "o"}})["_lease"] is None
     user = {"todo": [1], "x": 2}  # a user's own "todo" is not the runtime's
     assert without_lease(user) is user and runtime_state(user) == {} and not is_legacy(user)
+
+
+def test_replaying_stored_ops_in_place_gives_what_the_reducer_gave():
+    """Loading replays the part's ops in place (no copy per op); the result is the same."""
+    from tether.state.reserved import OP
+    from tether.stores._segment import apply_ops
+
+    updates = [
+        {"todo": {"a": {"status": "running"}}, "lease": {"owner": "o"}},
+        {"todo": {"a": {"status": "done"}, "b": {"status": "pending"}}, "event_log": [{"k": 1}]},
+        {"event_log": [{"k": 2}, {"k": 3}], "pause_reason": "why", "lease": None},
+        {"failure_report": {"error": "x"}, "todo": {"b": {"status": "failed"}}},
+    ]
+    ctx = ExecutionContext("r")
+    for update in updates:
+        ctx.merge(runtime_update(**update))
+    replayed: dict[str, object] = {}
+    apply_ops(replayed, [[RESERVED, OP, update] for update in updates])
+    assert replayed == {RESERVED: runtime_state(ctx)}

@@ -52,6 +52,7 @@ async def browser() -> AsyncIterator[Any]:
 @pytest.fixture
 async def served(store_url: str) -> AsyncIterator[tuple[str, Any, httpx.AsyncClient]]:
     """The dashboard on SQLite and on PostgreSQL (CI fails when the server is missing)."""
+    BACKEND["name"] = store_url.split(":", 1)[0]
     async with (
         live(store_url) as (base, app),
         httpx.AsyncClient(base_url=base, timeout=10) as client,
@@ -59,9 +60,13 @@ async def served(store_url: str) -> AsyncIterator[tuple[str, Any, httpx.AsyncCli
         yield base, app, client
 
 
+BACKEND = {"name": "sqlite"}
+"""The store of the test running now: each backend keeps its own screenshots."""
+
+
 def shot(name: str) -> str:
     SHOTS.mkdir(parents=True, exist_ok=True)
-    return str(SHOTS / f"{name}.png")
+    return str(SHOTS / f"{name}-{BACKEND['name']}.png")
 
 
 async def test_warning_then_compress_through_the_dialog_drops_the_bar(served, browser):

@@ -180,3 +180,35 @@ def test_from_environ_declares_secret_named_values_and_url_passwords():
     r = Redactor.from_environ(env)
     assert r.redact("x plain-looking-value-1 UrlPw55x oldkeyBBBB y") == "x [REDACTED] [REDACTED] [REDACTED] y"
     assert r.redact("/tmp/ssh-agent.sock /home/user 1") == "/tmp/ssh-agent.sock /home/user 1"
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "from tether.server.app import create_app; create_app()",
+        "from tether.agent.deploy import AsyncDeploymentAgent; from tether.models import ScriptedModel;"
+        " from tether.stores.memory import InMemoryStore; AsyncDeploymentAgent(ScriptedModel([]), InMemoryStore())",
+    ],
+    ids=["server", "agent"],
+)
+def test_the_server_and_agent_entry_points_install_log_redaction(entry: str) -> None:
+    """A fresh process: building the entry point is enough for every logger to be clean."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging\n"
+        "logging.basicConfig(level=logging.DEBUG)\n"
+        f"{entry}\n"
+        "log = logging.getLogger('uvicorn.error')\n"
+        "log.debug('db at %s', 'postgresql://u:PwEntry123456@h/db')\n"
+        "try:\n"
+        "    raise RuntimeError('token PLANTED-entry-token-42')\n"
+        "except RuntimeError:\n"
+        "    log.exception('failed')\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "APP_API_TOKEN": "PLANTED-entry-token-42"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "db at postgresql://u:[REDACTED" in done.stderr and "RuntimeError: token [REDACTED]" in done.stderr
+    assert "PwEntry123456" not in done.stderr and "PLANTED-entry-token-42" not in done.stderr

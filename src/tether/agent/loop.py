@@ -42,6 +42,7 @@ from tether.stores.base import CheckpointStore
 from tether.tools.base import Session
 from tether.tools.guard import GuardedSession
 from tether.tools.policy import CommandPolicy
+from tether.tools.redact import default_redactor
 
 __all__ = ["SYSTEM_PROMPT", "AgentLoop", "LoopConfig"]
 
@@ -52,7 +53,8 @@ class AgentLoop:
     """Drives agent runs on a store; see the module docstring.
 
     ``policy`` judges every command (through a :class:`GuardedSession`), ``redact`` hides
-    secrets from logs and prompts, ``interaction`` answers questions and confirmations;
+    secrets from logs, prompts and state (default: the process's
+    :func:`~tether.tools.redact.default_redactor`), ``interaction`` answers questions and confirmations;
     without it a question or a command needing approval pauses the run until
     :meth:`answer` / :meth:`approve`.
     """
@@ -74,7 +76,7 @@ class AgentLoop:
         self.store = store
         self.config = config or LoopConfig()
         self.policy = policy
-        self.redact = redact or (lambda text: text)
+        self.redact = redact or default_redactor()  # credentials and the environment's secrets
         self.interaction = interaction
         self.asker = Asker(interaction, self.redact)
         self.session: Session | GuardedSession = (

@@ -244,7 +244,7 @@ def arguments_text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-_MAX_LINES = 50_000
+_MAX_LINES = 20_000
 """Primed summary lines kept; past it the cache starts again (only a cost, never an error)."""
 
 

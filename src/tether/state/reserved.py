@@ -38,6 +38,7 @@ __all__ = [
     "FAILURE_REPORT",
     "FIELDS",
     "LEASE",
+    "OP",
     "PAUSE_REASON",
     "PENDING_DECISION",
     "REDUCER",
@@ -45,6 +46,7 @@ __all__ = [
     "TODO",
     "check_user_keys",
     "is_legacy",
+    "merge_part_into",
     "release_lease",
     "runtime_get",
     "runtime_state",
@@ -99,8 +101,23 @@ def _merge_part(old: Any, update: Any) -> dict[str, Any]:
     return part
 
 
-REDUCER = replayable("tether.state.reserved:part", _merge_part)
+OP = "tether.state.reserved:part"
+"""The op name of :data:`REDUCER` in stored deltas."""
+REDUCER = replayable(OP, _merge_part)
 """The reducer of :data:`RESERVED`: merges ``todo``, appends ``event_log``, overwrites the rest."""
+
+
+def merge_part_into(part: dict[str, Any], update: Mapping[str, Any]) -> None:
+    """:data:`REDUCER`'s update applied in place, for replaying stored deltas into a freshly
+    decoded state (which nothing else references): no copy of a long TODO list per op."""
+    for name, value in update.items():
+        prev = part.get(name)
+        if name == TODO and type(prev) is dict:
+            prev.update(value)
+        elif name == EVENT_LOG and type(prev) is list:
+            prev.extend(value)
+        else:
+            part[name] = value
 
 
 def is_legacy(state: _Readable) -> bool:

@@ -45,6 +45,8 @@ from typing import Any
 
 from tether.errors import CheckpointCorrupt
 from tether.state.reducers import apply_op
+from tether.state.reserved import OP as RESERVED_OP
+from tether.state.reserved import merge_part_into
 
 __all__ = ["apply_ops", "apply_segment", "pack_segment", "segment_length", "split_segment"]
 
@@ -198,6 +200,8 @@ def apply_ops(state: dict[str, Any], ops: list[Any]) -> None:
             old.extend(arg)
         elif op == "merge" and type(old) is dict:
             old.update(arg)
+        elif op == RESERVED_OP and type(old) is dict:
+            merge_part_into(old, arg)
         else:
             state[key] = apply_op(old, op, arg)
 

@@ -32,6 +32,7 @@ from tether.integrations.langgraph._layout import (
     chunks_extend,
     decode_channels,
     extends,
+    list_prefix,
     ns_key,
     record_of,
     resolve_writes,
@@ -633,7 +634,7 @@ class Threads:
         else:
             state, pending = await self._state_of(n.key, ix, i)
             record = record_of(state, self._loads)
-            values = decode_channels(state, record["channel_versions"], self._loads)
+            values = decode_channels(state, record["channel_versions"], self._loads, self._prefixes(n, state))
         record["channel_values"] = values
         writes = [e for e in pending if e[0] == cid] + late
         conf = {"thread_id": n.thread_id, "checkpoint_ns": n.ns}
@@ -644,6 +645,21 @@ class Threads:
             parent_config={"configurable": {**conf, "checkpoint_id": entry[2]}} if entry[2] else None,
             pending_writes=[(e[1], e[3], self._loads((e[4], e[5]))) for e in sort_writes(writes)],
         )
+
+    @staticmethod
+    def _prefixes(n: _Ns, state: Any) -> dict[str, list[Any]]:
+        """List channels of an older checkpoint that are a prefix of the latest value held
+        in memory: their items are sliced from it, not decoded again (time travel on a
+        long conversation then decodes only what changed since)."""
+        meta = state.get("m") or {}
+        out = {}
+        for ch, items in n.snaps.items():
+            ent = meta.get(ch)
+            if ent is not None and ent[1] == LIST:
+                prefix = list_prefix(state.get("c:" + ch) or [], n.view.get("c:" + ch) or [], items)
+                if prefix is not None:
+                    out[ch] = prefix
+        return out
 
     async def _state_of(self, key: str, ix: list[Any], i: int) -> tuple[dict[str, Any], list[Any]]:
         """Checkpoint ``ix[i]`` (not the latest): its channels and record, and the pending

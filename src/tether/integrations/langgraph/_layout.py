@@ -53,6 +53,7 @@ __all__ = [
     "chunks_extend",
     "decode_channels",
     "extends",
+    "list_prefix",
     "ns_key",
     "record_of",
     "resolve_writes",
@@ -117,16 +118,22 @@ def chunks_extend(new: list[Any], old: list[Any]) -> bool:
     return len(new) >= len(old) and new[: len(old)] == old
 
 
-def decode_channels(state: Any, versions: Mapping[str, Any] | None, loads: Any) -> dict[str, Any]:
+def decode_channels(
+    state: Any, versions: Mapping[str, Any] | None, loads: Any, known: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Channel values stored in ``state``; only those whose stored version is the one in
     ``versions`` when given (a checkpoint's ``channel_versions``). ``state``: a dict or an
-    ExecutionContext (anything with ``get``)."""
+    ExecutionContext (anything with ``get``). ``known``: values already at hand, by channel
+    (not decoded again)."""
     meta: Mapping[str, Any] = state.get("m") or {}
     out: dict[str, Any] = {}
     for ch, ent in meta.items():
         if ent is None or ent[1] == EMPTY:
             continue
         if versions is not None and (ch not in versions or versions[ch] != ent[0]):
+            continue
+        if known is not None and ch in known:
+            out[ch] = known[ch]
             continue
         chunks = state.get("c:" + ch) or []
         if ent[1] == LIST:
@@ -138,6 +145,35 @@ def decode_channels(state: Any, versions: Mapping[str, Any] | None, loads: Any) 
             t, b = chunks[0]
             out[ch] = loads((t, b))
     return out
+
+
+def _items_in(chunk: Sequence[Any]) -> int | None:
+    """How many items a list chunk holds, from its msgpack array header (no decoding);
+    None for another serializer's bytes."""
+    t, b = chunk
+    if t != "msgpack" or not b:
+        return None
+    head = b[0]
+    if 0x90 <= head <= 0x9F:
+        return int(head & 0x0F)
+    if head == 0xDC:
+        return int.from_bytes(b[1:3], "big")
+    if head == 0xDD:
+        return int.from_bytes(b[1:5], "big")
+    return None
+
+
+def list_prefix(chunks: Sequence[Any], latest: Sequence[Any], items: Sequence[Any]) -> list[Any] | None:
+    """The items of list ``chunks`` without decoding them, when they are the first chunks of
+    the latest value (``latest``, whose items are ``items``): a list grown by appends is
+    a prefix of what it became. None when that cannot be shown from the bytes."""
+    k = len(chunks)
+    if k > len(latest) or list(chunks) != list(latest[:k]):
+        return None
+    counts = [_items_in(c) for c in latest]
+    if None in counts or sum(counts) != len(items):  # type: ignore[arg-type]
+        return None
+    return list(items[: sum(counts[:k])])  # type: ignore[arg-type]
 
 
 def sort_writes(entries: Any) -> list[list[Any]]:
