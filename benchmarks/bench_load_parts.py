@@ -28,7 +28,7 @@ import ormsgpack
 from tether.state import ExecutionContext
 from tether.state.model import Checkpoint, RunStatus, make_checkpoint
 from tether.stores import create_store
-from tether.stores._sql import CHAIN_SQL, chain_of
+from tether.stores._sql_chain import CHAIN_SQL, chain_of
 from tether.stores.backend import utc as _utc
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -28,18 +28,8 @@ from urllib.parse import parse_qs
 from tether.errors import ConfigError, StoreError, StoreNotWritable, StoreUnavailable, TetherError
 from tether.state.model import ChainStats
 from tether.stores._chain import Write
-from tether.stores._sql import (
-    CHAIN_SQL,
-    Dialect,
-    SqlBackend,
-    SqlStore,
-    Tx,
-    chain_of,
-    hint_of,
-    hinted_chain,
-    hinted_query,
-    skips_sealed,
-)
+from tether.stores._sql import Dialect, SqlBackend, SqlStore, Tx
+from tether.stores._sql_chain import CHAIN_SQL, chain_of, hint_of, hinted_chain, hinted_query, skips_sealed
 from tether.stores.backend import remember as _hint
 from tether.stores.base import split_store_options
 
