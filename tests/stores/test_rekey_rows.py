@@ -139,3 +139,21 @@ async def test_a_writer_keeps_committing_through_a_rekey(make_store):
         assert latest is not None
         assert latest.state["messages"][-commits:] == [f"live{i}" for i in range(commits)]
         await new.delete(run_id)
+
+
+def test_reencrypt_changes_only_the_frame_and_refuses_what_it_cannot_vouch_for():
+    old_row = Codec(encryption_key=OLD).encode({"v": 1, "n": 1})
+    rotated = Codec(encryption_key=[NEW, OLD])
+    new_row = rotated.reencrypt(old_row, run_id="r", version=3)
+    assert new_row is not None and len(new_row) == len(old_row) and new_row[4:8].hex() == rotated.key_ids[0]
+    assert Codec(encryption_key=NEW).decode(new_row) == {"v": 1, "n": 1}
+    assert rotated.reencrypt(new_row) is None and rotated.reencrypt(b"") is None  # current; sealed
+    with pytest.raises(DecryptionError, match="plaintext row") as plain:
+        rotated.reencrypt(Codec().encode({"v": 1}), run_id="r", version=3)
+    assert plain.value.run_id == "r" and plain.value.version == 3
+    with pytest.raises(DecryptionError, match="another key"):
+        Codec(encryption_key=NEW).reencrypt(Codec(encryption_key=generate_key()).encode({"v": 1}))
+    tampered = bytearray(old_row)
+    tampered[-1] ^= 1
+    with pytest.raises(DecryptionError, match="authentication"):
+        rotated.reencrypt(bytes(tampered))
