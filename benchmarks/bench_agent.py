@@ -171,9 +171,9 @@ async def storage(iterations: int) -> None:
 
             backend.append = counting  # type: ignore[method-assign]
             config = LoopConfig(max_iterations=iterations, budget=8_000)
-            result = await AgentLoop(ScriptedModel(replies), LocalSession(cwd=tmp), store, config=config).start(
-                "bench-storage", "count"
-            )
+            result = await AgentLoop(
+                ScriptedModel(replies), LocalSession(cwd=tmp), store, config=config
+            ).start("bench-storage", "count")
             cp = await store.load("bench-storage")
             assert cp is not None
             stored = sum(h.size for h in await store.history("bench-storage"))
