@@ -129,6 +129,10 @@ class CheckpointStore(RunOperations):
         CheckpointStore.__init__(store, backend, **options)
         return store
 
+    public_url: str | None = None
+    """The URL the store was opened from, without credentials (``open_store`` sets it): what
+    names its database for things kept beside it, such as an agent's artefacts."""
+
     @property
     def backend(self) -> Backend:
         return self._backend
