@@ -9,14 +9,16 @@ calling it a conflict. Run ids are checked by every entry point with one rule.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
-from tether.errors import ConfigError, StoreUnavailable, VersionConflict
+from tether.errors import ConfigError, StoreError, StoreUnavailable, VersionConflict
 from tether.state import ExecutionContext, RunStatus
 from tether.stores import RetryPolicy
 
-from .conftest import new_id
+from ._faults import ReplyDropper, with_port
+from .conftest import new_id, open_test_store, require_url
 
 
 async def test_a_commit_retried_after_a_lost_reply_is_stored_once(make_store: Any) -> None:
@@ -144,3 +146,29 @@ async def test_run_ids_are_checked_by_every_entry_point(make_store: Any) -> None
         for call in (store.get_run, store.delete, store.load, store.history):
             with pytest.raises(ConfigError, match="NUL"):
                 await call("bad\x00id")
+
+
+@pytest.mark.parametrize("name", ["postgresql", "mysql"])
+async def test_a_reply_dropped_on_the_wire_then_more_changes(name: str, tmp_path: Any) -> None:
+    """The database commits the write and the connection drops before its reply: the
+    owner's next commit, with more changes recorded meanwhile, stores each change once."""
+    url = require_url(name, tmp_path)
+    parts = urlsplit(url)
+    async with ReplyDropper(parts.hostname or "127.0.0.1", parts.port or 0) as proxy:
+        async with open_test_store(
+            name, with_port(url, proxy.listen_port), retry=RetryPolicy(attempts=1)
+        ) as store:
+            ctx = ExecutionContext(new_id("writeid"), {"messages": ["a"]})
+            first = await store.commit(ctx)
+            ctx.merge({"messages": ["b"]})
+            # PostgreSQL writes in one autocommit statement; MySQL in a transaction
+            proxy.arm(ctx.run_id.encode(), then=b"COMMIT" if name == "mysql" else None)
+            with pytest.raises(StoreError):
+                await store.commit(ctx)
+            assert proxy.dropped == 1
+            assert (await store.get_run(ctx.run_id)).version == first + 1  # it did land
+            ctx.merge({"messages": ["c"]})
+            assert await store.commit(ctx) == first + 2
+            assert (await store.load(ctx.run_id)).state == {"messages": ["a", "b", "c"]}
+            assert await versions(store, ctx.run_id) == [first, first + 1, first + 2]
+            await store.delete(ctx.run_id)
