@@ -154,21 +154,21 @@ async def test_a_reply_dropped_on_the_wire_then_more_changes(name: str, tmp_path
     owner's next commit, with more changes recorded meanwhile, stores each change once."""
     url = require_url(name, tmp_path)
     parts = urlsplit(url)
-    async with ReplyDropper(parts.hostname or "127.0.0.1", parts.port or 0) as proxy:
-        async with open_test_store(
-            name, with_port(url, proxy.listen_port), retry=RetryPolicy(attempts=1)
-        ) as store:
-            ctx = ExecutionContext(new_id("writeid"), {"messages": ["a"]})
-            first = await store.commit(ctx)
-            ctx.merge({"messages": ["b"]})
-            # PostgreSQL writes in one autocommit statement; MySQL in a transaction
-            proxy.arm(ctx.run_id.encode(), then=b"COMMIT" if name == "mysql" else None)
-            with pytest.raises(StoreError):
-                await store.commit(ctx)
-            assert proxy.dropped == 1
-            assert (await store.get_run(ctx.run_id)).version == first + 1  # it did land
-            ctx.merge({"messages": ["c"]})
-            assert await store.commit(ctx) == first + 2
-            assert (await store.load(ctx.run_id)).state == {"messages": ["a", "b", "c"]}
-            assert await versions(store, ctx.run_id) == [first, first + 1, first + 2]
-            await store.delete(ctx.run_id)
+    async with (
+        ReplyDropper(parts.hostname or "127.0.0.1", parts.port or 0) as proxy,
+        open_test_store(name, with_port(url, proxy.listen_port), retry=RetryPolicy(attempts=1)) as store,
+    ):
+        ctx = ExecutionContext(new_id("writeid"), {"messages": ["a"]})
+        first = await store.commit(ctx)
+        ctx.merge({"messages": ["b"]})
+        # PostgreSQL writes in one autocommit statement; MySQL in a transaction
+        proxy.arm(ctx.run_id.encode(), then=b"COMMIT" if name == "mysql" else None)
+        with pytest.raises(StoreError):
+            await store.commit(ctx)
+        assert proxy.dropped == 1
+        assert (await store.get_run(ctx.run_id)).version == first + 1  # it did land
+        ctx.merge({"messages": ["c"]})
+        assert await store.commit(ctx) == first + 2
+        assert (await store.load(ctx.run_id)).state == {"messages": ["a", "b", "c"]}
+        assert await versions(store, ctx.run_id) == [first, first + 1, first + 2]
+        await store.delete(ctx.run_id)
