@@ -10,7 +10,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.errors import RunNotFound
+from tether.agent.config import delete_artifacts
+from tether.errors import RunNotFound, WrongRunStatus
 from tether.runtime import Event
 from tether.runtime.lease import live_status
 from tether.server.auth import check_run
@@ -342,3 +343,15 @@ async def resume(run_id: str, token: Operator, executor: Exec) -> Response:
     check_run(token, run_id)
     await executor.resume(run_id)
     return json_response({"runId": run_id, "status": "RUNNING"}, 202)
+
+
+@router.delete("/{run_id}", status_code=204, summary="Delete a run, its checkpoints and its agent artefacts")
+async def delete_run(run_id: str, token: Operator, store: Store, executor: Exec) -> Response:
+    check_run(token, run_id)
+    if executor.executing(run_id):
+        raise WrongRunStatus(run_id, "RUNNING", "delete", "cancel it first")
+    found = await store.delete(run_id)
+    delete_artifacts(store, run_id)  # also the leftovers of a run deleted without them
+    if not found:
+        raise RunNotFound(run_id)
+    return Response(status_code=204)

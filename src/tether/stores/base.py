@@ -129,6 +129,10 @@ class CheckpointStore(RunOperations):
         CheckpointStore.__init__(store, backend, **options)
         return store
 
+    public_url: str | None = None
+    """The URL the store was opened from, without credentials (``open_store`` sets it): what
+    names its database for things kept beside it, such as an agent's artefacts."""
+
     @property
     def backend(self) -> Backend:
         return self._backend
@@ -384,3 +388,18 @@ class CheckpointStore(RunOperations):
             return await self._read(run_id, version)
         except StoreUnavailable as exc:
             return await self._retry(lambda: self._read(run_id, version), exc)
+
+    # == rows as stored (a key rotation rewrites them: see ``stores/rekey.py``) ==========
+    async def read_rows(self, run_id: str) -> tuple[RunInfo | None, list[StoredRow]]:
+        """The run record and every stored row of the run (payloads as stored), ascending."""
+        check_run_id(run_id)
+        return await self._retried(lambda: self._backend.read_rows(run_id))
+
+    async def rewrite_rows(self, run_id: str, payloads: Mapping[int, bytes], expected_version: int) -> bool:
+        """Replace stored rows' payloads in place with ones that mean the same (a
+        re-encryption), atomically, if the run is still at ``expected_version``; False
+        (nothing changed) when a writer committed meanwhile. Versions, history and the
+        chain's layout stay as they are. Retried when the store is unavailable: a rewrite
+        that landed changes nothing the second time it lands."""
+        check_run_id(run_id)
+        return await self._retried(lambda: self._backend.rewrite_rows(run_id, payloads, expected_version))
