@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from time import time as _now
 from typing import Any
@@ -180,6 +181,27 @@ class MemoryBackend:
                 new = replace(chain, base_version=version, base_bytes=len(payload), length=length)
                 run.info = replace(run.info, chain=new)
             return len(dropped)
+
+    async def read_rows(self, run_id: str) -> tuple[RunInfo | None, list[StoredRow]]:
+        with self._lock:
+            run = self._live(run_id)
+            if run is None:
+                return None, []
+            return run.info, [run.rows[v] for v in sorted(run.rows)]
+
+    async def rewrite_rows(self, run_id: str, payloads: Mapping[int, bytes], expected_version: int) -> bool:
+        with self._lock:
+            run = self._live(run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            if run.info.version != expected_version:
+                return False
+            missing = [v for v in payloads if v not in run.rows]
+            if missing:
+                raise RunNotFound(run_id, missing[0])
+            for v, payload in payloads.items():
+                run.rows[v] = run.rows[v]._replace(payload=payload)
+            return True
 
     async def purge_expired(self) -> int:
         with self._lock:
