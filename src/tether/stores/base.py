@@ -254,6 +254,11 @@ class CheckpointStore(RunOperations):
         the state was restored, or compaction is due. Uses the context's version as
         the expected one, so a second writer on the run gets :class:`VersionConflict`
         (and this context keeps its unsaved changes). Durable when it returns.
+
+        After a failed save whose outcome is unknown (a lost reply), the changes it held go
+        first, with its write id: if it landed, the backend answers with its version and
+        stores nothing; else they land now. What was recorded since follows at the next
+        version, in the same call.
         """
         meta = dict(metadata or {})
         meta_dated = bool(meta) and check_value(meta, key="metadata")
@@ -261,6 +266,9 @@ class CheckpointStore(RunOperations):
         node = node_id if node_id is not None else ctx.node_id
         changes = ctx.take_changes()
         write_id = changes.write_id or self._write_id()
+        final = status
+        if changes.followed:  # a catch-up write: the status changes with the last one only
+            status = _require_status or status
         try:
             known = await self._known_for(changes)
             plan = self.engine.plan(
@@ -297,6 +305,10 @@ class CheckpointStore(RunOperations):
                 write.kind,
                 len(write.payload),
                 extra={"run_id": ctx.run_id},
+            )
+        if changes.followed:
+            return await self.commit(
+                ctx, node_id=node_id, status=final, metadata=metadata, _require_status=_require_status
             )
         return version
 
