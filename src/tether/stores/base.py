@@ -101,7 +101,9 @@ class CheckpointStore(RunOperations):
         retry: RetryPolicy | None = None,
     ) -> None:
         self._backend = backend
+        self._append = backend.append  # bound once: every commit calls it
         self._latest_cache = backend if isinstance(backend, LatestCache) else None
+        self._cached_latest = None if self._latest_cache is None else self._latest_cache.cached_latest
         self.codec = codec or Codec()
         self.expiry = expiry or ExpiryPolicy()
         self.compaction = compaction or CompactionPolicy()
@@ -166,9 +168,9 @@ class CheckpointStore(RunOperations):
     async def _write_retried(self, w: Write) -> tuple[int, ChainStats]:
         """``_write`` with the retry policy (the write id makes a retry safe)."""
         try:
-            return await self._write(w)
+            return await self._append(w)
         except StoreUnavailable as exc:
-            return await self._retry(lambda: self._write(w), exc)
+            return await self._retry(lambda: self._append(w), exc)
 
     # == the backend's operations, as the store and its run operations call them =======
     async def setup(self) -> None:
@@ -251,15 +253,21 @@ class CheckpointStore(RunOperations):
         the expected one, so a second writer on the run gets :class:`VersionConflict`
         (and this context keeps its unsaved changes). Durable when it returns.
         """
-        meta = dict(metadata or {})
+        meta = dict(metadata) if metadata else {}
         meta_dated = bool(meta) and check_value(meta, key="metadata")
         now = time.time()
         node = node_id if node_id is not None else ctx.node_id
         changes = ctx.take_changes()
         write_id = changes.write_id or self._write_id()
+        engine = self.engine
         try:
-            known = await self._known_for(changes)
-            plan = self.engine.plan(
+            known = self._chains_seen.get(changes.run_id)
+            if known is None or known.version != changes.version:
+                if changes.version == 0 or changes.full:
+                    known = Known(changes.version, NO_CHAIN, [])
+                else:
+                    known = await self._known_for(changes)
+            plan = engine.plan(
                 changes,
                 known,
                 node=node,
@@ -284,7 +292,7 @@ class CheckpointStore(RunOperations):
             ctx.restore_changes(changes._replace(write_id=write_id))
             raise
         ctx.saved(version, datetimes=plan.walked)
-        self._know(ctx.run_id, self.engine.after(plan, version, chain, tail))
+        remember(self._chains_seen, changes.run_id, engine.after(plan, version, chain, tail, known.tail_bytes))
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "checkpoint %s v%d %s %dB",
@@ -297,13 +305,8 @@ class CheckpointStore(RunOperations):
         return version
 
     async def _known_for(self, changes: Changes) -> Known:
-        """What this store knows of the run's chain at the version ``changes`` follow: kept
-        from its last commit or load of the run, else read from the run record."""
-        known = self._chains_seen.get(changes.run_id)
-        if known is not None and known.version == changes.version:
-            return known
-        if changes.version == 0 or changes.full:
-            return Known(changes.version, NO_CHAIN, [])
+        """What this store knows of the run's chain at the version ``changes`` follow when
+        it kept nothing from a commit or load of the run: read from the run record."""
         info = await self.get_run(changes.run_id)
         if info is not None and info.version == changes.version:
             return Known(changes.version, info.chain, None)
@@ -332,12 +335,13 @@ class CheckpointStore(RunOperations):
     # == reading ===================================================================
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         """The checkpoint at ``version`` (latest when None), or None if not stored."""
-        check_run_id(run_id)
-        cache = self._latest_cache
-        if cache is not None and version is None:
-            cp = cache.cached_latest(run_id)
+        cached = self._cached_latest
+        if cached is not None and version is None and type(run_id) is str:
+            cp = cached(run_id)  # only a stored run's (checked) id is found there
             if cp is not None:
                 return cp
+        check_run_id(run_id)
+        cache = self._latest_cache
         try:
             chain = await self._read_chain(run_id, version)
         except StoreUnavailable as exc:
