@@ -320,9 +320,11 @@ class ChainEngine:
         ``tail_bytes``: the payload bytes of ``tail`` when known (else added up here).
         ``tail`` is taken over: the caller keeps no other use of it."""
         write = plan.write
+        if not self.seals:  # a store that never seals needs no rows
+            return Known(version, chain, None)
         if write.kind == "full":
             return Known(version, chain, [])
-        if tail is None or not self.seals:  # a store that never seals needs no rows
+        if tail is None:
             return Known(version, chain, None)
         rows = tail
         total = sum(len(r[0]) for r in rows) if tail_bytes is None else tail_bytes

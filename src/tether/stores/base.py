@@ -65,6 +65,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+_NEW_RUN = Known(0, NO_CHAIN, [])
+
 STORE_OPTIONS = ("codec", "expiry", "compaction", "retry")
 
 
@@ -259,11 +261,15 @@ class CheckpointStore(RunOperations):
         node = node_id if node_id is not None else ctx.node_id
         changes = ctx.take_changes()
         write_id = changes.write_id or self._write_id()
-        engine = self.engine
+        engine = self._engine
+        if engine is None or engine.policy is not self.compaction or engine.codec is not self.codec:
+            engine = self.engine
         try:
             known = self._chains_seen.get(changes.run_id)
             if known is None or known.version != changes.version:
-                if changes.version == 0 or changes.full:
+                if changes.version == 0:
+                    known = _NEW_RUN  # a full write, which takes nothing from it
+                elif changes.full:
                     known = Known(changes.version, NO_CHAIN, [])
                 else:
                     known = await self._known_for(changes)
@@ -292,7 +298,9 @@ class CheckpointStore(RunOperations):
             ctx.restore_changes(changes._replace(write_id=write_id))
             raise
         ctx.saved(version, datetimes=plan.walked)
-        remember(self._chains_seen, changes.run_id, engine.after(plan, version, chain, tail, known.tail_bytes))
+        remember(
+            self._chains_seen, changes.run_id, engine.after(plan, version, chain, tail, known.tail_bytes)
+        )
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "checkpoint %s v%d %s %dB",
