@@ -103,9 +103,7 @@ class CheckpointStore(RunOperations):
         retry: RetryPolicy | None = None,
     ) -> None:
         self._backend = backend
-        self._append = backend.append  # bound once: every commit calls it
         self._latest_cache = backend if isinstance(backend, LatestCache) else None
-        self._cached_latest = None if self._latest_cache is None else self._latest_cache.cached_latest
         self.codec = codec or Codec()
         self.expiry = expiry or ExpiryPolicy()
         self.compaction = compaction or CompactionPolicy()
@@ -170,9 +168,9 @@ class CheckpointStore(RunOperations):
     async def _write_retried(self, w: Write) -> tuple[int, ChainStats]:
         """``_write`` with the retry policy (the write id makes a retry safe)."""
         try:
-            return await self._append(w)
+            return await self._write(w)
         except StoreUnavailable as exc:
-            return await self._retry(lambda: self._append(w), exc)
+            return await self._retry(lambda: self._write(w), exc)
 
     # == the backend's operations, as the store and its run operations call them =======
     async def setup(self) -> None:
@@ -184,7 +182,7 @@ class CheckpointStore(RunOperations):
         await self.backend.aclose()
 
     async def _write(self, w: Write) -> tuple[int, ChainStats]:
-        return await self.backend.append(w)
+        return await self._backend.append(w)
 
     async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
         return await self.backend.read(run_id, version)
@@ -343,13 +341,12 @@ class CheckpointStore(RunOperations):
     # == reading ===================================================================
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         """The checkpoint at ``version`` (latest when None), or None if not stored."""
-        cached = self._cached_latest
-        if cached is not None and version is None and type(run_id) is str:
-            cp = cached(run_id)  # only a stored run's (checked) id is found there
+        cache = self._latest_cache
+        if cache is not None and version is None and type(run_id) is str:
+            cp = cache.cached_latest(run_id)  # only a stored run's (checked) id is found there
             if cp is not None:
                 return cp
         check_run_id(run_id)
-        cache = self._latest_cache
         try:
             chain = await self._read_chain(run_id, version)
         except StoreUnavailable as exc:
