@@ -13,6 +13,12 @@ LocalSession, on the embedded SQLite store. For every iteration it prints:
 
 Targets (issue 5): prompt bounded below the budget and <= 40% of the naive prompt by the
 last iteration; loop overhead <= 20 ms per iteration on SQLite.
+
+Then a ``--storage-iterations`` run (200 by default, 0 skips it) of short ``seq`` commands
+under an 8k budget prints what the run's checkpoints cost the store against the final
+state's packed size: *stored* (the payload bytes the store keeps for the run at the end, from
+``history()``), *written* (every payload the store was handed, segment seals included) and
+the SQLite file's size. Target: stored <= 1.3x the final state.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from tether.agent.loop import SYSTEM_PROMPT
 from tether.context import TiktokenTokenizer
 from tether.models import ScriptedModel
 from tether.runtime import Event
+from tether.state.serde import pack_plain
 from tether.stores import open_store
 from tether.tools import LocalSession
 
@@ -86,6 +93,7 @@ async def main() -> None:
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--output-kb", type=int, default=12)
     parser.add_argument("--budget", type=int, default=24_000)
+    parser.add_argument("--storage-iterations", type=int, default=200)
     args = parser.parse_args()
     tok = TiktokenTokenizer()
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,6 +146,48 @@ async def main() -> None:
         f"max prompt {max(loop.prompt_sizes):,} tokens (budget {args.budget:,}); "
         f"loop overhead median {statistics.median(overheads) * 1000:.1f} ms, "
         f"p95 {sorted(overheads)[int(len(overheads) * 0.95) - 1] * 1000:.1f} ms; total {total:.1f} s"
+    )
+    if args.storage_iterations:
+        await storage(args.storage_iterations)
+
+
+async def storage(iterations: int) -> None:
+    """Stored and written bytes of a run against its final state (see the module doc)."""
+    replies: list[dict[str, Any]] = [
+        {"action": "execute", "command": f"seq {k * 1000} {k * 1000 + 120}", "reasoning": "next"}
+        for k in range(iterations - 1)
+    ]
+    replies.append({"action": "done", "message": "counted"})
+    with tempfile.TemporaryDirectory() as tmp:
+        db = os.path.join(tmp, "agent.db")
+        async with open_store(f"sqlite:///{db}") as store:
+            written: dict[str, int] = {}
+            backend = store.backend
+            append = backend.append
+
+            async def counting(w: Any) -> Any:  # every payload handed to the database
+                written[w.kind] = written.get(w.kind, 0) + len(w.payload)
+                return await append(w)
+
+            backend.append = counting  # type: ignore[method-assign]
+            config = LoopConfig(max_iterations=iterations, budget=8_000)
+            result = await AgentLoop(
+                ScriptedModel(replies), LocalSession(cwd=tmp), store, config=config
+            ).start("bench-storage", "count")
+            cp = await store.load("bench-storage")
+            assert cp is not None
+            stored = sum(h.size for h in await store.history("bench-storage"))
+        file_bytes = os.path.getsize(db)
+    final = len(pack_plain({"state": cp.state}))
+    total = sum(written.values())
+    parts = ", ".join(f"{k} {v / 1e6:.2f} MB" for k, v in sorted(written.items()))
+    print(
+        f"# storage: {iterations} iterations, status {result.status}; final state {final / 1e6:.2f} MB packed"
+    )
+    print(
+        f"stored/final {stored / final:.2f}x ({stored / 1e6:.2f} MB; target <= 1.3x); "
+        f"written/final {total / final:.2f}x ({total / 1e6:.2f} MB: {parts}); "
+        f"file/final {file_bytes / final:.2f}x ({file_bytes / 1e6:.2f} MB)"
     )
 
 

@@ -13,7 +13,8 @@ the JSON (that is the reader's work, not the server's).
 1. Snapshot of a run whose state is 10 MiB (generated agent conversation: prose, tool
    calls, JSON rows, logs, code): the plain store read (``store.snapshot``) one at a time
    as the baseline, then 1 and 50 concurrent clients, each sending requests back to back:
-   full body without gzip, full body with gzip, and ``If-None-Match`` (304). After each
+   full body without gzip, with gzip, with zstd (a browser's ``Accept-Encoding``, once the
+   server's background zstd build is done), and ``If-None-Match`` (304). After each
    50-client full-body run, its floor: a plain asyncio server (another process, no
    framework, no store) sending the same bytes to the same clients, which is what moving
    that many bytes through loopback costs on this host. Then 50 clients polling once a
@@ -46,6 +47,9 @@ from typing import Any
 
 MIB = 1024 * 1024
 TARGET_MS = 50.0
+BROWSER = "gzip, deflate, br, zstd"
+"""What browsers send today."""
+HEADERS = {"identity": "identity", "gzip": "gzip", "zstd": BROWSER, "304": "identity"}
 
 
 def pct(values: list[float], p: float) -> float:
@@ -106,9 +110,10 @@ async def worker_reads(spec: dict[str, Any]) -> dict[str, Any]:
     """``clients`` connections, each sending ``reads`` requests back to back."""
     port, path, mode = spec["port"], spec["path"], spec["mode"]
     conns = [await Conn.open(port) for _ in range(spec["clients"])]
-    headers = {"Accept-Encoding": "gzip"} if mode == "gzip" else {"Accept-Encoding": "identity"}
+    headers = {"Accept-Encoding": HEADERS[mode]}
     status, first, size = await conns[0].get(path, headers)
     assert status == 200, status
+    assert first.get("content-encoding", "identity") == {"304": "identity"}.get(mode, mode), first
     if mode == "304":
         headers["If-None-Match"] = first["etag"]
     want = 304 if mode == "304" else 200
@@ -173,7 +178,7 @@ async def worker_fanout(spec: dict[str, Any]) -> dict[str, Any]:
 
 async def raw_server(spec: dict[str, Any]) -> None:
     """The floor: a plain asyncio server that answers every GET with the same bytes the
-    service would send (``/identity`` or ``/gzip``), no framework, no store."""
+    service would send (``/identity``, ``/gzip`` or ``/zstd``), no framework, no store."""
     bodies = {k: Path(v).read_bytes() for k, v in spec["bodies"].items()}
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -398,6 +403,53 @@ async def list_all(base: str) -> int:
     return n
 
 
+def zstd_body(url: str) -> bytes:
+    """The zstd body exactly as the server sends it, once its background build is done."""
+    import httpx
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        with httpx.stream("GET", url, headers={"Accept-Encoding": BROWSER}, timeout=60) as r:
+            raw = b"".join(r.iter_raw())
+            if r.headers.get("content-encoding") == "zstd":
+                return raw
+        time.sleep(0.5)
+    raise RuntimeError("the server never served the zstd body")
+
+
+def encodings_table(body: bytes, quick: bool) -> None:
+    """Bytes and build time of each candidate encoding of the snapshot body, one thread."""
+    import zstandard
+
+    from tether.server.deps import GZIP_LEVEL, ZSTD_LEVEL
+
+    candidates: list[tuple[str, int, Any]] = [
+        ("gzip", level, lambda b, lv=level: gzip.compress(b, lv, mtime=0)) for level in (GZIP_LEVEL, 9)
+    ]
+    candidates += [
+        ("zstd", level, lambda b, lv=level: zstandard.ZstdCompressor(level=lv).compress(b))
+        for level in (3, 9, 12, 15, ZSTD_LEVEL)
+    ]
+    try:
+        import brotli  # not a dependency: measured when installed
+    except ImportError:
+        print("   (br: the brotli package is not installed, not measured)")
+    else:
+        candidates += [
+            ("br", level, lambda b, lv=level: brotli.compress(b, quality=lv))
+            for level in ((5, 9) if quick else (5, 9, 11))
+        ]
+    print(
+        f"   encodings of the {len(body) / MIB:.1f} MiB body (server: gzip {GZIP_LEVEL}, zstd {ZSTD_LEVEL}):"
+    )
+    print(f"   {'encoding':<9}{'level':>6}{'bytes':>13}{'ratio':>8}{'build':>11}")
+    for name, level, pack in candidates:
+        t = time.perf_counter()
+        out = pack(body)
+        took = time.perf_counter() - t
+        print(f"   {name:<9}{level:>6}{len(out):>13,}{len(body) / len(out):>7.1f}x{ms(took):>11}")
+
+
 def line(label: str, times: list[float], base: float | None = None, extra: str = "") -> tuple[float, float]:
     p50, p95 = statistics.median(times), pct(times, 95)
     ratio = f"  {p50 / base:6.2f}x the store read" if base else ""
@@ -461,19 +513,26 @@ async def main() -> None:
         ).content
         Path(tmp, "identity").write_bytes(body)
         Path(tmp, "gzip").write_bytes(gzip.compress(body, 5))
+        Path(tmp, "zstd").write_bytes(await asyncio.to_thread(zstd_body, f"{base}{path}"))
+        encodings_table(body, args.quick)
         raw_port = free_port()
         raw = subprocess.Popen(
             [sys.executable, __file__, "--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
         assert raw.stdin is not None and raw.stdout is not None
-        bodies = {"identity": str(Path(tmp, "identity")), "gzip": str(Path(tmp, "gzip"))}
+        bodies = {k: str(Path(tmp, k)) for k in ("identity", "gzip", "zstd")}
         raw.stdin.write(json.dumps({"job": "rawserve", "port": raw_port, "bodies": bodies}) + "\n")
         raw.stdin.flush()
         assert raw.stdout.readline().strip() == "ready"
-        labels = {"identity": "full body", "gzip": "full body, gzip", "304": "If-None-Match -> 304"}
+        labels = {
+            "identity": "full body",
+            "gzip": "full body, gzip",
+            "zstd": "full body, zstd (browser)",
+            "304": "If-None-Match -> 304",
+        }
         try:
             for clients in (1, args.clients):
-                for mode in ("identity", "gzip", "304"):
+                for mode in ("identity", "gzip", "zstd", "304"):
                     n = reads * 10 if mode == "304" else reads  # cheap requests: more of them, steadier
                     spec = {"job": "reads", "port": port, "path": path, "clients": clients}
                     r = run_worker(spec | {"reads": n, "mode": mode})
@@ -495,7 +554,7 @@ async def main() -> None:
             raw.stdin.write("stop\n")
             raw.stdin.flush()
             raw.wait(timeout=20)
-        for mode in ("gzip", "304"):
+        for mode in ("gzip", "zstd", "304"):
             r = run_worker(
                 {"job": "reads", "port": port, "path": path, "clients": args.clients, "reads": reads}
                 | {"mode": mode, "period": 1.0}
@@ -503,13 +562,19 @@ async def main() -> None:
             line(f"API, {args.clients} clients polling 1/s, {mode}", r["times"], b50)
         cpu = await in_process_304(url, big, 500 if args.quick else 3000)
         print(f"   server CPU for one 304, in-process (ASGI call, no socket): {cpu * 1000:.3f} ms")
-        packed = Path(tmp, "gzip").read_bytes()
+        import zstandard
+
+        packed, packed_z = Path(tmp, "gzip").read_bytes(), Path(tmp, "zstd").read_bytes()
         t = time.perf_counter()
         gzip.decompress(packed)
+        t_gz = time.perf_counter() - t
+        t = time.perf_counter()
+        zstandard.ZstdDecompressor().decompress(packed_z)
+        t_zst = time.perf_counter() - t
         print(
-            f"   (gzip: {len(body) / MIB:.1f} MiB -> {len(packed) / MIB:.2f} MiB; a client's gunzip of it "
-            f"takes {ms(time.perf_counter() - t)}, not in the times above; the floor is a plain asyncio "
-            "server sending the same bytes to the same clients: no framework, no store)"
+            f"   (gzip: {len(body) / MIB:.1f} MiB -> {len(packed) / MIB:.2f} MiB, zstd {len(packed_z) / MIB:.2f} "
+            f"MiB; a client decodes them in {ms(t_gz)} and {ms(t_zst)}, not in the times above; the floor is "
+            "a plain asyncio server sending the same bytes to the same clients: no framework, no store)"
         )
 
         print("\n2. update while PAUSED (one client, one at a time)")
@@ -545,7 +610,8 @@ async def main() -> None:
 
         print("\ntarget: snapshot read of the 10 MiB run, p50 and p95 < 50 ms under 50 concurrent clients")
         for mode, label in (
-            ("gzip", "full body, gzip (the target line)"),
+            ("zstd", "full body, zstd (the target line)"),
+            ("gzip", "full body, gzip"),
             ("identity", "full body"),
             ("304", "304"),
         ):

@@ -21,3 +21,9 @@ def _no_model_requests(monkeypatch: pytest.MonkeyPatch) -> None:
     import tether.models
 
     monkeypatch.setattr(tether.models, "ALLOW_MODEL_REQUESTS", False)
+
+
+@pytest.fixture(autouse=True)
+def _private_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Agent artefacts of server-store runs go under XDG_DATA_HOME: keep them out of the home."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.getbasetemp() / "xdg-data"))

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.server.conftest import serve
+from tests.stores.conftest import require_url
 from tether.agent import AgentLoop, LoopConfig
+from tether.agent.config import artifact_root, artifact_store_for
 from tether.context import ContextWindow
 from tether.context.monitor import Thresholds
 from tether.models import ScriptedModel
-from tether.state import RunStatus
+from tether.state import ExecutionContext, RunStatus
 from tether.state.reserved import runtime_state
 from tether.state.serde import pack_plain
 from tether.stores import open_store
@@ -28,32 +33,30 @@ def execute(command: str) -> dict:
 
 @pytest.mark.slow
 async def test_stored_bytes_stay_near_the_final_state_over_200_iterations(tmp_path):
-    """Each step stores the items it changed, not the window: step writes <= 1.3x the final state.
-
-    Segment seals (the store's own compaction of a run's chain) are left out: they are the
-    store's policy and cost the same for any state that grows by appends.
-    """
+    """Each step stores the items it changed, not the window, and the store's segment seals
+    replace the rows they pack: what the run keeps stored is <= 1.3x the final state."""
     n = 200
     replies = [execute(f"seq {k * 1000} {k * 1000 + 120}") for k in range(n - 1)]
     model = ScriptedModel([*replies, {"action": "done", "message": "counted"}])
-    written = []
-    async with open_store(f"sqlite:///{tmp_path}/agent.db") as store:
-        write = store._write
-
-        async def counting(w):
-            if w.kind != "segment":
-                written.append(len(w.payload))
-            return await write(w)
-
-        store._write = counting  # type: ignore[method-assign]
+    db = tmp_path / "agent.db"
+    async with open_store(f"sqlite:///{db}") as store:
         config = LoopConfig(max_iterations=n, budget=8_000)
         result = await AgentLoop(model, LocalSession(cwd=tmp_path), store, config=config).start(
             "bytes", "count"
         )
         assert result.status is RunStatus.COMPLETED
         final = await store.load("bytes")
+        history = await store.history("bytes")
     final_bytes = len(pack_plain({"state": final.state}))
-    assert sum(written) <= 1.3 * final_bytes, (sum(written), final_bytes)
+    stored = sum(h.size for h in history)
+    assert {"segment", "sealed"} <= {h.kind for h in history}  # the seals did run
+    # what history() reports is what the file holds for the run
+    with sqlite3.connect(db) as con:
+        (retained,) = con.execute(
+            "SELECT SUM(LENGTH(payload)) FROM tether_checkpoints WHERE run_id = ?", ("bytes",)
+        ).fetchone()
+    assert retained == stored
+    assert stored <= 1.3 * final_bytes, (stored, final_bytes)
     # and the window the log rebuilds is the one the loop last used, compressed as it went
     window = ContextWindow.from_log(final.state["context_meta"], final.state["context_log"])
     assert window.usage().tokens <= 8_000
@@ -79,9 +82,14 @@ async def test_thresholds_come_from_the_config_and_events_reach_the_listener(tmp
     assert [e["kind"] for e in runtime_state(result.state)["event_log"]].count("context_warning") == 1
 
 
-async def test_read_artifact_after_kill_9_and_resume(tmp_path):
-    """A trimmed output survives a SIGKILL beside the store; the resumed agent reads lines of it."""
-    db = tmp_path / "agent.db"
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_read_artifact_after_kill_9_and_resume_then_delete(backend, tmp_path, monkeypatch):
+    """A trimmed output survives a SIGKILL in a durable place (beside the SQLite file; for a
+    server store under the data dir); the resumed agent reads lines of it; `tether delete`
+    removes it with the run."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the child inherits it
+    url = f"sqlite:///{tmp_path}/agent.db" if backend == "sqlite" else require_url(backend, tmp_path)
+    run_id = f"crashy-{uuid.uuid4().hex[:10]}"
     script = tmp_path / "run.py"
     script.write_text(
         "import asyncio\n"
@@ -90,20 +98,28 @@ async def test_read_artifact_after_kill_9_and_resume(tmp_path):
         "from tether.stores import open_store\n"
         "from tether.tools import LocalSession\n"
         "async def main():\n"
-        f"    async with open_store('sqlite:///{db}') as store:\n"
+        f"    async with open_store({url!r}) as store:\n"
         "        model = ScriptedModel([\n"
         "            {'action': 'execute', 'command': 'seq 1 5000'},\n"
         "            {'action': 'execute', 'command': 'kill -9 $PPID'},\n"
         "        ])\n"
         f"        loop = AgentLoop(model, LocalSession(cwd={str(tmp_path)!r}), store, config=LoopConfig(output_tokens=200))\n"
-        "        await loop.start('crashy', 'list numbers')\n"
+        f"        await loop.start({run_id!r}, 'list numbers')\n"
         "asyncio.run(main())\n"
     )
     out = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == -9, out.stderr
-    assert (tmp_path / "agent.db.artifacts" / "crashy").is_dir()
-    async with open_store(f"sqlite:///{db}") as store:
-        before = await store.load("crashy")
+    async with open_store(url) as store:
+        root = artifact_root(store)
+        assert root is not None
+        expected = (
+            tmp_path / "agent.db.artifacts"
+            if backend == "sqlite"
+            else tmp_path / "data" / "tether" / "artifacts"
+        )
+        assert root == expected or root.parent == expected
+        assert (root / run_id).is_dir()
+        before = await store.load(run_id)
         artifact_id = before.state["command_history"][0]["artifact_id"]
         assert artifact_id
         model = ScriptedModel(
@@ -120,7 +136,7 @@ async def test_read_artifact_after_kill_9_and_resume(tmp_path):
                 {"action": "done", "message": "read"},
             ]
         )
-        result = await AgentLoop(model, LocalSession(cwd=tmp_path), store).resume("crashy")
+        result = await AgentLoop(model, LocalSession(cwd=tmp_path), store).resume(run_id)
     assert result.status is RunStatus.COMPLETED
     seen = [str(m.get("content")) for m in model.calls[1]]
     lines = next(c for c in seen if c.startswith(f"artifact {artifact_id}, lines"))
@@ -130,6 +146,36 @@ async def test_read_artifact_after_kill_9_and_resume(tmp_path):
     assert any(c.startswith(f"artifact {artifact_id}, bytes 1-6") and c.endswith("exit c") for c in seen)
     seen = [str(m.get("content")) for m in model.calls[3]]
     assert any("no artifact 'nope'" in c for c in seen)
+    # the run goes, and its artefacts with it
+    gone = subprocess.run(
+        [sys.executable, "-m", "tether.cli.app", "delete", run_id, "--store", url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert gone.returncode == 0 and "deleted" in gone.stdout, gone.stdout + gone.stderr
+    assert not (root / run_id).exists()
+    async with open_store(url) as store:
+        assert await store.load(run_id) is None
+
+
+async def test_the_server_delete_route_removes_the_run_and_its_artefacts(tmp_path):
+    url = f"sqlite:///{tmp_path}/srv.db"
+    async with open_store(url) as store:
+        ctx = ExecutionContext("gone-run", {"goal": "x"})
+        await store.commit(ctx, node_id="start")
+        artefacts = artifact_store_for(LoopConfig(), store, "gone-run")
+        aid = artefacts.put("a long output")
+        kept = artifact_store_for(LoopConfig(), store, "kept-run")
+        kept_id = kept.put("another output")
+    assert (tmp_path / "srv.db.artifacts" / "gone-run").is_dir()
+    async with serve(url) as (client, _app):
+        assert (await client.delete("/api/runs/gone-run")).status_code == 204
+        assert (await client.delete("/api/runs/gone-run")).status_code == 404
+        assert (await client.get("/api/runs/gone-run/snapshot")).status_code == 404
+    assert not (tmp_path / "srv.db.artifacts" / "gone-run").exists()
+    assert not artefacts.exists(aid) and kept.get(kept_id) == "another output"
 
 
 def test_the_cli_live_view_prints_context_events():

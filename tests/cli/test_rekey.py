@@ -1,6 +1,6 @@
-"""`tether rekey`: every run re-encrypted under the newest key, online; a rekey killed with
-SIGKILL in the middle leaves every run loadable (old or new key, nothing lost), and a rerun
-finishes. Real SQLite file, real `tether` processes."""
+"""`tether rekey`: every row of every run re-encrypted under the newest key, online, every
+version kept; a rekey killed with SIGKILL in the middle leaves every run loadable (old or new
+key, nothing lost), and a rerun finishes. Real SQLite file, real `tether` processes."""
 
 from __future__ import annotations
 
@@ -59,6 +59,16 @@ async def _states(url: str, keys: str) -> dict[str, dict | None]:
     return out
 
 
+async def _every_version(url: str, keys: str, versions: dict[str, int]) -> dict[str, list[dict]]:
+    """Every version's state of every run, as read with ``keys``."""
+    out: dict[str, list[dict]] = {}
+    async with open_store(url, codec=Codec(encryption_key=keys.split(","))) as store:
+        for run_id, latest in versions.items():
+            cps = [await store.load(run_id, v) for v in range(1, latest + 1)]
+            out[run_id] = [{k: v for k, v in cp.state.items() if not k.startswith("_")} for cp in cps if cp]
+    return out
+
+
 def _rekey(tmp_path: Path, keys: str) -> subprocess.Popen[str]:
     env = {**os.environ, "TETHER_ENCRYPTION_KEY": keys}
     return subprocess.Popen(
@@ -75,6 +85,9 @@ def test_rekey_killed_in_the_middle_loses_nothing_and_a_rerun_finishes(tmp_path)
     url = _url(tmp_path)
     versions = asyncio.run(_fill(url))
     expected = {f"safety-rekey-{i:03d}": _expected(i) for i in range(RUNS)}
+
+    before_all = asyncio.run(_every_version(url, OLD, versions))
+    assert sum(map(len, before_all.values())) == sum(versions.values())
 
     proc = _rekey(tmp_path, f"{NEW},{OLD}")
     assert proc.stdout is not None
@@ -102,8 +115,9 @@ def test_rekey_killed_in_the_middle_loses_nothing_and_a_rerun_finishes(tmp_path)
             return {r: (await store.history(r, limit=1))[0].version for r in versions}
 
     after = asyncio.run(latest_versions())
-    for run_id, version in versions.items():  # runners keep committing to the same version
-        assert after[run_id] == (version + 1 if version == 1 else version)
+    assert after == versions  # rows re-encrypted in place: runners keep committing on top
+    # no version dropped, each one as it was
+    assert asyncio.run(_every_version(url, NEW, versions)) == before_all
 
 
 def test_rekey_without_a_key_is_one_error_line(tmp_path):
@@ -144,3 +158,6 @@ async def test_a_live_writer_keeps_committing_through_a_rekey(tmp_path):
         cp = await reader.load("safety-rekey-old")
         assert cp is not None and cp.state["n"] == 2
         assert len(await reader.history("safety-rekey-live")) == 4  # already under NEW: history kept
+        assert len(await reader.history("safety-rekey-old")) == 3  # re-keyed: history kept too
+        first = await reader.load("safety-rekey-old", 1)
+        assert first is not None and first.state["n"] == 0

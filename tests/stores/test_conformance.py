@@ -428,7 +428,7 @@ async def test_delete_removes_everything(store):
 
 
 # -- expiry --------------------------------------------------------------------------
-async def test_writing_to_an_expired_run_says_so_not_another_writer(make_store, backend):
+async def test_writing_to_an_expired_run_says_so_not_another_writer(make_store):
     """A commit onto a run that expired under its writer is RunExpired, never "another
     writer saved first"."""
     async with make_store(expiry=ExpiryPolicy(checkpoint_ttl=dt.timedelta(seconds=0.5))) as s:
@@ -438,12 +438,13 @@ async def test_writing_to_an_expired_run_says_so_not_another_writer(make_store, 
         with pytest.raises(RunExpired) as caught:
             await s.commit(ctx)
         assert not isinstance(caught.value, VersionConflict)
-        if backend != "memory":  # memory forgets the run once it saw it expired
-            with pytest.raises(RunExpired):
-                await s.set_status(ctx.run_id, RunStatus.PAUSED)
+        with pytest.raises(RunExpired):
+            await s.set_status(ctx.run_id, RunStatus.PAUSED)
+        with pytest.raises(RunExpired):  # still expired, not forgotten, after being seen
+            await s.commit(ctx)
 
 
-async def test_checkpoints_expire_after_their_ttl(make_store, backend):
+async def test_checkpoints_expire_after_their_ttl(make_store):
     """With a short checkpoint TTL a run disappears; purge_expired cleans up."""
     async with make_store(expiry=ExpiryPolicy(checkpoint_ttl=dt.timedelta(seconds=0.6))) as s:
         ctx = await committed(s, {"x": 1}, {"x": 2})
@@ -452,13 +453,13 @@ async def test_checkpoints_expire_after_their_ttl(make_store, backend):
         await asyncio.sleep(1.0)
         s.expiry = ExpiryPolicy()  # keep lives on, however slow the host is from here
         await s.commit(keep)
-        if backend == "memory":  # expired runs are dropped outright: not found
-            assert await s.load(ctx.run_id) is None
-        else:  # known until purged: said to be expired, not "not found"
-            with pytest.raises(RunExpired, match="has expired"):
-                await s.load(ctx.run_id)
-            with pytest.raises(RunExpired):
-                await s.load_context(ctx.run_id)
+        # known until purged: said to be expired, not "not found"
+        with pytest.raises(RunExpired, match="has expired"):
+            await s.load(ctx.run_id)
+        with pytest.raises(RunExpired):
+            await s.load_context(ctx.run_id)
+        with pytest.raises(RunExpired):
+            await s.snapshot(ctx.run_id)
         assert await s.get_run(ctx.run_id) is None
         assert ctx.run_id not in {r.run_id for r in await s.list_runs(limit=10_000)}
         assert await s.history(ctx.run_id) == []
@@ -468,7 +469,7 @@ async def test_checkpoints_expire_after_their_ttl(make_store, backend):
         assert await s.commit(ExecutionContext(ctx.run_id, {"z": 1})) == 1
 
 
-async def test_finished_runs_expire_after_the_completed_ttl(make_store, backend):
+async def test_finished_runs_expire_after_the_completed_ttl(make_store):
     """COMPLETED starts the (shorter) execution-state TTL; RUNNING runs keep the long one."""
     policy = ExpiryPolicy(checkpoint_ttl=dt.timedelta(days=7), completed_ttl=dt.timedelta(seconds=0.6))
     async with make_store(expiry=policy) as s:
@@ -479,11 +480,8 @@ async def test_finished_runs_expire_after_the_completed_ttl(make_store, backend)
         assert info.expires_at is not None
         assert info.expires_at - info.updated_at > dt.timedelta(days=6)
         await asyncio.sleep(1.0)
-        if backend == "memory":
-            assert await s.load(done.run_id) is None
-        else:
-            with pytest.raises(RunExpired):
-                await s.load(done.run_id)
+        with pytest.raises(RunExpired):
+            await s.load(done.run_id)
         assert await s.load(running.run_id) is not None
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tether.errors import CheckpointCorrupt, DecryptionError
+from tether.errors import CheckpointCorrupt, DecryptionError, RunExpired
 from tether.state import Checkpoint, Codec, ExecutionContext, RunStatus, generate_key
 from tether.stores.memory import InMemoryStore
 
@@ -210,7 +210,8 @@ async def test_an_expired_run_is_not_served_from_the_cache() -> None:
     store = InMemoryStore(expiry=ExpiryPolicy(checkpoint_ttl=dt.timedelta(seconds=-1)))
     ctx = ExecutionContext(new_id(), {"a": 1})
     await store.commit(ctx)  # a full plain row: cached at once, already past its expiry
-    assert await store.load(ctx.run_id) is None
+    with pytest.raises(RunExpired):
+        await store.load(ctx.run_id)
 
 
 async def test_a_full_row_from_a_newer_tether_fails_on_the_cached_path_too() -> None:

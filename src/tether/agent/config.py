@@ -3,14 +3,17 @@ its trimmed outputs go."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.context.artifacts import ArtifactStore, FileArtifactStore, InMemoryArtifactStore
 from tether.context.monitor import Thresholds
 
-__all__ = ["SYSTEM_PROMPT", "LoopConfig", "artifact_store_for"]
+__all__ = ["SYSTEM_PROMPT", "LoopConfig", "artifact_root", "artifact_store_for", "delete_artifacts"]
 
 logger = logging.getLogger("tether.agent.loop")
 
@@ -47,17 +50,53 @@ class LoopConfig:
     thresholds: Thresholds = field(default_factory=Thresholds)
     """Warn / standard / deep compression points, as fractions of ``budget``."""
     artifacts_dir: str | None = None
-    """Where trimmed outputs are kept (a directory per run); default beside the SQLite file."""
+    """Where trimmed outputs are kept (a directory per run); default: see ``artifact_root``."""
 
 
-def artifact_store_for(config: LoopConfig, store_path: object, run_id: str) -> ArtifactStore:
-    """Where a run's trimmed outputs go: ``artifacts_dir``, else beside an SQLite store's
-    file, one directory per run; in memory only when nothing says where."""
-    base = config.artifacts_dir
-    if base is None and isinstance(store_path, str) and store_path != ":memory:":
-        base = f"{store_path}.artifacts"
-    if base is None:
-        logger.warning("no artifacts_dir and no store file: trimmed outputs are kept in memory only")
-        return InMemoryArtifactStore()
+def artifact_root(store: object) -> Path | None:
+    """The directory a store's runs keep their artefacts in, one sub-directory per run.
+
+    Beside an SQLite store's file (``<db>.artifacts``); for a server store, under the user's
+    data directory (``$XDG_DATA_HOME``, else ``~/.local/share``) in
+    ``tether/artifacts/<hash of the store's URL without credentials>``, so that every
+    process on this host opening the same database finds a run's artefacts after a crash,
+    and no password ends up in a path. None for a store kept in memory (its runs go with
+    the process too) or one not opened from a URL."""
+    path = getattr(store, "path", None)
+    if isinstance(path, str):
+        return None if path == ":memory:" else Path(f"{path}.artifacts")
+    url = getattr(store, "public_url", None)
+    if not isinstance(url, str) or url.startswith("memory:"):
+        return None
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "tether" / "artifacts" / hashlib.sha256(url.encode()).hexdigest()[:24]
+
+
+def _run_dir(base: str | os.PathLike[str], run_id: str) -> Path:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id) or "run"
-    return FileArtifactStore(Path(base) / safe)
+    return Path(base) / safe
+
+
+def artifact_store_for(config: LoopConfig, store: object, run_id: str) -> ArtifactStore:
+    """Where a run's trimmed outputs go: ``artifacts_dir``, else :func:`artifact_root`, one
+    directory per run; in memory only when neither says where."""
+    base: str | Path | None = config.artifacts_dir
+    if base is None:
+        base = artifact_root(store)
+    if base is None:
+        logger.warning("no artifacts_dir and no durable store: trimmed outputs are kept in memory only")
+        return InMemoryArtifactStore()
+    return FileArtifactStore(_run_dir(base, run_id))
+
+
+def delete_artifacts(store: object, run_id: str, artifacts_dir: str | None = None) -> bool:
+    """Remove a run's artefacts from where :func:`artifact_store_for` put them (call it
+    when the run is deleted); True when there were some."""
+    base: str | Path | None = artifacts_dir if artifacts_dir is not None else artifact_root(store)
+    if base is None:
+        return False
+    target = _run_dir(base, run_id)
+    if not target.is_dir():
+        return False
+    shutil.rmtree(target, ignore_errors=True)
+    return True

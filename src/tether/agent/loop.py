@@ -203,9 +203,7 @@ class AgentLoop:
         if self._artifacts is not None:
             return self._artifacts
         if run_id not in self._run_artifacts:  # kept: an in-memory one lives as long as the loop
-            self._run_artifacts[run_id] = artifact_store_for(
-                self.config, getattr(self.store, "path", None), run_id
-            )
+            self._run_artifacts[run_id] = artifact_store_for(self.config, self.store, run_id)
         return self._run_artifacts[run_id]
 
     @property

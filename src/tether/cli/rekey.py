@@ -20,9 +20,9 @@ def rekey(
     """Re-encrypt runs under the newest key, online, so an old key can be dropped.
 
     Configure every key, newest first (TETHER_ENCRYPTION_KEY="NEW,OLD"), in every
-    process that writes to the store, then run this. Each run's latest state becomes one
-    row under NEW and its older versions (under old keys) are dropped, atomically per run:
-    interrupted, every run still loads; run it again to finish. Exit code 1 if a run
+    process that writes to the store, then run this. Every row still under an old key is
+    re-encrypted under NEW in place, every version and its history kept, atomically per
+    run: interrupted, every run still loads; run it again to finish. Exit code 1 if a run
     could not be re-keyed (listed).
     """
     from tether.cli._common import declare_secrets

@@ -389,8 +389,16 @@ def copy(run_id: str, new_run_id: str, store: StoreOpt = None, version: int | No
 
 
 def delete(run_id: str, store: StoreOpt = None) -> None:
-    """Delete a run and all its checkpoints."""
-    result = on_store(store, lambda s: s.delete(run_id))
+    """Delete a run, all its checkpoints and its agent artefacts."""
+
+    async def go(s: Any) -> bool:
+        from tether.agent.config import delete_artifacts
+
+        found: bool = await s.delete(run_id)
+        delete_artifacts(s, run_id)  # also the leftovers of a run deleted without them
+        return found
+
+    result = on_store(store, go)
     if not result:
         raise fail(f"run {run_id!r} not found")
     typer.echo(f"{run_id}: deleted")

@@ -10,11 +10,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.errors import RunNotFound
+from tether.errors import RunNotFound, WrongRunStatus
 from tether.runtime import Event
 from tether.runtime.lease import live_status
 from tether.server.auth import check_run
 from tether.server.deps import (
+    PACKERS,
     Events,
     Exec,
     Operator,
@@ -208,13 +209,11 @@ async def get_snapshot(
     executing = executor.executing(run_id)
     variant = f"{info.status}-{int(executing)}-{keys}"
     tag = f"{info.version}-{variant}"
-    gz = accepts_gzip(request.headers.get("accept-encoding", ""))
-    headers = {
-        "ETag": f'"{tag}-gz"' if gz else f'"{tag}"',
-        "Cache-Control": "no-cache",
-        "Vary": "Accept-Encoding",
-    }
-    if etag_matches(request.headers.get("if-none-match"), tag):
+    headers = {"Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
+    wanted = negotiate(request.headers.get("accept-encoding", ""))
+    matched = etag_matches(request.headers.get("if-none-match"), tag)
+    if matched:
+        headers["ETag"] = f'"{matched}"'  # the representation the client holds
         return Response(status_code=304, headers=headers)
 
     async def build() -> tuple[bytes, bool]:
@@ -225,40 +224,81 @@ async def get_snapshot(
 
     cache: SnapshotCache = request.app.state.snapshots
     entry = await cache.fetch(run_id, info.version, variant, build)
-    if gz and len(entry.body) >= GZIP_MIN:
-        body = await entry.gzipped()
-        cache.trim()
-        headers["Content-Encoding"] = "gzip"
-    else:
-        body = entry.body
-        headers["ETag"] = f'"{tag}"'
+    body, coding = entry.body, "identity"
+    if len(entry.body) >= GZIP_MIN:
+        for choice in wanted:
+            if choice == "identity":
+                break
+            if choice == "gzip":
+                body, coding = await entry.gzipped(), choice
+                cache.trim()
+                break
+            ready = cache.packed_if_ready(run_id, info.version, variant, entry, choice)
+            if ready is not None:  # else the next choice: never wait for a slow build
+                body, coding = ready, choice
+                break
+    headers["ETag"] = f'"{tag}{SUFFIX.get(coding, "")}"'
+    if coding != "identity":
+        headers["Content-Encoding"] = coding
     return Response(body, media_type="application/json", headers=headers)
 
 
 GZIP_MIN = 1024
 """Smaller bodies go as they are: compressing them saves less than it costs."""
 
+SUFFIX = {"gzip": "-gz", "zstd": "-zst"}
+"""Each encoding's bytes have their own ETag (a strong tag names one byte sequence)."""
 
-def accepts_gzip(header: str) -> bool:
-    """Whether ``Accept-Encoding`` allows gzip (a ``q=0`` refuses it)."""
+PREFERENCE = ("zstd", "gzip", "identity")
+"""Among codings the client accepts equally: the smallest body first."""
+
+
+def negotiate(header: str) -> list[str]:
+    """The codings this server can send that ``Accept-Encoding`` allows, best first:
+    higher q first, then smaller bodies. No header means identity (RFC 9110 lets a
+    server pick any; clients without the header rarely decode anything). A ``q=0``
+    refuses a coding; ``*`` stands for the codings not named."""
+    offered = [c for c in PREFERENCE if c == "identity" or c in PACKERS]
+    if not header.strip():
+        return ["identity"]
+    q: dict[str, float] = {}
+    star: float | None = None
     for part in header.lower().split(","):
         name, _, params = part.strip().partition(";")
-        if name.strip() in ("gzip", "*"):
-            q = params.strip()
-            return not (q.startswith("q=") and q[2:].strip().rstrip("0").rstrip(".") in ("", "0"))
-    return False
+        name = name.strip()
+        weight = 1.0
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key.strip() == "q":
+                try:
+                    weight = min(1.0, max(0.0, float(value)))
+                except ValueError:
+                    weight = 0.0
+        if name == "*":
+            star = weight
+        elif name:
+            q[name] = weight
+    if "identity" not in q:
+        q["identity"] = star if star is not None and star == 0.0 else 0.001  # acceptable, but last
+    for coding in offered:
+        if coding not in q and star is not None:
+            q[coding] = star
+    allowed = [c for c in offered if q.get(c, 0.0) > 0.0]
+    return sorted(allowed, key=lambda c: (-q[c], PREFERENCE.index(c)))
 
 
-def etag_matches(header: str | None, tag: str) -> bool:
-    """``If-None-Match`` names this version, whatever encoding it was received in (weak
-    comparison, as RFC 9110 asks for If-None-Match)."""
+def etag_matches(header: str | None, tag: str) -> str | None:
+    """The tag in ``If-None-Match`` that names this version, whatever encoding it was
+    received in (weak comparison, as RFC 9110 asks for If-None-Match), else None."""
     if not header:
-        return False
+        return None
     for raw in header.split(","):
         candidate = raw.strip().removeprefix("W/").strip('"')
-        if candidate == "*" or candidate == tag or candidate == f"{tag}-gz":
-            return True
-    return False
+        if candidate == "*":
+            return tag
+        if candidate == tag or candidate in {tag + s for s in SUFFIX.values()}:
+            return candidate
+    return None
 
 
 @router.patch(
@@ -302,3 +342,17 @@ async def resume(run_id: str, token: Operator, executor: Exec) -> Response:
     check_run(token, run_id)
     await executor.resume(run_id)
     return json_response({"runId": run_id, "status": "RUNNING"}, 202)
+
+
+@router.delete("/{run_id}", status_code=204, summary="Delete a run, its checkpoints and its agent artefacts")
+async def delete_run(run_id: str, token: Operator, store: Store, executor: Exec) -> Response:
+    from tether.agent.config import delete_artifacts  # on use: the server loads the agent package only here
+
+    check_run(token, run_id)
+    if executor.executing(run_id):
+        raise WrongRunStatus(run_id, "RUNNING", "delete", "cancel it first")
+    found = await store.delete(run_id)
+    delete_artifacts(store, run_id)  # also the leftovers of a run deleted without them
+    if not found:
+        raise RunNotFound(run_id)
+    return Response(status_code=204)

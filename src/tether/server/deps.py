@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import gzip
+import importlib
+import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
@@ -26,12 +28,15 @@ __all__ = [
     "Exec",
     "Operator",
     "Reader",
+    "PACKERS",
     "SnapshotCache",
     "Store",
     "encode",
     "json_response",
     "reducers",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 async def _store(request: Request) -> CheckpointStore:
@@ -81,38 +86,95 @@ def json_response(data: Any, status: int = 200) -> Response:
 
 
 class Encoded:
-    """One snapshot encoded once: the JSON bytes and, made on first demand, their gzip."""
+    """One snapshot encoded once: the JSON bytes and, made on demand, its compressed forms.
 
-    __slots__ = ("_gz", "body")
+    gzip is made when first asked for and awaited (a fraction of a second for 10 MiB);
+    zstd is made at a high level in the background and served only once it is ready, so
+    nobody waits for it (see ``SnapshotCache.zstd``).
+    """
+
+    __slots__ = ("_packed", "body", "on_grow")
 
     def __init__(self, body: bytes) -> None:
         self.body = body
-        self._gz: asyncio.Future[bytes] | None = None
+        self._packed: dict[str, asyncio.Future[bytes]] = {}
+        self.on_grow: Callable[[], None] | None = None
 
     @property
     def size(self) -> int:
-        gz = self._gz
-        done = gz is not None and gz.done() and not gz.cancelled() and gz.exception() is None
-        return len(self.body) + (len(gz.result()) if gz is not None and done else 0)
+        return len(self.body) + sum(len(f.result()) for f in self._packed.values() if _ok(f))
+
+    def ready(self, coding: str) -> bytes | None:
+        """The body in ``coding`` if it has been made, without waiting."""
+        found = self._packed.get(coding)
+        return found.result() if found is not None and _ok(found) else None
+
+    def building(self, coding: str) -> bool:
+        return coding in self._packed
+
+    def start(self, coding: str) -> asyncio.Future[bytes]:
+        """Make the body in ``coding`` in a worker thread (once); the compressors drop the
+        GIL, so the event loop keeps serving meanwhile."""
+        found = self._packed.get(coding)
+        if found is not None:
+            return found
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(PACKERS[coding], self.body))
+        self._packed[coding] = task
+        task.add_done_callback(lambda t: self._made(coding, t))
+        return task
+
+    def _made(self, coding: str, task: asyncio.Future[bytes]) -> None:
+        if not _ok(task):
+            if self._packed.get(coding) is task:
+                del self._packed[coding]  # a failed build is tried again by a later request
+            if not task.cancelled():
+                logger.warning("compressing a snapshot with %s failed: %r", coding, task.exception())
+            return
+        if self.on_grow is not None:
+            self.on_grow()
+
+    async def packed(self, coding: str) -> bytes:
+        """The body in ``coding``, made by whichever request asks first, awaited."""
+        return await asyncio.shield(self.start(coding))
 
     async def gzipped(self) -> bytes:
-        """The body gzipped, compressed once by whichever request asks first; zlib drops
-        the GIL, so it runs in a thread while the event loop keeps serving."""
-        if self._gz is None:
-            self._gz = asyncio.get_running_loop().create_future()
-            try:
-                packed = await asyncio.to_thread(gzip.compress, self.body, GZIP_LEVEL, mtime=0)
-            except BaseException as exc:
-                self._gz.set_exception(exc)
-                self._gz.exception()  # retrieved: no "never retrieved" warning
-                self._gz = None
-                raise
-            self._gz.set_result(packed)
-        return await asyncio.shield(self._gz)
+        return await self.packed("gzip")
+
+
+def _ok(future: asyncio.Future[bytes]) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is None
 
 
 GZIP_LEVEL = 5
 """JSON of agent state shrinks 3-5x at this level; higher levels cost far more time for little."""
+
+ZSTD_LEVEL = 19
+"""The smallest bodies for the build time (see benchmarks/README.md); made in the background."""
+
+
+def _gzip(body: bytes) -> bytes:
+    return gzip.compress(body, GZIP_LEVEL, mtime=0)
+
+
+def _zstd_compressor() -> Callable[[bytes], bytes] | None:
+    """Python's own zstd (3.14+), else the ``zstandard`` package, else none (not offered)."""
+    try:
+        native: Any = importlib.import_module("compression.zstd")
+    except ImportError:
+        pass
+    else:
+        return lambda body: bytes(native.compress(body, level=ZSTD_LEVEL))
+    try:
+        import zstandard
+    except ImportError:
+        return None
+    return lambda body: zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(body)
+
+
+PACKERS: dict[str, Callable[[bytes], bytes]] = {"gzip": _gzip}
+_zstd = _zstd_compressor()
+if _zstd is not None:
+    PACKERS["zstd"] = _zstd
 
 
 class SnapshotCache:
@@ -129,6 +191,7 @@ class SnapshotCache:
         self.max_bytes = max_bytes
         self._items: OrderedDict[tuple[str, int, str], Encoded] = OrderedDict()
         self._building: dict[tuple[str, int, str], asyncio.Future[Encoded]] = {}
+        self._slow: asyncio.Future[bytes] | None = None
 
     def get(self, run_id: str, version: int, variant: str) -> Encoded | None:
         key = (run_id, version, variant)
@@ -174,7 +237,27 @@ class SnapshotCache:
         if len(entry.body) > self.max_bytes // 2:
             return
         self._items[key] = entry
+        entry.on_grow = self.trim
         self.trim()
+
+    def packed_if_ready(
+        self, run_id: str, version: int, variant: str, entry: Encoded, coding: str
+    ) -> bytes | None:
+        """``entry``'s body in a slow ``coding`` if it is made, else None at once.
+
+        When it is not made, starts making it: only for an entry the cache keeps (nobody
+        else could reuse it) and one such build at a time for the whole server, so a live
+        run whose versions come faster than the builds keeps at most one core busy.
+        """
+        made = entry.ready(coding)
+        if made is not None or entry.building(coding):
+            return made
+        if self._items.get((run_id, version, variant)) is not entry:
+            return None
+        if self._slow is not None and not self._slow.done():
+            return None
+        self._slow = entry.start(coding)
+        return None
 
     @property
     def size(self) -> int:

@@ -330,6 +330,33 @@ class Codec:
         """The configured keys' ids (hex), the writing key first."""
         return [k.hex() for k in self._keys]
 
+    def reencrypt(self, data: bytes, *, run_id: str = "", version: int | None = None) -> bytes | None:
+        """``data`` (one stored row) encrypted under the writing key, or None when it already
+        is or holds nothing (a sealed row): what a key rotation writes back.
+
+        Only the frame changes (key id, nonce, tag) around the same body, compression
+        included, so the row keeps its size and its meaning; a row under no configured key,
+        a plaintext row or an altered one raises :class:`DecryptionError` naming it.
+        """
+        if self._aes is None:
+            raise ConfigError("re-encrypting needs an encryption key")
+        if not data:
+            return None
+        if not is_encrypted(data):
+            raise DecryptionError(
+                "a plaintext row in a store configured with an encryption key: it was written "
+                "without the key or substituted for an encrypted row, so it is not re-encrypted",
+                run_id=run_id,
+                version=version,
+            )
+        if data[4:8] == self._key_id:
+            return None  # (not authenticated here: every load of it does that)
+        body = self._decrypt(data, run_id=run_id, version=version)  # authenticates it
+        nonce = os.urandom(12)
+        header = data[:4] + self._key_id + nonce
+        sealed: bytes = self._aes.encrypt(nonce, body, header)
+        return header + sealed
+
     def decode(self, data: bytes, *, run_id: str = "", version: int | None = None) -> dict[str, Any]:
         """The payload dict; :class:`CheckpointCorrupt` naming the run and version on damage."""
         if self._aes is not None and not self.allow_plaintext:

@@ -60,6 +60,7 @@ __all__ = [
     "check_write",
     "full_head",
     "full_payload",
+    "known_kept",
     "lone_full",
 ]
 
@@ -455,6 +456,13 @@ class ChainEngine:
         meta = last.get("meta") or {}
         return make_checkpoint(run_id, last.get("node"), state, executed, float(ts), number, status, meta)
 
+    def known_from_run(self, info: RunInfo | None, version: int) -> Known:
+        """What a store knows of a chain from its run record alone (the record of a run at
+        ``version``; else a chain taken as due for compaction)."""
+        if info is not None and info.version == version:
+            return Known(version, info.chain, None)
+        return Known(version, ChainStats(length=self.policy.max_chain), None)
+
     def known_after_load(self, info: RunInfo, version: int, tail: list[Carrier] | None) -> Known:
         """What a store knows of a run loaded at ``version`` (its latest or an older one,
         after which the next commit writes a full row)."""
@@ -479,6 +487,20 @@ class ChainEngine:
         ):
             return b""
         return self.codec.encode(pack_segment(cut + 1, split_segment(body)[cut + 1 - first :]))
+
+
+_NEW_RUN = Known(0, NO_CHAIN, [])
+
+
+def known_kept(seen: dict[str, Known], changes: Changes) -> Known | None:
+    """What a store kept of the run (``seen``) at the version ``changes`` follow, or what a
+    full write needs of it; None when only the run record can say."""
+    known = seen.get(changes.run_id)
+    if known is not None and known.version == changes.version:
+        return known
+    if changes.version == 0:
+        return _NEW_RUN  # a full write takes nothing from it
+    return Known(changes.version, NO_CHAIN, []) if changes.full else None
 
 
 def last_bytes(rows: list[Carrier], limit: int) -> list[Carrier]:

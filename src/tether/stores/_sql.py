@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -137,6 +137,7 @@ _RUN_COLS = (
 
 
 _RUN_COLS_R = ", ".join(f"r.{c.strip()}" for c in _RUN_COLS.split(","))
+_VERSIONS_SQL = "SELECT version FROM tether_checkpoints WHERE run_id = ?"
 _STATUS_OF = {s.value: s for s in RunStatus}
 
 
@@ -515,6 +516,42 @@ class SqlBackend(abc.ABC):
             return dropped
 
         return await self._in_tx(rebase, write=True)
+
+    async def read_rows(self, run_id: str) -> tuple[RunInfo | None, list[StoredRow]]:
+        sql = (
+            f"SELECT {_RUN_COLS_R}, c.version, c.kind, c.node_id, c.status, c.created_at, c.payload "
+            "FROM tether_runs r LEFT JOIN tether_checkpoints c ON c.run_id = r.run_id "
+            "WHERE r.run_id = ? ORDER BY c.version"
+        )
+        rows = await self._in_tx(lambda tx: tx.all(sql, (run_id,)), write=False)
+        if not rows or _expired(rows[0][11], time.time()):
+            return None, []
+        return _run_info(rows[0]), [
+            StoredRow(run_id, int(r[12]), r[13], r[14], _STATUS_OF[r[15]], float(r[16]), r[17])
+            for r in rows
+            if r[12] is not None
+        ]
+
+    async def rewrite_rows(self, run_id: str, payloads: Mapping[int, bytes], expected_version: int) -> bool:
+        async def rewrite(tx: Tx) -> bool:
+            row = await tx.one(
+                f"SELECT {_RUN_COLS} FROM tether_runs WHERE run_id = ? {self.dialect.lock}", (run_id,)
+            )
+            if row is None or _expired(row[11], time.time()):
+                raise RunNotFound(run_id)
+            if _run_info(row).version != expected_version:
+                return False
+            stored = {int(r[0]) for r in await tx.all(_VERSIONS_SQL, (run_id,))}
+            for version, payload in sorted(payloads.items()):
+                if version not in stored:
+                    raise RunNotFound(run_id, version)  # (raised inside: nothing is committed)
+                await tx.run(
+                    "UPDATE tether_checkpoints SET payload = ?, nbytes = ? WHERE run_id = ? AND version = ?",
+                    (payload, len(payload), run_id, version),
+                )
+            return True
+
+        return await self._in_tx(rewrite, write=True)
 
     async def purge_expired(self) -> int:
         now = time.time()

@@ -15,6 +15,7 @@ runs against it once its URL is set.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
@@ -111,6 +112,21 @@ class Backend(Protocol):
 
     async def purge_expired(self) -> int:
         """Physically delete expired runs; returns how many went."""
+        ...
+
+    async def read_rows(self, run_id: str) -> tuple[RunInfo | None, list[StoredRow]]:
+        """The run record and every stored row of the run, ascending, as one consistent
+        read (sealed rows included, with their empty payload). ``(None, [])`` when the run
+        is absent or expired."""
+        ...
+
+    async def rewrite_rows(self, run_id: str, payloads: Mapping[int, bytes], expected_version: int) -> bool:
+        """Replace the payloads of stored rows (version -> new payload) in place, keeping
+        every row's version, kind, node, status and time, and the run record, atomically,
+        if the run's latest version is still ``expected_version``; False, changing nothing,
+        if it is not. Every payload must mean what the row held (a re-encryption), so a
+        reader sees the run the same before and after. RunNotFound when the run or a row
+        is absent."""
         ...
 
     async def aclose(self) -> None:

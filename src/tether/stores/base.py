@@ -16,31 +16,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Self, TypeVar
 
-from tether.errors import (
-    CheckpointCorrupt,
-    ConfigError,
-    RunExpired,
-    StoreUnavailable,
-)
+from tether.errors import CheckpointCorrupt, ConfigError, RunExpired, StoreUnavailable
 from tether.state.context import Changes, ExecutionContext
-from tether.state.model import (
-    NO_CHAIN,
-    ChainStats,
-    Checkpoint,
-    CheckpointInfo,
-    RunInfo,
-    RunStatus,
-)
+from tether.state.model import ChainStats, Checkpoint, CheckpointInfo, RunInfo, RunStatus
 from tether.state.reducers import ReducerRegistry
 from tether.state.serde import Codec, is_plain
 from tether.state.values import check_run_id, check_value
-from tether.stores._chain import (
-    ChainEngine,
-    Known,
-    Plan,
-    StaleSeal,
-    Write,
-)
+from tether.stores._chain import ChainEngine, Known, Plan, StaleSeal, Write, known_kept
 from tether.stores._retry import RetryPolicy, retry_call
 from tether.stores.backend import Backend, Capabilities, LatestCache, StoredRow, remember
 from tether.stores.policies import CompactionPolicy, ExpiryPolicy
@@ -64,8 +46,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-
-_NEW_RUN = Known(0, NO_CHAIN, [])
 
 STORE_OPTIONS = ("codec", "expiry", "compaction", "retry")
 
@@ -130,6 +110,10 @@ class CheckpointStore(RunOperations):
         store = object.__new__(cls)
         CheckpointStore.__init__(store, backend, **options)
         return store
+
+    public_url: str | None = None
+    """The URL the store was opened from, without credentials (``open_store`` sets it): what
+    names its database for things kept beside it, such as an agent's artefacts."""
 
     @property
     def backend(self) -> Backend:
@@ -252,6 +236,11 @@ class CheckpointStore(RunOperations):
         the state was restored, or compaction is due. Uses the context's version as
         the expected one, so a second writer on the run gets :class:`VersionConflict`
         (and this context keeps its unsaved changes). Durable when it returns.
+
+        After a failed save whose outcome is unknown (a lost reply), the changes it held go
+        first, with its write id: if it landed, the backend answers with its version and
+        stores nothing; else they land now. What was recorded since follows at the next
+        version, in the same call.
         """
         meta = dict(metadata) if metadata else {}
         meta_dated = bool(meta) and check_value(meta, key="metadata")
@@ -262,15 +251,11 @@ class CheckpointStore(RunOperations):
         engine = self._engine
         if engine is None or engine.policy is not self.compaction or engine.codec is not self.codec:
             engine = self.engine
+        final = status
+        if changes.followed:  # a catch-up write: the status changes with the last one only
+            status = _require_status or status
         try:
-            known = self._chains_seen.get(changes.run_id)
-            if known is None or known.version != changes.version:
-                if changes.version == 0:
-                    known = _NEW_RUN  # a full write, which takes nothing from it
-                elif changes.full:
-                    known = Known(changes.version, NO_CHAIN, [])
-                else:
-                    known = await self._known_for(changes)
+            known = known_kept(self._chains_seen, changes) or await self._known_for(changes)
             plan = engine.plan(
                 changes,
                 known,
@@ -300,23 +285,17 @@ class CheckpointStore(RunOperations):
             self._chains_seen, changes.run_id, engine.after(plan, version, chain, tail, known.tail_bytes)
         )
         if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "checkpoint %s v%d %s %dB",
-                ctx.run_id,
-                version,
-                write.kind,
-                len(write.payload),
-                extra={"run_id": ctx.run_id},
+            args = (ctx.run_id, version, write.kind, len(write.payload))
+            logger.debug("checkpoint %s v%d %s %dB", *args, extra={"run_id": ctx.run_id})
+        if changes.followed:
+            return await self.commit(
+                ctx, node_id=node_id, status=final, metadata=metadata, _require_status=_require_status
             )
         return version
 
     async def _known_for(self, changes: Changes) -> Known:
-        """What this store knows of the run's chain at the version ``changes`` follow when
-        it kept nothing from a commit or load of the run: read from the run record."""
-        info = await self.get_run(changes.run_id)
-        if info is not None and info.version == changes.version:
-            return Known(changes.version, info.chain, None)
-        return Known(changes.version, ChainStats(length=self.compaction.max_chain), None)
+        """What the run record says of the chain ``changes`` follow (nothing kept of it)."""
+        return self.engine.known_from_run(await self.get_run(changes.run_id), changes.version)
 
     def _know(self, run_id: str, known: Known | None) -> None:
         remember(self._chains_seen, run_id, known)
@@ -393,3 +372,18 @@ class CheckpointStore(RunOperations):
             return await self._read(run_id, version)
         except StoreUnavailable as exc:
             return await self._retry(lambda: self._read(run_id, version), exc)
+
+    # == rows as stored (a key rotation rewrites them: see ``stores/rekey.py``) ==========
+    async def read_rows(self, run_id: str) -> tuple[RunInfo | None, list[StoredRow]]:
+        """The run record and every stored row of the run (payloads as stored), ascending."""
+        check_run_id(run_id)
+        return await self._retried(lambda: self._backend.read_rows(run_id))
+
+    async def rewrite_rows(self, run_id: str, payloads: Mapping[int, bytes], expected_version: int) -> bool:
+        """Replace stored rows' payloads in place with ones that mean the same (a
+        re-encryption), atomically, if the run is still at ``expected_version``; False
+        (nothing changed) when a writer committed meanwhile. Versions, history and the
+        chain's layout stay as they are. Retried when the store is unavailable: a rewrite
+        that landed changes nothing the second time it lands."""
+        check_run_id(run_id)
+        return await self._retried(lambda: self._backend.rewrite_rows(run_id, payloads, expected_version))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from time import time as _now
 from typing import Any
@@ -49,7 +50,7 @@ class MemoryBackend:
     process, like a second connection to one database.
     """
 
-    capabilities = Capabilities(drops_expired=True)
+    capabilities = Capabilities()
 
     def __init__(self, name: str | None = None) -> None:
         if name:
@@ -61,19 +62,18 @@ class MemoryBackend:
         return None
 
     def _live(self, run_id: str) -> _Run | None:
-        """The run, unless it expired (then it is dropped: expired runs are not kept)."""
+        """The run, unless it expired (kept until purged, so that it reads as expired)."""
         run = self._runs.get(run_id)
-        if run is not None and run.expired:
-            del self._runs[run_id]
-            return None
-        return run
+        return None if run is None or run.expired else run
 
     async def append(self, w: Write) -> tuple[int, ChainStats]:
         with self._lock:
             old = self._runs.get(w.run_id)
             run = self._live(w.run_id)
-            if run is None and old is not None and w.expected_version:  # gone under its writer
-                raise RunExpired(w.run_id)
+            if run is None and old is not None:
+                if w.expected_version:  # gone under its writer
+                    raise RunExpired(w.run_id)
+                del self._runs[w.run_id]  # the id starts again from scratch
             info = None if run is None else run.info
             if check_write(w, info, write_id=run.write_id if run else None):
                 assert info is not None
@@ -147,7 +147,7 @@ class MemoryBackend:
         with self._lock:
             run = self._live(run_id)
             if run is None:
-                raise RunNotFound(run_id)
+                raise RunNotFound(run_id) if run_id not in self._runs else RunExpired(run_id)
             run.info = replace(
                 run.info,
                 status=status,
@@ -156,7 +156,9 @@ class MemoryBackend:
             )
 
     async def is_expired(self, run_id: str) -> bool:
-        return False  # expired runs are dropped when next touched
+        with self._lock:
+            run = self._runs.get(run_id)
+            return run is not None and run.expired
 
     async def delete(self, run_id: str) -> bool:
         with self._lock:
@@ -179,6 +181,27 @@ class MemoryBackend:
                 new = replace(chain, base_version=version, base_bytes=len(payload), length=length)
                 run.info = replace(run.info, chain=new)
             return len(dropped)
+
+    async def read_rows(self, run_id: str) -> tuple[RunInfo | None, list[StoredRow]]:
+        with self._lock:
+            run = self._live(run_id)
+            if run is None:
+                return None, []
+            return run.info, [run.rows[v] for v in sorted(run.rows)]
+
+    async def rewrite_rows(self, run_id: str, payloads: Mapping[int, bytes], expected_version: int) -> bool:
+        with self._lock:
+            run = self._live(run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            if run.info.version != expected_version:
+                return False
+            missing = [v for v in payloads if v not in run.rows]
+            if missing:
+                raise RunNotFound(run_id, missing[0])
+            for v, payload in payloads.items():
+                run.rows[v] = run.rows[v]._replace(payload=payload)
+            return True
 
     async def purge_expired(self) -> int:
         with self._lock:

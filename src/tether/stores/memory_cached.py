@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from time import time as _now
 from typing import Any
@@ -103,7 +103,7 @@ _SHARED: dict[str, tuple[dict[str, _Run], threading.Lock]] = {}
 class CachedMemoryBackend:
     """:class:`~tether.stores.memory.MemoryBackend` with the latest checkpoint kept ready."""
 
-    capabilities = Capabilities(splits_state=True, drops_expired=True)
+    capabilities = Capabilities(splits_state=True)
 
     def __init__(self, name: str | None = None) -> None:
         if name:
@@ -118,18 +118,18 @@ class CachedMemoryBackend:
         return None
 
     def _live(self, run_id: str) -> _Run | None:
+        """The run, unless it expired (kept until purged, so that it reads as expired)."""
         run = self._runs.get(run_id)
-        if run is not None and not run.live(_now()):
-            del self._runs[run_id]
-            return None
-        return run
+        return None if run is None or not run.live(_now()) else run
 
     async def append(self, w: Write) -> tuple[int, ChainStats]:
         with self._lock:
             old = self._runs.get(w.run_id)
             run = self._live(w.run_id)
-            if run is None and old is not None and w.expected_version:
-                raise RunExpired(w.run_id)
+            if run is None and old is not None:
+                if w.expected_version:  # gone under its writer
+                    raise RunExpired(w.run_id)
+                del self._runs[w.run_id]  # the id starts again from scratch
             if check_write(w, run, write_id=run.write_id if run else None):  # no RunInfo built
                 assert run is not None
                 return run.version, run.chain
@@ -259,11 +259,13 @@ class CachedMemoryBackend:
         with self._lock:
             run = self._live(run_id)
             if run is None:
-                raise RunNotFound(run_id)
+                raise RunNotFound(run_id) if run_id not in self._runs else RunExpired(run_id)
             run.status, run.updated_at, run.expires_at, run.made = status, _now(), expires_at, None
 
     async def is_expired(self, run_id: str) -> bool:
-        return False
+        with self._lock:
+            run = self._runs.get(run_id)
+            return run is not None and not run.live(_now())
 
     async def delete(self, run_id: str) -> bool:
         with self._lock:
@@ -285,6 +287,28 @@ class CachedMemoryBackend:
                 run.chain = replace(run.chain, base_version=version, base_bytes=len(payload), length=length)
                 run.made = None
             return len(dropped)
+
+    async def read_rows(self, run_id: str) -> tuple[RunInfo | None, list[StoredRow]]:
+        with self._lock:
+            run = self._live(run_id)
+            if run is None:
+                return None, []
+            return run.info, [run.rows[v] for v in sorted(run.rows)]
+
+    async def rewrite_rows(self, run_id: str, payloads: Mapping[int, bytes], expected_version: int) -> bool:
+        # what the cache keeps is the decoded state, which a rewrite does not change
+        with self._lock:
+            run = self._live(run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            if run.version != expected_version:
+                return False
+            missing = [v for v in payloads if v not in run.rows]
+            if missing:
+                raise RunNotFound(run_id, missing[0])
+            for v, payload in payloads.items():
+                run.rows[v] = run.rows[v]._replace(payload=payload)
+            return True
 
     async def purge_expired(self) -> int:
         with self._lock:

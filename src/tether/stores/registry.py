@@ -15,11 +15,12 @@ import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from tether.errors import ConfigError
 from tether.stores.base import CheckpointStore
 
-__all__ = ["BACKENDS", "create_store", "open_store"]
+__all__ = ["BACKENDS", "create_store", "open_store", "public_url"]
 
 BACKENDS: dict[str, str] = {
     "memory": "tether.stores.memory:InMemoryStore",
@@ -51,7 +52,26 @@ def create_store(url: str, **options: Any) -> CheckpointStore:
     if target is None:
         raise ConfigError(f"unknown store scheme {scheme!r}; known: {', '.join(sorted(BACKENDS))}")
     cls = _load(target)
-    return cls.from_url(url, **options)
+    store = cls.from_url(url, **options)
+    store.public_url = public_url(url)
+    return store
+
+
+_SECRET_PARAMS = frozenset({"password", "passwd", "pass", "sslpassword", "token"})
+
+
+def public_url(url: str) -> str:
+    """``url`` without credentials (user, password, secret query parameters, the same in a
+    nested ``sql=`` URL): names the database without revealing how to log in to it."""
+    parts = urlsplit(url)
+    scheme = "postgresql" if parts.scheme.lower() == "postgres" else parts.scheme.lower()
+    query = [
+        (k, public_url(v) if k == "sql" else v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        if k.lower() not in _SECRET_PARAMS
+    ]
+    netloc = parts.netloc.rpartition("@")[2]
+    return f"{scheme}://{netloc}{parts.path}" + (f"?{urlencode(query)}" if query else "")
 
 
 @asynccontextmanager

@@ -1,36 +1,40 @@
 """Re-encrypt stored runs under the newest key, online, so that an old key can be dropped.
 
 With several keys configured (``TETHER_ENCRYPTION_KEY="NEW,OLD"``) the newest encrypts
-every new row and all of them read; the rows written before stay under the old key. A
-rekey rewrites each run's latest state as one full row under the newest key and drops the
-versions before it (they were encrypted under old keys), in one atomic step of the store
-(the same step as ``prune(keep=1)``): a process killed at any moment leaves every run
-loadable, either as it was (old key) or re-keyed (new key), and running it again finishes
-the work. A run already under the newest key (every version loads with it alone) is
-left as it is, history included, so a rerun only reads the runs finished before.
+every new row and all of them read; the rows written before stay under the key that wrote
+them. A rekey re-encrypts, run by run, every stored row still under an older key, in
+place: each version keeps its number, its history entry and its place in the chain (full
+row, delta, segment), so every old version still loads and a rollback to it still works.
+Only each row's frame changes (key id, nonce, tag); the body inside, and so what the row
+means, is the same bytes (``Codec.reencrypt``).
 
-The latest version keeps its number, so a runner that holds a run keeps committing to it
-during a rekey. Every writer must have the new key first in its list before the rekey
-starts, or its next rows are under the old key again (a rerun reports those runs).
-Only the public store API is used, so every backend is re-keyed the same way.
+Per run it reads every row and the run's latest version, re-encrypts the rows that need
+it, and writes them back in one atomic step of the store
+(:meth:`~tether.stores.base.CheckpointStore.rewrite_rows`) on condition that the run is
+still at that version; a writer that committed meanwhile makes it read again (a writer is
+never blocked longer than that one step). A process killed at any moment therefore leaves
+each run either as it was or re-keyed, every row readable with ``NEW,OLD``, and running it
+again finishes the work: rows already under the newest key are not written again.
+
+Every writer must have the new key first in its list before the rekey starts, or its next
+rows are under the old key again (a rerun re-keys them).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.errors import CheckpointCorrupt, ConfigError, RunNotFound, VersionConflict
-from tether.state.model import Checkpoint
+from tether.errors import CheckpointCorrupt, ConfigError, RunNotFound
 from tether.stores.base import CheckpointStore
 
 __all__ = ["RekeyReport", "rekey", "rekey_runs"]
 
 _PAGE = 500
-_ATTEMPTS = 3
-"""Tries per run when a writer commits to it meanwhile (a version conflict)."""
+_ATTEMPTS = 8
+"""Reads of a run when writers keep committing to it between the read and the rewrite."""
 
 
 @dataclass(slots=True)
@@ -38,11 +42,13 @@ class RekeyReport:
     """What a rekey did, run by run."""
 
     rekeyed: list[str] = field(default_factory=list)
-    """Runs now stored under the newest key alone."""
+    """Runs whose rows under older keys were re-encrypted: now under the newest key alone."""
     current: list[str] = field(default_factory=list)
     """Runs that already were (nothing written)."""
     failed: dict[str, str] = field(default_factory=dict)
     """Runs left as they were, and why (run it again once the cause is gone)."""
+    rows: int = 0
+    """Rows re-encrypted, over every run."""
 
     @property
     def ok(self) -> bool:
@@ -51,7 +57,6 @@ class RekeyReport:
 
 async def rekey_runs(
     store: CheckpointStore,
-    check: CheckpointStore,
     run_ids: Iterable[str] | None = None,
     *,
     on_run: Callable[[str, str], None] | None = None,
@@ -60,30 +65,30 @@ async def rekey_runs(
 
     Args:
         store: the store, its codec configured with every key (newest first).
-        check: the same store opened with the newest key alone: a run that loads from it
-            whole is already re-keyed.
         on_run: called with ``(run_id, outcome)`` after each run (``rekeyed``,
             ``current`` or ``failed: why``), e.g. to print progress.
     """
-    if not store.codec.encrypted or not check.codec.encrypted:
+    if not store.codec.encrypted:
         raise ConfigError("a rekey needs encryption keys: TETHER_ENCRYPTION_KEY=NEW,OLD (newest first)")
     ids = list(run_ids) if run_ids is not None else await _all_run_ids(store)
     report = RekeyReport()
     for run_id in ids:
         try:
-            outcome = await _rekey_run(store, check, run_id)
-        except (CheckpointCorrupt, ConfigError, RunNotFound, VersionConflict) as exc:
+            rewritten = await rekey_run(store, run_id)
+        except (CheckpointCorrupt, ConfigError, RunNotFound) as exc:
             report.failed[run_id] = f"{type(exc).__name__}: {exc}"
             outcome = f"failed: {report.failed[run_id]}"
         else:
-            (report.rekeyed if outcome == "rekeyed" else report.current).append(run_id)
+            outcome = "rekeyed" if rewritten else "current"
+            (report.rekeyed if rewritten else report.current).append(run_id)
+            report.rows += rewritten
         if on_run is not None:
             on_run(run_id, outcome)
     return report
 
 
 async def _all_run_ids(store: CheckpointStore) -> list[str]:
-    """Every run id, read before anything is rewritten (a rewrite reorders the listing)."""
+    """Every run id, read before anything is rewritten (a writer reorders the listing)."""
     ids: list[str] = []
     while page := await store.list_runs(limit=_PAGE, offset=len(ids)):
         ids += [info.run_id for info in page]
@@ -92,50 +97,34 @@ async def _all_run_ids(store: CheckpointStore) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-async def _rekey_run(store: CheckpointStore, check: CheckpointStore, run_id: str) -> str:
-    for _ in range(_ATTEMPTS):
-        versions = await store.history(run_id, limit=2)
-        if not versions:
+async def rekey_run(store: CheckpointStore, run_id: str) -> int:
+    """Re-encrypt every row of ``run_id`` still under an older key; returns how many rows
+    were rewritten (0: the run already was under the newest key alone).
+
+    Raises RunNotFound for no run, :class:`~tether.errors.DecryptionError` for a row under
+    no configured key (or a plaintext row), ConfigError when writers kept committing to
+    the run through every attempt.
+    """
+    codec = store.codec
+    rewritten = 0
+    for attempt in range(_ATTEMPTS):
+        info, rows = await store.read_rows(run_id)
+        if info is None:
             raise RunNotFound(run_id)
-        if await _loads_with_newest(check, run_id):  # its history stays whole
-            return "current"
-        if len(versions) == 1:  # one row under an old key: a rewrite needs a version to rebase on
-            cp = await store.load(run_id)
-            if cp is None:
-                raise RunNotFound(run_id)
-            try:
-                await store.save(
-                    Checkpoint(
-                        run_id=run_id,
-                        node_id=cp.node_id,
-                        state=cp.state,
-                        executed_node_ids=list(cp.executed_node_ids),
-                        status=cp.status,
-                        metadata={**cp.metadata, "rekeyed_from": cp.version},
-                    ),
-                    expected_version=cp.version,
-                )
-            except VersionConflict:
-                continue  # a writer committed meanwhile: it has two versions now
-        await store.prune(run_id, keep=1)  # the latest as one full row under the newest key
-        if await _loads_with_newest(check, run_id):
-            return "rekeyed"
+        payloads: dict[int, bytes] = {}
+        for row in rows:
+            new = codec.reencrypt(bytes(row.payload), run_id=run_id, version=row.version)
+            if new is not None:
+                payloads[row.version] = new
+        if not payloads:
+            return rewritten
+        if await store.rewrite_rows(run_id, payloads, info.version):
+            return rewritten + len(payloads)
+        await asyncio.sleep(0.01 * 2**attempt)  # a writer committed meanwhile: read again
     raise ConfigError(
-        f"run {run_id!r} kept receiving rows under another key: give every writer the new key "
-        "first (TETHER_ENCRYPTION_KEY=NEW,OLD), then rekey again"
+        f"run {run_id!r} kept receiving commits through {_ATTEMPTS} attempts to re-key it; "
+        "rekey it again when it is quieter"
     )
-
-
-async def _loads_with_newest(check: CheckpointStore, run_id: str) -> bool:
-    """Whether every stored version decodes with the newest key alone."""
-    try:
-        versions = [info.version for info in await check.history(run_id)]
-        for version in versions:
-            if await check.load(run_id, version) is None:
-                return False
-    except CheckpointCorrupt:  # DecryptionError: a row under an older key
-        return False
-    return True
 
 
 async def rekey(
@@ -152,6 +141,9 @@ async def rekey(
     ``options``: more keyword arguments for :func:`~tether.stores.open_store` (not
     ``codec``).
     """
+    from tether.state.serde import Codec
+    from tether.stores.registry import open_store
+
     keys = (
         [k.strip() for k in encryption_key.split(",")]
         if isinstance(encryption_key, str)
@@ -160,20 +152,6 @@ async def rekey(
     keys = [k for k in keys if k]
     if not keys:
         raise ConfigError("a rekey needs encryption keys: TETHER_ENCRYPTION_KEY=NEW,OLD (newest first)")
-    async with _pair(url, keys, options) as (store, check):
-        return await rekey_runs(store, check, run_ids, on_run=on_run)
-
-
-@asynccontextmanager
-async def _pair(
-    url: str, keys: list[str], options: dict[str, Any]
-) -> AsyncIterator[tuple[CheckpointStore, CheckpointStore]]:
-    from tether.state.serde import Codec
-    from tether.stores.registry import open_store
-
     options = {k: v for k, v in options.items() if k != "codec"}
-    async with (
-        open_store(url, codec=Codec(encryption_key=keys), **options) as store,
-        open_store(url, codec=Codec(encryption_key=keys[0]), setup=False, **options) as check,
-    ):
-        yield store, check
+    async with open_store(url, codec=Codec(encryption_key=keys), **options) as store:
+        return await rekey_runs(store, run_ids, on_run=on_run)

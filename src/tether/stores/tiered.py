@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -169,6 +169,21 @@ class TieredBackend:
             raise
         await self._cache(run_id, "drop", self.cache.invalidate(run_id, token))
         return dropped
+
+    async def rewrite_rows(self, run_id: str, payloads: Mapping[int, bytes], expected_version: int) -> bool:
+        """SQL's rows rewritten under a lease, then the Redis copy dropped (the next read
+        refills it); until then the copy holds the rows as they were, which mean the same."""
+        token = await self._lease(run_id)
+        try:
+            done = await self.sql.rewrite_rows(run_id, payloads, expected_version)
+        except Exception as exc:
+            await self._release_after(run_id, token, exc)
+            raise
+        await self._cache(run_id, "drop", self.cache.invalidate(run_id, token))
+        return done
+
+    async def read_rows(self, run_id: str) -> tuple[RunInfo | None, list[StoredRow]]:
+        return await self.sql.read_rows(run_id)
 
     async def purge_expired(self) -> int:
         """SQL deletes its expired runs; Redis has expired its copies by TTL already."""

@@ -7,7 +7,7 @@ lists them, so no caller passes positional arguments to a script.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib.resources import files
 from typing import Any, NamedTuple
@@ -41,7 +41,7 @@ def source(name: str) -> str:
     """The text of ``<name>.lua``, with the prelude its script needs."""
     here = files("tether.stores.redis")
     body = here.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    if name in ("chain", "rebase", "unindex"):  # read-only or self-contained: no helpers
+    if name in ("chain", "rebase", "unindex", "rewrite"):  # read-only or self-contained: no helpers
         return body
     prelude = here.joinpath("prelude.lua").read_text(encoding="utf-8")
     return prelude.replace("GEN_TTL_MS", str(GEN_TTL_MS)) + body
@@ -58,7 +58,9 @@ def _opt(value: Any) -> Any:
 class Scripts:
     """The scripts registered on one client (EVALSHA, loading a script the server lost)."""
 
-    NAMES = ("write", "read", "status", "delete", "begin", "rebase", "warm", "unindex", "chain")
+    NAMES = (
+        "write", "read", "status", "delete", "begin", "rebase", "warm", "unindex", "chain", "rewrite",
+    )  # fmt: skip
 
     def __init__(self, client: aioredis.Redis) -> None:
         self._s = {name: client.register_script(source(name)) for name in self.NAMES}
@@ -178,6 +180,13 @@ class Scripts:
     async def rebase(self, keys: RunKeys, *, version: int, payload: bytes, after: bytes) -> int:
         """``rebase.lua``: make ``version`` a full row and drop the rows before it."""
         return int(await self._s["rebase"](keys=list(keys[:4]), args=[version, payload, after]))
+
+    async def rewrite(self, keys: RunKeys, *, payloads: Mapping[int, bytes], expected: int) -> int:
+        """``rewrite.lua``: new payloads for stored rows if the run is at ``expected``."""
+        argv: list[Any] = [expected]
+        for version, payload in sorted(payloads.items()):
+            argv += [version, payload]
+        return int(await self._s["rewrite"](keys=list(keys[:3]), args=argv))
 
     async def warm(
         self,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -35,7 +36,7 @@ from tether.stores._chain import StaleSeal, Write
 from tether.stores.backend import Capabilities, StoredRow
 from tether.stores.base import CheckpointStore, split_store_options
 from tether.stores.redis.keyspace import Chain, Keyspace
-from tether.stores.redis.records import chain_stats, checkpoint_info, run_info, versions
+from tether.stores.redis.records import chain_stats, checkpoint_info, run_info, stored_row, versions
 
 __all__ = ["RedisBackend", "RedisStore"]
 
@@ -199,6 +200,39 @@ class RedisBackend:
         if dropped == -2:
             raise RunNotFound(run_id, version)
         return dropped
+
+    async def rewrite_rows(self, run_id: str, payloads: Mapping[int, bytes], expected_version: int) -> bool:
+        ks = self.keyspace
+        with ks.errors():
+            done = await ks.scripts.rewrite(ks.keys(run_id), payloads=payloads, expected=expected_version)
+        if done == -1:
+            raise RunNotFound(run_id)
+        if done == -2:
+            raise RunNotFound(run_id, min(payloads))
+        return done == 1
+
+    async def read_rows(self, run_id: str) -> tuple[RunInfo | None, list[StoredRow]]:
+        keys = self.keyspace.keys(run_id)
+        with self.keyspace.errors():
+            async with self.client.pipeline(transaction=True) as pipe:  # MULTI: one snapshot
+                pipe.hgetall(keys.run)
+                pipe.zrangebyscore(keys.hist, "-inf", "+inf")
+                pipe.hgetall(keys.rows)
+                record, members, payloads = await pipe.execute()
+        if not record or b"version" not in record:
+            return None, []
+        rows = []
+        for m in members:
+            version = m.split(b"|", 1)[0]
+            payload = payloads.get(version)
+            if payload is None:
+                raise CheckpointCorrupt(
+                    f"the row of version {int(version)} is missing from Redis while its run is stored",
+                    run_id=run_id,
+                    version=int(version),
+                )
+            rows.append(stored_row(run_id, m, payload))
+        return run_info(run_id, record), rows
 
     # -- reads ----------------------------------------------------------------------
     async def read_chain(self, run_id: str, version: int | None) -> Chain:
