@@ -125,16 +125,17 @@ async def test_a_writer_keeps_committing_through_a_rekey(make_store):
                 ctx.merge({"messages": [f"live{commits}"]})
                 await writer.commit(ctx, node_id="live", status=RunStatus.PAUSED)
                 commits += 1
-                await asyncio.sleep(0.002)
+                await asyncio.sleep(0.05)  # a busy runner: a step every 50 ms
             return commits
 
         task = asyncio.create_task(write())
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
         report = await rekey_runs(rekeyer, [run_id])
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
         stop.set()
         commits = await task
     assert report.ok and report.rekeyed == [run_id], report
+    assert commits >= 2
     async with make_store(codec=Codec(encryption_key=NEW), compaction=SMALL) as new:
         history, after = await _all_versions(new, run_id)
         assert len(history) == 12 + commits  # no commit lost, every version readable with NEW
