@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.stores.conftest import IN_CI, new_id
+from tests.stores.conftest import IN_CI, new_id, open_test_store
+from tether.errors import StoreUnavailable
 from tether.runtime import Runner, Step, Workflow, live_status
 from tether.state import RunStatus
 from tether.state.reserved import runtime_state
-from tether.stores import create_store
+from tether.stores import RetryPolicy, create_store
 
 
 class PrivateRedis:
@@ -120,3 +121,45 @@ async def test_a_store_that_stays_down_leaves_the_run_for_resume(redis_server):
         if redis_server.proc is None:
             redis_server.start()
         await store.aclose()
+
+
+async def test_lost_replies_of_a_step_commit_and_of_the_pause_leave_a_consistent_run(backend, store_url):
+    """Step b's commit lands but its reply is lost (the store gives up retrying), and so
+    does the pause the runner then records: the run is PAUSED, b stored once, the lease
+    released, versions contiguous, and the result says PAUSED, not interrupted."""
+    ran: list[str] = []
+
+    def step(sc):
+        ran.append(sc.step.id)
+        return {"messages": [sc.step.id]}
+
+    flow = Workflow.plan([Step(id=s, fn=step) for s in ("a", "b", "c")])
+    async with open_test_store(backend, store_url, retry=RetryPolicy(attempts=1)) as store:
+        real = store.backend.append
+        lost: list[str] = []
+
+        async def append(w):
+            version = await real(w)  # the write lands...
+            which = "PAUSED" if w.status is RunStatus.PAUSED else "RUNNING" if w.node_id == "b" else ""
+            if which and which not in lost:
+                lost.append(which)
+                raise StoreUnavailable("the reply was lost")  # ...its reply does not
+            return version
+
+        store.backend.append = append
+        run_id = new_id()
+        result = await Runner(flow, store, store_wait=5).start(run_id)
+        assert lost == ["RUNNING", "PAUSED"]
+        assert result.status is RunStatus.PAUSED
+        assert await store.get_status(run_id) is RunStatus.PAUSED
+        cp = await store.load(run_id)
+        runtime = runtime_state(cp.state)
+        assert cp.executed_node_ids == ["a", "b"] and cp.state["messages"] == ["a", "b"]
+        assert runtime["lease"] is None and "the store failed a commit" in runtime["pause_reason"]
+        assert [e["kind"] for e in runtime["event_log"]].count("store_failed") == 1
+        history = await store.history(run_id)
+        assert sorted(h.version for h in history) == list(range(1, len(history) + 1))
+        assert result.version == cp.version == len(history)
+        done = await Runner(flow, store).resume(run_id)
+        assert done.status is RunStatus.COMPLETED
+        assert done.state["messages"] == ["a", "b", "c"] and ran == ["a", "b", "c"]

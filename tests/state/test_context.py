@@ -124,6 +124,27 @@ def test_failed_save_gives_the_delta_back():
     assert ctx.pending().ops == [("messages", "append", ["a"]), ("messages", "append", ["b"])]
 
 
+def test_changes_given_back_go_first_alone_with_their_write_id():
+    """After a save of unknown outcome, the next take hands those changes back as they
+    were (so a store can find them if they landed), then what was recorded since."""
+    ctx = ExecutionContext("r")
+    ctx.take_changes()
+    ctx.saved(1)
+    ctx.merge({"messages": ["a"]})
+    taken = ctx.take_changes()
+    ctx.merge({"messages": ["b"]})
+    ctx.restore_changes(taken._replace(write_id="w1"))
+    again = ctx.take_changes()
+    assert again.write_id == "w1" and again.followed and again.version == 1
+    assert again.ops == (("messages", "append", ["a"]),)
+    ctx.saved(2)
+    later = ctx.take_changes()
+    assert later.write_id == "" and not later.followed and later.version == 2
+    assert later.ops == (("messages", "append", ["b"]),)
+    ctx.saved(3)
+    assert not ctx.dirty
+
+
 def test_threads_merging_at_once_lose_nothing():
     """ExecutionContext is safe to share between threads."""
     ctx = ExecutionContext("r", reducers=default_registry().register("n", "counter"))

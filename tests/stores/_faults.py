@@ -78,20 +78,22 @@ class ReplyDropper:
             writer.close()
             return
         cut = asyncio.Event()
+        held = asyncio.Event()  # set before the last message goes: no reply passes after it
 
         async def client_to_server() -> None:
             seen = b""
             stage = 0  # 0: waiting for the marker, 1: for ``then``, 2: cut after this
             while data := await reader.read(65536):
+                if self._marker is not None:
+                    seen = (seen + data)[-(1 << 20) :]
+                    if stage == 0 and self._marker in seen:
+                        stage, seen = (1 if self._then else 2), b""
+                    if stage == 1 and self._then is not None and self._then in seen:
+                        stage = 2
+                    if stage == 2:
+                        held.set()
                 up_w.write(data)
                 await up_w.drain()
-                if self._marker is None:
-                    continue
-                seen = (seen + data)[-(1 << 20) :]
-                if stage == 0 and self._marker in seen:
-                    stage, seen = (1 if self._then else 2), b""
-                if stage == 1 and self._then is not None and self._then in seen:
-                    stage = 2
                 if stage == 2:
                     self._marker = self._then = None
                     await asyncio.sleep(0.5)  # the server commits; its reply waits unread
@@ -111,7 +113,7 @@ class ReplyDropper:
                 data = read.result()
                 if not data:
                     return
-                if cut.is_set():
+                if cut.is_set() or held.is_set():
                     return
                 writer.write(data)
                 await writer.drain()

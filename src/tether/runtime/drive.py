@@ -135,16 +135,19 @@ async def commit_stop(
     """
     deadline = time.monotonic() + wait
     delay = 0.1
+    ctx: ExecutionContext | None = None
     while True:
         try:
-            ctx = await store.load_context(run_id, reducers=reducers)
-            info = await store.get_run(run_id)
-            if ctx is None or info is None or info.status is not expect:
-                return None
-            lease = runtime_get(ctx, "lease")
-            if isinstance(lease, dict) and lease.get("drive") != token:
-                return None  # another runner holds it now
-            ctx.merge(runtime_update(**(update or {}), lease=None, event_log=[event.to_dict()]))
+            if ctx is None:  # a commit that failed is retried as it is: found if it landed
+                fresh = await store.load_context(run_id, reducers=reducers)
+                info = await store.get_run(run_id)
+                if fresh is None or info is None or info.status is not expect:
+                    return None
+                lease = runtime_get(fresh, "lease")
+                if isinstance(lease, dict) and lease.get("drive") != token:
+                    return None  # another runner holds it now
+                fresh.merge(runtime_update(**(update or {}), lease=None, event_log=[event.to_dict()]))
+                ctx = fresh
             await store.commit(ctx, status=status, metadata={"stopped": event.kind}, _require_status=expect)
             return ctx
         except (VersionConflict, RunNotPaused):

@@ -57,6 +57,9 @@ class Changes(NamedTuple):
     write_id: str = ""
     """The id of an earlier attempt at these same changes whose outcome is not known
     (see :meth:`ExecutionContext.restore_changes`); "" for a first attempt."""
+    followed: bool = False
+    """With ``write_id``: more changes were recorded after these, and wait their turn (the
+    store commits them next, once these are settled)."""
 
 
 class ExecutionContext:
@@ -74,9 +77,9 @@ class ExecutionContext:
         "_executed",
         "_executed_set",
         "_lock",
-        "_pending_write",
         "_reducers",
         "_state",
+        "_unsettled",
         "node_id",
         "run_id",
         "version",
@@ -100,7 +103,9 @@ class ExecutionContext:
         self._executed: list[str] = []
         self._executed_set: set[str] = set()
         self._delta = Delta(full=True)
-        self._pending_write = ""
+        self._unsettled: Changes | None = None
+        """Changes whose save failed, its outcome unknown: they go first at the next commit,
+        with their write id, so that if they did land they are found and not stored twice."""
         self._dated: set[str] | None = set()
         """Keys whose value holds a datetime (None: not known, for a state read back from a
         store): a store encodes a state without any by a faster encoder."""
@@ -267,13 +272,15 @@ class ExecutionContext:
     def pending(self) -> Delta:
         """The changes not yet stored (a view; do not mutate)."""
         with self._lock:
-            return self._delta
+            if self._unsettled is None:
+                return self._delta
+            return _merged(self._unsettled, self._delta)
 
     @property
     def dirty(self) -> bool:
         with self._lock:
             d = self._delta
-            return d.full or bool(d.ops) or bool(d.executed)
+            return self._unsettled is not None or d.full or bool(d.ops) or bool(d.executed)
 
     def state_view(self) -> dict[str, Any]:
         """The live state, not copied: for reading at once (results, reports), never to keep."""
@@ -283,8 +290,14 @@ class ExecutionContext:
         """Hand what changed since the last save to a store, and start recording anew.
 
         Give the changes back with :meth:`restore_changes` if the save fails, or confirm
-        it with :meth:`saved`."""
+        it with :meth:`saved`. Changes given back are handed out again first, alone and
+        with their write id (``followed`` says whether more wait behind them)."""
         with self._lock:
+            unsettled = self._unsettled
+            if unsettled is not None:
+                self._unsettled = None
+                d = self._delta
+                return unsettled._replace(followed=d.full or bool(d.ops) or bool(d.executed))
             taken = self._delta
             self._delta = Delta(full=False)
             dated = self._dated
@@ -297,36 +310,23 @@ class ExecutionContext:
                 dict(self._state),
                 tuple(self._executed),
                 None if dated is None else bool(dated),
-                self._pending_write,
             )
 
     def restore_changes(self, changes: Changes) -> None:
         """A save of ``changes`` failed: put them back in front of anything recorded since.
 
-        Its write id is kept while nothing else was recorded, so that a retry whose first
-        attempt did land (its reply lost) finds it and stores nothing twice."""
+        They stay apart from what is recorded later, with their write id: the next commit
+        sends them first, as they were, so that if the failed attempt did land (its reply
+        lost) the store finds it and stores nothing twice; the later changes follow at the
+        version after it."""
         with self._lock:
-            later = self._delta
-            quiet = not (later.full or later.ops or later.executed)
-            merged = Delta(
-                ops=list(changes.ops), executed=list(changes.executed), full=changes.full or later.full
-            )
-            for key, op, arg in later.ops:
-                if op == "set":
-                    merged.ops = [o for o in merged.ops if o[0] != key]
-                merged.ops.append((key, op, arg))
-            merged.executed.extend(later.executed)
-            if merged.full:
-                merged.ops = []
-            self._delta = merged
-            self._pending_write = changes.write_id if quiet else ""
+            self._unsettled = changes._replace(followed=False)
 
     def saved(self, version: int, *, datetimes: bool | None = None) -> None:
         """The changes last taken are stored as ``version``. ``datetimes``: what the store
         found, walking the state, when the changes did not say (False: none holds one)."""
         with self._lock:
             self.version = version
-            self._pending_write = ""
             if datetimes is False and self._dated is None:
                 self._dated = set()
 
@@ -340,6 +340,19 @@ class ExecutionContext:
 
     def __repr__(self) -> str:
         return f"ExecutionContext(run_id={self.run_id!r}, version={self.version}, keys={len(self)})"
+
+
+def _merged(first: Changes, later: Delta) -> Delta:
+    """``first`` and then ``later`` as one delta (an overwrite drops earlier ops on its key)."""
+    merged = Delta(ops=list(first.ops), executed=list(first.executed), full=first.full or later.full)
+    for key, op, arg in later.ops:
+        if op == "set":
+            merged.ops = [o for o in merged.ops if o[0] != key]
+        merged.ops.append((key, op, arg))
+    merged.executed.extend(later.executed)
+    if merged.full:
+        merged.ops = []
+    return merged
 
 
 def _flag(dated: set[str] | None, key: str, holds: bool) -> None:
