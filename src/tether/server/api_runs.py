@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from tether.agent.config import delete_artifacts
 from tether.errors import RunNotFound, WrongRunStatus
 from tether.runtime import Event
 from tether.runtime.lease import live_status
@@ -347,6 +346,8 @@ async def resume(run_id: str, token: Operator, executor: Exec) -> Response:
 
 @router.delete("/{run_id}", status_code=204, summary="Delete a run, its checkpoints and its agent artefacts")
 async def delete_run(run_id: str, token: Operator, store: Store, executor: Exec) -> Response:
+    from tether.agent.config import delete_artifacts  # on use: the server loads the agent package only here
+
     check_run(token, run_id)
     if executor.executing(run_id):
         raise WrongRunStatus(run_id, "RUNNING", "delete", "cancel it first")

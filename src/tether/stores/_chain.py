@@ -60,6 +60,7 @@ __all__ = [
     "check_write",
     "full_head",
     "full_payload",
+    "known_kept",
     "lone_full",
 ]
 
@@ -176,6 +177,8 @@ class Known(NamedTuple):
     tail: list[Carrier] | None
     """The last rows stored after the last full one, oldest first, ending at ``version``
     (None: not known, no segment until the next full row)."""
+    tail_bytes: int = 0
+    """The payload bytes of ``tail``, kept as it grows so a commit need not add them up."""
 
 
 class Plan(NamedTuple):
@@ -305,23 +308,41 @@ class ChainEngine:
             at += count
         return first, level, self.codec.encode(pack_segment(first, bodies, level))
 
-    def after(self, plan: Plan, version: int, chain: ChainStats, tail: list[Carrier] | None) -> Known:
+    def after(
+        self,
+        plan: Plan,
+        version: int,
+        chain: ChainStats,
+        tail: list[Carrier] | None,
+        tail_bytes: int | None = None,
+    ) -> Known:
         """What a store knows of the run once ``plan``'s write is stored as ``version``:
-        the last rows, up to ``seal_bytes`` of them (all a next segment may merge)."""
+        the last rows, up to ``seal_bytes`` of them (all a next segment may merge).
+        ``tail_bytes``: the payload bytes of ``tail`` when known (else added up here).
+        ``tail`` is taken over: the caller keeps no other use of it."""
         write = plan.write
+        if not self.seals:  # a store that never seals needs no rows
+            return Known(version, chain, None)
         if write.kind == "full":
             return Known(version, chain, [])
         if tail is None:
             return Known(version, chain, None)
-        rows = list(tail)
+        rows = tail
+        total = sum(len(r[0]) for r in rows) if tail_bytes is None else tail_bytes
         if write.kind == "segment":
+            rows = list(tail)
             held = version - write.seal_from  # versions of the tail the segment took in
             while held > 0:
-                held -= rows.pop()[1]
+                total -= len((row := rows.pop())[0])
+                held -= row[1]
             rows.append((write.payload, version - write.seal_from + 1, plan.level))
         else:
             rows.append((write.payload, 1, 0))
-        return Known(version, chain, last_bytes(rows, self.policy.seal_bytes))
+        total += len(write.payload)
+        if total <= self.policy.seal_bytes:  # all of it is what last_bytes would keep
+            return Known(version, chain, rows, total)
+        kept = last_bytes(rows, self.policy.seal_bytes)
+        return Known(version, chain, kept, sum(len(r[0]) for r in kept))
 
     def encode_full(self, head: dict[str, Any], state: Any, *, datetimes: bool = True) -> tuple[bytes, int]:
         """A full payload (the state its last pair) and, for a backend that asks, where the
@@ -435,13 +456,21 @@ class ChainEngine:
         meta = last.get("meta") or {}
         return make_checkpoint(run_id, last.get("node"), state, executed, float(ts), number, status, meta)
 
+    def known_from_run(self, info: RunInfo | None, version: int) -> Known:
+        """What a store knows of a chain from its run record alone (the record of a run at
+        ``version``; else a chain taken as due for compaction)."""
+        if info is not None and info.version == version:
+            return Known(version, info.chain, None)
+        return Known(version, ChainStats(length=self.policy.max_chain), None)
+
     def known_after_load(self, info: RunInfo, version: int, tail: list[Carrier] | None) -> Known:
         """What a store knows of a run loaded at ``version`` (its latest or an older one,
         after which the next commit writes a full row)."""
         if version == info.version:
-            return Known(
-                version, info.chain, None if tail is None else last_bytes(tail, self.policy.seal_bytes)
-            )
+            if tail is None:
+                return Known(version, info.chain, None)
+            kept = last_bytes(tail, self.policy.seal_bytes)
+            return Known(version, info.chain, kept, sum(len(r[0]) for r in kept))
         return Known(version, ChainStats(length=self.policy.max_chain), None)
 
     def recut(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> bytes:
@@ -458,6 +487,20 @@ class ChainEngine:
         ):
             return b""
         return self.codec.encode(pack_segment(cut + 1, split_segment(body)[cut + 1 - first :]))
+
+
+_NEW_RUN = Known(0, NO_CHAIN, [])
+
+
+def known_kept(seen: dict[str, Known], changes: Changes) -> Known | None:
+    """What a store kept of the run (``seen``) at the version ``changes`` follow, or what a
+    full write needs of it; None when only the run record can say."""
+    known = seen.get(changes.run_id)
+    if known is not None and known.version == changes.version:
+        return known
+    if changes.version == 0:
+        return _NEW_RUN  # a full write takes nothing from it
+    return Known(changes.version, NO_CHAIN, []) if changes.full else None
 
 
 def last_bytes(rows: list[Carrier], limit: int) -> list[Carrier]:

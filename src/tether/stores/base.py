@@ -16,31 +16,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Self, TypeVar
 
-from tether.errors import (
-    CheckpointCorrupt,
-    ConfigError,
-    RunExpired,
-    StoreUnavailable,
-)
+from tether.errors import CheckpointCorrupt, ConfigError, RunExpired, StoreUnavailable
 from tether.state.context import Changes, ExecutionContext
-from tether.state.model import (
-    NO_CHAIN,
-    ChainStats,
-    Checkpoint,
-    CheckpointInfo,
-    RunInfo,
-    RunStatus,
-)
+from tether.state.model import ChainStats, Checkpoint, CheckpointInfo, RunInfo, RunStatus
 from tether.state.reducers import ReducerRegistry
 from tether.state.serde import Codec, is_plain
 from tether.state.values import check_run_id, check_value
-from tether.stores._chain import (
-    ChainEngine,
-    Known,
-    Plan,
-    StaleSeal,
-    Write,
-)
+from tether.stores._chain import ChainEngine, Known, Plan, StaleSeal, Write, known_kept
 from tether.stores._retry import RetryPolicy, retry_call
 from tether.stores.backend import Backend, Capabilities, LatestCache, StoredRow, remember
 from tether.stores.policies import CompactionPolicy, ExpiryPolicy
@@ -184,7 +166,7 @@ class CheckpointStore(RunOperations):
         await self.backend.aclose()
 
     async def _write(self, w: Write) -> tuple[int, ChainStats]:
-        return await self.backend.append(w)
+        return await self._backend.append(w)
 
     async def _read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
         return await self.backend.read(run_id, version)
@@ -260,18 +242,21 @@ class CheckpointStore(RunOperations):
         stores nothing; else they land now. What was recorded since follows at the next
         version, in the same call.
         """
-        meta = dict(metadata or {})
+        meta = dict(metadata) if metadata else {}
         meta_dated = bool(meta) and check_value(meta, key="metadata")
         now = time.time()
         node = node_id if node_id is not None else ctx.node_id
         changes = ctx.take_changes()
         write_id = changes.write_id or self._write_id()
+        engine = self._engine
+        if engine is None or engine.policy is not self.compaction or engine.codec is not self.codec:
+            engine = self.engine
         final = status
         if changes.followed:  # a catch-up write: the status changes with the last one only
             status = _require_status or status
         try:
-            known = await self._known_for(changes)
-            plan = self.engine.plan(
+            known = known_kept(self._chains_seen, changes) or await self._known_for(changes)
+            plan = engine.plan(
                 changes,
                 known,
                 node=node,
@@ -296,16 +281,12 @@ class CheckpointStore(RunOperations):
             ctx.restore_changes(changes._replace(write_id=write_id))
             raise
         ctx.saved(version, datetimes=plan.walked)
-        self._know(ctx.run_id, self.engine.after(plan, version, chain, tail))
+        remember(
+            self._chains_seen, changes.run_id, engine.after(plan, version, chain, tail, known.tail_bytes)
+        )
         if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "checkpoint %s v%d %s %dB",
-                ctx.run_id,
-                version,
-                write.kind,
-                len(write.payload),
-                extra={"run_id": ctx.run_id},
-            )
+            args = (ctx.run_id, version, write.kind, len(write.payload))
+            logger.debug("checkpoint %s v%d %s %dB", *args, extra={"run_id": ctx.run_id})
         if changes.followed:
             return await self.commit(
                 ctx, node_id=node_id, status=final, metadata=metadata, _require_status=_require_status
@@ -313,17 +294,8 @@ class CheckpointStore(RunOperations):
         return version
 
     async def _known_for(self, changes: Changes) -> Known:
-        """What this store knows of the run's chain at the version ``changes`` follow: kept
-        from its last commit or load of the run, else read from the run record."""
-        known = self._chains_seen.get(changes.run_id)
-        if known is not None and known.version == changes.version:
-            return known
-        if changes.version == 0 or changes.full:
-            return Known(changes.version, NO_CHAIN, [])
-        info = await self.get_run(changes.run_id)
-        if info is not None and info.version == changes.version:
-            return Known(changes.version, info.chain, None)
-        return Known(changes.version, ChainStats(length=self.compaction.max_chain), None)
+        """What the run record says of the chain ``changes`` follow (nothing kept of it)."""
+        return self.engine.known_from_run(await self.get_run(changes.run_id), changes.version)
 
     def _know(self, run_id: str, known: Known | None) -> None:
         remember(self._chains_seen, run_id, known)
@@ -348,12 +320,12 @@ class CheckpointStore(RunOperations):
     # == reading ===================================================================
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         """The checkpoint at ``version`` (latest when None), or None if not stored."""
-        check_run_id(run_id)
         cache = self._latest_cache
-        if cache is not None and version is None:
-            cp = cache.cached_latest(run_id)
+        if cache is not None and version is None and type(run_id) is str:
+            cp = cache.cached_latest(run_id)  # only a stored run's (checked) id is found there
             if cp is not None:
                 return cp
+        check_run_id(run_id)
         try:
             chain = await self._read_chain(run_id, version)
         except StoreUnavailable as exc:

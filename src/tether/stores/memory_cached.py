@@ -181,8 +181,8 @@ class CachedMemoryBackend:
         run = self._runs.get(run_id)  # one dict read, atomic: writers swap whole values
         if run is None:
             return None
-        hit = run.latest
-        if hit is not None and run.live(_now()):
+        hit, expires = run.latest, run.expires_at
+        if hit is not None and (expires is None or expires > _now()):
             number, decode, body, node, executed, meta, when, status = hit
             try:
                 state = decode(body)
