@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tether.errors import DecryptionError
+from tether.errors import DecryptionError, RunNotFound
 from tether.state import Codec, ExecutionContext, RunStatus, generate_key
 from tether.stores import CheckpointStore
 from tether.stores.policies import CompactionPolicy
@@ -90,6 +90,10 @@ async def test_a_rewrite_behind_a_newer_version_changes_nothing(store):
     payloads = {r.version: rotated.reencrypt(bytes(r.payload)) or b"" for r in rows}
     assert all(len(payloads[r.version]) == len(r.payload) for r in rows)  # only the frame changes
     assert await store.rewrite_rows(run_id, payloads, 2) is False  # the run is at 3
+    _, unchanged = await store.read_rows(run_id)
+    assert [bytes(r.payload) for r in unchanged] == [bytes(r.payload) for r in rows]
+    with pytest.raises(RunNotFound):  # a row that is not there: the others are not written either
+        await store.rewrite_rows(run_id, {1: payloads[1], 99: payloads[2]}, 3)
     _, unchanged = await store.read_rows(run_id)
     assert [bytes(r.payload) for r in unchanged] == [bytes(r.payload) for r in rows]
     assert await store.rewrite_rows(run_id, payloads, 3) is True

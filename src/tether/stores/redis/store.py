@@ -207,8 +207,8 @@ class RedisBackend:
             done = await ks.scripts.rewrite(ks.keys(run_id), payloads=payloads, expected=expected_version)
         if done == -1:
             raise RunNotFound(run_id)
-        if done == -2:
-            raise RunNotFound(run_id, min(payloads))
+        if done <= -2:
+            raise RunNotFound(run_id, -2 - done)
         return done == 1
 
     async def read_rows(self, run_id: str) -> tuple[RunInfo | None, list[StoredRow]]:
