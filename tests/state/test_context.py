@@ -145,6 +145,30 @@ def test_changes_given_back_go_first_alone_with_their_write_id():
     assert not ctx.dirty
 
 
+def test_taken_state_stays_as_taken_while_the_changes_are_out():
+    """The state is lent to the store, not copied: a change made before the store is done
+    (or after its save failed) must not show in what it encodes."""
+    ctx = ExecutionContext("r", {"x": 1, "y": 1})
+    first = ctx.take_changes()
+    ctx.put("x", 2)
+    ctx.merge({"z": 3})
+    ctx.delete("y")
+    assert dict(first.state) == {"x": 1, "y": 1}
+    ctx.saved(1)
+    taken = ctx.take_changes()
+    assert dict(taken.state) == {"x": 2, "z": 3}
+    ctx.restore_changes(taken._replace(write_id="w"))
+    ctx.put("x", 4)  # recorded after the failed save: the retry still sends the old state
+    again = ctx.take_changes()
+    assert dict(again.state) == {"x": 2, "z": 3} and again.followed
+    ctx.saved(2)
+    later = ctx.take_changes()
+    assert dict(later.state) == {"x": 4, "z": 3} and not later.write_id
+    ctx.saved(3)
+    ctx.put("x", 5)
+    assert dict(again.state) == {"x": 2, "z": 3} and ctx.get("x") == 5
+
+
 def test_threads_merging_at_once_lose_nothing():
     """ExecutionContext is safe to share between threads."""
     ctx = ExecutionContext("r", reducers=default_registry().register("n", "counter"))

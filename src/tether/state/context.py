@@ -48,7 +48,8 @@ class Changes(NamedTuple):
     full: bool
     """Only a whole-state write is correct (new run, restore, delete)."""
     state: Mapping[str, Any]
-    """The state the changes lead to: a shallow copy, its values shared with the context
+    """The state the changes lead to, read-only: the context's own dict, lent (the context
+    copies it before its next change while the changes are out), its values shared
     (reducers replace values, they never change one in place)."""
     all_executed: tuple[str, ...]
     """Every node id marked executed, in order."""
@@ -76,6 +77,7 @@ class ExecutionContext:
         "_delta",
         "_executed",
         "_executed_set",
+        "_lent",
         "_lock",
         "_reducers",
         "_state",
@@ -103,6 +105,9 @@ class ExecutionContext:
         self._executed: list[str] = []
         self._executed_set: set[str] = set()
         self._delta = Delta(full=True)
+        self._lent = 0
+        """How many taken changes hold ``_state`` itself (not yet ``saved`` or given back):
+        while any does, a change copies the dict first, so what they hold stays as taken."""
         self._unsettled: Changes | None = None
         """Changes whose save failed, its outcome unknown: they go first at the next commit,
         with their write id, so that if they did land they are found and not stored twice."""
@@ -154,6 +159,8 @@ class ExecutionContext:
         _check_key(key)
         dated = check_value(value, key=key)
         with self._lock:
+            if self._lent:
+                self._own()
             self._state[key] = value
             self._record(key, "set", value)
             _flag(self._dated, key, dated)
@@ -193,6 +200,8 @@ class ExecutionContext:
                     # a built-in reducer's result is made of the old value and the new one
                     flags[key] = fresh or (op_name != "set" and _holds(self._dated, key))
                 new[key] = result
+            if self._lent:
+                self._own()
             self._state.update(new)
             for key, op_name, arg in ops:
                 self._record(key, op_name, arg)
@@ -202,6 +211,8 @@ class ExecutionContext:
     def delete(self, key: str) -> None:
         with self._lock:
             if key in self._state:
+                if self._lent:
+                    self._own()
                 del self._state[key]
                 self._delta.full = True  # rare: a whole write is simpler than a del op
                 _flag(self._dated, key, False)
@@ -219,6 +230,11 @@ class ExecutionContext:
     def register_reducer(self, key_or_pattern: str, reducer: Reducer | str) -> None:
         with self._lock:
             self._reducers.register(key_or_pattern, reducer)
+
+    def _own(self) -> None:
+        """Stop sharing the state with changes taken (they keep the dict as it was)."""
+        self._state = dict(self._state)
+        self._lent = 0
 
     def _record(self, key: str, op: str, arg: Any) -> None:
         if self._delta.full:
@@ -242,6 +258,7 @@ class ExecutionContext:
                 dated.add(key)
         with self._lock:
             self._state = copy_value(dict(data))
+            self._lent = 0
             self._dated = dated
             self._delta = Delta(full=True, executed=list(self._delta.executed))
 
@@ -297,17 +314,19 @@ class ExecutionContext:
             if unsettled is not None:
                 self._unsettled = None
                 d = self._delta
+                # still counted as lent if it holds ``_state`` (see restore_changes)
                 return unsettled._replace(followed=d.full or bool(d.ops) or bool(d.executed))
             taken = self._delta
             self._delta = Delta(full=False)
             dated = self._dated
+            self._lent += 1  # lent, not copied: the next change copies it if still out
             return Changes(
                 self.run_id,
                 self.version,
                 tuple(taken.ops),
                 tuple(taken.executed),
                 taken.full,
-                dict(self._state),
+                self._state,
                 tuple(self._executed),
                 None if dated is None else bool(dated),
             )
@@ -321,12 +340,17 @@ class ExecutionContext:
         version after it."""
         with self._lock:
             self._unsettled = changes._replace(followed=False)
+            if changes.state is not self._state:
+                self._lent = self._lent - 1 if self._lent > 1 else 0
+            # else: still lent, now to the changes kept for the next commit
 
     def saved(self, version: int, *, datetimes: bool | None = None) -> None:
         """The changes last taken are stored as ``version``. ``datetimes``: what the store
         found, walking the state, when the changes did not say (False: none holds one)."""
         with self._lock:
             self.version = version
+            if self._lent:
+                self._lent -= 1
             if datetimes is False and self._dated is None:
                 self._dated = set()
 
