@@ -39,7 +39,8 @@ _DIALECT = Dialect(
     table_suffix=" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
     inline_indexes=True,
     schema_exists=(
-        "SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'tether_schema'"
+        "SELECT 1 FROM information_schema.tables"
+        " WHERE table_schema = DATABASE() AND table_name = 'tether_schema'"
     ),
 )
 
