@@ -212,7 +212,7 @@ class RepoContext:
     """What could not be read, and other caveats."""
 
     def to_prompt(self, *, max_chars: int = 6_000, max_file_chars: int = 1_500) -> str:
-        """Seed 002's ``# Pre-Analyzed Repository Context`` block, at most ``max_chars`` long.
+        """The ``# Pre-Analyzed Repository Context`` block of the prompt, at most ``max_chars`` long.
 
         Key files come last and are dropped (then cut) first when the block is too big.
         """

@@ -305,32 +305,34 @@ def _report(
     """The last lines of an agent command: how the run ended and what to run next."""
     from rich.markup import escape
 
+    rid = escape(run_id)  # user data: never read as markup
+
     if status == "PAUSED" and approval:
-        console.print(f"[yellow]PAUSED[/] {run_id}: a command waits for your approval:")
+        console.print(f"[yellow]PAUSED[/] {rid}: a command waits for your approval:")
         console.print(f"  $ {approval.get('command', '')}", highlight=False, markup=False)
         console.print(f"  why: {approval.get('reason', '')}", highlight=False, markup=False)
-        console.print(f"  approve with: tether approve {run_id} (or --deny), then: tether resume {run_id}")
+        console.print(f"  approve with: tether approve {rid} (or --deny), then: tether resume {rid}")
         return
 
     if status == "COMPLETED":
-        console.print(f"[green]COMPLETED[/] {run_id}: {escape(message)}")
+        console.print(f"[green]COMPLETED[/] {rid}: {escape(message)}")
     elif status == "PAUSED" and question:
         options = question.get("options") or []
-        console.print(f"[yellow]PAUSED[/] {run_id}: the agent asks: {escape(str(question.get('question')))}")
+        console.print(f"[yellow]PAUSED[/] {rid}: the agent asks: {escape(str(question.get('question')))}")
         if options:
             console.print(f"  options: {escape(', '.join(map(str, options)))}")
-        console.print(f"  answer it with: tether resume {run_id} --answer <your answer>")
+        console.print(f"  answer it with: tether resume {rid} --answer <your answer>")
     elif status == "PAUSED" and decision:
         from tether.runtime import FailureReport
 
-        console.print(f"[yellow]PAUSED[/] {run_id} after a failure:")
+        console.print(f"[yellow]PAUSED[/] {rid} after a failure:")
         console.print(FailureReport.from_dict(decision).render(), highlight=False, markup=False)
-        console.print(f"  continue with: tether resume {run_id} --decision retry|skip|abort")
+        console.print(f"  continue with: tether resume {rid} --decision retry|skip|abort")
     elif status == "PAUSED":
-        console.print(f"[yellow]PAUSED[/] {run_id}: {escape(message or 'paused')}")
-        console.print(f"  continue with: tether resume {run_id}")
+        console.print(f"[yellow]PAUSED[/] {rid}: {escape(message or 'paused')}")
+        console.print(f"  continue with: tether resume {rid}")
     else:
-        console.print(f"[red]{status}[/] {run_id}: {escape(message or 'no message')}")
+        console.print(f"[red]{status}[/] {rid}: {escape(message or 'no message')}")
 
 
 def _exit(status: str) -> None:
@@ -542,7 +544,7 @@ def approve(
     word = "[red]denied[/]" if deny else "[green]approved[/]"
     where = "" if waiting == run_id else f" (plan step {escape(waiting)})"
     console.print(f"{word}{where}: {escape(str(pending.get('command', '')))}")
-    console.print(f"  continue with: tether resume {run_id}")
+    console.print(f"  continue with: tether resume {escape(run_id)}")
 
 
 # == resume ===========================================================================

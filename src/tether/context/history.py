@@ -49,7 +49,7 @@ class HistoryEntry:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HistoryWindow:
-    """Seed 001's SemanticHistoryWindow, plus the rendered text."""
+    """The history a prompt carries: the recent iterations and the milestones, rendered."""
 
     text: str
     recent_iterations: tuple[int, ...]

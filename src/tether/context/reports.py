@@ -62,7 +62,7 @@ _FILE_AGENT = re.compile(r"report_([a-z_]+?)(?:_subloop)?(?:_\d+)?\.md$", re.I)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReportSummary:
-    """Seed 001's ReportSummary, plus where it came from."""
+    """One agent's report of an iteration, summarised, plus where it came from."""
 
     iteration: int = 0
     agent: str = ""

@@ -267,7 +267,8 @@ def parse_step_outputs(data: object, *, fallback_summary: str = FALLBACK_SUMMARY
 
 
 class SummaryManager:
-    """Seed 000's manager: holds the summary and folds each step's outputs into it."""
+    """Holds the rolling execution summary and folds each step's outputs into it, so the
+    prompt carries what the run did without its transcript."""
 
     MAX_COMPLETED_ACTIONS = MAX_COMPLETED_ACTIONS
     MAX_RESOLVED_ISSUES = MAX_RESOLVED_ISSUES

@@ -78,7 +78,7 @@ def _bullets(lines: Sequence[str], empty: str = "- (none)") -> list[str]:
 
 
 class StructuredSummarizer:
-    """Seed 004's template filled from the request, byte-for-byte reproducible."""
+    """The summary template filled from the request, byte for byte reproducible (no model)."""
 
     def summarize(self, request: SummaryRequest) -> str:
         if request.level == "phase":

@@ -68,7 +68,7 @@ Style = Literal["openai", "anthropic"]
 
 
 def scale_layer_budgets(budget: int) -> dict[Layer, int]:
-    """Seed 004's per-layer budgets scaled so that they add up to ``budget``."""
+    """The default per-layer budgets scaled so that they add up to ``budget``."""
     seed_total = sum(SEED_LAYER_BUDGETS.values())
     shares = {layer: budget * n // seed_total for layer, n in SEED_LAYER_BUDGETS.items()}
     shares[Layer.WORKING] += budget - sum(shares.values())

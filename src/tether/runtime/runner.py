@@ -443,7 +443,8 @@ class Runner:
         return rolled, failures
 
     async def _restore(self, run: Drive, step: Step, start_version: int, events: list[dict[str, Any]]) -> str:
-        """Seed 004 §4.2: back to the snapshot taken before this item (else the last one)."""
+        """Roll the run back to the checkpoint taken before this step (else the last one), so a
+        retried or skipped step starts from a state it did not half-write."""
         ctx = run.ctx
         target = start_version if start_version > 0 else ctx.version
         if ctx.version != target or ctx.dirty:  # the step may have written to the context

@@ -76,6 +76,9 @@ class Dialect:
     """MySQL has no CREATE INDEX IF NOT EXISTS: declare indexes inside CREATE TABLE."""
     migrate_lock: str = ""
     """Statement that serialises concurrent ``setup()`` calls from several processes."""
+    schema_exists: str = ""
+    """Query giving a row when ``tether_schema`` exists, where ``CREATE TABLE IF NOT EXISTS``
+    of an existing table makes the driver log a warning (MySQL) on every start."""
     extra: tuple[str, ...] = ()
     """Engine-specific statements of the first schema version (e.g. column compression)."""
 
@@ -201,7 +204,8 @@ class SqlBackend(abc.ABC):
         async with self._tx(write=True) as tx:
             if self.dialect.migrate_lock:
                 await tx.all(self.dialect.migrate_lock)
-            await tx.run("CREATE TABLE IF NOT EXISTS tether_schema (version INTEGER NOT NULL)")
+            if not (self.dialect.schema_exists and await tx.one(self.dialect.schema_exists)):
+                await tx.run("CREATE TABLE IF NOT EXISTS tether_schema (version INTEGER NOT NULL)")
             row = await tx.one("SELECT MAX(version) FROM tether_schema")
             current = int(row[0]) if row and row[0] is not None else 0
             for number, statements in enumerate(self.dialect.migrations(), start=1):

@@ -38,6 +38,10 @@ _DIALECT = Dialect(
     lock="FOR UPDATE",
     table_suffix=" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
     inline_indexes=True,
+    schema_exists=(
+        "SELECT 1 FROM information_schema.tables"
+        " WHERE table_schema = DATABASE() AND table_name = 'tether_schema'"
+    ),
 )
 
 _LOST = {2002, 2003, 2006, 2013, 2055, 1040, 1927, 4031}
