@@ -304,3 +304,18 @@ async def test_the_run_record_built_on_demand_follows_every_change() -> None:
     pruned = await store.get_run(ctx.run_id)
     assert pruned is not None and pruned.chain.base_version == 4 and pruned.chain.length == 0
     assert (await store.load(ctx.run_id)).state == ctx.snapshot()
+
+
+async def test_a_named_store_shares_its_runs_with_its_own_kind_only() -> None:
+    """Two stores of one name see one another's runs; the cached kind keeps its own (its
+    runs hold the cache), so a plain store of that name does not see them."""
+    name = f"perf21b-{new_id()}"
+    first, second = InMemoryStore(name, cache=CACHE[0]), InMemoryStore(name, cache=CACHE[0])
+    other = InMemoryStore(name, cache=not CACHE[0])
+    ctx = ExecutionContext(new_id(), {"x": 1})
+    await first.commit(ctx)
+    ctx.merge({"x": 2})
+    await first.commit(ctx)
+    got = await second.load(ctx.run_id)
+    assert got is not None and got.state == {"x": 2} and got.version == 2
+    assert await other.load(ctx.run_id) is None

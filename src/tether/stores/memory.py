@@ -6,65 +6,89 @@ else done by the store around it, so it reads as the protocol itself does.
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from time import time as _now
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl
 
 from tether.errors import ConfigError, RunExpired, RunNotFound
 from tether.state.model import NO_CHAIN, ChainStats, CheckpointInfo, RunInfo, RunStatus
 from tether.stores._chain import Write, check_write
-from tether.stores.backend import Capabilities, StoredRow
+from tether.stores.backend import Capabilities, StoredRow, utc
 from tether.stores.base import CheckpointStore
 
 __all__ = ["InMemoryStore", "MemoryBackend"]
 
 
-def _utc(ts: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ts, dt.UTC)
-
-
 @dataclass(slots=True)
 class _Run:
-    """A run's record and rows."""
+    """A run's record as plain values (its :class:`RunInfo` built when asked for) and its rows."""
 
-    info: RunInfo
-    rows: dict[int, StoredRow] = field(default_factory=dict)
+    run_id: str
+    version: int
+    status: RunStatus
+    node_id: str | None
+    created_at: float
+    updated_at: float
+    expires_at: float | None
+    chain: ChainStats
     write_id: str = ""
+    rows: dict[int, StoredRow] = field(default_factory=dict)
+    made: RunInfo | None = None
 
     @property
-    def expired(self) -> bool:
-        return self.info.expires_at is not None and self.info.expires_at.timestamp() <= _now()
+    def info(self) -> RunInfo:
+        if self.made is None:
+            self.made = RunInfo(
+                run_id=self.run_id,
+                status=self.status,
+                version=self.version,
+                node_id=self.node_id,
+                created_at=utc(self.created_at),
+                updated_at=utc(self.updated_at),
+                expires_at=None if self.expires_at is None else utc(self.expires_at),
+                chain=self.chain,
+            )
+        return self.made
 
-
-_SHARED: dict[str, tuple[dict[str, _Run], threading.Lock]] = {}
+    def live(self, now: float) -> bool:
+        return self.expires_at is None or self.expires_at > now
 
 
 class MemoryBackend:
     """Keeps everything in a dict; nothing survives the process.
 
     ``MemoryBackend("x")`` shares its data with every other one of that name in the
-    process, like a second connection to one database.
+    process (and class), like a second connection to one database.
     """
 
     capabilities = Capabilities()
+    _run_type: ClassVar[type[_Run]] = _Run
+    _shared: ClassVar[dict[str, tuple[dict[str, Any], threading.Lock]]] = {}
+    """Named data, per class: a subclass keeps its own (its runs hold more)."""
 
     def __init__(self, name: str | None = None) -> None:
+        self._runs: dict[str, _Run]
         if name:
-            self._runs, self._lock = _SHARED.setdefault(name, ({}, threading.Lock()))
+            self._runs, self._lock = type(self)._shared.setdefault(name, ({}, threading.Lock()))
         else:
             self._runs, self._lock = {}, threading.Lock()
 
     async def setup(self) -> None:
         return None
 
+    async def aclose(self) -> None:
+        return None
+
     def _live(self, run_id: str) -> _Run | None:
         """The run, unless it expired (kept until purged, so that it reads as expired)."""
         run = self._runs.get(run_id)
-        return None if run is None or run.expired else run
+        return None if run is None or not run.live(_now()) else run
+
+    def _written(self, run: _Run, w: Write, version: int) -> None:
+        """A hook for a subclass, called under the lock once ``w`` is stored as ``version``."""
 
     async def append(self, w: Write) -> tuple[int, ChainStats]:
         with self._lock:
@@ -74,26 +98,19 @@ class MemoryBackend:
                 if w.expected_version:  # gone under its writer
                     raise RunExpired(w.run_id)
                 del self._runs[w.run_id]  # the id starts again from scratch
-            info = None if run is None else run.info
-            if check_write(w, info, write_id=run.write_id if run else None):
-                assert info is not None
-                return info.version, info.chain
-            version = (info.version if info else 0) + 1
-            chain = w.chain_after(info.chain if info else NO_CHAIN, version)
-            created = info.created_at if info else _utc(w.created_at)
-            new = RunInfo(
-                run_id=w.run_id,
-                status=w.status,
-                version=version,
-                node_id=w.node_id,
-                created_at=created,
-                updated_at=_utc(w.created_at),
-                expires_at=None if w.expires_at is None else _utc(w.expires_at),
-                chain=chain,
-            )
+            if check_write(w, run, write_id=run.write_id if run else None):  # no RunInfo built
+                assert run is not None
+                return run.version, run.chain
+            version = (run.version if run else 0) + 1
+            chain = w.chain_after(run.chain if run else NO_CHAIN, version)
             if run is None:
-                run = self._runs[w.run_id] = _Run(new)
-            run.info, run.write_id = new, w.write_id
+                run = self._runs[w.run_id] = self._run_type(
+                    w.run_id, version, w.status, w.node_id, w.created_at, w.created_at, w.expires_at, chain
+                )
+            else:
+                run.version, run.status, run.node_id, run.chain = version, w.status, w.node_id, chain
+                run.updated_at, run.expires_at, run.made = w.created_at, w.expires_at, None
+            run.write_id = w.write_id
             kind, payload = w.kind, w.payload
             if kind == "segment":
                 run.rows[w.seal_from] = run.rows[w.seal_from]._replace(kind="segment", payload=payload)
@@ -101,6 +118,7 @@ class MemoryBackend:
                     run.rows[v] = run.rows[v]._replace(kind="sealed", payload=b"")
                 kind, payload = "sealed", b""
             run.rows[version] = StoredRow(w.run_id, version, kind, w.node_id, w.status, w.created_at, payload)
+            self._written(run, w, version)
             return version, chain
 
     async def read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
@@ -110,15 +128,23 @@ class MemoryBackend:
                 return None, []
             rows = run.rows
             if version is None:
-                version = run.info.version
+                version, base = run.version, run.chain.base_version
             elif version not in rows:
                 return run.info, []
-            base = max(v for v, r in rows.items() if v <= version and r.kind == "full")
+            else:
+                base = max(v for v, r in rows.items() if v <= version and r.kind == "full")
             return run.info, [rows[v] for v in range(base, version + 1)]
 
     async def read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
-        _info, rows = await self.read(run_id, version)
-        return [(r.version, r.payload) for r in rows]
+        if version is not None:
+            _info, rows = await self.read(run_id, version)
+            return [(r.version, r.payload) for r in rows]
+        with self._lock:
+            run = self._live(run_id)
+            if run is None:
+                return []
+            kept = run.rows
+            return [(v, kept[v].payload) for v in range(run.chain.base_version, run.version + 1)]
 
     async def history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
         with self._lock:
@@ -126,9 +152,8 @@ class MemoryBackend:
             if run is None:
                 return []
             versions = sorted((v for v in run.rows if before is None or v < before), reverse=True)
-            if limit is not None:
-                versions = versions[:limit]
-            return [_info(run.rows[v]) for v in versions]
+            picked = [run.rows[v] for v in (versions[:limit] if limit is not None else versions)]
+        return [_info(r) for r in picked]
 
     async def get_run(self, run_id: str) -> RunInfo | None:
         with self._lock:
@@ -148,17 +173,12 @@ class MemoryBackend:
             run = self._live(run_id)
             if run is None:
                 raise RunNotFound(run_id) if run_id not in self._runs else RunExpired(run_id)
-            run.info = replace(
-                run.info,
-                status=status,
-                updated_at=_utc(_now()),
-                expires_at=None if expires_at is None else _utc(expires_at),
-            )
+            run.status, run.updated_at, run.expires_at, run.made = status, _now(), expires_at, None
 
     async def is_expired(self, run_id: str) -> bool:
         with self._lock:
             run = self._runs.get(run_id)
-            return run is not None and run.expired
+            return run is not None and not run.live(_now())
 
     async def delete(self, run_id: str) -> bool:
         with self._lock:
@@ -175,11 +195,10 @@ class MemoryBackend:
             dropped = [v for v in run.rows if v < version]
             for v in dropped:
                 del run.rows[v]
-            chain = run.info.chain
-            if chain.base_version < version:
-                length = run.info.version - version
-                new = replace(chain, base_version=version, base_bytes=len(payload), length=length)
-                run.info = replace(run.info, chain=new)
+            if run.chain.base_version < version:
+                length = run.version - version
+                run.chain = replace(run.chain, base_version=version, base_bytes=len(payload), length=length)
+                run.made = None
             return len(dropped)
 
     async def read_rows(self, run_id: str) -> tuple[RunInfo | None, list[StoredRow]]:
@@ -194,7 +213,7 @@ class MemoryBackend:
             run = self._live(run_id)
             if run is None:
                 raise RunNotFound(run_id)
-            if run.info.version != expected_version:
+            if run.version != expected_version:
                 return False
             missing = [v for v in payloads if v not in run.rows]
             if missing:
@@ -205,13 +224,11 @@ class MemoryBackend:
 
     async def purge_expired(self) -> int:
         with self._lock:
-            gone = [rid for rid, r in self._runs.items() if r.expired]
+            now = _now()
+            gone = [rid for rid, r in self._runs.items() if not r.live(now)]
             for rid in gone:
                 del self._runs[rid]
             return len(gone)
-
-    async def aclose(self) -> None:
-        return None
 
 
 class InMemoryStore(CheckpointStore):
@@ -248,7 +265,7 @@ def _info(row: StoredRow) -> CheckpointInfo:
         version=row.version,
         node_id=row.node_id,
         status=row.status,
-        timestamp=_utc(row.created_at),
+        timestamp=utc(row.created_at),
         kind=row.kind,
         size=len(row.payload),
     )
