@@ -175,22 +175,11 @@ class RunOperations:
         History stays append-only: later versions remain readable. A runner's lease is
         not restored with the state: no process executes the restored version.
         """
-        cp = await self.load(run_id, version)
-        if cp is None:
-            raise RunNotFound(run_id, version)
+        cp = await _existing(self, run_id, version)
         info = await self.get_run(run_id)
         status = info.status if info else cp.status
-        return await self.save(
-            Checkpoint(
-                run_id=run_id,
-                node_id=cp.node_id,
-                state=without_lease(cp.state),
-                executed_node_ids=cp.executed_node_ids,
-                status=status,
-                metadata={"rolled_back_to": version},
-            ),
-            expected_version=info.version if info else None,
-        )
+        restored = _restated(cp, run_id, status, {"rolled_back_to": version})
+        return await self.save(restored, expected_version=info.version if info else None)
 
     async def copy(self: _Store, run_id: str, new_run_id: str, *, version: int | None = None) -> int:
         """Fork a run at ``version`` (latest when None) into a new run id.
@@ -200,20 +189,11 @@ class RunOperations:
         VersionConflict if ``new_run_id`` exists. The source's lease is not copied.
         """
         check_run_id(new_run_id)
-        cp = await self.load(run_id, version)
-        if cp is None:
-            raise RunNotFound(run_id, version)
-        return await self.save(
-            Checkpoint(
-                run_id=new_run_id,
-                node_id=cp.node_id,
-                state=without_lease(cp.state),
-                executed_node_ids=cp.executed_node_ids,
-                status=cp.status,
-                metadata={"forked_from": {"run_id": run_id, "version": cp.version}},
-            ),
-            expected_version=0,
+        cp = await _existing(self, run_id, version)
+        fork = _restated(
+            cp, new_run_id, cp.status, {"forked_from": {"run_id": run_id, "version": cp.version}}
         )
+        return await self.save(fork, expected_version=0)
 
     async def prune(self: _Store, run_id: str, *, keep: int) -> int:
         """Keep only the latest ``keep`` versions; returns how many were removed.
@@ -238,3 +218,23 @@ class RunOperations:
             return await self._rebase(run_id, cut, full, after)
         except StoreUnavailable as exc:
             return await self._retry(lambda: self._rebase(run_id, cut, full, after), exc)
+
+
+async def _existing(store: _Store, run_id: str, version: int | None) -> Checkpoint:
+    cp = await store.load(run_id, version)
+    if cp is None:
+        raise RunNotFound(run_id, version)
+    return cp
+
+
+def _restated(cp: Checkpoint, run_id: str, status: RunStatus, metadata: dict[str, Any]) -> Checkpoint:
+    """``cp``'s state as a new checkpoint of ``run_id``; the lease stays behind, since no
+    process executes the new version yet."""
+    return Checkpoint(
+        run_id=run_id,
+        node_id=cp.node_id,
+        state=without_lease(cp.state),
+        executed_node_ids=cp.executed_node_ids,
+        status=status,
+        metadata=metadata,
+    )
