@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from types import MethodType
 from typing import Any, ClassVar, Self, TypeVar
 
 from tether.errors import CheckpointCorrupt, ConfigError, RunExpired, StoreUnavailable
@@ -84,6 +85,8 @@ class CheckpointStore(RunOperations):
     ) -> None:
         self._backend = backend
         self._latest_cache = backend if isinstance(backend, LatestCache) else None
+        if self._latest_cache is not None:  # the cache answers in front of the load below
+            self.load = self._latest_cache.front(MethodType(CheckpointStore.load, self))  # type: ignore[method-assign]
         self.codec = codec or Codec()
         self.expiry = expiry or ExpiryPolicy()
         self.compaction = compaction or CompactionPolicy()
@@ -320,11 +323,6 @@ class CheckpointStore(RunOperations):
     # == reading ===================================================================
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         """The checkpoint at ``version`` (latest when None), or None if not stored."""
-        cache = self._latest_cache
-        if cache is not None and version is None and type(run_id) is str:
-            cp = cache.cached_latest(run_id)  # only a stored run's (checked) id is found there
-            if cp is not None:
-                return cp
         check_run_id(run_id)
         try:
             chain = await self._read_chain(run_id, version)
@@ -332,6 +330,7 @@ class CheckpointStore(RunOperations):
             chain = await self._retry(lambda: self._read_chain(run_id, version), exc)
         if chain:
             cp = self.engine.checkpoint_of(run_id, chain)
+            cache = self._latest_cache
             if cache is not None and version is None:
                 cache.loaded_latest(run_id, cp, all(is_plain(p) for _, p in chain))
             return cp
