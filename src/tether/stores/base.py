@@ -171,9 +171,9 @@ class CheckpointStore(RunOperations):
     async def _write_retried(self, w: Write) -> tuple[int, ChainStats]:
         """``_write`` with the retry policy (the write id makes a retry safe)."""
         try:
-            return await self._write(w)
+            return await self._backend.append(w)
         except StoreUnavailable as exc:
-            return await self._retry(lambda: self._write(w), exc)
+            return await self._retry(lambda: self._backend.append(w), exc)
 
     # == the backend's operations, as the store and its run operations call them =======
     async def setup(self) -> None:
