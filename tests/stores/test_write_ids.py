@@ -153,7 +153,12 @@ async def test_a_load_names_what_is_wrong_with_a_run_id_while_runs_are_stored(ma
     asks for, instead of reporting nothing stored or the driver's encoding error."""
     async with make_store() as store:
         await store.commit(ExecutionContext(new_id(), {"messages": ["a"]}))
-        for bad, why in (("bad\x00id", "NUL"), ("bad\ud800id", "Unicode"), ("x" * 5000, "long"), ("", "empty")):
+        for bad, why in (
+            ("bad\x00id", "NUL"),
+            ("bad\ud800id", "Unicode"),
+            ("x" * 5000, "long"),
+            ("", "empty"),
+        ):
             with pytest.raises(ConfigError, match=why):
                 await store.load(bad)
 
