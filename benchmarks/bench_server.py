@@ -21,7 +21,9 @@ in Python and made the clients, not the server, the bound on full bodies.
    50-client full-body run, its floor: a plain asyncio server (another process, on
    uvloop like the service, no framework, no store) sending the same bytes to the same
    clients, which is what moving that many bytes through loopback costs on this host.
-   Each 50-client line gives the CPU the server and the clients used (cores). Then 50 clients polling once a
+   Each 50-client line gives the CPU the server and the clients used (cores). Then the
+   run moves one step (a PATCH appends ~8 KiB of messages) and 1 and 50 clients that hold
+   the version before it re-read it as a delta (``If-None-Match`` + ``A-IM``: 226). Then 50 clients polling once a
    second (dashboards), gzip and 304.
 2. Update (PATCH a small change into a PAUSED run) on a small run and on the 10 MiB run,
    against ``store.update_state`` in this process.
@@ -54,7 +56,7 @@ MIB = 1024 * 1024
 TARGET_MS = 50.0
 BROWSER = "gzip, deflate, br, zstd"
 """What browsers send today."""
-HEADERS = {"identity": "identity", "gzip": "gzip", "zstd": BROWSER, "304": "identity"}
+HEADERS = {"identity": "identity", "gzip": "gzip", "zstd": BROWSER, "304": "identity", "delta": BROWSER}
 
 
 def pct(values: list[float], p: float) -> float:
@@ -154,12 +156,15 @@ def worker_reads(spec: dict[str, Any]) -> dict[str, Any]:
     port, path, mode = spec["port"], spec["path"], spec["mode"]
     conns = [Conn.open(port) for _ in range(spec["clients"])]
     headers = {"Accept-Encoding": HEADERS[mode]}
+    if mode == "delta":  # the version the client holds, from before the run moved
+        headers |= {"If-None-Match": spec["held"], "A-IM": "tether-diff"}
+    want = {"304": 304, "delta": 226}.get(mode, 200)
     status, first, size = conns[0].get(path, headers)
-    assert status == 200, status
-    assert first.get("content-encoding", "identity") == {"304": "identity"}.get(mode, mode), first
+    assert status == (200 if mode == "304" else want), status
+    if mode != "delta":  # a delta's zstd is made in the background: gzip until then
+        assert first.get("content-encoding", "identity") == {"304": "identity"}.get(mode, mode), first
     if mode == "304":
         headers["If-None-Match"] = first["etag"]
-    want = 304 if mode == "304" else 200
     times: list[float] = []
     sizes: list[int] = []
     failed: list[BaseException] = []
@@ -314,7 +319,11 @@ def run_measured(spec: dict[str, Any], server_pid: int) -> dict[str, Any]:
     return result
 
 
-def cpu_note(r: dict[str, Any]) -> str:
+def cpu_note(r: dict[str, Any], clients: int) -> str:
+    """The cores the server and the clients used; not for one client, whose timed requests
+    are too few beside the untimed first one (which may build the body)."""
+    if clients < 2:
+        return ""
     return f"  CPU: server {r['server_cpu'] / r['wall']:.2f}, clients {r['cpu'] / r['wall']:.2f} cores"
 
 
@@ -356,6 +365,19 @@ async def seed(url: str, runs: int) -> tuple[str, str, int]:
     import orjson
 
     return big, small, len(orjson.dumps(state))
+
+
+def conversation_step() -> list[Any]:
+    """One step's messages (a tool call and its result, about 8 KiB), from the same generator."""
+    from bench_stores import conversation
+
+    return list(conversation(random.Random(25), 8 * 1024))
+
+
+def encode_json(value: Any) -> bytes:
+    import orjson
+
+    return orjson.dumps(value)
 
 
 async def store_reads(url: str, run_id: str, n: int) -> tuple[list[float], list[float]]:
@@ -633,13 +655,16 @@ async def main() -> None:
                         f"API, {clients:>2} client(s), {labels[mode]}",
                         r["times"],
                         b50,
-                        f"  {rps:6.1f} req/s, body {r['body'] / 1024:,.0f} KiB{cpu_note(r)}",
+                        f"  {rps:6.1f} req/s, body {r['body'] / 1024:,.0f} KiB{cpu_note(r, clients)}",
                     )
                     if clients > 1 and mode != "304":  # the floor right after, same load on the host
                         spec = {"job": "reads", "port": raw_port, "path": f"/{mode}", "clients": clients}
                         r = run_measured(spec | {"reads": n, "mode": "identity"}, raw.pid)
                         p50, _ = line(
-                            "   floor: same bytes, plain asyncio server", r["times"], b50, cpu_note(r)
+                            "   floor: same bytes, plain asyncio server",
+                            r["times"],
+                            b50,
+                            cpu_note(r, clients),
                         )
                         print(
                             f"   {'':<44} the API's p50 is {results[(clients, mode)][0] / p50:.2f}x this floor"
@@ -654,6 +679,27 @@ async def main() -> None:
                 | {"mode": mode, "period": 1.0}
             )
             line(f"API, {args.clients} clients polling 1/s, {mode}", r["times"], b50)
+        # the run moves one step; clients that hold the version before it re-read it as a delta
+        held = httpx.get(f"{base}{path}", headers={"Accept-Encoding": BROWSER}).headers["etag"]
+        step = conversation_step()
+        moved = httpx.patch(
+            f"{base}{path}", json={"nodeId": "work", "stateData": {"messages": step}}, timeout=60
+        )
+        assert moved.status_code == 200, moved.text
+        print(
+            f"   the run moved one step ({len(step)} messages, {len(encode_json(step)) / 1024:.1f} KiB of "
+            f"JSON appended); clients holding the version before it send If-None-Match and A-IM"
+        )
+        for clients in (1, args.clients):
+            spec = {"job": "reads", "port": port, "path": path, "clients": clients, "held": held}
+            r = run_measured(spec | {"reads": reads * 10, "mode": "delta"}, proc.pid)
+            rps = len(r["times"]) / r["wall"]
+            results[(clients, "delta")] = line(
+                f"API, {clients:>2} client(s), delta read (226)",
+                r["times"],
+                b50,
+                f"  {rps:6.1f} req/s, body {r['body'] / 1024:,.1f} KiB{cpu_note(r, clients)}",
+            )
         cpu = await in_process_304(url, big, 500 if args.quick else 3000)
         print(f"   server CPU for one 304, in-process (ASGI call, no socket): {cpu * 1000:.3f} ms")
         import zstandard
@@ -708,6 +754,7 @@ async def main() -> None:
             ("gzip", "full body, gzip"),
             ("identity", "full body"),
             ("304", "304"),
+            ("delta", "delta after one step (226)"),
         ):
             p50, p95 = results[(args.clients, mode)]
             verdict = "met" if max(p50, p95) * 1000 < TARGET_MS else "not met"
