@@ -7,12 +7,20 @@ Profiles every call into tether's own modules (``sys.setprofile``) on an SQLite 
 collapses consecutive calls in one module into one stop, and prints the stops and, per
 module, how many times the path came back to it after leaving it. ``--all`` prints every
 stop (default: the store's part, from ``CheckpointStore.commit`` on).
+
+Only calls count, not resumptions: when an awaited future completes (here the SQLite
+backend's transaction, done on its DB thread), the task resumes every coroutine frame of its
+await chain, from ``Runner.start`` down to the one that awaited, and the profiler reports
+each as a "call". Those frames were already on the path and nothing new is called there,
+so a frame reported a second time is skipped. The transaction's body itself runs on the DB
+thread, which this profiler (set for the event loop's thread only) does not follow.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import inspect
 import sys
 import tempfile
 from types import FrameType
@@ -20,6 +28,8 @@ from typing import Any
 
 from tether.runtime import Runner, Step, StepContext, Workflow
 from tether.stores import open_store
+
+_SUSPENDS = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 
 
 async def _step(sc: StepContext) -> dict[str, Any]:
@@ -29,11 +39,16 @@ async def _step(sc: StepContext) -> dict[str, Any]:
 async def trace() -> tuple[list[str], int]:
     stops: list[str] = []
     commit_at = -1
+    started: dict[int, FrameType] = {}  # coroutine frames seen (held, so no id is reused)
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
         nonlocal commit_at
         if event != "call":
             return
+        if frame.f_code.co_flags & _SUSPENDS:
+            if id(frame) in started:
+                return  # a coroutine resumed after an await: no new call
+            started[id(frame)] = frame
         module = str(frame.f_globals.get("__name__", ""))
         if not module.startswith("tether.") or module == "tether.errors":
             return

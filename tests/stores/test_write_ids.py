@@ -148,6 +148,21 @@ async def test_run_ids_are_checked_by_every_entry_point(make_store: Any) -> None
                 await call("bad\x00id")
 
 
+async def test_a_load_names_what_is_wrong_with_a_run_id_while_runs_are_stored(make_store: Any) -> None:
+    """A store that holds runs (and reads small ones at once) still checks the id a load
+    asks for, instead of reporting nothing stored or the driver's encoding error."""
+    async with make_store() as store:
+        await store.commit(ExecutionContext(new_id(), {"messages": ["a"]}))
+        for bad, why in (
+            ("bad\x00id", "NUL"),
+            ("bad\ud800id", "Unicode"),
+            ("x" * 5000, "long"),
+            ("", "empty"),
+        ):
+            with pytest.raises(ConfigError, match=why):
+                await store.load(bad)
+
+
 @pytest.mark.parametrize("name", ["postgresql", "mysql"])
 async def test_a_reply_dropped_on_the_wire_then_more_changes(name: str, tmp_path: Any) -> None:
     """The database commits the write and the connection drops before its reply: the

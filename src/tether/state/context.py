@@ -19,6 +19,7 @@ from tether.state.values import check_run_id, check_text, check_value, copy_valu
 __all__ = ["Changes", "Delta", "ExecutionContext"]
 
 _MISSING = object()
+_new_tuple = tuple.__new__
 
 
 @dataclass(slots=True, kw_only=True)
@@ -29,6 +30,11 @@ class Delta:
     executed: list[str] = field(default_factory=list)
     full: bool = False
     """True when only a whole-state write is correct (new run, restore, delete)."""
+
+
+_CLEAN = Delta()
+"""A context's delta right after a save, shared and never changed: the first change
+records into a new one (most commits hand over nothing more than this)."""
 
 
 class Changes(NamedTuple):
@@ -214,7 +220,7 @@ class ExecutionContext:
                 if self._lent:
                     self._own()
                 del self._state[key]
-                self._delta.full = True  # rare: a whole write is simpler than a del op
+                self._recording().full = True  # rare: a whole write is simpler than a del op
                 _flag(self._dated, key, False)
 
     def mark_executed(self, node_id: str) -> None:
@@ -224,7 +230,7 @@ class ExecutionContext:
             if node_id not in self._executed_set:
                 self._executed.append(node_id)
                 self._executed_set.add(node_id)
-                self._delta.executed.append(node_id)
+                self._recording().executed.append(node_id)
             self.node_id = node_id
 
     def register_reducer(self, key_or_pattern: str, reducer: Reducer | str) -> None:
@@ -236,12 +242,22 @@ class ExecutionContext:
         self._state = dict(self._state)
         self._lent = 0
 
+    def _recording(self) -> Delta:
+        """The delta to record a change into (a new one after a save)."""
+        d = self._delta
+        if d is _CLEAN:
+            d = self._delta = Delta()
+        return d
+
     def _record(self, key: str, op: str, arg: Any) -> None:
-        if self._delta.full:
+        d = self._delta
+        if d.full:
             return
+        if d is _CLEAN:
+            d = self._delta = Delta()
         if op == "set":  # an overwrite makes earlier ops on the key dead weight
-            self._delta.ops = [o for o in self._delta.ops if o[0] != key]
-        self._delta.ops.append((key, op, arg))
+            d.ops = [o for o in d.ops if o[0] != key]
+        d.ops.append((key, op, arg))
 
     # -- whole state ---------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -283,7 +299,7 @@ class ExecutionContext:
         ctx._executed_set = set(executed)
         ctx.version = version
         ctx.node_id = node_id
-        ctx._delta = Delta()
+        ctx._delta = _CLEAN
         return ctx
 
     def pending(self) -> Delta:
@@ -317,18 +333,24 @@ class ExecutionContext:
                 # still counted as lent if it holds ``_state`` (see restore_changes)
                 return unsettled._replace(followed=d.full or bool(d.ops) or bool(d.executed))
             taken = self._delta
-            self._delta = Delta(full=False)
+            self._delta = _CLEAN
             dated = self._dated
             self._lent += 1  # lent, not copied: the next change copies it if still out
-            return Changes(
-                self.run_id,
-                self.version,
-                tuple(taken.ops),
-                tuple(taken.executed),
-                taken.full,
-                self._state,
-                tuple(self._executed),
-                None if dated is None else bool(dated),
+            # every field given, in order: no call of the named tuple's Python ``__new__``
+            return _new_tuple(
+                Changes,
+                (
+                    self.run_id,
+                    self.version,
+                    tuple(taken.ops),
+                    tuple(taken.executed),
+                    taken.full,
+                    self._state,
+                    tuple(self._executed),
+                    None if dated is None else bool(dated),
+                    "",
+                    False,
+                ),
             )
 
     def restore_changes(self, changes: Changes) -> None:

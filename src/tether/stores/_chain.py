@@ -193,6 +193,9 @@ class Plan(NamedTuple):
     it found (None: not walked)."""
 
 
+_new_tuple = tuple.__new__
+"""Builds a named tuple from all its fields, in order, without its Python ``__new__``."""
+
 _OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
 
 
@@ -229,23 +232,19 @@ class ChainEngine:
         """The write a commit of ``changes`` makes after the chain ``known``: a delta of
         the reducers' ops, a full state when the run is new, restored or due for
         compaction, and a segment when the deltas at the end of the chain are enough."""
-        head = {"v": SCHEMA_VERSION, "node": node, "status": str(status), "ts": now, "meta": meta}
-        w = Write(
-            run_id=changes.run_id,
-            kind="delta",
-            payload=b"",
-            node_id=node,
-            status=status,
-            created_at=now,
-            expires_at=expires_at,
-            expected_version=changes.version,
-            require_status=require_status,
-            write_id=write_id,
-        )
         if not changes.full and changes.version > 0:
             ops = [[k, op, arg] for k, op, arg in changes.ops]
             payload = self.codec.encode(
-                {**head, "kind": "delta", "ops": ops, "executed": list(changes.executed)}
+                {
+                    "v": SCHEMA_VERSION,
+                    "node": node,
+                    "status": str(status),
+                    "ts": now,
+                    "meta": meta,
+                    "kind": "delta",
+                    "ops": ops,
+                    "executed": list(changes.executed),
+                }
             )
             rewrite = sum(
                 len(ormsgpack.packb(arg, default=_no_default, option=_OPTS))
@@ -255,14 +254,26 @@ class ChainEngine:
             rewrite = min(rewrite, len(payload))
             growth = len(payload) - rewrite
             if not self.policy.due(known.chain, growth=growth, rewrite=rewrite, sealed=self.seals):
-                w.payload, w.growth_bytes, w.rewrite_bytes = payload, growth, rewrite
+                w = Write(
+                    run_id=changes.run_id,
+                    kind="delta",
+                    payload=payload,
+                    node_id=node,
+                    status=status,
+                    created_at=now,
+                    expires_at=expires_at,
+                    expected_version=changes.version,
+                    require_status=require_status,
+                    growth_bytes=growth,
+                    rewrite_bytes=rewrite,
+                    write_id=write_id,
+                )
                 if known.tail is not None and self.seals:
                     seal_from, level, packed = self.seal(changes.run_id, changes.version, known.tail, payload)
                     if level:
                         w.kind, w.payload, w.seal_from = "segment", packed, seal_from
-                        return Plan(w, level, payload)
-                return Plan(w, 0, b"")
-        full = {**head, "kind": "full", "executed": list(changes.all_executed)}
+                        return _new_tuple(Plan, (w, level, payload, None))
+                return _new_tuple(Plan, (w, 0, b"", None))
         walked = None
         if meta_dated or changes.datetimes:
             dated = True
@@ -270,10 +281,32 @@ class ChainEngine:
             dated = walked = any(check_value(value, key=key) for key, value in changes.state.items())
         else:
             dated = False
+        full = {
+            "v": SCHEMA_VERSION,
+            "node": node,
+            "status": str(status),
+            "ts": now,
+            "meta": meta,
+            "kind": "full",
+            "executed": list(changes.all_executed),
+        }
         payload, state_at = self.encode_full(full, changes.state, datetimes=dated)
-        w.kind, w.payload, w.state_at, w.dated = "full", payload, state_at, dated
-        w.head = full if state_at else None
-        return Plan(w, 0, b"", walked)
+        w = Write(
+            run_id=changes.run_id,
+            kind="full",
+            payload=payload,
+            node_id=node,
+            status=status,
+            created_at=now,
+            expires_at=expires_at,
+            expected_version=changes.version,
+            require_status=require_status,
+            state_at=state_at,
+            head=full if state_at else None,
+            dated=dated,
+            write_id=write_id,
+        )
+        return _new_tuple(Plan, (w, 0, b"", walked))
 
     def seal(self, run_id: str, version: int, tail: list[Carrier], payload: bytes) -> tuple[int, int, bytes]:
         """``(seal_from, level, segment)`` for a delta about to become ``version + 1``:
@@ -322,7 +355,7 @@ class ChainEngine:
         ``tail`` is taken over: the caller keeps no other use of it."""
         write = plan.write
         if not self.seals:  # a store that never seals needs no rows
-            return Known(version, chain, None)
+            return _new_tuple(Known, (version, chain, None, 0))
         if write.kind == "full":
             return Known(version, chain, [])
         if tail is None:

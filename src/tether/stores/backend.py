@@ -24,7 +24,7 @@ from tether.state.model import ChainStats, Checkpoint, CheckpointInfo, RunInfo, 
 if TYPE_CHECKING:
     from tether.stores._chain import Write
 
-__all__ = ["Backend", "Capabilities", "LatestCache", "StoredRow", "remember", "utc"]
+__all__ = ["Backend", "Capabilities", "InlineLatest", "LatestCache", "StoredRow", "remember", "utc"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +144,18 @@ class LatestCache(Protocol):
 
     def loaded_latest(self, run_id: str, cp: Checkpoint, plain: bool) -> None:
         """A load replayed the latest chain into ``cp`` (``plain``: no key guards it)."""
+
+
+@runtime_checkable
+class InlineLatest(Protocol):
+    """A backend that can read some runs' latest chains without awaiting (an embedded
+    database's small chains, where a thread hop would cost more than the read):
+    :meth:`CheckpointStore.load` asks it first."""
+
+    def latest_chain_inline(self, run_id: str) -> list[tuple[int, bytes]] | None:
+        """``(version, payload)`` of the latest chain, read at once (``[]``: nothing
+        stored), or None when :meth:`Backend.read_chain` must be awaited for it."""
+        ...
 
 
 HINTS_MAX = 4096

@@ -24,7 +24,7 @@ from tether.state.serde import Codec, is_plain
 from tether.state.values import check_run_id, check_value
 from tether.stores._chain import ChainEngine, Known, Plan, StaleSeal, Write, known_kept
 from tether.stores._retry import RetryPolicy, retry_call
-from tether.stores.backend import Backend, Capabilities, LatestCache, StoredRow, remember
+from tether.stores.backend import Backend, Capabilities, InlineLatest, LatestCache, StoredRow, remember
 from tether.stores.policies import CompactionPolicy, ExpiryPolicy
 from tether.stores.runs import RunOperations
 
@@ -84,13 +84,22 @@ class CheckpointStore(RunOperations):
     ) -> None:
         self._backend = backend
         self._latest_cache = backend if isinstance(backend, LatestCache) else None
-        self.codec = codec or Codec()
+        self._latest_inline = (
+            backend.latest_chain_inline
+            if isinstance(backend, InlineLatest) and self._latest_cache is None
+            else None
+        )
+        caps = backend.capabilities
+        self._engine = ChainEngine(
+            codec or Codec(),
+            compaction or CompactionPolicy(),
+            seals=caps.seals,
+            splits_state=caps.splits_state,
+        )
         self.expiry = expiry or ExpiryPolicy()
-        self.compaction = compaction or CompactionPolicy()
         self.retry = retry or RetryPolicy()
-        self._write_ids = itertools.count(1)
-        self._writer = os.urandom(6).hex()
-        self._engine: ChainEngine | None = None
+        self._write_ids = map(f"{os.urandom(6).hex()}.{{}}".format, itertools.count(1))
+        """New write ids: this store's random tag and a counter (unique across processes)."""
         self._chains_seen: dict[str, Known] = {}
         """Per run, what this store last wrote or read of its chain (bounded: ``remember``)."""
 
@@ -126,13 +135,27 @@ class CheckpointStore(RunOperations):
     @property
     def engine(self) -> ChainEngine:
         """The chain engine for this store's codec, compaction policy and backend."""
+        return self._engine
+
+    @property
+    def codec(self) -> Codec:
+        """How payloads become bytes (encryption, compression)."""
+        return self._engine.codec
+
+    @codec.setter
+    def codec(self, codec: Codec) -> None:
         e = self._engine
-        if e is None or e.policy is not self.compaction or e.codec is not self.codec:
-            caps = self.capabilities
-            e = self._engine = ChainEngine(
-                self.codec, self.compaction, seals=caps.seals, splits_state=caps.splits_state
-            )
-        return e
+        self._engine = ChainEngine(codec, e.policy, seals=e.seals, splits_state=e.splits_state)
+
+    @property
+    def compaction(self) -> CompactionPolicy:
+        """When a save writes a full state instead of a delta."""
+        return self._engine.policy
+
+    @compaction.setter
+    def compaction(self, policy: CompactionPolicy) -> None:
+        e = self._engine
+        self._engine = ChainEngine(e.codec, policy, seals=e.seals, splits_state=e.splits_state)
 
     def __getattr__(self, name: str) -> Any:
         """The backend's public settings (``store.path``, ``store.checkpoint_bytes``…)."""
@@ -141,10 +164,6 @@ class CheckpointStore(RunOperations):
             raise AttributeError(name)
         return getattr(backend, name)
 
-    def _write_id(self) -> str:
-        """A new write id: this store's random tag and a counter (unique across processes)."""
-        return f"{self._writer}.{next(self._write_ids)}"
-
     async def _retry(self, call: Callable[[], Awaitable[T]], failed: StoreUnavailable) -> T:
         """Run ``call`` again after it failed with ``failed`` (see :class:`RetryPolicy`)."""
         return await retry_call(self.retry, type(self).__name__, call, failed)
@@ -152,9 +171,9 @@ class CheckpointStore(RunOperations):
     async def _write_retried(self, w: Write) -> tuple[int, ChainStats]:
         """``_write`` with the retry policy (the write id makes a retry safe)."""
         try:
-            return await self._write(w)
+            return await self._backend.append(w)
         except StoreUnavailable as exc:
-            return await self._retry(lambda: self._write(w), exc)
+            return await self._retry(lambda: self._backend.append(w), exc)
 
     # == the backend's operations, as the store and its run operations call them =======
     async def setup(self) -> None:
@@ -242,19 +261,20 @@ class CheckpointStore(RunOperations):
         stores nothing; else they land now. What was recorded since follows at the next
         version, in the same call.
         """
+        # Calls its helpers only before it takes the changes, and the backend directly: a
+        # reader follows one commit through each module once (benchmarks/trace_commit.py).
         meta = dict(metadata) if metadata else {}
         meta_dated = bool(meta) and check_value(meta, key="metadata")
         now = time.time()
         node = node_id if node_id is not None else ctx.node_id
-        changes = ctx.take_changes()
-        write_id = changes.write_id or self._write_id()
         engine = self._engine
-        if engine is None or engine.policy is not self.compaction or engine.codec is not self.codec:
-            engine = self.engine
+        changes = ctx.take_changes()
+        write_id = changes.write_id or next(self._write_ids)
         final = status
         if changes.followed:  # a catch-up write: the status changes with the last one only
             status = _require_status or status
         try:
+            expires_at = self.expiry.expires_at(status, now)
             known = known_kept(self._chains_seen, changes) or await self._known_for(changes)
             plan = engine.plan(
                 changes,
@@ -264,14 +284,17 @@ class CheckpointStore(RunOperations):
                 meta=meta,
                 meta_dated=meta_dated,
                 now=now,
-                expires_at=self.expiry.expires_at(status, now),
+                expires_at=expires_at,
                 require_status=_require_status,
                 write_id=write_id,
             )
             tail = known.tail if not changes.write_id else None  # a retry: the rows are not known
             write = plan.write
             try:
-                version, chain = await self._write_retried(write)
+                try:
+                    version, chain = await self._backend.append(write)
+                except StoreUnavailable as exc:  # the write id makes a retry safe
+                    version, chain = await self._retry(lambda: self._write(write), exc)
             except StaleSeal:
                 write.kind, write.payload, write.seal_from = "delta", plan.plain, 0
                 # the rows are not what was seen: no seal until a full row
@@ -312,7 +335,7 @@ class CheckpointStore(RunOperations):
             checkpoint,
             expected_version=expected_version,
             expires_at=self.expiry.expires_at(RunStatus(checkpoint.status), time.time()),
-            write_id=self._write_id(),
+            write_id=next(self._write_ids),
         )
         version, _ = await self._write_retried(write)
         return version
@@ -320,16 +343,24 @@ class CheckpointStore(RunOperations):
     # == reading ===================================================================
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         """The checkpoint at ``version`` (latest when None), or None if not stored."""
+        chain = None
         cache = self._latest_cache
-        if cache is not None and version is None and type(run_id) is str:
-            cp = cache.cached_latest(run_id)  # only a stored run's (checked) id is found there
-            if cp is not None:
-                return cp
+        if version is None and type(run_id) is str:  # only a stored run's (checked) id is found
+            inline = self._latest_inline
+            if inline is not None:
+                chain = inline(run_id)
+                if chain:
+                    return self._engine.checkpoint_of(run_id, chain)
+            elif cache is not None:
+                cp = cache.cached_latest(run_id)
+                if cp is not None:
+                    return cp
         check_run_id(run_id)
-        try:
-            chain = await self._read_chain(run_id, version)
-        except StoreUnavailable as exc:
-            chain = await self._retry(lambda: self._read_chain(run_id, version), exc)
+        if chain is None:
+            try:
+                chain = await self._read_chain(run_id, version)
+            except StoreUnavailable as exc:
+                chain = await self._retry(lambda: self._read_chain(run_id, version), exc)
         if chain:
             cp = self.engine.checkpoint_of(run_id, chain)
             if cache is not None and version is None:

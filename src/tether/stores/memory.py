@@ -21,6 +21,8 @@ from tether.stores.base import CheckpointStore
 
 __all__ = ["InMemoryStore", "MemoryBackend"]
 
+_new_tuple = tuple.__new__
+
 
 @dataclass(slots=True)
 class _Run:
@@ -93,7 +95,7 @@ class MemoryBackend:
     async def append(self, w: Write) -> tuple[int, ChainStats]:
         with self._lock:
             old = self._runs.get(w.run_id)
-            run = self._live(w.run_id)
+            run = old if old is None or old.live(_now()) else None
             if run is None and old is not None:
                 if w.expected_version:  # gone under its writer
                     raise RunExpired(w.run_id)
@@ -117,7 +119,8 @@ class MemoryBackend:
                 for v in range(w.seal_from + 1, version):
                     run.rows[v] = run.rows[v]._replace(kind="sealed", payload=b"")
                 kind, payload = "sealed", b""
-            run.rows[version] = StoredRow(w.run_id, version, kind, w.node_id, w.status, w.created_at, payload)
+            row = (w.run_id, version, kind, w.node_id, w.status, w.created_at, payload)
+            run.rows[version] = _new_tuple(StoredRow, row)  # (all fields: no Python ``__new__``)
             self._written(run, w, version)
             return version, chain
 

@@ -216,10 +216,8 @@ class SqliteBackend(SqlBackend):
 
     def _written(self, nbytes: int) -> None:
         """Count a commit's WAL bytes (its payload plus the ~4 pages of rows and indexes
-        any commit rewrites); past ``checkpoint_bytes``, start a background checkpoint
+        any commit rewrites); past ``checkpoint_bytes`` (> 0), start a background checkpoint
         unless one is running (a later commit will)."""
-        if not self.checkpoint_bytes:
-            return
         self._unchecked += nbytes + 4 * self._page
         if self._unchecked < self.checkpoint_bytes:
             return
@@ -325,13 +323,14 @@ class SqliteBackend(SqlBackend):
             _hint(self._chain_bytes, w.run_id, None)
             raise
         _hint(self._chain_bytes, w.run_id, chain.base_bytes + chain.growth_bytes + chain.rewrite_bytes)
-        self._written(len(w.payload))
+        if self.checkpoint_bytes:
+            self._written(len(w.payload))
         return version, chain
 
-    def _inline_chain(self, run_id: str) -> list[tuple[int, bytes]] | None:
-        """The latest chain, read right here on the event loop, or None when the general path
+    def latest_chain_inline(self, run_id: str) -> list[tuple[int, bytes]] | None:
+        """The latest chain, read right here on the event loop, or None when ``read_chain``
         must read it: the chain is big (or unknown and big), a transaction holds the
-        connection, or an error the general path will report. What ``_read_chain`` would
+        connection, or an error the general path will report. What ``read_chain`` would
         do, minus its layers: at 1 KB a load is all fixed costs."""
         conn = self._conn
         if conn is None or self._lock.locked():
@@ -355,7 +354,7 @@ class SqliteBackend(SqlBackend):
                 chain = chain_of(conn.execute(CHAIN_SQL, (run_id, time.time())).fetchall())
             else:
                 return None
-        except sqlite3.Error:
+        except (sqlite3.Error, ValueError):  # (a run id SQLite cannot encode: the caller says why)
             return None
         if not chain:
             read = None
@@ -375,7 +374,7 @@ class SqliteBackend(SqlBackend):
 
     async def read_chain(self, run_id: str, version: int | None) -> list[tuple[int, bytes]]:
         if version is None:
-            chain = self._inline_chain(run_id)
+            chain = self.latest_chain_inline(run_id)
             if chain is not None:
                 return chain
         chain = await super().read_chain(run_id, version)
