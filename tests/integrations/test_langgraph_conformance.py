@@ -41,7 +41,9 @@ async def test_the_langgraph_conformance_suite_passes_in_full(backend: str, tmp_
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql", "redis"])
-async def test_the_conformance_suite_passes_on_a_saver_opened_for_sync_graphs(backend: str, tmp_path: Path) -> None:
+async def test_the_conformance_suite_passes_on_a_saver_opened_for_sync_graphs(
+    backend: str, tmp_path: Path
+) -> None:
     """``with TetherSaver.from_url(url)`` runs the saver in its callers' threads, with the
     store calls of a step on a synchronous connection: the same suite passes on it."""
     url = require_url(backend, tmp_path)
