@@ -93,13 +93,19 @@ def blocking_twin(store: CheckpointStore, url: str, options: dict[str, Any]) -> 
             return None
     except ImportError:
         return None
-    return type(store).wrap(
+    twin = type(store).wrap(
         backend,
         codec=store.codec,
         expiry=store.expiry,
         compaction=store.compaction,
         retry=RetryPolicy(attempts=1),
     )
+    try:
+        run_inline(twin.get_run("tether-connect"))  # connect now, as the store's setup did
+    except BaseException:
+        run_inline(twin.aclose())
+        raise
+    return twin
 
 
 # == SQLite: its own connection, used in the caller's thread ==========================
