@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tether.errors import CheckpointCorrupt, DecryptionError, RunExpired
+from tether.errors import CheckpointCorrupt, ConfigError, DecryptionError, RunExpired
 from tether.state import Checkpoint, Codec, ExecutionContext, RunStatus, generate_key
 from tether.stores.memory import InMemoryStore
 
@@ -31,6 +31,24 @@ def make(**options: Any) -> InMemoryStore:
 
 def msg(i: int) -> dict[str, Any]:
     return {"role": "user", "content": f"message {i}", "id": i}
+
+
+class _Id(str):
+    """A run id that is a str subclass: refused, as every store refuses it."""
+
+
+async def test_load_takes_its_arguments_and_checks_the_id_as_every_store_does() -> None:
+    store = make()
+    ctx = await chain(store, 2)
+    latest = await store.load(ctx.run_id)
+    assert latest is not None and latest.version == 2
+    first = await store.load(ctx.run_id, version=1)
+    assert first is not None and first.version == 1 and first.state["messages"] == [msg(0)]
+    assert await store.load(run_id=ctx.run_id) == latest
+    with pytest.raises(ConfigError, match="non-empty str"):
+        await store.load(_Id(ctx.run_id))
+    with pytest.raises(ConfigError, match="non-empty str"):
+        await store.load("")
 
 
 async def chain(store: InMemoryStore, steps: int, run_id: str | None = None) -> ExecutionContext:

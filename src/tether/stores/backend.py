@@ -15,7 +15,7 @@ runs against it once its URL is set.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
@@ -24,7 +24,16 @@ from tether.state.model import ChainStats, Checkpoint, CheckpointInfo, RunInfo, 
 if TYPE_CHECKING:
     from tether.stores._chain import Write
 
-__all__ = ["Backend", "Capabilities", "InlineLatest", "LatestCache", "StoredRow", "remember", "utc"]
+__all__ = [
+    "Backend",
+    "Capabilities",
+    "InlineLatest",
+    "LatestCache",
+    "Load",
+    "StoredRow",
+    "remember",
+    "utc",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,13 +142,21 @@ class Backend(Protocol):
         """Release connections; the backend is unusable afterwards."""
 
 
+class Load(Protocol):
+    """What ``CheckpointStore.load`` is: the checkpoint at a version (latest when None)."""
+
+    def __call__(self, run_id: str, version: int | None = None) -> Coroutine[Any, Any, Checkpoint | None]: ...
+
+
 @runtime_checkable
 class LatestCache(Protocol):
-    """A backend that keeps runs' latest checkpoints ready (opt-in: see ``memory_cached``);
-    :meth:`CheckpointStore.load` asks it first, and tells it what a load replayed."""
+    """A backend that keeps runs' latest checkpoints ready (opt-in: see ``memory_cached``):
+    its :meth:`front` becomes the store's ``load``, and the store tells it what a load
+    replayed."""
 
-    def cached_latest(self, run_id: str) -> Checkpoint | None:
-        """The latest checkpoint, or None when the cache holds nothing for the run."""
+    def front(self, load: Load) -> Load:
+        """``load`` (the store's own) with the cache asked first, as one function: a load
+        the cache answers is one call (a hot path: see benchmarks/README.md)."""
         ...
 
     def loaded_latest(self, run_id: str, cp: Checkpoint, plain: bool) -> None:

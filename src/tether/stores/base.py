@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from types import MethodType
 from typing import Any, ClassVar, Self, TypeVar
 
 from tether.errors import CheckpointCorrupt, ConfigError, RunExpired, StoreUnavailable
@@ -84,6 +85,8 @@ class CheckpointStore(RunOperations):
     ) -> None:
         self._backend = backend
         self._latest_cache = backend if isinstance(backend, LatestCache) else None
+        if self._latest_cache is not None:  # the cache answers in front of the load below
+            self.load = self._latest_cache.front(MethodType(CheckpointStore.load, self))  # type: ignore[method-assign]
         self._latest_inline = (
             backend.latest_chain_inline
             if isinstance(backend, InlineLatest) and self._latest_cache is None
@@ -344,17 +347,12 @@ class CheckpointStore(RunOperations):
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         """The checkpoint at ``version`` (latest when None), or None if not stored."""
         chain = None
-        cache = self._latest_cache
         if version is None and type(run_id) is str:  # only a stored run's (checked) id is found
             inline = self._latest_inline
             if inline is not None:
                 chain = inline(run_id)
                 if chain:
                     return self._engine.checkpoint_of(run_id, chain)
-            elif cache is not None:
-                cp = cache.cached_latest(run_id)
-                if cp is not None:
-                    return cp
         check_run_id(run_id)
         if chain is None:
             try:
@@ -363,6 +361,7 @@ class CheckpointStore(RunOperations):
                 chain = await self._retry(lambda: self._read_chain(run_id, version), exc)
         if chain:
             cp = self.engine.checkpoint_of(run_id, chain)
+            cache = self._latest_cache
             if cache is not None and version is None:
                 cache.loaded_latest(run_id, cp, all(is_plain(p) for _, p in chain))
             return cp

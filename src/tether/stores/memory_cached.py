@@ -23,7 +23,7 @@ from tether.state.model import Checkpoint, RunStatus, make_checkpoint
 from tether.state.serde import SCHEMA_VERSION, pack_plain, plain_decoder, unpack_dated
 from tether.state.values import copy_value
 from tether.stores._chain import Write
-from tether.stores.backend import Capabilities
+from tether.stores.backend import Capabilities, Load
 from tether.stores.memory import MemoryBackend, _Run
 
 __all__ = ["CachedMemoryBackend"]
@@ -80,28 +80,33 @@ class CachedMemoryBackend(MemoryBackend):
         return await super().rebase(run_id, version, payload)
 
     # -- the cache (``CheckpointStore.load`` asks it first) ---------------------------
-    def cached_latest(self, run_id: str) -> Checkpoint | None:
-        """The latest checkpoint from the cache, or None when it holds nothing for the run."""
-        run = self._runs.get(run_id)  # one dict read, atomic: writers swap whole values
-        if run is None:
-            return None
-        hit, expires = run.latest, run.expires_at
-        if hit is not None and (expires is None or expires > _now()):
-            number, decode, body, node, executed, meta, when, status = hit
-            try:
-                state = decode(body)
-                extra = None if meta is None else unpack_dated(meta)
-            except Exception as exc:  # bytes this process packed: only a bug lands here
-                raise CheckpointCorrupt(
-                    f"cached state unreadable ({exc})", run_id=run_id, version=number
-                ) from exc
-            return make_checkpoint(run_id, node, state, executed, when, number, status, extra)
-        kept = run.kept
-        if kept is not None and run.live(_now()):
-            number, state, node, executed, kmeta, when, status = kept
-            copied = None if kmeta is None else copy_value(kmeta)
-            return make_checkpoint(run_id, node, copy_value(state), executed, when, number, status, copied)
-        return None
+    def front(self, load: Load) -> Load:
+        """``load`` with the cache asked first: the latest checkpoint of a stored run from
+        what a save kept (its state decoded, the rest as objects) or from a chain's kept
+        copy; anything else from ``load``. One function, the store's ``load``: a load the
+        cache answers is one call (a hot path: see benchmarks/README.md)."""
+        runs = self._runs  # the same dict for the backend's life: writers swap whole values
+
+        async def load_latest_first(run_id: str, version: int | None = None) -> Checkpoint | None:
+            # only a stored run's (checked) id is found in ``runs``
+            run = runs.get(run_id) if version is None and type(run_id) is str else None
+            if run is not None:
+                hit, expires = run.latest, run.expires_at
+                if hit is not None and (expires is None or expires > _now()):
+                    number, decode, body, node, executed, meta, when, status = hit
+                    try:
+                        state = decode(body)
+                        extra = None if meta is None else unpack_dated(meta)
+                    except Exception as exc:  # bytes this process packed: only a bug lands here
+                        raise CheckpointCorrupt(
+                            f"cached state unreadable ({exc})", run_id=run_id, version=number
+                        ) from exc
+                    return make_checkpoint(run_id, node, state, executed, when, number, status, extra)
+                if run.kept is not None and run.live(_now()):
+                    return _copied(run_id, run.kept)
+            return await load(run_id, version)
+
+        return load_latest_first
 
     def loaded_latest(self, run_id: str, cp: Checkpoint, plain: bool) -> None:
         """A load replayed the latest chain into ``cp``: keep a copy once it is read twice
@@ -124,6 +129,13 @@ class CachedMemoryBackend(MemoryBackend):
         with self._lock:
             if self._runs.get(run_id) is run and run.version == cp.version:
                 run.kept = kept
+
+
+def _copied(run_id: str, kept: _Kept) -> Checkpoint:
+    """A checkpoint of its own from a chain's kept copy."""
+    number, state, node, executed, meta, when, status = kept
+    copied = None if meta is None else copy_value(meta)
+    return make_checkpoint(run_id, node, copy_value(state), executed, when, number, status, copied)
 
 
 def _latest_of(w: Write, version: int) -> _Latest | None:
