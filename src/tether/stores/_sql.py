@@ -23,10 +23,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from tether.errors import CheckpointCorrupt, RunExpired, RunNotFound, VersionConflict
-from tether.state.model import NO_CHAIN, ChainStats, CheckpointInfo, RunInfo, RunStatus
+from tether.state.model import NO_CHAIN, ChainStats, CheckpointInfo, RunInfo, RunStatus, chain_stats
 from tether.stores._chain import StaleSeal, Write, check_write
 from tether.stores._sql_chain import (
     CHAIN_SQL,
@@ -163,6 +163,23 @@ def _run_info(row: Sequence[Any]) -> RunInfo:
     )
 
 
+class _Head(NamedTuple):
+    """What a write reads of the run row it follows (a ``RunInfo`` without the times,
+    which a write never reads)."""
+
+    version: int
+    status: RunStatus
+    chain: ChainStats
+
+
+def _head(row: Sequence[Any]) -> _Head:
+    return _Head(
+        int(row[2]),
+        _STATUS_OF[row[1]],
+        chain_stats(int(row[4]), int(row[5]), int(row[6]), int(row[7]), int(row[8])),
+    )
+
+
 def _expired(expires_at: float | None, now: float) -> bool:
     return expires_at is not None and expires_at <= now
 
@@ -257,7 +274,7 @@ class SqlBackend(abc.ABC):
                 raise RunExpired(w.run_id, row[11])
             await self._drop(tx, w.run_id)
             row = None
-        info = None if row is None else _run_info(row)
+        info = None if row is None else _head(row)
         current = info.version if info else 0
         if check_write(w, info, write_id=None if row is None else row[12]):
             assert info is not None
