@@ -332,11 +332,17 @@ class Codec:
         without packing the head a second time (what :func:`state_offset` does)."""
         if self._aes is not None or len(head) > 14 or "state" in head:
             return self.encode({**head, "state": state}, datetimes=datetimes), 0
-        packed = pack_plain(head, datetimes=datetimes)
+        packed = None
+        if not datetimes:  # as pack_plain does
+            try:
+                packed, body = _fast_pack(head), _fast_pack(state)
+            except (TypeError, OverflowError):
+                packed = None  # not state check_value passed: ormsgpack says what is wrong
+        if packed is None:
+            packed, body = pack_plain(head), pack_plain(state)
         if packed[0] != 0x80 + len(head):  # not a one-byte map header: the general way
             return self.encode({**head, "state": state}, datetimes=datetimes), 0
         pairs = memoryview(packed)[1:]
-        body = pack_plain(state, datetimes=datetimes)
         if self._zc is not None and len(packed) + len(_STATE_KEY) + len(body) >= (
             self.compress_min_bytes or 0
         ):

@@ -290,7 +290,10 @@ class ChainEngine:
             "kind": "full",
             "executed": list(changes.all_executed),
         }
-        payload, state_at = self.encode_full(full, changes.state, datetimes=dated)
+        if self.splits_state:  # ``encode_full`` inline: a hot path (see benchmarks/README.md)
+            payload, state_at = self.codec.encode_full(full, changes.state, datetimes=dated)
+        else:
+            payload, state_at = self.codec.encode({**full, "state": changes.state}, datetimes=dated), 0
         w = Write(
             run_id=changes.run_id,
             kind="full",
