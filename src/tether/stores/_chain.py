@@ -232,8 +232,10 @@ class ChainEngine:
         """The write a commit of ``changes`` makes after the chain ``known``: a delta of
         the reducers' ops, a full state when the run is new, restored or due for
         compaction, and a segment when the deltas at the end of the chain are enough."""
-        if not changes.full and changes.version > 0:
-            ops = [[k, op, arg] for k, op, arg in changes.ops]
+        # one unpacking, not a named field read at a time (each is a generic attribute lookup)
+        run_id, version, ops_taken, executed, full_only, state, all_executed, datetimes = changes[:8]
+        if not full_only and version > 0:
+            ops = [[k, op, arg] for k, op, arg in ops_taken]
             payload = self.codec.encode(
                 {
                     "v": SCHEMA_VERSION,
@@ -243,42 +245,42 @@ class ChainEngine:
                     "meta": meta,
                     "kind": "delta",
                     "ops": ops,
-                    "executed": list(changes.executed),
+                    "executed": list(executed),
                 }
             )
             rewrite = sum(
                 len(ormsgpack.packb(arg, default=_no_default, option=_OPTS))
-                for _k, op, arg in changes.ops
+                for _k, op, arg in ops_taken
                 if op not in ("append", "add")
             )
             rewrite = min(rewrite, len(payload))
             growth = len(payload) - rewrite
             if not self.policy.due(known.chain, growth=growth, rewrite=rewrite, sealed=self.seals):
                 w = Write(
-                    run_id=changes.run_id,
+                    run_id=run_id,
                     kind="delta",
                     payload=payload,
                     node_id=node,
                     status=status,
                     created_at=now,
                     expires_at=expires_at,
-                    expected_version=changes.version,
+                    expected_version=version,
                     require_status=require_status,
                     growth_bytes=growth,
                     rewrite_bytes=rewrite,
                     write_id=write_id,
                 )
                 if known.tail is not None and self.seals:
-                    seal_from, level, packed = self.seal(changes.run_id, changes.version, known.tail, payload)
+                    seal_from, level, packed = self.seal(run_id, version, known.tail, payload)
                     if level:
                         w.kind, w.payload, w.seal_from = "segment", packed, seal_from
                         return _new_tuple(Plan, (w, level, payload, None))
                 return _new_tuple(Plan, (w, 0, b"", None))
         walked = None
-        if meta_dated or changes.datetimes:
+        if meta_dated or datetimes:
             dated = True
-        elif changes.datetimes is None:
-            dated = walked = any(check_value(value, key=key) for key, value in changes.state.items())
+        elif datetimes is None:
+            dated = walked = any(check_value(value, key=key) for key, value in state.items())
         else:
             dated = False
         full = {
@@ -288,21 +290,21 @@ class ChainEngine:
             "ts": now,
             "meta": meta,
             "kind": "full",
-            "executed": list(changes.all_executed),
+            "executed": list(all_executed),
         }
         if self.splits_state:  # ``encode_full`` inline: a hot path (see benchmarks/README.md)
-            payload, state_at = self.codec.encode_full(full, changes.state, datetimes=dated)
+            payload, state_at = self.codec.encode_full(full, state, datetimes=dated)
         else:
-            payload, state_at = self.codec.encode({**full, "state": changes.state}, datetimes=dated), 0
+            payload, state_at = self.codec.encode({**full, "state": state}, datetimes=dated), 0
         w = Write(
-            run_id=changes.run_id,
+            run_id=run_id,
             kind="full",
             payload=payload,
             node_id=node,
             status=status,
             created_at=now,
             expires_at=expires_at,
-            expected_version=changes.version,
+            expected_version=version,
             require_status=require_status,
             state_at=state_at,
             head=full if state_at else None,

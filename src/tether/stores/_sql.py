@@ -40,7 +40,7 @@ from tether.stores._sql_chain import (
 from tether.stores.backend import Capabilities, StoredRow
 from tether.stores.backend import remember as _hint
 from tether.stores.backend import utc as _utc
-from tether.stores.base import CheckpointStore
+from tether.stores.base import BackendSettings, CheckpointStore
 
 __all__ = ["Dialect", "SqlBackend", "SqlStore", "Tx"]
 
@@ -586,5 +586,5 @@ class SqlBackend(abc.ABC):
         return await self._in_tx(purge, write=True)
 
 
-class SqlStore(CheckpointStore):
+class SqlStore(BackendSettings, CheckpointStore):
     """A :class:`CheckpointStore` on a SQL backend (the SQLite, PostgreSQL and MySQL stores)."""

@@ -32,6 +32,7 @@ from tether.stores.runs import RunOperations
 __all__ = [
     "STORE_OPTIONS",
     "Backend",
+    "BackendSettings",
     "Capabilities",
     "CheckpointStore",
     "CompactionPolicy",
@@ -54,6 +55,19 @@ STORE_OPTIONS = ("codec", "expiry", "compaction", "retry")
 def split_store_options(options: dict[str, Any]) -> dict[str, Any]:
     """Take a store's own options out of ``options``; the rest are its backend's."""
     return {k: options.pop(k) for k in STORE_OPTIONS if k in options}
+
+
+class BackendSettings:
+    """For a store whose backend has settings worth reading on the store (``store.path``,
+    ``store.checkpoint_bytes``, ``store.prefix``…): unknown public attributes are the
+    backend's. Not on :class:`CheckpointStore` itself: a class with ``__getattr__`` reads
+    every attribute the slow way, its own ones on the commit path too."""
+
+    def __getattr__(self, name: str) -> Any:
+        backend = self.__dict__.get("_backend")
+        if name.startswith("_") or backend is None:  # (not yet set, while unpickling)
+            raise AttributeError(name)
+        return getattr(backend, name)
 
 
 class CheckpointStore(RunOperations):
@@ -159,13 +173,6 @@ class CheckpointStore(RunOperations):
     def compaction(self, policy: CompactionPolicy) -> None:
         e = self._engine
         self._engine = ChainEngine(e.codec, policy, seals=e.seals, splits_state=e.splits_state)
-
-    def __getattr__(self, name: str) -> Any:
-        """The backend's public settings (``store.path``, ``store.checkpoint_bytes``…)."""
-        backend = self.__dict__.get("_backend")
-        if name.startswith("_") or backend is None:  # (not yet set, while unpickling)
-            raise AttributeError(name)
-        return getattr(backend, name)
 
     async def _retry(self, call: Callable[[], Awaitable[T]], failed: StoreUnavailable) -> T:
         """Run ``call`` again after it failed with ``failed`` (see :class:`RetryPolicy`)."""

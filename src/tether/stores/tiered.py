@@ -37,7 +37,7 @@ from tether.errors import ConfigError, RunNotFound, RunNotPaused, StoreError, Ve
 from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
 from tether.stores._chain import Write
 from tether.stores.backend import Backend, Capabilities, StoredRow
-from tether.stores.base import CheckpointStore, split_store_options
+from tether.stores.base import BackendSettings, CheckpointStore, split_store_options
 from tether.stores.redis import RedisBackend, RedisCache, RedisStore
 
 __all__ = ["TieredBackend", "TieredStore"]
@@ -234,7 +234,7 @@ class TieredBackend:
         return await self.sql.list_runs(status=status, limit=limit, offset=offset)
 
 
-class TieredStore(CheckpointStore):
+class TieredStore(BackendSettings, CheckpointStore):
     """A :class:`CheckpointStore` on a :class:`TieredBackend`: Redis in front of SQL.
 
     Args:

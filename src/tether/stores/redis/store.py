@@ -34,7 +34,7 @@ from tether.errors import (
 from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
 from tether.stores._chain import StaleSeal, Write
 from tether.stores.backend import Capabilities, StoredRow
-from tether.stores.base import CheckpointStore, split_store_options
+from tether.stores.base import BackendSettings, CheckpointStore, split_store_options
 from tether.stores.redis.keyspace import Chain, Keyspace
 from tether.stores.redis.records import chain_stats, checkpoint_info, run_info, stored_row, versions
 
@@ -338,7 +338,7 @@ class RedisBackend:
         return removed
 
 
-class RedisStore(CheckpointStore):
+class RedisStore(BackendSettings, CheckpointStore):
     """A :class:`CheckpointStore` on a :class:`RedisBackend` (URL ``redis://host:6379/0``):
     ``RedisStore(client, prefix=..., allow_eviction=..., indexed=...)`` and the store's own
     options (``codec``, ``expiry``, ``compaction``, ``retry``)."""
