@@ -6,18 +6,24 @@
 Three processes: this one (seeds the store, measures the store's own reads, sends the
 updates), ``tether serve`` on a SQLite file, and a load-generating client process, so
 that the clients' work never shares an event loop or a GIL with the server. The client
-speaks plain HTTP/1.1 over keep-alive connections (no client library in the timing) and
-times each request from its first byte sent to its last byte received; it does not parse
-the JSON (that is the reader's work, not the server's).
+speaks plain HTTP/1.1 over keep-alive connections (no client library in the timing), one
+blocking socket per client on its own thread, reading bodies with ``recv_into`` one
+buffer allocated once, as curl and browsers do; it times each request from its first
+byte sent to its last byte received and does not parse the JSON (that is the reader's
+work, not the server's). An asyncio ``StreamReader`` client copies every byte twice more
+in Python and made the clients, not the server, the bound on full bodies.
 
 1. Snapshot of a run whose state is 10 MiB (generated agent conversation: prose, tool
    calls, JSON rows, logs, code): the plain store read (``store.snapshot``) one at a time
    as the baseline, then 1 and 50 concurrent clients, each sending requests back to back:
    full body without gzip, with gzip, with zstd (a browser's ``Accept-Encoding``, once the
    server's background zstd build is done), and ``If-None-Match`` (304). After each
-   50-client full-body run, its floor: a plain asyncio server (another process, no
-   framework, no store) sending the same bytes to the same clients, which is what moving
-   that many bytes through loopback costs on this host. Then 50 clients polling once a
+   50-client full-body run, its floor: a plain asyncio server (another process, on
+   uvloop like the service, no framework, no store) sending the same bytes to the same
+   clients, which is what moving that many bytes through loopback costs on this host.
+   Each 50-client line gives the CPU the server and the clients used (cores). Then the
+   run moves one step (a PATCH appends ~8 KiB of messages) and 1 and 50 clients that hold
+   the version before it re-read it as a delta (``If-None-Match`` + ``A-IM``: 226). Then 50 clients polling once a
    second (dashboards), gzip and 304.
 2. Update (PATCH a small change into a PAUSED run) on a small run and on the 10 MiB run,
    against ``store.update_state`` in this process.
@@ -40,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -49,7 +56,7 @@ MIB = 1024 * 1024
 TARGET_MS = 50.0
 BROWSER = "gzip, deflate, br, zstd"
 """What browsers send today."""
-HEADERS = {"identity": "identity", "gzip": "gzip", "zstd": BROWSER, "304": "identity"}
+HEADERS = {"identity": "identity", "gzip": "gzip", "zstd": BROWSER, "304": "identity", "delta": BROWSER}
 
 
 def pct(values: list[float], p: float) -> float:
@@ -64,23 +71,63 @@ def ms(v: float) -> str:
 # == the client process ==================================================================
 
 
-class Conn:
-    """One keep-alive HTTP/1.1 connection, just enough of the protocol for the benchmark."""
+RECV_BUFFER = 256 * 1024
+"""Each client reads into one buffer of this size, as curl and browsers do."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection on a blocking socket, just enough of the protocol
+    for the benchmark. The body is read with ``recv_into`` a buffer allocated once and
+    counted, not kept: what a real client does before it decodes (curl, a browser's
+    network stack), and no Python copies between the kernel and the count."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray(RECV_BUFFER)
+        self.view = memoryview(self.buf)
+        self.extra = b""  # bytes read past the end of a response's head
 
     @classmethod
-    async def open(cls, port: int) -> Conn:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=4 * MIB)
-        return cls(reader, writer)
+    def open(cls, port: int) -> Conn:
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(sock)
 
-    async def get(self, path: str, headers: dict[str, str]) -> tuple[int, dict[str, str], int]:
+    def _head(self) -> bytes:
+        got = self.extra
+        while (end := got.find(b"\r\n\r\n")) < 0:
+            n = self.sock.recv_into(self.view)
+            if not n:
+                raise ConnectionError("the server closed the connection")
+            got += self.view[:n]
+        self.extra = got[end + 4 :]
+        return got[:end]
+
+    def _skip(self, left: int) -> None:
+        """Read and drop ``left`` body bytes."""
+        if self.extra:
+            used = min(left, len(self.extra))
+            self.extra, left = self.extra[used:], left - used
+        while left:
+            n = self.sock.recv_into(self.view, min(left, RECV_BUFFER))
+            if not n:
+                raise ConnectionError("the server closed the connection")
+            left -= n
+
+    def _line(self) -> bytes:
+        while (end := self.extra.find(b"\r\n")) < 0:
+            n = self.sock.recv_into(self.view)
+            if not n:
+                raise ConnectionError("the server closed the connection")
+            self.extra += self.view[:n]
+        found, self.extra = self.extra[:end], self.extra[end + 2 :]
+        return found
+
+    def get(self, path: str, headers: dict[str, str]) -> tuple[int, dict[str, str], int]:
         """Status, headers and body length of one GET."""
         head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        self.writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\n{head}\r\n".encode())
-        raw = await self.reader.readuntil(b"\r\n\r\n")
-        lines = raw.decode("latin-1").split("\r\n")
+        self.sock.sendall(f"GET {path} HTTP/1.1\r\nHost: bench\r\n{head}\r\n".encode())
+        lines = self._head().decode("latin-1").split("\r\n")
         status = int(lines[0].split()[1])
         got = {}
         for line in lines[1:]:
@@ -90,57 +137,77 @@ class Conn:
         size = 0
         if "content-length" in got:
             size = int(got["content-length"])
-            left = size
-            while left:
-                left -= len(await self.reader.read(min(left, 4 * MIB)))
+            self._skip(size)
         elif got.get("transfer-encoding") == "chunked":
             while True:
-                n = int((await self.reader.readuntil(b"\r\n")).strip(), 16)
-                await self.reader.readexactly(n + 2)
+                n = int(self._line().split(b";")[0], 16)
+                self._skip(n + 2)
                 size += n
                 if n == 0:
                     break
         return status, got, size
 
     def close(self) -> None:
-        self.writer.close()
+        self.sock.close()
 
 
-async def worker_reads(spec: dict[str, Any]) -> dict[str, Any]:
-    """``clients`` connections, each sending ``reads`` requests back to back."""
+def worker_reads(spec: dict[str, Any]) -> dict[str, Any]:
+    """``clients`` connections, each on its own thread sending ``reads`` requests back to back."""
     port, path, mode = spec["port"], spec["path"], spec["mode"]
-    conns = [await Conn.open(port) for _ in range(spec["clients"])]
+    conns = [Conn.open(port) for _ in range(spec["clients"])]
     headers = {"Accept-Encoding": HEADERS[mode]}
-    status, first, size = await conns[0].get(path, headers)
-    assert status == 200, status
-    assert first.get("content-encoding", "identity") == {"304": "identity"}.get(mode, mode), first
+    if mode == "delta":  # the version the client holds, from before the run moved
+        headers |= {"If-None-Match": spec["held"], "A-IM": "tether-diff"}
+    want = {"304": 304, "delta": 226}.get(mode, 200)
+    status, first, size = conns[0].get(path, headers)
+    assert status == (200 if mode == "304" else want), status
+    if mode != "delta":  # a delta's zstd is made in the background: gzip until then
+        assert first.get("content-encoding", "identity") == {"304": "identity"}.get(mode, mode), first
     if mode == "304":
         headers["If-None-Match"] = first["etag"]
-    want = 304 if mode == "304" else 200
     times: list[float] = []
     sizes: list[int] = []
-
+    failed: list[BaseException] = []
     period = spec.get("period", 0.0)
+    start_line = threading.Barrier(len(conns) + 1)
 
-    async def client(conn: Conn) -> None:
-        if period:
-            await asyncio.sleep(random.random() * period)  # dashboards do not poll in step
-        for _ in range(spec["reads"]):
-            t = time.perf_counter()
-            got, _, n = await conn.get(path, headers)
-            took = time.perf_counter() - t
-            times.append(took)
-            sizes.append(n)
-            assert got == want, got
+    def client(conn: Conn) -> None:
+        start_line.wait()
+        try:
             if period:
-                await asyncio.sleep(max(0.0, period - took))
+                time.sleep(random.random() * period)  # dashboards do not poll in step
+            for _ in range(spec["reads"]):
+                t = time.perf_counter()
+                got, _, n = conn.get(path, headers)
+                took = time.perf_counter() - t
+                times.append(took)  # list.append is atomic
+                sizes.append(n)
+                assert got == want, got
+                if period:
+                    time.sleep(max(0.0, period - took))
+        except BaseException as exc:  # reported below: a thread's exception is otherwise lost
+            failed.append(exc)
 
-    start = time.perf_counter()
-    await asyncio.gather(*(client(c) for c in conns))
+    threads = [threading.Thread(target=client, args=(c,)) for c in conns]
+    for th in threads:
+        th.start()
+    start_line.wait()
+    start, cpu = time.perf_counter(), cpu_seconds()
+    for th in threads:
+        th.join()
     wall = time.perf_counter() - start
+    cpu = cpu_seconds() - cpu
     for c in conns:
         c.close()
-    return {"times": times, "wall": wall, "body": max(sizes), "encoding": first.get("content-encoding", "")}
+    if failed:
+        raise failed[0]
+    return {
+        "times": times,
+        "wall": wall,
+        "cpu": cpu,
+        "body": max(sizes),
+        "encoding": first.get("content-encoding", ""),
+    }
 
 
 async def worker_fanout(spec: dict[str, Any]) -> dict[str, Any]:
@@ -201,10 +268,17 @@ async def raw_server(spec: dict[str, Any]) -> None:
 def worker_main() -> None:
     spec = json.loads(sys.stdin.readline())
     if spec["job"] == "rawserve":
-        asyncio.run(raw_server(spec))
+        try:
+            import uvloop  # the event loop uvicorn runs the service on, when installed
+        except ImportError:
+            asyncio.run(raw_server(spec))
+        else:
+            uvloop.run(raw_server(spec))
         return
-    job = worker_reads if spec["job"] == "reads" else worker_fanout
-    print(json.dumps(asyncio.run(job(spec))), flush=True)
+    if spec["job"] == "reads":
+        print(json.dumps(worker_reads(spec)), flush=True)
+        return
+    print(json.dumps(asyncio.run(worker_fanout(spec))), flush=True)
 
 
 def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
@@ -224,6 +298,33 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User and system CPU time of a process (this one by default), all its threads."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_measured(spec: dict[str, Any], server_pid: int) -> dict[str, Any]:
+    """``run_worker`` and the CPU the server used meanwhile (cores, over the worker's run)."""
+    before = cpu_seconds(server_pid)
+    result = run_worker(spec)
+    # the worker's wall clock covers the timed requests only; the server's CPU is read
+    # around the whole worker (connecting, the first request), a slight overcount
+    result["server_cpu"] = cpu_seconds(server_pid) - before
+    return result
+
+
+def cpu_note(r: dict[str, Any], clients: int) -> str:
+    """The cores the server and the clients used; not for one client, whose timed requests
+    are too few beside the untimed first one (which may build the body)."""
+    if clients < 2:
+        return ""
+    return f"  CPU: server {r['server_cpu'] / r['wall']:.2f}, clients {r['cpu'] / r['wall']:.2f} cores"
 
 
 def rss_kib(pid: int) -> int:
@@ -264,6 +365,19 @@ async def seed(url: str, runs: int) -> tuple[str, str, int]:
     import orjson
 
     return big, small, len(orjson.dumps(state))
+
+
+def conversation_step() -> list[Any]:
+    """One step's messages (a tool call and its result, about 8 KiB), from the same generator."""
+    from bench_stores import conversation
+
+    return list(conversation(random.Random(25), 8 * 1024))
+
+
+def encode_json(value: Any) -> bytes:
+    import orjson
+
+    return orjson.dumps(value)
 
 
 async def store_reads(url: str, run_id: str, n: int) -> tuple[list[float], list[float]]:
@@ -535,18 +649,23 @@ async def main() -> None:
                 for mode in ("identity", "gzip", "zstd", "304"):
                     n = reads * 10 if mode == "304" else reads  # cheap requests: more of them, steadier
                     spec = {"job": "reads", "port": port, "path": path, "clients": clients}
-                    r = run_worker(spec | {"reads": n, "mode": mode})
+                    r = run_measured(spec | {"reads": n, "mode": mode}, proc.pid)
                     rps = len(r["times"]) / r["wall"]
                     results[(clients, mode)] = line(
                         f"API, {clients:>2} client(s), {labels[mode]}",
                         r["times"],
                         b50,
-                        f"  {rps:6.1f} req/s, body {r['body'] / 1024:,.0f} KiB",
+                        f"  {rps:6.1f} req/s, body {r['body'] / 1024:,.0f} KiB{cpu_note(r, clients)}",
                     )
                     if clients > 1 and mode != "304":  # the floor right after, same load on the host
                         spec = {"job": "reads", "port": raw_port, "path": f"/{mode}", "clients": clients}
-                        r = run_worker(spec | {"reads": n, "mode": "identity"})
-                        p50, _ = line("   floor: same bytes, plain asyncio server", r["times"], b50)
+                        r = run_measured(spec | {"reads": n, "mode": "identity"}, raw.pid)
+                        p50, _ = line(
+                            "   floor: same bytes, plain asyncio server",
+                            r["times"],
+                            b50,
+                            cpu_note(r, clients),
+                        )
                         print(
                             f"   {'':<44} the API's p50 is {results[(clients, mode)][0] / p50:.2f}x this floor"
                         )
@@ -560,6 +679,27 @@ async def main() -> None:
                 | {"mode": mode, "period": 1.0}
             )
             line(f"API, {args.clients} clients polling 1/s, {mode}", r["times"], b50)
+        # the run moves one step; clients that hold the version before it re-read it as a delta
+        held = httpx.get(f"{base}{path}", headers={"Accept-Encoding": BROWSER}).headers["etag"]
+        step = conversation_step()
+        moved = httpx.patch(
+            f"{base}{path}", json={"nodeId": "work", "stateData": {"messages": step}}, timeout=60
+        )
+        assert moved.status_code == 200, moved.text
+        print(
+            f"   the run moved one step ({len(step)} messages, {len(encode_json(step)) / 1024:.1f} KiB of "
+            f"JSON appended); clients holding the version before it send If-None-Match and A-IM"
+        )
+        for clients in (1, args.clients):
+            spec = {"job": "reads", "port": port, "path": path, "clients": clients, "held": held}
+            r = run_measured(spec | {"reads": reads * 10, "mode": "delta"}, proc.pid)
+            rps = len(r["times"]) / r["wall"]
+            results[(clients, "delta")] = line(
+                f"API, {clients:>2} client(s), delta read (226)",
+                r["times"],
+                b50,
+                f"  {rps:6.1f} req/s, body {r['body'] / 1024:,.1f} KiB{cpu_note(r, clients)}",
+            )
         cpu = await in_process_304(url, big, 500 if args.quick else 3000)
         print(f"   server CPU for one 304, in-process (ASGI call, no socket): {cpu * 1000:.3f} ms")
         import zstandard
@@ -614,6 +754,7 @@ async def main() -> None:
             ("gzip", "full body, gzip"),
             ("identity", "full body"),
             ("304", "304"),
+            ("delta", "delta after one step (226)"),
         ):
             p50, p95 = results[(args.clients, mode)]
             verdict = "met" if max(p50, p95) * 1000 < TARGET_MS else "not met"

@@ -16,8 +16,9 @@ if __name__ == "__main__":
     url, thread, point, stall = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4])
     with TetherSaver.from_url(url) as saver:
         store = saver.store
+        twin = saver._threads.store.twin  # type: ignore[attr-defined]  # commits go through it
         key = ns_key(thread, "")
-        real_delete, real_commit = store.delete, store.commit
+        real_delete, real_commit = store.delete, twin.commit
         deleted = False
 
         def stop() -> None:
@@ -42,6 +43,6 @@ if __name__ == "__main__":
             return version
 
         store.delete = delete  # type: ignore[method-assign]
-        store.commit = commit  # type: ignore[method-assign]
+        twin.commit = commit
         saver.delete_for_runs(["r2"])
     os._exit(0)

@@ -38,3 +38,31 @@ async def test_the_langgraph_conformance_suite_passes_in_full(backend: str, tmp_
         assert result.detected, f"{name} not implemented"
         assert result.passed, f"{name}: {result.failures}"
         assert result.tests_passed > 0
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql", "redis"])
+async def test_the_conformance_suite_passes_on_a_saver_opened_for_sync_graphs(
+    backend: str, tmp_path: Path
+) -> None:
+    """``with TetherSaver.from_url(url)`` runs the saver in its callers' threads, with the
+    store calls of a step on a synchronous connection: the same suite passes on it."""
+    url = require_url(backend, tmp_path)
+    failures: list[str] = []
+
+    def on_result(capability: str, test: str, passed: bool, error: str | None) -> None:
+        if not passed:
+            failures.append(f"{capability}/{test}:\n{error}")
+
+    prefix = f"lg{uuid.uuid4().hex[:8]}"
+
+    @checkpointer_test(name=f"TetherSaver[{backend}, sync]")
+    async def factory():  # type: ignore[no-untyped-def]
+        with TetherSaver.from_url(url, prefix=prefix) as saver:
+            assert saver._threads.store.twin is not None  # type: ignore[attr-defined]
+            yield saver
+
+    report = await validate(factory, progress=ProgressCallbacks(on_test_result=on_result))
+    assert not failures, "\n\n".join(failures)
+    for name, result in report.results.items():
+        assert result.detected, f"{name} not implemented"
+        assert result.passed, f"{name}: {result.failures}"

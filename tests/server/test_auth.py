@@ -127,5 +127,15 @@ async def test_cors_only_when_configured(sqlite_url):
     async with serve(sqlite_url, cors_origins="https://ops.example") as (client, _):
         r = await client.get("/api/runs", headers={"Origin": "https://ops.example"})
         assert r.headers["access-control-allow-origin"] == "https://ops.example"
+        assert "etag" in r.headers["access-control-expose-headers"].lower()  # a delta reader keeps it
+        pre = await client.options(
+            "/api/runs",
+            headers={
+                "Origin": "https://ops.example",
+                "Access-Control-Request-Method": "GET",
+                "Access-Control-Request-Headers": "if-none-match, a-im",
+            },
+        )
+        assert pre.status_code == 200 and "a-im" in pre.headers["access-control-allow-headers"].lower()
         r = await client.get("/api/runs", headers={"Origin": "https://evil.example"})
         assert "access-control-allow-origin" not in r.headers

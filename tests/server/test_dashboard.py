@@ -4,6 +4,7 @@ to .artifacts/screenshots/."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -107,6 +108,12 @@ async def test_warning_then_compress_through_the_dialog_drops_the_bar(served, br
     await page.screenshot(path=shot("after-compress"), full_page=True)
     usage = (await client.get(f"/api/runs/{rid}/context")).json()
     assert usage["ratio"] == pytest.approx(after)
+    # the page re-read the run as a delta over the version it held, and patched it right
+    reads = (await page.evaluate("document.body.dataset.snapshotReads")).split()
+    assert reads[0] == "200" and "226" in reads, reads
+    now = (await client.get(f"/api/runs/{rid}/snapshot")).json()
+    await expect(page.locator("body")).to_have_attribute("data-version", str(now["version"]))
+    assert json.loads(await page.locator("#state-view").text_content() or "") == now["stateData"]
     assert errors == []
 
 

@@ -7,7 +7,7 @@ import time
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.errors import RunNotFound, WrongRunStatus
@@ -16,6 +16,7 @@ from tether.runtime.lease import live_status
 from tether.server.auth import check_run
 from tether.server.deps import (
     PACKERS,
+    Encoded,
     Events,
     Exec,
     Operator,
@@ -27,6 +28,7 @@ from tether.server.deps import (
     json_response,
     reducers,
 )
+from tether.server.diff import diff_states, diff_value
 from tether.server.problems import PROBLEM_RESPONSES
 from tether.state import RunStatus
 from tether.state.model import ExecutionContextSnapshot, RunInfo
@@ -66,6 +68,25 @@ class Snapshot(BaseModel):
     status: str
     stateData: dict[str, Any]
     executionHistory: list[Any]
+    timestamp: int = Field(description="milliseconds since the epoch")
+    version: int
+    executing: bool
+
+
+class SnapshotDelta(BaseModel):
+    """What changed since the version a client holds (``226 IM Used``): the small fields in
+    full, ``stateData`` and ``executionHistory`` as patches (the diff route's shape without
+    the old values)."""
+
+    fromVersion: int
+    conversationId: str
+    currentNodeId: str | None
+    currentNodeName: str | None
+    status: str
+    stateData: dict[str, Any] = Field(description="keys added (values), removed (names), changed (patches)")
+    executionHistory: dict[str, Any] = Field(
+        description='{"op": "append", "appended": [...]} or {"op": "set", ...}'
+    )
     timestamp: int = Field(description="milliseconds since the epoch")
     version: int
     executing: bool
@@ -164,6 +185,16 @@ async def start_run(body: StartRun, token: Operator, executor: Exec) -> Response
     return json_response({"runId": run_id, "status": "RUNNING"}, 202)
 
 
+SNAKE = {
+    "conversationId": "run_id",
+    "currentNodeId": "current_node_id",
+    "currentNodeName": "current_node_name",
+    "stateData": "state_data",
+    "executionHistory": "execution_history",
+    "fromVersion": "from_version",
+}
+
+
 def snapshot_dict(snap: ExecutionContextSnapshot, executing: bool, keys: str = "camel") -> dict[str, Any]:
     camel = {
         "conversationId": snap.run_id,
@@ -176,23 +207,45 @@ def snapshot_dict(snap: ExecutionContextSnapshot, executing: bool, keys: str = "
         "version": snap.version,
         "executing": executing,
     }
-    if keys == "camel":
-        return camel
-    snake = {
-        "conversationId": "run_id",
-        "currentNodeId": "current_node_id",
-        "currentNodeName": "current_node_name",
-        "stateData": "state_data",
-        "executionHistory": "execution_history",
+    return camel if keys == "camel" else {SNAKE.get(k, k): v for k, v in camel.items()}
+
+
+def delta_dict(
+    old_state: dict[str, Any], from_version: int, snap: ExecutionContextSnapshot, executing: bool, keys: str
+) -> dict[str, Any]:
+    """The snapshot as a patch over the one at ``from_version`` (whose state is ``old_state``)."""
+    old_history = old_state.get("execution_history")
+    camel = {
+        "fromVersion": from_version,
+        **snapshot_dict(snap, executing),
+        "stateData": diff_states(old_state, snap.state, with_before=False),
+        "executionHistory": diff_value(
+            old_history if type(old_history) is list else [], snap.execution_history, with_before=False
+        ),
     }
-    return {snake.get(k, k): v for k, v in camel.items()}
+    return camel if keys == "camel" else {SNAKE.get(k, k): v for k, v in camel.items()}
+
+
+DELTA_IM = "tether-diff"
+"""The instance manipulation a client names in ``A-IM`` to get what changed (RFC 3229)."""
+
+
+class _NoDelta(Exception):
+    """The base version the client holds is gone or not older: it gets the full body."""
 
 
 @router.get(
     "/{run_id}/snapshot",
     response_model=Snapshot,
     summary="A run's latest snapshot",
-    responses={304: {"description": "unchanged since the ETag sent in If-None-Match"}},
+    responses={
+        226: {
+            "description": f"``A-IM: {DELTA_IM}`` with ``If-None-Match`` naming an older version: "
+            "what changed since it (RFC 3229 delta)",
+            "model": SnapshotDelta,
+        },
+        304: {"description": "unchanged since the ETag sent in If-None-Match"},
+    },
 )
 async def get_snapshot(
     run_id: str,
@@ -201,6 +254,14 @@ async def get_snapshot(
     store: Store,
     executor: Exec,
     keys: Literal["camel", "snake"] = "camel",
+    a_im: Annotated[
+        str | None,
+        Header(
+            alias="A-IM",
+            description=f"``{DELTA_IM}``: answer 226 with what changed since the version named in "
+            "If-None-Match, when the server still has it (else the full body)",
+        ),
+    ] = None,
 ) -> Response:
     check_run(token, run_id)
     info = await store.get_run(run_id)
@@ -223,24 +284,102 @@ async def get_snapshot(
         return encode(snapshot_dict(snap, executing, keys)), snap.version == info.version
 
     cache: SnapshotCache = request.app.state.snapshots
+    base = delta_base(request.headers.get("if-none-match"), keys, info.version) if wants_delta(a_im) else None
+    if base is not None:
+        from_version = base
+
+        async def build_delta() -> tuple[bytes, bool]:
+            old = await store.load(run_id, from_version)
+            if old is None:
+                raise _NoDelta
+            snap = await store.snapshot(run_id)
+            if snap is None:
+                raise RunNotFound(run_id)
+            body = encode(delta_dict(old.state, from_version, snap, executing, keys))
+            return body, snap.version == info.version
+
+        try:
+            delta = await cache.fetch(run_id, info.version, f"{variant}<{from_version}", build_delta)
+        except _NoDelta:
+            pass
+        else:
+            body, coding = await pick_encoding(
+                cache, delta, wanted, (run_id, info.version, f"{variant}<{from_version}")
+            )
+            headers.update({"ETag": f'"{tag}"', "IM": DELTA_IM, "Cache-Control": "no-store, im"})
+            headers["Delta-Base"] = f'"{request_tag(request, from_version)}"'
+            if coding != "identity":
+                headers["Content-Encoding"] = coding
+            return Response(body, status_code=226, media_type="application/json", headers=headers)
     entry = await cache.fetch(run_id, info.version, variant, build)
-    body, coding = entry.body, "identity"
-    if len(entry.body) >= GZIP_MIN:
-        for choice in wanted:
-            if choice == "identity":
-                break
-            if choice == "gzip":
-                body, coding = await entry.gzipped(), choice
-                cache.trim()
-                break
-            ready = cache.packed_if_ready(run_id, info.version, variant, entry, choice)
-            if ready is not None:  # else the next choice: never wait for a slow build
-                body, coding = ready, choice
-                break
+    body, coding = await pick_encoding(cache, entry, wanted, (run_id, info.version, variant))
     headers["ETag"] = f'"{tag}{SUFFIX.get(coding, "")}"'
     if coding != "identity":
         headers["Content-Encoding"] = coding
     return Response(body, media_type="application/json", headers=headers)
+
+
+async def pick_encoding(
+    cache: SnapshotCache, entry: Encoded, wanted: list[str], key: tuple[str, int, str]
+) -> tuple[bytes, str]:
+    """The body to send and its coding: the first of ``wanted`` that is ready (gzip is
+    made and awaited; a slow coding is only started, and the next choice goes)."""
+    if len(entry.body) < GZIP_MIN:
+        return entry.body, "identity"
+    for choice in wanted:
+        if choice == "identity":
+            break
+        if choice == "gzip":
+            body = await entry.gzipped()
+            cache.trim()
+            return body, choice
+        ready = cache.packed_if_ready(*key, entry, choice)
+        if ready is not None:  # else the next choice: never wait for a slow build
+            return ready, choice
+    return entry.body, "identity"
+
+
+def wants_delta(a_im: str | None) -> bool:
+    """Whether ``A-IM`` names the diff (names are compared without case; q=0 refuses)."""
+    for part in (a_im or "").lower().split(","):
+        name, _, params = part.strip().partition(";")
+        if name.strip() != DELTA_IM:
+            continue
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key.strip() == "q":
+                try:
+                    return float(value) > 0.0
+                except ValueError:
+                    return False
+        return True
+    return False
+
+
+def delta_base(header: str | None, keys: str, version: int) -> int | None:
+    """The newest version older than ``version`` named in ``If-None-Match`` by one of this
+    server's snapshot tags with the same key style, or None."""
+    best = None
+    for raw in (header or "").split(","):
+        candidate = raw.strip().removeprefix("W/").strip('"')
+        for suffix in SUFFIX.values():
+            candidate = candidate.removesuffix(suffix)
+        parts = candidate.split("-")
+        if len(parts) != 4 or not parts[0].isdigit() or len(parts[0]) > 18 or parts[3] != keys:
+            continue
+        found = int(parts[0])
+        if 1 <= found < version and (best is None or found > best):
+            best = found
+    return best
+
+
+def request_tag(request: Request, version: int) -> str:
+    """The tag in the request's ``If-None-Match`` that named ``version`` (the delta's base)."""
+    for raw in (request.headers.get("if-none-match") or "").split(","):
+        candidate = raw.strip().removeprefix("W/").strip('"')
+        if candidate.split("-", 1)[0] == str(version):
+            return candidate
+    return str(version)
 
 
 GZIP_MIN = 1024

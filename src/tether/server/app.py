@@ -139,7 +139,8 @@ def create_app(
             CORSMiddleware,
             allow_origins=origins,
             allow_methods=["GET", "POST", "PATCH"],
-            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "If-None-Match", "A-IM"],
+            expose_headers=["ETag", "IM", "Delta-Base"],  # what a delta-reading client keeps
         )
     app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)
     return app

@@ -70,8 +70,27 @@ class CachedMemoryBackend(MemoryBackend):
     _runs: dict[str, _CachedRun]  # type: ignore[assignment]
 
     def _written(self, run: _Run, w: Write, version: int) -> None:
+        """Keep a plain full row just written as the latest (its head as the save encoded
+        it, so nothing is decoded), unless that head is one a load would refuse."""
         # only ever one of this backend's runs (``_run_type``): no isinstance on the write path
-        run.latest, run.kept = _latest_of(w, version) if w.state_at else None, None  # type: ignore[attr-defined]
+        run.latest = run.kept = None  # type: ignore[attr-defined]
+        head = w.head
+        if not w.state_at or head is None or head.get("v") != SCHEMA_VERSION or head.get("kind") != "full":
+            return
+        executed, meta, payload = head.get("executed"), head.get("meta"), w.payload
+        if type(executed) is not list:
+            return
+        run.latest = (  # type: ignore[attr-defined]
+            version,
+            plain_decoder(len(payload), datetimes=w.dated),
+            # a small state copied out as bytes (read without the buffer protocol), a big one a view
+            payload[w.state_at :] if len(payload) < _SMALL_BYTES else memoryview(payload)[w.state_at :],
+            w.node_id,
+            tuple(executed),
+            pack_plain(meta) if meta else None,
+            w.created_at,
+            w.status,
+        )
 
     async def rebase(self, run_id: str, version: int, payload: bytes, after: bytes = b"") -> int:
         if after:  # never: this backend takes no segments
@@ -136,26 +155,3 @@ def _copied(run_id: str, kept: _Kept) -> Checkpoint:
     number, state, node, executed, meta, when, status = kept
     copied = None if meta is None else copy_value(meta)
     return make_checkpoint(run_id, node, copy_value(state), executed, when, number, status, copied)
-
-
-def _latest_of(w: Write, version: int) -> _Latest | None:
-    """The cache entry for a plain full row just written (its head as the save encoded
-    it, so nothing is decoded), unless that head is one a load would refuse."""
-    head = w.head
-    if head is None or head.get("v") != SCHEMA_VERSION or head.get("kind") != "full":
-        return None
-    if type(head.get("executed")) is not list:
-        return None
-    meta = head.get("meta")
-    payload = w.payload
-    return (
-        version,
-        plain_decoder(len(payload), datetimes=w.dated),
-        # a small state copied out as bytes (read without the buffer protocol), a big one a view
-        payload[w.state_at :] if len(payload) < _SMALL_BYTES else memoryview(payload)[w.state_at :],
-        w.node_id,
-        tuple(head["executed"]),
-        pack_plain(meta) if meta else None,
-        w.created_at,
-        w.status,
-    )

@@ -13,6 +13,7 @@ import asyncio
 import copy
 import logging
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -42,6 +43,7 @@ from tether.integrations.langgraph._layout import (
 )
 from tether.state import ExecutionContext, RunStatus
 from tether.stores import CheckpointStore
+from tether.stores.blocking import BlockingLock, run_inline
 
 __all__ = ["Threads"]
 
@@ -62,6 +64,10 @@ def _size(entry: list[Any]) -> int:
 
 Batch = tuple[str, dict[str, Any], bool]
 """Writes of one ``put_writes`` call: checkpoint id, entries by key, all special."""
+
+_PLAIN: set[str] = set()
+"""``dated`` for ``merge_trusted``: the saver's own values (bytes, str, int, None, lists
+and dicts of them) hold no datetime and need no validating walk."""
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -92,9 +98,9 @@ class _Ns:
         "ns",
         "pos",
         "recent",
+        "since",
         "snaps",
         "thread_id",
-        "timer",
         "values",
         "version",
         "view",
@@ -116,7 +122,9 @@ class _Ns:
         """Checkpoint id -> its (last) entry in ``ix``."""
         self.buffer: list[Batch] = []
         """Pending writes not stored yet (see ``Threads.flush_delay``)."""
-        self.timer: asyncio.TimerHandle | None = None
+        self.since: float | None = None
+        """When the oldest buffered batch was buffered (``time.monotonic``); None once a
+        flush of them has been started."""
         self.recent: dict[tuple[str, bytes], tuple[str, int]] = {}
         """The chunks last appended to list channels, by channel and bytes: ``(type, index)``.
         A pending write with the same bytes is stored as a reference to its chunk."""
@@ -127,18 +135,26 @@ class _Ns:
 
 
 class Threads:
-    """LangGraph's checkpointer operations over one tether store (async, one loop)."""
+    """LangGraph's checkpointer operations over one tether store.
+
+    Its operations are coroutines. In the default mode they run on the store's event loop.
+    With ``inline=True`` they run to completion in the calling thread (``run_inline``):
+    ``store`` is then an object with the store's methods whose awaits never suspend (see
+    ``saver._InlineStore``), the namespace locks are thread locks, and writes that wait
+    for their checkpoint are flushed on a worker thread."""
 
     def __init__(
         self,
-        store: CheckpointStore,
+        store: Any,
         serde: Any,
         *,
         cache_size: int = 256,
         flush_delay: float | None = 0.02,
         prefix: str = "lg",
+        inline: bool = False,
     ) -> None:
-        self.store = store
+        self.store: CheckpointStore = store
+        self.inline = inline
         self.prefix = prefix
         """Run ids start with it: savers with different prefixes share a store unseen."""
         self.serde = serde
@@ -148,10 +164,16 @@ class Threads:
         the checkpoint that follows them; None stores each batch at once."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._cache: OrderedDict[str, _Ns] = OrderedDict()
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._locks: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self._indexed: set[tuple[str, str]] = set()
         self._guard = threading.Lock()
         """The cache and the write buffers: a sync caller buffers writes from its own thread."""
+        self.home_loop: asyncio.AbstractEventLoop | None = None
+        """The store's loop when the operations run inline (where waiting writes are swept)."""
+        self._sweep_loop: asyncio.AbstractEventLoop | None = None
+        self._sweeping = False
+        """A sweep of the buffered writes is scheduled on ``_sweep_loop``: it runs every
+        ``flush_delay`` while any are buffered (one wake-up per delay, not one per batch)."""
 
     def with_serde(self, serde: Any) -> Threads:
         """The same store, cache and locks, with another serializer (``with_allowlist``)."""
@@ -182,23 +204,32 @@ class Threads:
 
     def _taken(self, n: _Ns, stored_only: bool = False) -> list[Batch]:
         """The buffered batches to store now; ``stored_only``: only those of checkpoints
-        already stored (the others wait for a later put, or the timer)."""
+        already stored (the others wait for a later put, or the sweep)."""
         with self._guard:
             return [b for b in n.buffer if not stored_only or b[0] in n.pos]
 
     def _stored(self, n: _Ns, taken: list[Batch]) -> None:
-        """``taken`` is stored; a timer for the batches still buffered."""
+        """``taken`` is stored; the batches still buffered wait for the sweep."""
         done = {id(b) for b in taken}
         with self._guard:
             n.buffer[:] = [b for b in n.buffer if id(b) not in done]
-            left = bool(n.buffer)
-        if left:
-            self._schedule(n)
+            if not n.buffer:
+                n.since = None
+                return
+            n.since = time.monotonic()  # what is left waits for a later put, as long again
+            arm = not self._sweeping and self._sweep_loop is not None
+            self._sweeping = self._sweeping or arm
+        if arm:
+            self._arm_sweep()
 
-    def _lock(self, key: str) -> asyncio.Lock:
+    def _lock(self, key: str) -> Any:
+        """The namespace's lock: an asyncio lock, or a thread lock when inline."""
         lock = self._locks.get(key)
         if lock is None:
-            lock = self._locks[key] = asyncio.Lock()
+            with self._guard:
+                lock = self._locks.get(key)
+                if lock is None:
+                    lock = self._locks[key] = BlockingLock() if self.inline else asyncio.Lock()
         return lock
 
     def _adopt(self, n: _Ns, view: Any, version: int, values: dict[str, Any]) -> None:
@@ -331,9 +362,6 @@ class Threads:
         put, whose appended chunks they may then refer to instead of holding the same bytes
         again."""
         cid = str(checkpoint["id"])
-        if n.timer is not None:
-            n.timer.cancel()
-            n.timer = None
         ctx = await self._ctx_for_write(n)
         taken = self._taken(n, stored_only=True)
         ix: list[Any] = ctx.get("ix") or []
@@ -381,14 +409,14 @@ class Threads:
                     if len(value) > len(old):
                         t, b = self._dumps(value[len(old) :])
                         refs[ch, b] = (t, len(chunks))
-                        ctx.merge({key: [[t, b]]})
+                        ctx.merge_trusted({key: [[t, b]]}, _PLAIN)
                 elif chunks:
                     self._unref(ctx, ch)
                     refs = {k: r for k, r in refs.items() if k[0] != ch}
                     ctx.put(key, [self._dumps(value)])
                     noted += self._note_chunks(note, ch, chunks)
                 else:  # a first value is an append to nothing: growth, not a rewrite
-                    ctx.merge({key: [self._dumps(value)]})
+                    ctx.merge_trusted({key: [self._dumps(value)]}, _PLAIN)
                     if note is not None:
                         note["n"][ch] = 0
                 snaps[ch], kind = list(value), LIST
@@ -401,15 +429,16 @@ class Threads:
                 kind = VALUE
             values[ch] = value
             update[ch] = [ver, kind]
-        if update:
-            ctx.merge({"m": update})
         for batch in taken:  # writes waiting for this checkpoint: one commit for both
             self._apply_writes(n, ctx, batch, refs)
         record = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "channel_versions")}
-        ctx.put("cp", self._dumps(record))
+        own: dict[str, Any] = {"cp": self._dumps(record)}
+        if update:
+            own["m"] = update
         if ix:
-            ctx.put("p", note if noted <= _NOTE_BYTES else None)
-        ctx.merge({"ix": [[cid, ctx.version + 1, parent_id, *self._dumps(dict(metadata))]]})
+            own["p"] = note if noted <= _NOTE_BYTES else None
+        own["ix"] = [[cid, ctx.version + 1, parent_id, *self._dumps(dict(metadata))]]
+        ctx.merge_trusted(own, _PLAIN)
         pending: list[Any] = ctx.get("w") or []
         # The previous checkpoint's writes stay in this version too: those that waited for
         # this put are stored only here (see ``_state_of``).
@@ -466,17 +495,56 @@ class Threads:
         return (cid, entries, special), deferred
 
     def defer(self, thread_id: str, ns: str, batch: Batch, loop: asyncio.AbstractEventLoop) -> None:
-        """Buffer writes for the next put's commit (or the timer), from any thread, without
+        """Buffer writes for the next put's commit (or the sweep), from any thread, without
         waiting for ``loop``: a sync graph then pays no hop to the store's thread for them."""
         n = self._ns(thread_id, ns)
         with self._guard:
-            first = not n.buffer
+            if not n.buffer or n.since is None:
+                n.since = time.monotonic()
             n.buffer.append(batch)
-        if first:
-            if _running_loop() is loop:
-                self._schedule(n)
+            self._sweep_loop = loop
+            arm = not self._sweeping
+            self._sweeping = True
+        if arm:
+            self._arm_sweep()
+
+    def _arm_sweep(self) -> None:
+        loop = self._sweep_loop
+        assert loop is not None
+        if _running_loop() is loop:
+            loop.call_later(self.flush_delay or 0, self._sweep)
+        else:
+            loop.call_soon_threadsafe(loop.call_later, self.flush_delay or 0, self._sweep)
+
+    def _sweep(self) -> None:
+        """On the sweep's loop: flush the namespaces whose writes waited ``flush_delay``;
+        come back while any still wait."""
+        loop = self._sweep_loop
+        assert loop is not None
+        delay = self.flush_delay or 0
+        now = time.monotonic()
+        due: list[_Ns] = []
+        with self._guard:
+            waiting = [n for n in self._cache.values() if n.buffer and n.since is not None]
+            for n in waiting:
+                if now - n.since >= delay:  # type: ignore[operator]
+                    n.since = None
+                    due.append(n)
+            later = [n.since for n in waiting if n.since is not None]
+            if not later:
+                self._sweeping = False
+        for n in due:
+            if self.inline:
+                loop.run_in_executor(None, self._flush_inline, n)
             else:
-                loop.call_soon_threadsafe(self._schedule, n)
+                task = loop.create_task(self._timed_flush(n))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        if later:
+            loop.call_later(max(0.0, min(later) + delay - now), self._sweep)
+
+    def _flush_inline(self, n: _Ns) -> None:
+        run_inline(self._timed_flush(n))
 
     async def store_writes(self, thread_id: str, ns: str, batch: Batch) -> None:
         """Store writes now, with any still buffered for the namespace."""
@@ -490,8 +558,9 @@ class Threads:
         self, thread_id: str, ns: str, cid: str, writes: Sequence[tuple[str, Any]], task_id: str, path: str
     ) -> None:
         batch, deferred = self.writes_batch(cid, writes, task_id, path)
-        if deferred:
-            self.defer(thread_id, ns, batch, asyncio.get_running_loop())
+        loop = _running_loop() or self.home_loop
+        if deferred and loop is not None:
+            self.defer(thread_id, ns, batch, loop)
         else:
             await self.store_writes(thread_id, ns, batch)
 
@@ -538,7 +607,7 @@ class Threads:
             new = list(add.values())
             if refs:
                 new = [_as_ref(e, refs) for e in new]
-            ctx.merge({"w": new})
+            ctx.merge_trusted({"w": new}, _PLAIN)
         return True
 
     async def _ctx_for_write(self, n: _Ns) -> ExecutionContext:
@@ -549,9 +618,6 @@ class Threads:
 
     async def _flush_locked(self, n: _Ns) -> None:
         """Store the writes buffered for ``n`` (its lock held)."""
-        if n.timer is not None:
-            n.timer.cancel()
-            n.timer = None
         for attempt in range(_ATTEMPTS):
             if not n.buffer:
                 return
@@ -573,16 +639,6 @@ class Threads:
             except BaseException:
                 n.forget()
                 raise
-
-    def _schedule(self, n: _Ns) -> None:
-        if n.timer is None:
-            n.timer = asyncio.get_running_loop().call_later(self.flush_delay or 0, self._spawn_flush, n)
-
-    def _spawn_flush(self, n: _Ns) -> None:
-        n.timer = None
-        task = asyncio.get_running_loop().create_task(self._timed_flush(n))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _timed_flush(self, n: _Ns) -> None:
         try:

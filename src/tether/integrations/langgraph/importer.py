@@ -162,7 +162,7 @@ def import_langgraph(
 def _copy_one(dst: TetherSaver, threads: Threads, thread_id: str, ns: str, tup: CheckpointTuple) -> int:
     parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
     checkpoint = tup.checkpoint
-    dst._srun(
+    dst._sync(
         threads.put(
             thread_id, ns, checkpoint, tup.metadata, parent, checkpoint["channel_versions"], equal=True
         )
@@ -171,7 +171,7 @@ def _copy_one(dst: TetherSaver, threads: Threads, thread_id: str, ns: str, tup: 
     for task_id, channel, value in tup.pending_writes or []:
         by_task.setdefault(task_id, []).append((channel, value))
     for task_id, writes in by_task.items():
-        dst._srun(threads.put_writes(thread_id, ns, checkpoint["id"], writes, task_id, ""))
+        dst._sync(threads.put_writes(thread_id, ns, checkpoint["id"], writes, task_id, ""))
     return sum(len(w) for w in by_task.values())
 
 

@@ -1,11 +1,14 @@
 """``TetherSaver``: LangGraph's checkpointer interface on tether's stores.
 
 A store belongs to one event loop. ``async with TetherSaver.from_url(url)`` opens it on
-the caller's loop, for async graphs (``ainvoke``, ``astream``). ``with
-TetherSaver.from_url(url)`` opens it on a loop thread of its own, for sync graphs
-(``invoke``), and works in Jupyter or any thread. Either way both the sync and the async
-methods work: a call from another loop or thread is handed to the store's loop. Only a
-sync call on the store's own loop is refused (it would block that loop forever).
+the caller's loop, for async graphs (``ainvoke``, ``astream``): a call from another loop
+or thread is handed to that loop. ``with TetherSaver.from_url(url)`` opens it on a loop
+thread of its own, for sync graphs (``invoke``), and works in Jupyter or any thread: the
+saver's work then runs in the calling thread, and so do the store calls a graph step
+makes (commit, load, the run record) on SQLite, PostgreSQL and Redis, through a second,
+synchronous connection (``tether.stores.blocking``); the other calls are handed to the
+loop thread. Either way both the sync and the async methods work. Only a sync call on
+the store's own loop is refused (it would block that loop forever).
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import random
-from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -28,15 +31,18 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from tether.errors import ConfigError
+from tether.errors import ConfigError, StoreUnavailable
 from tether.integrations.langgraph._core import Threads
+from tether.state import ExecutionContext, ReducerRegistry, RunStatus
+from tether.state.model import Checkpoint as StoredCheckpoint
+from tether.state.model import RunInfo
 from tether.stores import CheckpointStore, ExpiryPolicy, create_store
-from tether.sync import SyncStore, open_store_sync
+from tether.stores.blocking import blocking_twin, run_inline
+from tether.sync import LoopThread, SyncStore, open_store_sync
 
 __all__ = ["TetherSaver"]
 
 T = TypeVar("T")
-P = ParamSpec("P")
 
 
 def _where(config: RunnableConfig) -> tuple[str, str, str | None]:
@@ -52,21 +58,6 @@ def _store_options(options: dict[str, Any]) -> dict[str, Any]:
     # default, so a saver opened from a URL keeps them unless told otherwise.
     options.setdefault("expiry", ExpiryPolicy(checkpoint_ttl=None, completed_ttl=None))
     return options
-
-
-def _blocking(
-    method: Callable[Concatenate[TetherSaver, P], Coroutine[Any, Any, T]],
-) -> Callable[Concatenate[TetherSaver, P], T]:
-    """The sync twin of an async saver method: the same call, run on the store's loop."""
-
-    def blocking(self: TetherSaver, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self._srun(method(self, *args, **kwargs))
-
-    blocking.__name__ = method.__name__.removeprefix("a")
-    blocking.__qualname__ = f"TetherSaver.{blocking.__name__}"
-    blocking.__doc__ = method.__doc__
-    blocking.__wrapped__ = method  # type: ignore[attr-defined]  # inspect.signature shows the real one
-    return blocking
 
 
 class TetherSaver(BaseCheckpointSaver[str]):
@@ -133,8 +124,11 @@ class TetherSaver(BaseCheckpointSaver[str]):
             url, serde, {"flush_delay": flush_delay, "prefix": prefix}, _store_options(dict(options))
         )
 
-    # == running on the store's loop ================================================
+    # == running on the store's loop, or in the caller's thread ========================
     async def _arun(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run one of the saver's own coroutines (``self._threads``') for an async caller."""
+        if self._threads.inline:  # on a worker thread: the saver's locks block their thread
+            return await asyncio.to_thread(run_inline, coro)
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
@@ -142,7 +136,29 @@ class TetherSaver(BaseCheckpointSaver[str]):
             return await coro
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
 
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run one of the saver's own coroutines (``self._threads``') for a sync caller: in
+        this thread when the saver runs inline, else on the store's loop."""
+        if not self._threads.inline:
+            return self._srun(coro)
+        self._refuse_on_loop(coro)
+        return run_inline(coro)
+
+    def _refuse_on_loop(self, coro: Coroutine[Any, Any, Any]) -> None:
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None and running is self._loop:
+            coro.close()
+            raise ConfigError(
+                "a sync TetherSaver method was called on the event loop its store runs on, "
+                "which would block it: use the async graph methods here (ainvoke, astream, "
+                "aget_state), or open the saver with `with TetherSaver.from_url(url)` for sync graphs"
+            )
+
     def _srun(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the store's loop and wait for it (the store's own calls)."""
         if self._loop is None:
             coro.close()
             raise ConfigError(
@@ -218,15 +234,34 @@ class TetherSaver(BaseCheckpointSaver[str]):
         await self._arun(self._threads.prune([str(t) for t in thread_ids], strategy))
 
     # == the same, blocking ==========================================================
-    # Each runs its async twin on the store's loop; put_writes and list are written out:
-    # put_writes buffers from the caller's thread, list yields as it goes.
-    get_tuple = _blocking(aget_tuple)
-    put = _blocking(aput)
-    flush = _blocking(aflush)
-    delete_thread = _blocking(adelete_thread)
-    delete_for_runs = _blocking(adelete_for_runs)
-    copy_thread = _blocking(acopy_thread)
-    prune = _blocking(aprune)
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, ns, cid = _where(config)
+        return self._sync(self._threads.get_tuple(thread_id, ns, cid))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._sync(self._put(config, checkpoint, metadata, new_versions))
+
+    def flush(self) -> None:
+        """Store the task writes still waiting for their checkpoint (see ``flush_delay``)."""
+        self._sync(self._threads.flush())
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._sync(self._threads.delete_thread(str(thread_id)))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._sync(self._threads.delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._sync(self._threads.copy_thread(str(source_thread_id), str(target_thread_id)))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._sync(self._threads.prune([str(t) for t in thread_ids], strategy))
 
     def list(
         self,
@@ -236,8 +271,8 @@ class TetherSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        for cid, ns in self._srun(self._select(config, filter, before, limit)):
-            tup = self._srun(self._threads.tuple_of(cid, ns))
+        for cid, ns in self._sync(self._select(config, filter, before, limit)):
+            tup = self._sync(self._threads.tuple_of(cid, ns))
             if tup is not None:
                 yield tup
 
@@ -250,7 +285,7 @@ class TetherSaver(BaseCheckpointSaver[str]):
     ) -> None:
         now = self._writes(config, writes, task_id, task_path)
         if now is not None:
-            self._srun(now)
+            self._sync(now)
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> BaseCheckpointSaver[str]:
         """LangGraph's clone with a stricter serializer; it shares this saver's cache."""
@@ -356,19 +391,95 @@ class _SaverOpener:
 
     def __enter__(self) -> TetherSaver:
         sync_store = open_store_sync(self.url, **self.options)
+        try:
+            twin = blocking_twin(sync_store.store, self.url, self.options)
+        except BaseException:
+            sync_store.close()
+            raise
         saver = TetherSaver(
             sync_store.store, serde=self.serde, loop=sync_store.runner.loop, **self.saver_options
         )
         saver._sync_store = sync_store
+        saver._threads.store = _InlineStore(sync_store.store, twin, sync_store.runner)  # type: ignore[assignment]
+        saver._threads.inline = True
+        saver._threads.home_loop = sync_store.runner.loop
         self._saver = saver
         return saver
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._saver is not None and self._saver._sync_store is not None:
+        saver, self._saver = self._saver, None
+        if saver is not None and saver._sync_store is not None:
             try:
-                self._saver.flush()
+                saver.flush()
             finally:
-                self._saver._sync_store.close()
-        self._saver = None
+                inline = saver._threads.store
+                try:
+                    if isinstance(inline, _InlineStore):
+                        inline.close()
+                finally:
+                    saver._sync_store.close()
+
+
+class _InlineStore:
+    """The store calls of a saver that runs in its callers' threads, as coroutines that never
+    suspend: a graph step's (commit, load, load_context, get_run) on the store's blocking
+    twin when it has one, the others (and a twin's call that failed for a transient cause,
+    which the async store retries) run on the store's loop thread, the caller waiting."""
+
+    def __init__(self, store: CheckpointStore, twin: CheckpointStore | None, runner: LoopThread) -> None:
+        self.store, self.twin, self.runner = store, twin, runner
+
+    def close(self) -> None:
+        if self.twin is not None:
+            twin, self.twin = self.twin, None
+            run_inline(twin.aclose())
+
+    async def commit(self, ctx: ExecutionContext, **options: Any) -> int:
+        if self.twin is not None:
+            try:
+                return await self.twin.commit(ctx, **options)
+            except StoreUnavailable:
+                pass  # the context kept its changes and their write id: the retry is safe
+        return self.runner.run(self.store.commit(ctx, **options))
+
+    async def load(self, run_id: str, version: int | None = None) -> StoredCheckpoint | None:
+        if self.twin is not None:
+            try:
+                return await self.twin.load(run_id, version)
+            except StoreUnavailable:
+                pass
+        return self.runner.run(self.store.load(run_id, version))
+
+    async def load_context(
+        self, run_id: str, version: int | None = None, *, reducers: ReducerRegistry | None = None
+    ) -> ExecutionContext | None:
+        if self.twin is not None:
+            try:
+                return await self.twin.load_context(run_id, version, reducers=reducers)
+            except StoreUnavailable:
+                pass
+        return self.runner.run(self.store.load_context(run_id, version, reducers=reducers))
+
+    async def get_run(self, run_id: str) -> RunInfo | None:
+        if self.twin is not None:
+            try:
+                return await self.twin.get_run(run_id)
+            except StoreUnavailable:
+                pass
+        return self.runner.run(self.store.get_run(run_id))
+
+    async def delete(self, run_id: str) -> bool:
+        return self.runner.run(self.store.delete(run_id))
+
+    async def prune(self, run_id: str, *, keep: int) -> int:
+        return self.runner.run(self.store.prune(run_id, keep=keep))
+
+    async def set_status(self, run_id: str, status: RunStatus | str) -> None:
+        self.runner.run(self.store.set_status(run_id, status))
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
+    ) -> builtins.list[RunInfo]:
+        return self.runner.run(self.store.list_runs(status=status, limit=limit, offset=offset))

@@ -37,6 +37,43 @@ function setupLogin(after) {
   });
 }
 
+// A snapshot read that sends only what changed since the version held (RFC 3229 delta):
+// If-None-Match names the held version, A-IM asks for the diff; 304 keeps it, 226 patches
+// it, 200 replaces it.
+function applyChange(old, c) {
+  if (c.op === "append") return (Array.isArray(old) ? old : []).concat(c.appended);
+  if (c.op === "merge") {
+    const out = Object.assign({}, old);
+    for (const k of c.removed) delete out[k];
+    Object.assign(out, c.added);
+    for (const [k, v] of Object.entries(c.changed)) out[k] = v.after;
+    return out;
+  }
+  return c.after;
+}
+
+function applyDelta(held, d) {
+  const state = Object.assign({}, held.stateData);
+  for (const k of d.stateData.removed) delete state[k];
+  Object.assign(state, d.stateData.added);
+  for (const [k, c] of Object.entries(d.stateData.changed)) state[k] = applyChange(state[k], c);
+  const out = Object.assign({}, d, { stateData: state, executionHistory: applyChange(held.executionHistory, d.executionHistory) });
+  delete out.fromVersion;
+  return out;
+}
+
+async function readSnapshot(path, held) {
+  const headers = held ? { "If-None-Match": held.etag, "A-IM": "tether-diff" } : {};
+  const r = await fetch(path, { headers, credentials: "same-origin", cache: "no-store" });
+  document.body.dataset.snapshotReads = (document.body.dataset.snapshotReads || "") + r.status + " ";
+  if (r.status === 304) return held;
+  if (r.status === 401) { showLogin(); throw new Error("sign in first"); }
+  const data = await r.json();
+  if (!r.ok) throw new Error((data && data.detail) || r.statusText);
+  const snap = r.status === 226 ? applyDelta(held.snap, data) : data;
+  return { snap, etag: r.headers.get("etag") };
+}
+
 function debounce(fn, ms) { let t = null; return () => { clearTimeout(t); t = setTimeout(fn, ms); }; }
 
 function listen(path, onEvent) {
@@ -80,7 +117,7 @@ function runsPage() {
 function runPage() {
   const runId = decodeURIComponent(location.pathname.split("/ui/runs/")[1]);
   const base = "/api/runs/" + encodeURIComponent(runId);
-  let snap = null, ctx = null, preview = null;
+  let snap = null, ctx = null, preview = null, held = null;
   text($("run-id"), runId); document.title = "tether · " + runId;
 
   async function act(fn) {
@@ -218,7 +255,8 @@ function runPage() {
 
   async function refresh() {
     try {
-      snap = await api("GET", base + "/snapshot");
+      held = await readSnapshot(base + "/snapshot", held);
+      snap = held.snap;
       renderSnapshot();
       ctx = await api("GET", base + "/context");
       renderContext();
