@@ -311,3 +311,36 @@ def test_a_sync_saver_serves_many_threads_at_once(backend: str, tmp_path: Path) 
             assert tup.pending_writes == [("task-14", "items", [f"w-{name}-14"])]
             assert len(list(again.list({"configurable": {"thread_id": name}}))) == 15
             again.delete_thread(name)
+
+
+def test_a_sync_saver_redoes_a_call_its_connection_lost_on_the_async_store(tmp_path: Path) -> None:
+    """The synchronous connection does not retry: a commit or read that fails for a
+    transient cause is redone on the async store (which retries), and lands once."""
+    from tether.errors import StoreUnavailable
+
+    cfg: Any = {"configurable": {"thread_id": "lost", "checkpoint_ns": ""}}
+    with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db", flush_delay=None) as saver:
+        twin = saver._threads.store.twin  # type: ignore[attr-defined]
+        real_commit, real_get_run = twin.commit, twin.get_run
+        failed: list[str] = []
+
+        async def commit(ctx: Any, **kw: Any) -> int:
+            if not failed:
+                failed.append("commit")
+                raise StoreUnavailable("connection lost")
+            return await real_commit(ctx, **kw)
+
+        async def get_run(run_id: str) -> Any:
+            failed.append("get_run")
+            raise StoreUnavailable("connection lost")
+
+        twin.commit = commit
+        stored = saver.put(cfg, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+        saver.put_writes(stored, [("messages", "hello")], "task-1")
+        twin.get_run = get_run
+        tup = saver.get_tuple(stored)
+        twin.get_run = real_get_run
+        versions = [h.version for h in saver._srun(saver.store.history(ns_key("lost", "")))]
+    assert failed[0] == "commit" and "get_run" in failed
+    assert tup is not None and tup.pending_writes == [("task-1", "messages", "hello")]
+    assert versions == [2, 1]  # the failed commit was redone once, the writes after it

@@ -88,8 +88,8 @@ def blocking_twin(store: CheckpointStore, url: str, options: dict[str, Any]) -> 
             backend: Any = _sqlite(url, backend_options)
         elif scheme in ("redis", "rediss"):
             backend = _redis(url, backend_options)
-        elif scheme in ("postgresql", "postgres"):
-            backend = _postgres(url, backend_options)
+        elif scheme in ("postgresql", "postgres") and backend_options.get("conn") is None:
+            backend = _postgres(url, backend_options)  # (not on a connection the caller gave)
         else:
             return None
     except ImportError:
