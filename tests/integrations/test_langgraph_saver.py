@@ -263,3 +263,84 @@ def test_sync_task_writes_do_not_wait_for_the_stores_loop(tmp_path: Path) -> Non
     assert took < 0.5, f"put_writes waited {took:.2f} s for the store's loop"
     assert following["configurable"]["checkpoint_id"] != stored["configurable"]["checkpoint_id"]
     assert first is not None and first.pending_writes == [("task-1", "messages", "hello")]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql", "redis"])
+def test_a_sync_saver_serves_many_threads_at_once(backend: str, tmp_path: Path) -> None:
+    """Graph threads of a server share one saver opened with ``with``: their calls run in
+    their own threads, on the store's one synchronous connection, and none sees another's
+    writes or loses its own."""
+    import threading
+
+    from tests.stores.conftest import require_url
+
+    url = require_url(backend, tmp_path)
+    prefix = f"lg{uuid.uuid4().hex[:8]}"
+    errors: list[BaseException] = []
+    latest: dict[str, Any] = {}
+
+    def work(saver: TetherSaver, name: str) -> None:
+        try:
+            cfg: Any = {"configurable": {"thread_id": name, "checkpoint_ns": ""}}
+            items: list[str] = []
+            for i in range(15):
+                cp = empty_checkpoint()
+                items = [*items, f"{name}-{i}"]
+                cp["channel_values"] = {"items": items}
+                cp["channel_versions"] = {"items": i + 1}
+                cfg = saver.put(cfg, cp, {"source": "loop", "step": i}, {"items": i + 1})
+                saver.put_writes(cfg, [("items", [f"w-{name}-{i}"])], f"task-{i}")
+                got = saver.get_tuple(cfg)
+                assert got is not None and got.checkpoint["channel_values"]["items"] == items
+            latest[name] = cfg
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    with TetherSaver.from_url(url, prefix=prefix) as saver:
+        threads = [threading.Thread(target=work, args=(saver, f"t{k}")) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    with TetherSaver.from_url(url, prefix=prefix) as again:
+        for name, cfg in latest.items():
+            tup = again.get_tuple(cfg)
+            assert tup is not None
+            assert tup.checkpoint["channel_values"]["items"] == [f"{name}-{i}" for i in range(15)]
+            assert tup.pending_writes == [("task-14", "items", [f"w-{name}-14"])]
+            assert len(list(again.list({"configurable": {"thread_id": name}}))) == 15
+            again.delete_thread(name)
+
+
+def test_a_sync_saver_redoes_a_call_its_connection_lost_on_the_async_store(tmp_path: Path) -> None:
+    """The synchronous connection does not retry: a commit or read that fails for a
+    transient cause is redone on the async store (which retries), and lands once."""
+    from tether.errors import StoreUnavailable
+
+    cfg: Any = {"configurable": {"thread_id": "lost", "checkpoint_ns": ""}}
+    with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db", flush_delay=None) as saver:
+        twin = saver._threads.store.twin  # type: ignore[attr-defined]
+        real_commit, real_get_run = twin.commit, twin.get_run
+        failed: list[str] = []
+
+        async def commit(ctx: Any, **kw: Any) -> int:
+            if not failed:
+                failed.append("commit")
+                raise StoreUnavailable("connection lost")
+            return await real_commit(ctx, **kw)
+
+        async def get_run(run_id: str) -> Any:
+            failed.append("get_run")
+            raise StoreUnavailable("connection lost")
+
+        twin.commit = commit
+        stored = saver.put(cfg, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+        saver.put_writes(stored, [("messages", "hello")], "task-1")
+        twin.get_run = get_run
+        tup = saver.get_tuple(stored)
+        twin.get_run = real_get_run
+        versions = [h.version for h in saver._srun(saver.store.history(ns_key("lost", "")))]
+    assert failed[0] == "commit" and "get_run" in failed
+    assert tup is not None and tup.pending_writes == [("task-1", "messages", "hello")]
+    assert versions == [2, 1]  # the failed commit was redone once, the writes after it

@@ -221,6 +221,8 @@ async def step_as(client: Any, rid: str, state: dict[str, Any], headers: dict[st
         ("vcdiff, Tether-Diff", True),
         ("tether-diff;q=0", False),
         ("tether-diff; q=0.5", True),
+        ("tether-diff;q=0.000", False),
+        ("tether-diff;q=x", False),
         ("gzip", False),
     ],
 )

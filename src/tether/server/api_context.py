@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.context import ContextWindow, Layer, window_from_run_state
@@ -14,7 +14,7 @@ from tether.errors import ContextError, RunNotFound, RunNotPaused, VersionConfli
 from tether.runtime import Event
 from tether.runtime.context_hooks import WINDOW_KEY
 from tether.server.auth import check_run
-from tether.server.deps import Events, Exec, Operator, Reader, Store, json_response, reducers
+from tether.server.deps import Events, Exec, Operator, Reader, Store, json_response, per_version, reducers
 from tether.server.problems import PROBLEM_RESPONSES
 from tether.state import RunStatus
 
@@ -92,24 +92,33 @@ def _preview(item: Any) -> str:
 
 
 @router.get("/{run_id}/context", response_model=ContextUsage, summary="Context usage by layer, with items")
-async def context_usage(run_id: str, token: Reader, store: Store, executor: Exec) -> Response:
+async def context_usage(
+    run_id: str, request: Request, token: Reader, store: Store, executor: Exec
+) -> Response:
     check_run(token, run_id)
-    window, version, _status = await _window(store, run_id)
+
+    async def build() -> tuple[dict[str, Any], int]:
+        window, version, _status = await _window(store, run_id)
+        return usage_dict(window, version, executor), version
+
+    return await per_version(request, store, run_id, "context", build)
+
+
+def usage_dict(window: ContextWindow | None, version: int, executor: Any) -> dict[str, Any]:
+    """The usage answer for a window at ``version`` (the thresholds are the server's)."""
     th = executor.thresholds
     thresholds = {"warn": th.warn, "standard": th.standard, "deep": th.deep}
     if window is None:
-        return json_response(
-            {
-                "hasWindow": False,
-                "version": version,
-                "tokens": 0,
-                "budget": 0,
-                "ratio": 0.0,
-                "level": "ok",
-                "thresholds": thresholds,
-                "layers": [],
-            }
-        )
+        return {
+            "hasWindow": False,
+            "version": version,
+            "tokens": 0,
+            "budget": 0,
+            "ratio": 0.0,
+            "level": "ok",
+            "thresholds": thresholds,
+            "layers": [],
+        }
     usage = window.usage()
     layers = []
     for layer in Layer:
@@ -134,18 +143,16 @@ async def context_usage(run_id: str, token: Reader, store: Store, executor: Exec
                 "items": items,
             }
         )
-    return json_response(
-        {
-            "hasWindow": True,
-            "version": version,
-            "tokens": usage.tokens,
-            "budget": usage.budget,
-            "ratio": round(usage.ratio, 4),
-            "level": _level(usage.ratio, thresholds),
-            "thresholds": thresholds,
-            "layers": layers,
-        }
-    )
+    return {
+        "hasWindow": True,
+        "version": version,
+        "tokens": usage.tokens,
+        "budget": usage.budget,
+        "ratio": round(usage.ratio, 4),
+        "level": _level(usage.ratio, thresholds),
+        "thresholds": thresholds,
+        "layers": layers,
+    }
 
 
 @router.post(

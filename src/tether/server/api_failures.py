@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict
 
 from tether.errors import RunNotFound
@@ -14,7 +14,7 @@ from tether.runtime import Decision, FailureReport
 from tether.runtime.report import _OPTIONS
 from tether.server.api_runs import Accepted
 from tether.server.auth import check_run
-from tether.server.deps import Exec, Operator, Reader, Store, json_response
+from tether.server.deps import Exec, Operator, Reader, Store, json_response, per_version
 from tether.server.problems import PROBLEM_RESPONSES
 from tether.state.reserved import runtime_get
 
@@ -39,23 +39,31 @@ class DecisionBody(BaseModel):
 
 
 @router.get("/{run_id}/failure", response_model=FailureView, summary="The run's last failure report")
-async def failure(run_id: str, token: Reader, store: Store, executor: Exec) -> Response:
+async def failure(run_id: str, request: Request, token: Reader, store: Store, executor: Exec) -> Response:
     check_run(token, run_id)
-    cp = await store.load(run_id)
-    if cp is None:
-        raise RunNotFound(run_id)
-    data = runtime_get(cp.state, "failure_report")
-    pending = runtime_get(cp.state, "pending_decision")
-    if not isinstance(data, dict):
-        return json_response({"pending": False, "report": None, "text": None, "options": []})
-    report = FailureReport.from_dict(data)
-    can = executor.options(run_id, cp.state, [str(o) for o in report.options]) if pending else []
-    options = [{"decision": o, "description": _OPTIONS[Decision(o)]} for o in can]
-    if pending:  # the text lists what this server can do, as the options do
-        report = replace(report, options=[Decision(o) for o in can])
-    return json_response(
-        {"pending": bool(pending), "report": report.to_dict(), "text": report.render(), "options": options}
-    )
+
+    async def build() -> tuple[dict[str, Any], int]:
+        cp = await store.load(run_id)
+        if cp is None:
+            raise RunNotFound(run_id)
+        data = runtime_get(cp.state, "failure_report")
+        pending = runtime_get(cp.state, "pending_decision")
+        if not isinstance(data, dict):
+            return {"pending": False, "report": None, "text": None, "options": []}, cp.version
+        report = FailureReport.from_dict(data)
+        can = executor.options(run_id, cp.state, [str(o) for o in report.options]) if pending else []
+        options = [{"decision": o, "description": _OPTIONS[Decision(o)]} for o in can]
+        if pending:  # the text lists what this server can do, as the options do
+            report = replace(report, options=[Decision(o) for o in can])
+        answer = {
+            "pending": bool(pending),
+            "report": report.to_dict(),
+            "text": report.render(),
+            "options": options,
+        }
+        return answer, cp.version
+
+    return await per_version(request, store, run_id, "failure", build)
 
 
 @router.post(

@@ -341,14 +341,18 @@ async def pick_encoding(
 
 def wants_delta(a_im: str | None) -> bool:
     """Whether ``A-IM`` names the diff (names are compared without case; q=0 refuses)."""
-    if not a_im:
-        return False
-    for part in a_im.lower().split(","):
+    for part in (a_im or "").lower().split(","):
         name, _, params = part.strip().partition(";")
-        if name.strip() == DELTA_IM:
-            return not any(
-                p.replace(" ", "") in ("q=0", "q=0.0", "q=0.00", "q=0.000") for p in params.split(";")
-            )
+        if name.strip() != DELTA_IM:
+            continue
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key.strip() == "q":
+                try:
+                    return float(value) > 0.0
+                except ValueError:
+                    return False
+        return True
     return False
 
 

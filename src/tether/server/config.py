@@ -46,7 +46,8 @@ class ServerSettings(BaseSettings):
     max_body_bytes: int = 16 * 1024 * 1024
     """Requests with a larger body get 413 (a 10 MB state update fits)."""
     snapshot_cache_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
-    """Memory for encoded snapshots (JSON and gzip), kept per run version for re-reads."""
+    """Memory for the answers kept per run version for re-reads: encoded snapshots (JSON, gzip,
+    zstd), deltas, context usage, failure reports."""
     otel_exporter: Literal["none", "console", "otlp"] = "none"
     """Where trace spans go; ``otlp`` uses the standard ``OTEL_EXPORTER_OTLP_*`` variables."""
 

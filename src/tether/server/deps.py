@@ -33,6 +33,7 @@ __all__ = [
     "Store",
     "encode",
     "json_response",
+    "per_version",
     "reducers",
 ]
 
@@ -83,6 +84,35 @@ def encode(data: Any) -> bytes:
 
 def json_response(data: Any, status: int = 200) -> Response:
     return Response(encode(data), status_code=status, media_type="application/json")
+
+
+async def per_version(
+    request: Request,
+    store: CheckpointStore,
+    run_id: str,
+    kind: str,
+    build: Callable[[], Awaitable[tuple[Any, int]]],
+) -> Response:
+    """A read whose answer depends only on the run's latest version (context usage, the
+    failure report): made once per version and kept in the snapshot cache, so dashboards
+    re-reading a big run after each event do not each read and decode its state.
+
+    ``build`` returns the answer and the version it was made from; an answer made from a
+    version newer than the one read first is served but not kept.
+    """
+    from tether.errors import RunNotFound
+
+    info = await store.get_run(run_id)
+    if info is None:
+        raise RunNotFound(run_id)
+
+    async def make() -> tuple[bytes, bool]:
+        data, version = await build()
+        return encode(data), version == info.version
+
+    cache: SnapshotCache = request.app.state.snapshots
+    entry = await cache.fetch(run_id, info.version, kind, make)
+    return Response(entry.body, media_type="application/json")
 
 
 class Encoded:

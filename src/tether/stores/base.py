@@ -101,18 +101,8 @@ class CheckpointStore(RunOperations):
         self._latest_cache = backend if isinstance(backend, LatestCache) else None
         if self._latest_cache is not None:  # the cache answers in front of the load below
             self.load = self._latest_cache.front(MethodType(CheckpointStore.load, self))  # type: ignore[method-assign]
-        self._latest_inline = (
-            backend.latest_chain_inline
-            if isinstance(backend, InlineLatest) and self._latest_cache is None
-            else None
-        )
-        caps = backend.capabilities
-        self._engine = ChainEngine(
-            codec or Codec(),
-            compaction or CompactionPolicy(),
-            seals=caps.seals,
-            splits_state=caps.splits_state,
-        )
+        self._latest_inline = backend.latest_chain_inline if isinstance(backend, InlineLatest) else None
+        self._use(codec or Codec(), compaction or CompactionPolicy())
         self.expiry = expiry or ExpiryPolicy()
         self.retry = retry or RetryPolicy()
         self._write_ids = map(f"{os.urandom(6).hex()}.{{}}".format, itertools.count(1))
@@ -161,8 +151,7 @@ class CheckpointStore(RunOperations):
 
     @codec.setter
     def codec(self, codec: Codec) -> None:
-        e = self._engine
-        self._engine = ChainEngine(codec, e.policy, seals=e.seals, splits_state=e.splits_state)
+        self._use(codec, self.compaction)
 
     @property
     def compaction(self) -> CompactionPolicy:
@@ -171,19 +160,19 @@ class CheckpointStore(RunOperations):
 
     @compaction.setter
     def compaction(self, policy: CompactionPolicy) -> None:
-        e = self._engine
-        self._engine = ChainEngine(e.codec, policy, seals=e.seals, splits_state=e.splits_state)
+        self._use(self.codec, policy)
+
+    def _use(self, codec: Codec, policy: CompactionPolicy) -> None:
+        caps = self.capabilities
+        self._engine = ChainEngine(codec, policy, seals=caps.seals, splits_state=caps.splits_state)
 
     async def _retry(self, call: Callable[[], Awaitable[T]], failed: StoreUnavailable) -> T:
         """Run ``call`` again after it failed with ``failed`` (see :class:`RetryPolicy`)."""
         return await retry_call(self.retry, type(self).__name__, call, failed)
 
     async def _write_retried(self, w: Write) -> tuple[int, ChainStats]:
-        """``_write`` with the retry policy (the write id makes a retry safe)."""
-        try:
-            return await self._backend.append(w)
-        except StoreUnavailable as exc:
-            return await self._retry(lambda: self._backend.append(w), exc)
+        """``append`` with the retry policy (the write id makes a retry safe)."""
+        return await self._retried(lambda: self._backend.append(w))
 
     # == the backend's operations, as the store and its run operations call them =======
     async def setup(self) -> None:
@@ -271,8 +260,7 @@ class CheckpointStore(RunOperations):
         stores nothing; else they land now. What was recorded since follows at the next
         version, in the same call.
         """
-        # Calls its helpers only before it takes the changes, and the backend directly: a
-        # reader follows one commit through each module once (benchmarks/trace_commit.py).
+        # (few calls back into this module: see benchmarks/trace_commit.py)
         meta = dict(metadata) if metadata else {}
         meta_dated = bool(meta) and check_value(meta, key="metadata")
         now = time.time()
@@ -301,10 +289,7 @@ class CheckpointStore(RunOperations):
             tail = known.tail if not changes.write_id else None  # a retry: the rows are not known
             write = plan.write
             try:
-                try:
-                    version, chain = await self._backend.append(write)
-                except StoreUnavailable as exc:  # the write id makes a retry safe
-                    version, chain = await self._retry(lambda: self._write(write), exc)
+                version, chain = await self._write_retried(write)
             except StaleSeal:
                 write.kind, write.payload, write.seal_from = "delta", plan.plain, 0
                 # the rows are not what was seen: no seal until a full row
@@ -362,10 +347,7 @@ class CheckpointStore(RunOperations):
                     return self._engine.checkpoint_of(run_id, chain)
         check_run_id(run_id)
         if chain is None:
-            try:
-                chain = await self._read_chain(run_id, version)
-            except StoreUnavailable as exc:
-                chain = await self._retry(lambda: self._read_chain(run_id, version), exc)
+            chain = await self._retried(lambda: self._read_chain(run_id, version))
         if chain:
             cp = self.engine.checkpoint_of(run_id, chain)
             cache = self._latest_cache
@@ -405,10 +387,7 @@ class CheckpointStore(RunOperations):
         return ctx
 
     async def _read_retried(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
-        try:
-            return await self._read(run_id, version)
-        except StoreUnavailable as exc:
-            return await self._retry(lambda: self._read(run_id, version), exc)
+        return await self._retried(lambda: self._read(run_id, version))
 
     # == rows as stored (a key rotation rewrites them: see ``stores/rekey.py``) ==========
     async def read_rows(self, run_id: str) -> tuple[RunInfo | None, list[StoredRow]]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -57,15 +57,16 @@ def run_inline(coro: Coroutine[Any, Any, T]) -> T:
 
 class BlockingLock:
     """A thread lock used as the asyncio lock a backend takes (``async with``, ``locked``):
-    acquiring blocks the calling thread instead of suspending."""
+    acquiring blocks the calling thread instead of suspending. ``lock``: a lock to use
+    (an ``RLock`` for a backend that takes it around calls that take it again)."""
 
     __slots__ = ("_lock", "__weakref__")
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, lock: Any = None) -> None:
+        self._lock = threading.Lock() if lock is None else lock
 
     def locked(self) -> bool:
-        return self._lock.locked()
+        return bool(self._lock.locked())
 
     async def __aenter__(self) -> None:
         self._lock.acquire()
@@ -87,8 +88,8 @@ def blocking_twin(store: CheckpointStore, url: str, options: dict[str, Any]) -> 
             backend: Any = _sqlite(url, backend_options)
         elif scheme in ("redis", "rediss"):
             backend = _redis(url, backend_options)
-        elif scheme in ("postgresql", "postgres"):
-            backend = _postgres(url, backend_options)
+        elif scheme in ("postgresql", "postgres") and backend_options.get("conn") is None:
+            backend = _postgres(url, backend_options)  # (not on a connection the caller gave)
         else:
             return None
     except ImportError:
@@ -113,7 +114,21 @@ def _sqlite(url: str, options: dict[str, Any]) -> Any:
     from tether.stores.sqlite import SqliteBackend
 
     class InlineSqliteBackend(SqliteBackend):
-        """Statements run in the calling thread, on a connection of this twin's own."""
+        """Statements run in the calling thread, on a connection of this twin's own. Calls
+        from several threads take turns: every read and transaction holds ``_conn_lock``
+        (the async backend lets small reads skip its lock, safe on one event loop only)."""
+
+        _conn_lock: threading.RLock
+
+        async def _query(
+            self, sql: str, params: Sequence[Any] = (), *, run_id: str | None = None
+        ) -> list[tuple[Any, ...]]:
+            with self._conn_lock:
+                return self._inline(lambda c: c.execute(sql, params).fetchall())
+
+        def latest_chain_inline(self, run_id: str) -> list[tuple[int, bytes]] | None:
+            with self._conn_lock:  # held: no other thread's transaction is open meanwhile
+                return super().latest_chain_inline(run_id)
 
         async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
             if self._conn is None:
@@ -134,8 +149,20 @@ def _sqlite(url: str, options: dict[str, Any]) -> Any:
             self._pool.shutdown(wait=False)
 
     backend = InlineSqliteBackend.from_url(url, **options)
-    backend._lock = BlockingLock()  # type: ignore[assignment]
+    assert isinstance(backend, InlineSqliteBackend)
+    backend._conn_lock = threading.RLock()
+    backend._lock = _HeldLock(backend._conn_lock)  # type: ignore[assignment]
     return backend
+
+
+class _HeldLock(BlockingLock):
+    """The SQLite twin's transaction lock: its connection lock (reentrant), which every call
+    holds, so ``locked()`` never tells a read to wait for a transaction of another thread."""
+
+    __slots__ = ()
+
+    def locked(self) -> bool:
+        return False
 
 
 # == Redis: redis-py's sync client, behind the async client's interface ================

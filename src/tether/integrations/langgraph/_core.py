@@ -362,6 +362,7 @@ class Threads:
         put, whose appended chunks they may then refer to instead of holding the same bytes
         again."""
         cid = str(checkpoint["id"])
+        n.since = None  # this put stores what waits (what it leaves waits again, see _stored)
         ctx = await self._ctx_for_write(n)
         taken = self._taken(n, stored_only=True)
         ix: list[Any] = ctx.get("ix") or []
