@@ -213,37 +213,6 @@ def test_the_state_of_a_plain_full_body_decodes_alone():
     assert state_offset(Codec().encode({**big_head, "state": state}), big_head) == 0
 
 
-def test_a_full_body_encoded_in_parts_is_the_same_bytes_and_offset():
-    """``Codec.encode_full`` packs head and state apart: the same payload as ``encode``
-    and the offset ``state_offset`` finds in it, or 0 where a reader must decode it all."""
-    from tether.state.serde import state_offset, unpack_dated
-
-    when = dt.datetime(2026, 3, 29, 1, 30, tzinfo=ZoneInfo("Europe/Paris"))
-    heads = [
-        {"v": 1, "kind": "full", "meta": {"at": when}, "executed": ["a"]},
-        {"v": 1, "node": None, "status": "RUNNING", "ts": 1.5, "meta": {}, "kind": "full", "executed": []},
-        {"v": 1, **{f"k{i}": i for i in range(14)}},  # a map16 with the state: the general way
-        {"v": 1, **{f"k{i}": i for i in range(13)}},  # 15 pairs with the state: the last fixmap
-    ]
-    states = [{}, {"t": when, "messages": [{"role": "user", "content": "hi"}] * 3}, {"x": "y" * 70_000}]
-    codecs = [Codec(), Codec(compress_min_bytes=1024), Codec(encryption_key=generate_key())]
-    for head in heads:
-        for state in states:
-            for codec in codecs:
-                dated = "meta" in head and bool(head["meta"]) or "t" in state
-                for datetimes in {True, dated}:
-                    payload, at = codec.encode_full(head, state, datetimes=datetimes)
-                    assert codec.decode(payload) == {**head, "state": state}
-                    if codec.encrypted:
-                        assert at == 0
-                        continue
-                    assert payload == codec.encode({**head, "state": state}, datetimes=datetimes)
-                    assert at == state_offset(payload, head, datetimes=datetimes)
-                    if at:
-                        assert Codec().decode(payload)["state"] == state
-                        assert unpack_dated(memoryview(payload)[at:]) == state
-
-
 _leaf = st.one_of(
     st.none(),
     st.booleans(),

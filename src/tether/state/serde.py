@@ -325,37 +325,6 @@ class Codec:
         sealed: bytes = self._aes.encrypt(nonce, body, header)
         return header + sealed
 
-    def encode_full(self, head: dict[str, Any], state: Any, *, datetimes: bool = True) -> tuple[bytes, int]:
-        """``encode({**head, "state": state})`` and where the state's own MessagePack starts
-        in it, for a reader that decodes the state alone (0: compressed or encrypted). The
-        head and the state are packed apart and framed as one body, so the offset is known
-        without packing the head a second time (what :func:`state_offset` does)."""
-        if self._aes is not None or len(head) > 14 or "state" in head:
-            return self.encode({**head, "state": state}, datetimes=datetimes), 0
-        packed = None
-        if not datetimes:  # as pack_plain does
-            try:
-                packed, body = _fast_pack(head), _fast_pack(state)
-            except (TypeError, OverflowError):
-                packed = None  # not state check_value passed: ormsgpack says what is wrong
-        if packed is None:
-            packed, body = pack_plain(head), pack_plain(state)
-        if packed[0] != 0x80 + len(head):  # not a one-byte map header: the general way
-            return self.encode({**head, "state": state}, datetimes=datetimes), 0
-        pairs = memoryview(packed)[1:]
-        if self._zc is not None and len(packed) + len(_STATE_KEY) + len(body) >= (
-            self.compress_min_bytes or 0
-        ):
-            payload = self.encode({**head, "state": state}, datetimes=datetimes)  # compressed if it pays
-            return payload, state_offset(payload, head, datetimes=datetimes)
-        parts = (bytes((packed[0] + 1,)), pairs, _STATE_KEY, body)
-        crc = _CRC_PLAIN_SEED
-        for part in parts:
-            crc = zlib.crc32(part, crc)
-        return b"".join((_CRC_PLAIN, crc.to_bytes(4, "little"), *parts)), _CRC_HEAD + len(packed) + len(
-            _STATE_KEY
-        )
-
     @property
     def key_ids(self) -> list[str]:
         """The configured keys' ids (hex), the writing key first."""

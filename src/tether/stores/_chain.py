@@ -40,7 +40,7 @@ from tether.state.model import (
     chain_stats,
     make_checkpoint,
 )
-from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain
+from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
 from tether.state.values import check_value
 from tether.stores._segment import apply_ops, apply_segment, pack_segment, segment_length, split_segment
 from tether.stores.policies import CompactionPolicy
@@ -292,10 +292,8 @@ class ChainEngine:
             "kind": "full",
             "executed": list(all_executed),
         }
-        if self.splits_state:  # ``encode_full`` inline: a hot path (see benchmarks/README.md)
-            payload, state_at = self.codec.encode_full(full, state, datetimes=dated)
-        else:
-            payload, state_at = self.codec.encode({**full, "state": state}, datetimes=dated), 0
+        payload = self.codec.encode({**full, "state": state}, datetimes=dated)
+        state_at = state_offset(payload, full, datetimes=dated) if self.splits_state else 0
         w = Write(
             run_id=run_id,
             kind="full",
@@ -385,9 +383,9 @@ class ChainEngine:
     def encode_full(self, head: dict[str, Any], state: Any, *, datetimes: bool = True) -> tuple[bytes, int]:
         """A full payload (the state its last pair) and, for a backend that asks, where the
         state starts in it. ``datetimes=False``: neither holds one (see ``serde.pack_plain``)."""
-        if self.splits_state:
-            return self.codec.encode_full(head, state, datetimes=datetimes)
-        return self.codec.encode({**head, "state": state}, datetimes=datetimes), 0
+        payload = self.codec.encode({**head, "state": state}, datetimes=datetimes)
+        at = state_offset(payload, head, datetimes=datetimes) if self.splits_state else 0
+        return payload, at
 
     def save_write(
         self, cp: Checkpoint, *, expected_version: int | None, expires_at: float | None, write_id: str
