@@ -170,8 +170,7 @@ class CheckpointStore(RunOperations):
         """Run ``call`` again after it failed with ``failed`` (see :class:`RetryPolicy`)."""
         return await retry_call(self.retry, type(self).__name__, call, failed)
 
-    async def _write_retried(self, w: Write) -> tuple[int, ChainStats]:
-        """``append`` with the retry policy (the write id makes a retry safe)."""
+    async def _write_retried(self, w: Write) -> tuple[int, ChainStats]:  # (a write id makes it safe)
         return await self._retried(lambda: self._backend.append(w))
 
     # == the backend's operations, as the store and its run operations call them =======
@@ -260,7 +259,6 @@ class CheckpointStore(RunOperations):
         stores nothing; else they land now. What was recorded since follows at the next
         version, in the same call.
         """
-        # (few calls back into this module: see benchmarks/trace_commit.py)
         meta = dict(metadata) if metadata else {}
         meta_dated = bool(meta) and check_value(meta, key="metadata")
         now = time.time()
@@ -338,13 +336,10 @@ class CheckpointStore(RunOperations):
     # == reading ===================================================================
     async def load(self, run_id: str, version: int | None = None) -> Checkpoint | None:
         """The checkpoint at ``version`` (latest when None), or None if not stored."""
-        chain = None
-        if version is None and type(run_id) is str:  # only a stored run's (checked) id is found
-            inline = self._latest_inline
-            if inline is not None:
-                chain = inline(run_id)
-                if chain:
-                    return self._engine.checkpoint_of(run_id, chain)
+        inline = self._latest_inline if version is None and type(run_id) is str else None
+        chain = None if inline is None else inline(run_id)
+        if chain:  # only a stored run's (checked) id has one
+            return self._engine.checkpoint_of(run_id, chain)
         check_run_id(run_id)
         if chain is None:
             chain = await self._retried(lambda: self._read_chain(run_id, version))
