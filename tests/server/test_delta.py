@@ -130,6 +130,25 @@ async def test_without_a_usable_base_the_answer_is_the_full_body(api):
     assert version >= 1 and await app.state.store.load(rid, version) is None
 
 
+async def test_a_run_created_again_under_the_same_id_matches_none_of_the_old_tags(api):
+    """Deleted and started again, a run counts its versions from 1 again: a tag of the old
+    run gives neither a 304 nor a delta, and no body cached for the old run is served."""
+    client, app = api
+    rid = new_id()
+    await paused_run(app, rid, who="first")
+    url = f"/api/runs/{rid}/snapshot"
+    old = await client.get(url)
+    await client.get(f"/api/runs/{rid}/context")  # cached per version too
+    assert (await app.state.store.delete(rid)) is True
+    await paused_run(app, rid, who="second")
+    again = await client.get(url, headers={"If-None-Match": old.headers["etag"]})
+    assert again.status_code == 200 and again.json()["stateData"]["who"] == "second"
+    assert again.json()["version"] == old.json()["version"]  # same version number, new run
+    assert again.headers["etag"] != old.headers["etag"]
+    delta = await client.get(url, headers={"If-None-Match": old.headers["etag"], **DELTA})
+    assert delta.status_code == 200 and delta.json() == again.json()
+
+
 async def test_delta_bodies_are_compressed_and_built_once(api):
     """A large delta goes gzip or zstd as the client allows; every reader gets the same bytes."""
     client, app = api
@@ -231,12 +250,16 @@ def test_a_im_names_the_diff(header: str | None, expected: bool) -> None:
 
 
 def test_the_delta_base_is_the_newest_older_version_of_the_same_key_style() -> None:
-    tags = '"3-PAUSED-0-camel", W/"5-RUNNING-1-camel-zst", "6-PAUSED-0-snake-gz", "9-PAUSED-0-camel", junk'
-    assert delta_base(tags, "camel", 8) == 5
-    assert delta_base(tags, "snake", 8) == 6
-    assert delta_base(tags, "camel", 3) is None
-    assert delta_base(None, "camel", 8) is None
-    assert delta_base('"99999999999999999999999-PAUSED-0-camel"', "camel", 8) is None
+    tags = (
+        '"3-PAUSED-0-camel-b1", W/"5-RUNNING-1-camel-b1-zst", "6-PAUSED-0-snake-b1-gz", '
+        '"7-PAUSED-0-camel-b0", "9-PAUSED-0-camel-b1", junk'
+    )
+    assert delta_base(tags, "camel", 8, "b1") == 5
+    assert delta_base(tags, "snake", 8, "b1") == 6
+    assert delta_base(tags, "camel", 8, "b0") == 7  # only the tags of the same run count
+    assert delta_base(tags, "camel", 3, "b1") is None
+    assert delta_base(None, "camel", 8, "b1") is None
+    assert delta_base('"99999999999999999999999-PAUSED-0-camel-b1"', "camel", 8, "b1") is None
 
 
 def test_the_patch_form_of_the_diff_leaves_the_old_values_out() -> None:

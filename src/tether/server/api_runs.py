@@ -25,6 +25,7 @@ from tether.server.deps import (
     Store,
     encode,
     epoch_ms,
+    incarnation,
     json_response,
     reducers,
 )
@@ -268,7 +269,7 @@ async def get_snapshot(
     if info is None:
         raise RunNotFound(run_id)
     executing = executor.executing(run_id)
-    variant = f"{info.status}-{int(executing)}-{keys}"
+    variant = f"{info.status}-{int(executing)}-{keys}-{incarnation(info)}"
     tag = f"{info.version}-{variant}"
     headers = {"Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
     wanted = negotiate(request.headers.get("accept-encoding", ""))
@@ -284,7 +285,11 @@ async def get_snapshot(
         return encode(snapshot_dict(snap, executing, keys)), snap.version == info.version
 
     cache: SnapshotCache = request.app.state.snapshots
-    base = delta_base(request.headers.get("if-none-match"), keys, info.version) if wants_delta(a_im) else None
+    base = (
+        delta_base(request.headers.get("if-none-match"), keys, info.version, incarnation(info))
+        if wants_delta(a_im)
+        else None
+    )
     if base is not None:
         from_version = base
 
@@ -356,16 +361,17 @@ def wants_delta(a_im: str | None) -> bool:
     return False
 
 
-def delta_base(header: str | None, keys: str, version: int) -> int | None:
+def delta_base(header: str | None, keys: str, version: int, born: str) -> int | None:
     """The newest version older than ``version`` named in ``If-None-Match`` by one of this
-    server's snapshot tags with the same key style, or None."""
+    server's snapshot tags with the same key style, of the same run (not one deleted and
+    created again under its id: ``born``), or None."""
     best = None
     for raw in (header or "").split(","):
         candidate = raw.strip().removeprefix("W/").strip('"')
         for suffix in SUFFIX.values():
             candidate = candidate.removesuffix(suffix)
         parts = candidate.split("-")
-        if len(parts) != 4 or not parts[0].isdigit() or len(parts[0]) > 18 or parts[3] != keys:
+        if len(parts) != 5 or not parts[0].isdigit() or len(parts[0]) > 18 or parts[3:] != [keys, born]:
             continue
         found = int(parts[0])
         if 1 <= found < version and (best is None or found > best):

@@ -19,6 +19,7 @@ from tether.runtime.stream import EventBroadcaster
 from tether.server.auth import ApiToken, require
 from tether.server.executor import Executor
 from tether.state import ReducerRegistry
+from tether.state.model import RunInfo
 from tether.stores.base import CheckpointStore
 
 __all__ = [
@@ -111,8 +112,14 @@ async def per_version(
         return encode(data), version == info.version
 
     cache: SnapshotCache = request.app.state.snapshots
-    entry = await cache.fetch(run_id, info.version, kind, make)
+    entry = await cache.fetch(run_id, info.version, f"{kind}-{incarnation(info)}", make)
     return Response(entry.body, media_type="application/json")
+
+
+def incarnation(info: RunInfo) -> str:
+    """Which run of this id a version belongs to: a run deleted and created again starts at
+    version 1 again, and its versions must not match the old run's cached bodies or ETags."""
+    return format(int(info.created_at.timestamp() * 1_000_000), "x")
 
 
 class Encoded:
