@@ -269,7 +269,8 @@ async def get_snapshot(
     if info is None:
         raise RunNotFound(run_id)
     executing = executor.executing(run_id)
-    variant = f"{info.status}-{int(executing)}-{keys}-{incarnation(info)}"
+    born = incarnation(info)
+    variant = f"{info.status}-{int(executing)}-{keys}-{born}"
     tag = f"{info.version}-{variant}"
     headers = {"Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
     wanted = negotiate(request.headers.get("accept-encoding", ""))
@@ -286,7 +287,7 @@ async def get_snapshot(
 
     cache: SnapshotCache = request.app.state.snapshots
     base = (
-        delta_base(request.headers.get("if-none-match"), keys, info.version, incarnation(info))
+        delta_base(request.headers.get("if-none-match"), keys, info.version, born)
         if wants_delta(a_im)
         else None
     )
