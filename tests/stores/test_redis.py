@@ -436,3 +436,58 @@ async def test_rows_without_their_run_record_are_corrupt_not_a_new_run(store, cl
     ctx.merge({"a": 3})
     with pytest.raises(CheckpointCorrupt, match="run record is missing"):
         await store.commit(ctx)
+
+
+async def test_the_blocking_twin_recovers_its_connection_and_the_scripts(store, client, redis_url, prefix):
+    """The sync twin sends its writes on one connection it keeps: a connection the server
+    dropped fails one call (StoreUnavailable, which a caller redoes on the async store),
+    and the next call reconnects; a server that forgot the scripts is sent them again."""
+    from tether.stores.blocking import blocking_twin, run_inline
+
+    twin = blocking_twin(store, _url(redis_url, prefix), {})
+    assert twin is not None
+    try:
+        ctx = ExecutionContext(new_id("twin"), {"n": 0})
+        run_inline(twin.commit(ctx))
+        held = twin.backend.keyspace.client._held  # type: ignore[attr-defined]
+        held.conn.send_command("CLIENT", "ID")
+        await client.client_kill_filter(_id=str(held.conn.read_response()))
+        ctx.put("n", 1)
+        with pytest.raises(StoreUnavailable):
+            run_inline(twin.commit(ctx))
+        assert run_inline(twin.commit(ctx)) == 2  # the write id: stored once either way
+        await client.script_flush()
+        ctx.put("n", 2)
+        assert run_inline(twin.commit(ctx)) == 3
+        assert (await store.load(ctx.run_id)).state == {"n": 2}
+        assert [h.version for h in await store.history(ctx.run_id)] == [3, 2, 1]
+    finally:
+        run_inline(twin.aclose())
+
+
+async def test_the_blocking_twin_serves_threads_at_once(store, redis_url, prefix):
+    """Calls from several threads share one twin: one of them gets the kept connection,
+    the others the pool's, and every write lands."""
+    import concurrent.futures
+
+    from tether.stores.blocking import blocking_twin, run_inline
+
+    twin = blocking_twin(store, _url(redis_url, prefix), {})
+    assert twin is not None
+    ids = [new_id(f"t{i}") for i in range(4)]
+
+    def work(run_id: str) -> int:
+        ctx = ExecutionContext(run_id, reducers=_APPEND)
+        for i in range(30):
+            ctx.merge({"items": [i]})
+            run_inline(twin.commit(ctx))
+            assert run_inline(twin.load(run_id)).state == {"items": list(range(i + 1))}
+        return ctx.version
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(work, ids)) == [30] * 4
+    finally:
+        run_inline(twin.aclose())
+    for run_id in ids:
+        assert (await store.load(run_id)).state == {"items": list(range(30))}

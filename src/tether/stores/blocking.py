@@ -17,6 +17,7 @@ no synchronous driver (MySQL's asyncmy, tiered, memory) have no twin.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Coroutine, Generator, Sequence
@@ -166,17 +167,80 @@ class _HeldLock(BlockingLock):
 
 
 # == Redis: redis-py's sync client, behind the async client's interface ================
-class _Script:
-    def __init__(self, script: Any) -> None:
-        self._script, self.sha, self.script = script, script.sha, script.script
+class _Held:
+    """One connection of the sync pool kept by the twin for its hot calls (a script, a raw
+    pipeline): taking a connection from redis-py's pool and giving it back (its liveness
+    poll) cost more CPU than the round trip itself. A caller that finds it taken (another
+    thread's call in progress) uses the pool as usual. Dropped (disconnected) after any
+    error, so the next call reconnects; redis-py connects it again on its next send."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Ready:
-        return Ready(self._script(*args, **kwargs))
+    __slots__ = ("conn", "lock", "pid", "pool")
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.conn: Any = None
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+
+    def take(self) -> Any:
+        """The held connection, now this caller's until :meth:`give`; None when taken."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        if self.pid != os.getpid():  # a forked child never shares its parent's socket
+            self.conn, self.pid = None, os.getpid()
+        if self.conn is None:
+            try:
+                self.conn = self.pool.get_connection()  # (the pool's: closed with it)
+            except BaseException:
+                self.lock.release()
+                raise
+        return self.conn
+
+    def give(self, failed: bool = False) -> None:
+        if failed and self.conn is not None:
+            self.conn.disconnect()
+        self.lock.release()
+
+    def close(self) -> None:
+        with self.lock:
+            if self.conn is not None:
+                self.pool.release(self.conn)
+                self.conn = None
+
+
+class _Script:
+    def __init__(self, script: Any, held: _Held) -> None:
+        from redis import exceptions
+
+        self._script, self.sha, self.script = script, script.sha, script.script
+        self._held = held
+        self._errors = exceptions
+
+    def __call__(self, *, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Ready:
+        conn = self._held.take()
+        if conn is None:
+            return Ready(self._script(keys=keys, args=args))
+        errors = self._errors
+        try:
+            conn.send_packed_command(conn.pack_command("EVALSHA", self._script.sha, len(keys), *keys, *args))
+            reply = conn.read_response()
+        except errors.NoScriptError:  # a whole reply was read: the connection is in step
+            self._held.give()
+            return Ready(self._script(keys=keys, args=args))  # loads the script, as redis-py does
+        except errors.ResponseError:
+            self._held.give()
+            raise
+        except BaseException:
+            self._held.give(failed=True)
+            raise
+        self._held.give()
+        return Ready(reply)
 
 
 class _Connection:
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, held: bool = False) -> None:
         self.conn = conn
+        self.held = held
 
     def pack_command(self, *args: Any) -> Any:
         return self.conn.pack_command(*args)
@@ -192,14 +256,20 @@ class _Connection:
 
 
 class _Pool:
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, held: _Held) -> None:
         self.pool = pool
         self.connection_kwargs = pool.connection_kwargs
+        self._held = held
 
     def get_connection(self) -> Ready:
+        conn = self._held.take()
+        if conn is not None:
+            return Ready(_Connection(conn, held=True))
         return Ready(_Connection(self.pool.get_connection()))
 
     def release(self, conn: _Connection) -> Ready:
+        if conn.held:  # (a caller that failed half-way disconnected it already)
+            return Ready(self._held.give())
         return Ready(self.pool.release(conn.conn))
 
 
@@ -225,15 +295,17 @@ class _RedisClient:
 
     def __init__(self, client: Any) -> None:
         self._client = client
-        self.connection_pool = _Pool(client.connection_pool)
+        self._held = _Held(client.connection_pool)
+        self.connection_pool = _Pool(client.connection_pool, self._held)
 
     def register_script(self, source: str) -> _Script:
-        return _Script(self._client.register_script(source))
+        return _Script(self._client.register_script(source), self._held)
 
     def pipeline(self, **kwargs: Any) -> _Pipeline:
         return _Pipeline(self._client.pipeline(**kwargs))
 
     def aclose(self) -> Ready:
+        self._held.close()
         return Ready(self._client.close())
 
     def __getattr__(self, name: str) -> Any:
