@@ -114,6 +114,24 @@ def test_delta_records_reducer_ops_and_overwrites_drop_earlier_ops():
     assert ops == [("x", "set", 2), ("messages", "set", ["z"])]
 
 
+def test_put_trusted_overwrites_like_put_and_keeps_the_taken_state():
+    """``put_trusted`` (no value walk) records the same set op as ``put``, drops earlier
+    ops on the key, and copies a state lent to a store before changing it."""
+    ctx = ExecutionContext("r", {"w": [1]}, reducers=default_registry().register("w", "append"))
+    ctx.take_changes()
+    ctx.saved(1)
+    ctx.merge({"w": [2]})
+    taken = ctx.take_changes()
+    ctx.put_trusted("w", [b"x"])
+    assert dict(taken.state) == {"w": [1, 2]}
+    assert ctx.pending().ops == [("w", "set", [b"x"])]
+    ctx.merge({"w": [3]})
+    ctx.put_trusted("w", [4], dated=True)
+    assert ctx.pending().ops == [("w", "set", [4])] and ctx.get("w") == [4]
+    with pytest.raises(InvalidStateValue):
+        ctx.put_trusted("", 1)  # the key is still checked
+
+
 def test_failed_save_gives_the_delta_back():
     ctx = ExecutionContext("r")
     ctx.take_changes()

@@ -171,6 +171,17 @@ class ExecutionContext:
             self._record(key, "set", value)
             _flag(self._dated, key, dated)
 
+    def put_trusted(self, key: str, value: Any, dated: bool = False) -> None:
+        """``put`` for a value already known to be valid (the runtime's own bookkeeping):
+        skips the walk that ``put`` does first. ``dated``: whether it holds a datetime."""
+        _check_key(key)
+        with self._lock:
+            if self._lent:
+                self._own()
+            self._state[key] = value
+            self._record(key, "set", value)
+            _flag(self._dated, key, dated)
+
     def merge(self, update: Mapping[str, Any]) -> None:
         """Apply each key's reducer; all keys or none (the update is checked first)."""
         dated: set[str] = set()

@@ -269,7 +269,8 @@ class _Pool:
 
     def release(self, conn: _Connection) -> Ready:
         if conn.held:  # (a caller that failed half-way disconnected it already)
-            return Ready(self._held.give())
+            self._held.give()
+            return Ready(None)
         return Ready(self.pool.release(conn.conn))
 
 

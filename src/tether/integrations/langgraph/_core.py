@@ -166,6 +166,8 @@ class Threads:
         self._cache: OrderedDict[str, _Ns] = OrderedDict()
         self._locks: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self._indexed: set[tuple[str, str]] = set()
+        self._keys: dict[tuple[str, str], str] = {}
+        """``ns_key`` of recent ``(thread_id, ns)``: every call needs it."""
         self._guard = threading.Lock()
         """The cache and the write buffers: a sync caller buffers writes from its own thread."""
         self.home_loop: asyncio.AbstractEventLoop | None = None
@@ -190,7 +192,13 @@ class Threads:
         return self.serde.loads_typed(typed)
 
     def _ns(self, thread_id: str, ns: str, key: str | None = None) -> _Ns:
-        key = key or ns_key(thread_id, ns, self.prefix)
+        if key is None:
+            key = self._keys.get((thread_id, ns))
+            if key is None:
+                key = ns_key(thread_id, ns, self.prefix)
+                if len(self._keys) >= 4 * self.cache_size:
+                    self._keys.clear()
+                self._keys[thread_id, ns] = key
         with self._guard:
             n = self._cache.get(key)
             if n is None:
@@ -210,9 +218,10 @@ class Threads:
 
     def _stored(self, n: _Ns, taken: list[Batch]) -> None:
         """``taken`` is stored; the batches still buffered wait for the sweep."""
-        done = {id(b) for b in taken}
         with self._guard:
-            n.buffer[:] = [b for b in n.buffer if id(b) not in done]
+            if taken:
+                done = {id(b) for b in taken}
+                n.buffer[:] = [b for b in n.buffer if id(b) not in done]
             if not n.buffer:
                 n.since = None
                 return
@@ -382,6 +391,10 @@ class Threads:
         given: Mapping[str, Any] = checkpoint["channel_values"]
         update: dict[str, Any] = {}
         refs = dict(n.recent)
+        ref_channels = {k[0] for k in refs}
+        # channels that pending writes refer to by chunk: those must be made whole first
+        # when the channel's chunks are replaced (see ``_unref``)
+        referred = {e[3] for e in ctx.get("w") or () if e[4] == REF}
         for ch in [*versions, *(c for c, e in meta.items() if e is not None and c not in versions)]:
             ent = meta.get(ch)
             ver = versions.get(ch)
@@ -393,9 +406,8 @@ class Threads:
                 note["m"][ch] = ent
             if ch not in versions or ch not in given:
                 if ent is not None and ent[1] != EMPTY:
-                    self._unref(ctx, ch)
-                    refs = {k: r for k, r in refs.items() if k[0] != ch}
-                    ctx.put(key, [])
+                    refs = self._replaced(ctx, ch, refs, ref_channels, referred)
+                    ctx.put_trusted(key, [])
                     noted += self._note_chunks(note, ch, chunks)
                 update[ch] = None if ch not in versions else [ver, EMPTY]
                 values.pop(ch, None)
@@ -410,11 +422,11 @@ class Threads:
                     if len(value) > len(old):
                         t, b = self._dumps(value[len(old) :])
                         refs[ch, b] = (t, len(chunks))
+                        ref_channels.add(ch)
                         ctx.merge_trusted({key: [[t, b]]}, _PLAIN)
                 elif chunks:
-                    self._unref(ctx, ch)
-                    refs = {k: r for k, r in refs.items() if k[0] != ch}
-                    ctx.put(key, [self._dumps(value)])
+                    refs = self._replaced(ctx, ch, refs, ref_channels, referred)
+                    ctx.put_trusted(key, [self._dumps(value)])
                     noted += self._note_chunks(note, ch, chunks)
                 else:  # a first value is an append to nothing: growth, not a rewrite
                     ctx.merge_trusted({key: [self._dumps(value)]}, _PLAIN)
@@ -422,9 +434,8 @@ class Threads:
                         note["n"][ch] = 0
                 snaps[ch], kind = list(value), LIST
             else:
-                self._unref(ctx, ch)
-                refs = {k: r for k, r in refs.items() if k[0] != ch}
-                ctx.put(key, [self._dumps(value)])
+                refs = self._replaced(ctx, ch, refs, ref_channels, referred)
+                ctx.put_trusted(key, [self._dumps(value)])
                 noted += self._note_chunks(note, ch, chunks)
                 snaps.pop(ch, None)
                 kind = VALUE
@@ -448,8 +459,8 @@ class Threads:
         dead = len(pending) - len(kept)
         # Reads pick writes by checkpoint id, so older ones may stay a while: dropping them
         # rewrites the live ones, so it waits until they are worth it.
-        if dead >= _DROP_WRITES or (dead and sum(_size(e) for e in pending) > _DROP_WRITE_BYTES):
-            ctx.put("w", kept)
+        if dead >= _DROP_WRITES or (dead and sum(map(_size, pending)) > _DROP_WRITE_BYTES):
+            ctx.put_trusted("w", kept)
         run_id = metadata.get("run_id")
         if run_id is not None and str(run_id) != ctx.get("r"):
             await self._index_add(run_index_key(str(run_id), self.prefix), [n.thread_id, n.ns], {})
@@ -459,7 +470,7 @@ class Threads:
         self._committed(n, ctx)
         n.values, n.snaps = values, snaps
         n.pos[cid] = position
-        n.recent = dict(list(refs.items())[-_RECENT:])
+        n.recent = refs if len(refs) <= _RECENT else dict(list(refs.items())[-_RECENT:])
         return taken
 
     async def _fork(
@@ -487,12 +498,16 @@ class Threads:
     ) -> tuple[Batch, bool]:
         """One ``put_writes`` call as stored entries, and whether it may wait for the next put
         (interrupts, errors and resumes are stored at once)."""
-        special = all(ch in WRITES_IDX_MAP for ch, _ in writes)
+        special, deferred = True, bool(self.flush_delay)
         entries: dict[str, list[Any]] = {}
         for idx, (ch, value) in enumerate(writes):
-            widx = WRITES_IDX_MAP.get(ch, idx)
-            entries[f"{cid}|{task_id}|{widx}"] = [cid, task_id, widx, ch, *self._dumps(value), path]
-        deferred = bool(self.flush_delay) and not any(ch in WRITES_IDX_MAP for ch, _ in writes)
+            widx = WRITES_IDX_MAP.get(ch)
+            if widx is None:
+                special, widx = False, idx
+            else:
+                deferred = False
+            t, b = self.serde.dumps_typed(value)
+            entries[f"{cid}|{task_id}|{widx}"] = [cid, task_id, widx, ch, t, b, path]
         return (cid, entries, special), deferred
 
     def defer(self, thread_id: str, ns: str, batch: Batch, loop: asyncio.AbstractEventLoop) -> None:
@@ -572,6 +587,25 @@ class Threads:
         if any(e[4] == REF and (channel is None or e[3] == channel) for e in pending):
             ctx.put("w", resolve_writes(pending, ctx, channel))
 
+    def _replaced(
+        self,
+        ctx: ExecutionContext,
+        channel: str,
+        refs: dict[tuple[str, bytes], tuple[str, int]],
+        ref_channels: set[str],
+        referred: set[str],
+    ) -> dict[tuple[str, bytes], tuple[str, int]]:
+        """``channel``'s chunks are about to be replaced: the writes that refer to them are
+        made whole, and ``refs`` (returned) forgets them. ``ref_channels``: the channels in
+        ``refs``; ``referred``: the channels pending writes refer to (both kept up to date)."""
+        if channel in referred:
+            self._unref(ctx, channel)
+            referred.discard(channel)
+        if channel not in ref_channels:
+            return refs
+        ref_channels.discard(channel)
+        return {k: r for k, r in refs.items() if k[0] != channel}
+
     @staticmethod
     def _note_chunks(note: dict[str, Any] | None, channel: str, chunks: list[Any]) -> int:
         """Keep a replaced value's chunks in the put's note; returns their size."""
@@ -595,7 +629,7 @@ class Threads:
         late = cid in n.pos and cid != ix[-1][0]
         listed: list[Any] = [] if late else (ctx.get("w") or [])
         have: dict[str, Any] = (
-            ((ctx.get("ow") or {}).get(cid) or {}) if late else {_wkey(e): e for e in listed}
+            ((ctx.get("ow") or {}).get(cid) or {}) if late else {_wkey(e): e for e in listed if e[0] == cid}
         )
         add = {k: e for k, e in entries.items() if (special or k not in have) and have.get(k) != e}
         if not add:
