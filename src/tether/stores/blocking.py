@@ -211,10 +211,18 @@ class _Held:
 class _Script:
     def __init__(self, script: Any, held: _Held) -> None:
         from redis import exceptions
+        from redis.utils import HIREDIS_AVAILABLE
 
         self._script, self.sha, self.script = script, script.sha, script.script
         self._held = held
         self._errors = exceptions
+        self._pack: Callable[[tuple[Any, ...]], bytes] | None = None
+        """hiredis' packer, which redis-py's own calls (minus its checks, which a script's
+        fixed command name never needs); None: redis-py's pure-Python one."""
+        if HIREDIS_AVAILABLE:
+            import hiredis
+
+            self._pack = hiredis.pack_command
 
     def __call__(self, *, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Ready:
         conn = self._held.take()
@@ -222,7 +230,9 @@ class _Script:
             return Ready(self._script(keys=keys, args=args))
         errors = self._errors
         try:
-            conn.send_packed_command(conn.pack_command("EVALSHA", self._script.sha, len(keys), *keys, *args))
+            command = ("EVALSHA", self._script.sha, len(keys), *keys, *args)
+            pack = self._pack
+            conn.send_packed_command([pack(command)] if pack is not None else conn.pack_command(*command))
             reply = conn.read_response()
         except errors.NoScriptError:  # a whole reply was read: the connection is in step
             self._held.give()

@@ -75,8 +75,17 @@ class Keyspace:
         self.scripts = Scripts(client)
         self.pipeline = RawPipeline(client)
         self.hints: dict[str, Hint] = {}
+        self._keys: dict[str, RunKeys] = {}
+        """The keys of runs used lately (a save needs all six)."""
 
     def keys(self, run_id: str) -> RunKeys:
+        keys = self._keys.get(run_id)
+        if keys is None:
+            keys = self._run_keys(run_id)
+            _hint(self._keys, run_id, keys)
+        return keys
+
+    def _run_keys(self, run_id: str) -> RunKeys:
         p = self.prefix
         return RunKeys(
             f"{p}run:{run_id}", f"{p}rows:{run_id}", f"{p}hist:{run_id}", f"{p}full:{run_id}",
