@@ -7,13 +7,22 @@ import hashlib
 import logging
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tether.context.artifacts import ArtifactStore, FileArtifactStore, InMemoryArtifactStore
 from tether.context.monitor import Thresholds
 
-__all__ = ["SYSTEM_PROMPT", "LoopConfig", "artifact_root", "artifact_store_for", "delete_artifacts"]
+__all__ = [
+    "SYSTEM_PROMPT",
+    "LoopConfig",
+    "artifact_root",
+    "artifact_store_for",
+    "delete_artifacts",
+    "sweep_artifacts",
+]
 
 logger = logging.getLogger("tether.agent.loop")
 
@@ -100,3 +109,48 @@ def delete_artifacts(store: object, run_id: str, artifacts_dir: str | None = Non
         return False
     shutil.rmtree(target, ignore_errors=True)
     return True
+
+
+_SWEEP_PAGE = 500
+
+
+async def sweep_artifacts(store: Any, *, idle: float = 3600.0, artifacts_dir: str | None = None) -> int:
+    """Remove the artefact directories of runs the store no longer holds (runs that expired,
+    were purged, or were deleted by a process that did not remove their files); returns how
+    many went. A directory is kept while any stored run maps to it, and while anything in it
+    changed within ``idle`` seconds: a run that is writing its first artefacts is not yet
+    visible to every listing, and its files must not go from under it."""
+    base = Path(artifacts_dir) if artifacts_dir is not None else artifact_root(store)
+    if base is None or not base.is_dir():
+        return 0
+    horizon = time.time() - idle
+    candidates = [d for d in base.iterdir() if d.is_dir() and _last_change(d) < horizon]
+    if not candidates:
+        return 0
+    live: set[str] = set()
+    offset = 0
+    while True:
+        page = await store.list_runs(limit=_SWEEP_PAGE, offset=offset)
+        live.update(_run_dir(base, r.run_id).name for r in page)
+        if len(page) < _SWEEP_PAGE:
+            break
+        offset += len(page)
+    removed = 0
+    for d in candidates:
+        # a listing paged by update time can miss a run updated meanwhile: ask for it too
+        if d.name in live or await store.get_run(d.name) is not None:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed += not d.exists()
+    return removed
+
+
+def _last_change(directory: Path) -> float:
+    """The newest modification time of a directory or anything in it."""
+    newest = directory.stat().st_mtime
+    for path in directory.rglob("*"):
+        try:
+            newest = max(newest, path.stat().st_mtime)
+        except FileNotFoundError:
+            continue
+    return newest

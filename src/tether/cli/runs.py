@@ -405,9 +405,17 @@ def delete(run_id: str, store: StoreOpt = None) -> None:
 
 
 def purge(store: StoreOpt = None) -> None:
-    """Delete expired runs now (SQL stores; Redis expires keys by itself)."""
-    result = on_store(store, lambda s: s.purge_expired())
-    typer.echo(f"purged {result} expired runs")
+    """Delete expired runs now (SQL stores; Redis expires keys by itself), and the agent
+    artefacts of runs no longer stored that nothing touched for an hour."""
+
+    async def go(s: Any) -> tuple[int, int]:
+        from tether.agent.config import sweep_artifacts
+
+        runs = await s.purge_expired()
+        return runs, await sweep_artifacts(s)
+
+    runs, dirs = on_store(store, go)
+    typer.echo(f"purged {runs} expired runs, removed the artefacts of {dirs} runs no longer stored")
 
 
 def json_object(text: str, what: str) -> dict[str, Any]:
