@@ -171,8 +171,8 @@ class _Held:
     """One connection of the sync pool kept by the twin for its hot calls (a script, a raw
     pipeline): taking a connection from redis-py's pool and giving it back (its liveness
     poll) cost more CPU than the round trip itself. A caller that finds it taken (another
-    thread's call in progress) uses the pool as usual. Dropped (disconnected) after any
-    error, so the next call reconnects; redis-py connects it again on its next send."""
+    thread's call in progress) uses the pool as usual. Disconnected after a call that
+    failed half-way; redis-py connects it again on its next send."""
 
     __slots__ = ("conn", "lock", "pid", "pool")
 
@@ -202,10 +202,14 @@ class _Held:
         self.lock.release()
 
     def close(self) -> None:
-        with self.lock:
-            if self.conn is not None:
-                self.pool.release(self.conn)
-                self.conn = None
+        """Give the connection back to its pool, unless a call holds it (then the pool's
+        own close disconnects it); never waits (a forked child may find the lock taken)."""
+        if not self.lock.acquire(blocking=False):
+            return
+        conn, self.conn = self.conn, None
+        self.lock.release()
+        if conn is not None and self.pid == os.getpid():
+            self.pool.release(conn)
 
 
 class _Script:
