@@ -25,7 +25,7 @@ _new_tuple = tuple.__new__
 
 
 @dataclass(slots=True)
-class _Run:
+class MemoryRun:
     """A run's record as plain values (its :class:`RunInfo` built when asked for) and its rows."""
 
     run_id: str
@@ -67,12 +67,12 @@ class MemoryBackend:
     """
 
     capabilities = Capabilities()
-    _run_type: ClassVar[type[_Run]] = _Run
+    _run_type: ClassVar[type[MemoryRun]] = MemoryRun
     _shared: ClassVar[dict[str, tuple[dict[str, Any], threading.Lock]]] = {}
     """Named data, per class: a subclass keeps its own (its runs hold more)."""
 
     def __init__(self, name: str | None = None) -> None:
-        self._runs: dict[str, _Run]
+        self._runs: dict[str, MemoryRun]
         if name:
             self._runs, self._lock = type(self)._shared.setdefault(name, ({}, threading.Lock()))
         else:
@@ -84,12 +84,12 @@ class MemoryBackend:
     async def aclose(self) -> None:
         return None
 
-    def _live(self, run_id: str) -> _Run | None:
+    def _live(self, run_id: str) -> MemoryRun | None:
         """The run, unless it expired (kept until purged, so that it reads as expired)."""
         run = self._runs.get(run_id)
         return None if run is None or not run.live(_now()) else run
 
-    def _written(self, run: _Run, w: Write, version: int) -> None:
+    def _written(self, run: MemoryRun, w: Write, version: int) -> None:
         """A hook for a subclass, called under the lock once ``w`` is stored as ``version``."""
 
     async def append(self, w: Write) -> tuple[int, ChainStats]:

@@ -24,7 +24,7 @@ from tether.state.serde import SCHEMA_VERSION, pack_plain, plain_decoder, unpack
 from tether.state.values import copy_value
 from tether.stores._chain import Write
 from tether.stores.backend import Capabilities, Load
-from tether.stores.memory import MemoryBackend, _Run
+from tether.stores.memory import MemoryBackend, MemoryRun
 
 __all__ = ["CachedMemoryBackend"]
 
@@ -52,7 +52,7 @@ _SMALL_BYTES = 16 * 1024
 
 
 @dataclass(slots=True)
-class _CachedRun(_Run):
+class _CachedRun(MemoryRun):
     """A run as :class:`MemoryBackend` keeps it, with what the cache keeps of its latest version."""
 
     latest: _Latest | None = None
@@ -69,7 +69,7 @@ class CachedMemoryBackend(MemoryBackend):
     _shared: ClassVar[dict[str, tuple[dict[str, Any], threading.Lock]]] = {}
     _runs: dict[str, _CachedRun]  # type: ignore[assignment]
 
-    def _written(self, run: _Run, w: Write, version: int) -> None:
+    def _written(self, run: MemoryRun, w: Write, version: int) -> None:
         """Keep a plain full row just written as the latest (its head as the save encoded
         it, so nothing is decoded), unless that head is one a load would refuse."""
         # only ever one of this backend's runs (``_run_type``): no isinstance on the write path
