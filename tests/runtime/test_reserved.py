@@ -166,3 +166,22 @@ def test_replaying_stored_ops_in_place_gives_what_the_reducer_gave():
     replayed: dict[str, object] = {}
     apply_ops(replayed, [[RESERVED, OP, update] for update in updates])
     assert replayed == {RESERVED: runtime_state(ctx)}
+
+
+async def test_a_run_with_its_route_still_at_the_top_level_resumes_on_its_path(store):
+    """Runs stored before the route moved under the reserved key kept it as ``_route``: the
+    queued step still runs next, and the route moves under the reserved key."""
+    run_id = new_id("oldroute")
+    todo = {s: {"name": s, "phase": "main", "status": "pending", "attempts": 0} for s in STEPS}
+    todo["a"] = {**todo["a"], "status": "done", "attempts": 1}
+    part = {"todo": todo, "event_log": [], "lease": None, "pause_reason": None}
+    route = {"pending": ["c"], "visits": {"c": 1}, "total": 1}  # "a" chose "c" before "b"
+    await store_old(store, run_id, {"messages": ["a"], RESERVED: part, "_route": route}, RunStatus.PAUSED)
+
+    result = await Runner(plan(), store).resume(run_id)
+
+    assert result.status is RunStatus.COMPLETED
+    cp = await store.load(run_id)
+    assert cp.state["messages"] == ["a", "c", "b"]
+    assert "_route" not in cp.state
+    assert runtime_state(cp.state)["route"] == {"pending": [], "visits": {"c": 1}, "total": 1}

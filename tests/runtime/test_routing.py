@@ -11,7 +11,7 @@ import pytest
 from tests.stores.conftest import new_id
 from tether.errors import ConfigError
 from tether.runtime import Runner, Step, StepContext, Workflow
-from tether.runtime.workflow import ROUTE_KEY, LoopLimitExceeded
+from tether.runtime.workflow import LoopLimitExceeded
 from tether.state import ExecutionContext, RunStatus
 from tether.state.reserved import runtime_state
 from tether.stores import create_store
@@ -58,8 +58,8 @@ async def test_a_step_loops_back_and_every_decision_is_in_the_checkpoint(tmp_pat
     routes = [e["detail"] for e in runtime_state(cp.state)["event_log"] if e["kind"] == "route"]
     assert [r["to"] for r in routes] == [["work"], ["check"]] * 3 + [["done"]]
     assert routes[0]["reason"] == "n=0"
-    assert cp.state[ROUTE_KEY]["visits"] == {"work": 3, "check": 3, "done": 1}
-    assert cp.state[ROUTE_KEY]["pending"] == []
+    assert runtime_state(cp.state)["route"]["visits"] == {"work": 3, "check": 3, "done": 1}
+    assert runtime_state(cp.state)["route"]["pending"] == []
     history = [h["node"] for h in cp.state["execution_history"]]
     assert history == ["check", "work"] * 3 + ["check", "done"]
     await store.aclose()
@@ -185,7 +185,7 @@ async def test_a_non_idempotent_routed_step_killed_inside_pauses_and_stays_queue
     store = create_store(url)
     cp = await store.load(run_id)
     chosen = [line.split(":")[2] for line in log.read_text().split() if line.startswith("decide:")]
-    assert cp is not None and cp.state[ROUTE_KEY]["pending"][0] == chosen[1]
+    assert cp is not None and runtime_state(cp.state)["route"]["pending"][0] == chosen[1]
     assert runtime_state(cp.state)["failure_report"]["error_type"] == "Interrupted"
     done = run_loop(url, run_id, "resume", log, 0, "nonidem,retry")
     assert done.stdout.strip() == "COMPLETED", done.stderr

@@ -43,6 +43,7 @@ from tether.state import ExecutionContext, ReducerRegistry, RunStatus, default_r
 from tether.state.reserved import (
     REDUCER,
     RESERVED,
+    ROUTE,
     check_user_keys,
     runtime_get,
     runtime_update,
@@ -233,7 +234,7 @@ class Runner:
         while True:
             settled, skipped = self._settled(run)
             run.hint = run.workflow.settled_prefix(settled | skipped, run.hint)
-            step = run.workflow.next_step(settled, skipped, hint=run.hint, route=run.ctx.get("_route"))
+            step = run.workflow.next_step(settled, skipped, hint=run.hint, route=runtime_get(run.ctx, ROUTE))
             if step is None:
                 return
             await self._run_item(run, step)

@@ -8,8 +8,8 @@ was running when its process died runs again on resume.
 Dynamic routing: by default steps run in declaration order as their dependencies allow
 (a DAG). A step may instead choose what runs next with ``StepContext.goto(...)``, one
 step or several (run in the order given), including steps that already ran: loops.
-Routing state lives in the run's state under ``_route`` (the queue of chosen steps and
-a visit count per step) and every decision is appended to the run's event log, both written
+Routing state lives in the runtime's part of the run's state (its ``route``: the queue of
+chosen steps and a visit count per step) and every decision is appended to the run's event log, both written
 with the step's own checkpoint, so a resumed run continues on the same path. Loops are
 bounded per step (``Step.max_visits``) and per run (``Workflow.max_routed``).
 """
@@ -24,13 +24,12 @@ from typing import TYPE_CHECKING, Any
 from tether.errors import ConfigError
 from tether.runtime.events import Event
 from tether.runtime.failures import LogicError
-from tether.state.reserved import runtime_get, runtime_update
+from tether.state.reserved import ROUTE, runtime_get, runtime_update
 
 if TYPE_CHECKING:
     from tether.state import ExecutionContext
 
 __all__ = [
-    "ROUTE_KEY",
     "Compensation",
     "LoopLimitExceeded",
     "Phase",
@@ -43,8 +42,6 @@ __all__ = [
 
 StepFn = Callable[["StepContext"], Mapping[str, Any] | None | Awaitable[Mapping[str, Any] | None]]
 ErrorHandler = Callable[[BaseException, "StepContext"], Mapping[str, Any] | None]
-ROUTE_KEY = "_route"
-"""State key of the routing queue: {"pending": [step ids], "visits": {id: n}, "total": n}."""
 
 
 class LoopLimitExceeded(LogicError):
@@ -145,7 +142,7 @@ class StepContext:
 
     def _queued_first(self) -> bool:
         """Whether this step runs because it heads the routing queue (skipped ones aside)."""
-        route = self.state.get(ROUTE_KEY)
+        route = runtime_get(self.state, ROUTE)
         if not isinstance(route, dict):
             return False
         todo = runtime_get(self.state, "todo", {})
@@ -158,7 +155,7 @@ class StepContext:
         """Called by the runner when the step is done: a step that ran from the routing
         queue leaves it in the same checkpoint that records it done, so a crash anywhere
         inside the step (or between its attempts) finds it still queued and runs it again."""
-        route = self.state.get(ROUTE_KEY)
+        route = runtime_get(self.state, ROUTE)
         if not self._from_queue or not isinstance(route, dict):
             return
         pending = list(route.get("pending") or ())
@@ -166,7 +163,7 @@ class StepContext:
         for i in range(self._inserted, len(pending)):
             if pending[i] == self.step.id:
                 del pending[i]
-                self.state.put(ROUTE_KEY, {**route, "pending": pending})
+                self.state.merge(runtime_update(route={**route, "pending": pending}))
                 return
 
     def goto(self, *targets: str, reason: str = "") -> None:
@@ -177,7 +174,7 @@ class StepContext:
         """
         if not targets:
             raise ConfigError("goto() needs at least one step id")
-        route = dict(self.state.get(ROUTE_KEY) or {})
+        route = dict(runtime_get(self.state, ROUTE, {}))
         visits = dict(route.get("visits") or {})
         total = int(route.get("total", 0)) + len(targets)
         wf = self.workflow
@@ -205,10 +202,10 @@ class StepContext:
             )
         pending = [*targets, *(route.get("pending") or [])]
         self._inserted += len(targets)
-        self.state.put(ROUTE_KEY, {"pending": pending, "visits": visits, "total": total})
         detail = {"from": self.step.id, "to": list(targets), "reason": reason, "total": total}
         event = Event(kind="route", run_id=self.run_id, step=self.step.id, detail=detail)
-        self.state.merge(runtime_update(event_log=[event.to_dict()]))
+        route = {"pending": pending, "visits": visits, "total": total}
+        self.state.merge(runtime_update(route=route, event_log=[event.to_dict()]))
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.state.get(key, default)
@@ -328,7 +325,7 @@ class Workflow:
         hint: int = 0,
         route: Mapping[str, Any] | None = None,
     ) -> Step | None:
-        """The step a ``goto`` queued in ``route`` (the run's ``_route`` state) if any, else
+        """The step a ``goto`` queued in ``route`` (the run's routing state) if any, else
         the first step (in declaration order) whose dependencies are all settled.
 
         ``hint``: an index before which every step is known to be settled (settled sets

@@ -11,6 +11,7 @@ its names::
     pending_decision  a failure report waiting for retry/skip/replan/abort, or None
     lease             who executes the run now: {owner, host, pid, expires_at, drive}
     pause_reason      why the run is PAUSED or INTERRUPTED, or None
+    route             the steps a ``goto`` queued, and visits per step: {pending, visits, total}
 
 The part is changed through one replayable reducer (:data:`REDUCER`, registered by
 :func:`~tether.state.reducers.default_registry`): ``todo`` merges, ``event_log``
@@ -18,8 +19,9 @@ appends, every other field is overwritten, and a delta stores only the update, s
 appending one event to a long log writes one event.
 
 Runs written before this layout kept these fields as top-level keys (``_lease`` for
-the lease). :func:`runtime_state` reads both shapes, and :func:`upgrade_context` moves
-an old run's fields under the reserved key when the run is resumed. Pure: no I/O.
+the lease, ``_route`` for the route, which stayed there a while longer). :func:`runtime_state`
+reads both shapes, and :func:`upgrade_context` moves an old run's fields under the reserved
+key when the run is resumed. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ __all__ = [
     "PENDING_DECISION",
     "REDUCER",
     "RESERVED",
+    "ROUTE",
     "TODO",
     "check_user_keys",
     "is_legacy",
@@ -64,7 +67,8 @@ FAILURE_REPORT = "failure_report"
 PENDING_DECISION = "pending_decision"
 LEASE = "lease"
 PAUSE_REASON = "pause_reason"
-FIELDS = frozenset({TODO, EVENT_LOG, FAILURE_REPORT, PENDING_DECISION, LEASE, PAUSE_REASON})
+ROUTE = "route"
+FIELDS = frozenset({TODO, EVENT_LOG, FAILURE_REPORT, PENDING_DECISION, LEASE, PAUSE_REASON, ROUTE})
 
 _LEGACY = {
     "todo": TODO,
@@ -73,11 +77,14 @@ _LEGACY = {
     "pending_decision": PENDING_DECISION,
     "_lease": LEASE,
     "pause_reason": PAUSE_REASON,
+    "_route": ROUTE,
 }
 """Top-level key of the previous layout -> field under :data:`RESERVED`."""
 _LEGACY_MARK = "_lease"
 """Every run the previous runtime wrote has this key (a user's ``todo`` alone does not
 make a state the runtime's)."""
+_LEGACY_ROUTE = "_route"
+"""Runs written with the reserved key but before the route moved under it keep it here."""
 
 
 _MISSING: Any = object()
@@ -181,12 +188,18 @@ def release_lease(ctx: ExecutionContext) -> None:
 
 
 def upgrade_context(ctx: ExecutionContext) -> bool:
-    """Move an old-layout run's runtime keys under :data:`RESERVED` in ``ctx`` (its next
-    commit is then a full one). Returns whether anything moved."""
-    if not is_legacy(ctx):
+    """Move an old-layout run's runtime keys under :data:`RESERVED` in ``ctx``. Returns
+    whether anything moved."""
+    if is_legacy(ctx):
+        part = dict(runtime_state(ctx))
+        for old in _LEGACY:
+            ctx.delete(old)
+        ctx.merge({RESERVED: part})
+        return True
+    route = ctx.get(_LEGACY_ROUTE, _MISSING)
+    if route is _MISSING:
         return False
-    part = dict(runtime_state(ctx))
-    for old in _LEGACY:
-        ctx.delete(old)
-    ctx.merge({RESERVED: part})
+    ctx.delete(_LEGACY_ROUTE)
+    if route is not None and runtime_get(ctx, ROUTE) is None:
+        ctx.merge(runtime_update(route=route))
     return True
