@@ -344,16 +344,3 @@ def test_a_sync_saver_redoes_a_call_its_connection_lost_on_the_async_store(tmp_p
     assert failed[0] == "commit" and "get_run" in failed
     assert tup is not None and tup.pending_writes == [("task-1", "messages", "hello")]
     assert versions == [2, 1]  # the failed commit was redone once, the writes after it
-
-
-def test_the_layout_reducers_remember_lookups_and_forget_them_on_register() -> None:
-    """The saver's registry keeps each key's reducer (a glob match per merge is costly),
-    and a registration made later still applies."""
-    from tether.integrations.langgraph._layout import _Registry
-
-    reg = _Registry().register("c:*", "append").register("m", "merge")
-    assert reg.reducer_for("c:messages").op == "append"  # type: ignore[attr-defined]
-    assert reg.reducer_for("cp").op == "set"  # type: ignore[attr-defined]
-    reg.register("c:messages", "merge")
-    assert reg.reducer_for("c:messages").op == "merge"  # type: ignore[attr-defined]
-    assert reg.reducer_for("c:other").op == "append"  # type: ignore[attr-defined]

@@ -340,3 +340,17 @@ def test_copy_value_copies_every_container_and_keeps_scalars_exact() -> None:
     copied["m"][0]["n"][0].append(3)
     copied["m"][0]["content"] = "changed"
     assert original["m"][0]["n"][0] == [1, 2**64 - 1] and original["m"][0]["content"] == "hi"
+
+
+def test_a_registry_remembers_pattern_lookups_and_forgets_them_on_register() -> None:
+    """A key resolved through a glob is remembered (a run merges the same keys every step);
+    a registration made later, exact or by pattern, still applies."""
+    reg = ReducerRegistry().register("c:*", "append").register("m", "merge")
+    assert reg.reducer_for("c:messages").op == "append"  # type: ignore[attr-defined]
+    assert reg.reducer_for("cp").op == "set"  # type: ignore[attr-defined]
+    reg.register("c:messages", "merge")
+    assert reg.reducer_for("c:messages").op == "merge"  # type: ignore[attr-defined]
+    assert reg.reducer_for("c:other").op == "append"  # type: ignore[attr-defined]
+    reg.register("c:o*", "merge")
+    assert reg.reducer_for("c:other").op == "merge"  # type: ignore[attr-defined]
+    assert reg.copy().reducer_for("c:other").op == "merge"  # type: ignore[attr-defined]

@@ -163,13 +163,7 @@ class ExecutionContext:
     def put(self, key: str, value: Any) -> None:
         """Overwrite one key, whatever its reducer."""
         _check_key(key)
-        dated = check_value(value, key=key)
-        with self._lock:
-            if self._lent:
-                self._own()
-            self._state[key] = value
-            self._record(key, "set", value)
-            _flag(self._dated, key, dated)
+        self.put_trusted(key, value, check_value(value, key=key))
 
     def put_trusted(self, key: str, value: Any, dated: bool = False) -> None:
         """``put`` for a value already known to be valid (the runtime's own bookkeeping):

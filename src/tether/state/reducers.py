@@ -208,11 +208,14 @@ class ReducerRegistry:
     override ``messages`` or ``*_output`` without touching tether.
     """
 
-    __slots__ = ("_exact", "_patterns")
+    __slots__ = ("_exact", "_matched", "_patterns")
 
     def __init__(self) -> None:
         self._exact: dict[str, Reducer] = {}
         self._patterns: list[tuple[str, Reducer]] = []
+        self._matched: dict[str, Reducer] = {}
+        """Keys resolved through a pattern: a run merges the same few keys at every step,
+        and a glob match costs more than the merge."""
 
     def register(self, key_or_pattern: str, reducer: Reducer | str) -> ReducerRegistry:
         """Use ``reducer`` for a key, or for every key matching a glob (``*_output``)."""
@@ -226,16 +229,17 @@ class ReducerRegistry:
             self._patterns.insert(0, (key_or_pattern, red))
         else:
             self._exact[key_or_pattern] = red
+        self._matched = {}
         return self
 
     def reducer_for(self, key: str) -> Reducer:
-        red = self._exact.get(key)
+        red = self._exact.get(key) or self._matched.get(key)
         if red is not None:
             return red
-        for pattern, red in self._patterns:
-            if fnmatch.fnmatchcase(key, pattern):
-                return red
-        return OVERWRITE
+        red = next((r for pattern, r in self._patterns if fnmatch.fnmatchcase(key, pattern)), OVERWRITE)
+        if self._patterns and len(self._matched) < 1024:  # bounded: keys may be many
+            self._matched[key] = red
+        return red
 
     def copy(self) -> ReducerRegistry:
         new = ReducerRegistry()

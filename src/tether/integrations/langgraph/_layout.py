@@ -41,7 +41,7 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tether.state.reducers import Reducer, ReducerRegistry
+from tether.state.reducers import ReducerRegistry
 
 __all__ = [
     "EMPTY",
@@ -67,31 +67,8 @@ REF = "@c"
 """The type of a pending write stored as a reference to a chunk of its channel."""
 
 
-class _Registry(ReducerRegistry):
-    """A registry that remembers each key's reducer: a namespace run has a few keys, merged
-    at every put, and a glob match per merge costs more than the merge."""
-
-    __slots__ = ("_memo",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._memo: dict[str, Reducer] = {}
-
-    def register(self, key_or_pattern: str, reducer: Reducer | str) -> ReducerRegistry:
-        self._memo = {}
-        return super().register(key_or_pattern, reducer)
-
-    def reducer_for(self, key: str) -> Reducer:
-        red = self._memo.get(key)
-        if red is None:
-            red = super().reducer_for(key)
-            if len(self._memo) < 1024:  # (channels are a graph's few; never unbounded)
-                self._memo[key] = red
-        return red
-
-
 REDUCERS = (
-    _Registry()
+    ReducerRegistry()
     .register("c:*", "append")
     .register("ix", "append")
     .register("k", "append")
