@@ -210,10 +210,14 @@ class FloorSaver(BaseCheckpointSaver[str]):
             data = b"".join(parts)
             self.write(data)
             self.bytes[thread] = self.bytes.get(thread, 0) + len(data)
-        self.cps.setdefault(thread, []).append((checkpoint["id"], checkpoint, metadata, conf.get("checkpoint_id")))
+        self.cps.setdefault(thread, []).append(
+            (checkpoint["id"], checkpoint, metadata, conf.get("checkpoint_id"))
+        )
         return self._conf(thread, checkpoint["id"])
 
-    def put_writes(self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
+    def put_writes(
+        self, config: Any, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
         conf = config["configurable"]
         if self.write is not None:  # stored with the next put's write, as TetherSaver does
             for _ch, value in writes:
