@@ -44,6 +44,8 @@ import functools
 import os
 import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -259,7 +261,7 @@ def floors(raw: RawWrites) -> list[Subject]:
     return [floor_of(None), *(floor_of(b) for b in ("sqlite", "postgres", "redis", "mysql"))]
 
 
-def subjects(tmp: Path, only: set[str] | None, raw: RawWrites) -> list[Subject]:
+def subjects(tmp: Path, only: set[str] | None, raw: RawWrites | None) -> list[Subject]:
     t_sqlite = f"sqlite:///{tmp}/tether.db"
     lg_sqlite = str(tmp / "langgraph.db")
     out = [
@@ -278,7 +280,8 @@ def subjects(tmp: Path, only: set[str] | None, raw: RawWrites) -> list[Subject]:
             delta=True,
         ),
     ]
-    out += floors(raw)
+    if raw is not None:
+        out += floors(raw)
     return [s for s in out if only is None or any(o in s.name.lower() for o in only)]
 
 
@@ -434,24 +437,38 @@ def run_subject(
     }
 
 
-def cold_reads(subjects: list[Subject], rows: dict[str, dict[str, Any]], reads: int) -> None:
-    """``get_state`` through a freshly opened saver, subjects interleaved rep by rep so that
-    the noise of a shared machine hits them alike; the median goes to ``rows[...]["cold"]``."""
+def cold_reads(subjects: list[Subject], rows: dict[str, dict[str, Any]], reads: int, tmp: Path) -> None:
+    """``get_state`` through a freshly opened saver in a new process (no cache of this one
+    can help), subjects interleaved rep by rep so that the noise of a shared machine hits
+    them alike; the median goes to ``rows[...]["cold"]``."""
     times: dict[str, list[float]] = {s.name: [] for s in subjects if s.name in rows}
     for _ in range(reads):
         for s in subjects:
             if s.name not in rows or s.floor:  # a floor keeps its checkpoints in memory only
                 continue
-            cfg = {"configurable": {"thread_id": rows[s.name]["thread"]}}
-            with s.open() as saver:
-                graph = build(s.delta).compile(checkpointer=saver)
-                t0 = time.perf_counter()
-                again = graph.get_state(cfg).values["messages"]
-                times[s.name].append(time.perf_counter() - t0)
-            assert len(again) == rows[s.name]["final"]
+            out = subprocess.run(
+                [sys.executable, __file__, "--cold-read", s.name, rows[s.name]["thread"], "--dir", str(tmp)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.split()
+            assert int(out[1]) == rows[s.name]["final"], (s.name, out)
+            times[s.name].append(float(out[0]))
     for name, ts in times.items():
         if ts:
             rows[name]["cold"] = statistics.median(ts)
+
+
+def cold_read(name: str, thread: str, tmp: Path) -> None:
+    """In a new process: open saver ``name`` on ``tmp``'s databases, time one ``get_state``
+    of ``thread``; prints the seconds and the number of messages read."""
+    (s,) = [s for s in subjects(tmp, None, None) if s.name == name]
+    with s.open() as saver:
+        graph = build(s.delta).compile(checkpointer=saver)
+        t0 = time.perf_counter()
+        again = graph.get_state({"configurable": {"thread_id": thread}}).values["messages"]
+        took = time.perf_counter() - t0
+    print(took, len(again))
 
 
 def main() -> None:
@@ -472,7 +489,12 @@ def main() -> None:
         default="update",
         help="how the big state enters the thread: update_state (one copy) or graph input",
     )
+    ap.add_argument("--cold-read", nargs=2, metavar=("SAVER", "THREAD"), help=argparse.SUPPRESS)
+    ap.add_argument("--dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.cold_read:
+        cold_read(*args.cold_read, Path(args.dir))
+        return
     args.sizes = args.sizes or ("1MB" if args.quick else "1MB,10MB")
     args.reads = args.reads or (3 if args.quick else 5)
     only = {o.strip().lower() for o in args.only.split(",") if o.strip()} or None
@@ -520,7 +542,7 @@ def run_size(
                 row[k] = statistics.median(r[k] for r in rs)
             row["xs"] = [r["x"] for r in rs]
             rows[name] = row
-    cold_reads(chosen, rows, args.reads)
+    cold_reads(chosen, rows, args.reads, tmp)
     for s in chosen:  # the servers are shared: leave no threads behind
         if runs[s.name]:
             with s.open() as saver:
