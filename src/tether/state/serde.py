@@ -50,6 +50,7 @@ __all__ = [
     "generate_key",
     "is_plain",
     "pack_plain",
+    "pack_value",
     "state_offset",
 ]
 
@@ -211,6 +212,13 @@ def pack_plain(payload: dict[str, Any], *, datetimes: bool = True) -> bytes:
     return body
 
 
+def pack_value(value: Any) -> bytes:
+    """One value as MessagePack, as :meth:`Codec.encode` packs it inside a payload (a
+    datetime as our extension): the bytes a payload may be joined from (``stores/_seal``)."""
+    body: bytes = ormsgpack.packb(value, default=_default, option=_PACK_OPTS)
+    return body
+
+
 def decode_plain(data: bytes) -> dict[str, Any] | None:
     """The payload of a plain row this tether reads, else None (compressed, encrypted,
     damaged, a newer schema: :meth:`Codec.decode` then says which). The common case, kept
@@ -311,7 +319,11 @@ class Codec:
 
     def encode(self, payload: dict[str, Any], *, datetimes: bool = True) -> bytes:
         """``datetimes=False``: the payload holds none (see :func:`pack_plain`)."""
-        body = pack_plain(payload, datetimes=datetimes)
+        return self.frame(pack_plain(payload, datetimes=datetimes))
+
+    def frame(self, body: bytes) -> bytes:
+        """A plain body (a payload's MessagePack) as this codec stores it: compressed when
+        that pays, then encrypted or checksummed."""
         flags = 0
         if self._zc is not None and len(body) >= (self.compress_min_bytes or 0):
             packed = self._zc.compress(body)
