@@ -34,7 +34,9 @@ it marked executed, its ops in the order a segment's ``split_segment`` gives the
 
 _STR_FIRST = frozenset((*range(0xA0, 0xC0), 0xD9, 0xDA, 0xDB))
 _NIL, _EMPTY_MAP = b"\xc0", b"\x80"
-_ARRAY = frozenset(bytes((b,)) for b in (*range(0x90, 0xA0), 0xDC, 0xDD))
+_INTS = [bytes((i,)) for i in range(128)]
+"""The small ints a segment's ops carry (their version's index), packed."""
+_ARRAY = frozenset((*range(0x90, 0xA0), 0xDC, 0xDD))
 """First byte of a packed array (what ``pack_segment`` merges: a list once decoded)."""
 
 
@@ -58,8 +60,40 @@ def _items(arg: bytes) -> tuple[int, bytes] | None:
     return None
 
 
+_HEADS: dict[tuple[str, str], bytes] = {}
+"""The packed key and op name of the ops seen (a run's keys are few), bounded."""
+_DELTA_OPS: dict[tuple[str, str], bytes] = {}
+"""The same with the header of a delta's op, ``[key, op, arg]``."""
+_SMALL: dict[str | None, bytes] = {}
+_DELTA_START = {SEGMENT_SCHEMA: b"\x88\xa1v" + bytes((SEGMENT_SCHEMA,)) + b"\xa4node"}
+_DOUBLE = struct.Struct(">d").pack
+
+
 def _key_op(key: str, op: str) -> bytes:
-    return ormsgpack.packb((key, op))[1:]  # the two strings, without their array's header
+    """The two strings packed, without their array's header."""
+    head = _HEADS.get((key, op))
+    if head is None:
+        head = ormsgpack.packb((key, op))[1:]
+        if len(_HEADS) < 4096:
+            _HEADS[key, op] = head
+    return head
+
+
+def _small(value: str | None) -> bytes:
+    """A node name or a status packed (they are few, so they are packed once each)."""
+    packed = _SMALL.get(value)
+    if packed is None:
+        packed = pack_value(value)
+        if len(_SMALL) < 4096 and (value is None or len(value) <= 64):
+            _SMALL[value] = packed
+    return packed
+
+
+def _delta_op(key: str, op: str) -> bytes:
+    head = b"\x93" + _key_op(key, op)
+    if len(_DELTA_OPS) < 4096:
+        _DELTA_OPS[key, op] = head
+    return head
 
 
 def join_delta(
@@ -74,18 +108,23 @@ def join_delta(
     """A delta's body (as ``pack_value`` packs the dict ``ChainEngine.plan`` used to
     encode), its step, and the bytes of its ops that overwrite (all but ``append`` and
     ``add``, the ``rewrite`` of compaction's accounting)."""
-    node_b, status_b, meta_b = pack_value(node), pack_value(status), pack_value(meta)
-    ops = [(key, op, pack_value(arg)) for key, op, arg in ops_taken]
+    node_b, status_b = _SMALL.get(node) or _small(node), _SMALL.get(status) or _small(status)
+    meta_b = pack_value(meta) if meta else _EMPTY_MAP
+    stamp = b"\xa2ts\xcb" + _DOUBLE(ts) if type(ts) is float else b"\xa2ts" + pack_value(ts)
     parts = [
-        b"\x88\xa1v", pack_value(schema), b"\xa4node", node_b, b"\xa6status", status_b, b"\xa2ts",
-        pack_value(ts), b"\xa4meta", meta_b, b"\xa4kind\xa5delta\xa3ops", _array(len(ops)),
+        _DELTA_START.get(schema) or b"\x88\xa1v" + pack_value(schema) + b"\xa4node", node_b,
+        b"\xa6status", status_b, stamp, b"\xa4meta", meta_b, b"\xa4kind\xa5delta\xa3ops",
+        _array(len(ops_taken)),
     ]  # fmt: skip
-    rewrite = 0
-    for key, op, arg in ops:
-        parts += (b"\x93", _key_op(key, op), arg)
+    ops: list[PackedOp] = []
+    rewrite, heads, pack = 0, _DELTA_OPS, pack_value
+    for key, op, arg in ops_taken:
+        packed = pack(arg)
+        ops.append((key, op, packed))
+        parts += (heads.get((key, op)) or _delta_op(key, op), packed)
         if op != "append" and op != "add":
-            rewrite += len(arg)
-    parts += (b"\xa8executed", pack_value(executed))
+            rewrite += len(packed)
+    parts += (b"\xa8executed", pack(executed))
     return b"".join(parts), (node_b, status_b, ts, meta_b, executed, ops), rewrite
 
 
@@ -129,12 +168,12 @@ def join_segment(first: int, steps: list[Step], level: int) -> tuple[bytes, list
         ends.append(len(executed))
         for key, op, arg in step[5]:
             prev = last_of.get(key)
-            if op == "append" and prev is not None and prev[1] == "append" and prev[5] and arg[:1] in _ARRAY:
+            if op == "append" and prev is not None and prev[1] == "append" and prev[5] and arg[0] in _ARRAY:
                 if prev[4] is None:
                     prev[4] = [(prev[3], prev[2])]
                 prev[4].append((i, arg))
                 continue
-            entry = [key, op, arg, i, None, op == "append" and arg[:1] in _ARRAY]
+            entry = [key, op, arg, i, None, op == "append" and arg[0] in _ARRAY]
             entries.append(entry)
             last_of[key] = entry
     parts = [
@@ -148,7 +187,7 @@ def join_segment(first: int, steps: list[Step], level: int) -> tuple[bytes, list
     split: list[list[PackedOp]] = [[] for _ in steps]
     for key, op, arg, i, merged, _listed in entries:
         if merged is None:
-            parts += (b"\x94", _key_op(key, op), arg, pack_value(i))
+            parts += (b"\x94", _key_op(key, op), arg, _INTS[i] if i < 128 else pack_value(i))
             split[i].append((key, op, arg))
             continue
         items: list[bytes] = []
