@@ -40,7 +40,7 @@ from tether.state.model import (
 )
 from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
 from tether.state.values import check_value
-from tether.stores._seal import Step, join_delta, join_segment, steps_of
+from tether.stores._seal import Step, join_delta, join_segment, pack_delta, steps_of
 from tether.stores._segment import apply_ops, apply_segment, pack_segment, segment_length, split_segment
 from tether.stores.policies import CompactionPolicy
 
@@ -231,9 +231,12 @@ class ChainEngine:
         # one unpacking, not a named field read at a time (each is a generic attribute lookup)
         run_id, version, ops_taken, executed, full_only, state, all_executed, datetimes = changes[:8]
         if not full_only and version > 0:
-            body, step, rewrite = join_delta(
-                SCHEMA_VERSION, node, str(status), now, meta, ops_taken, list(executed)
-            )
+            head = (SCHEMA_VERSION, node, str(status), now, meta, ops_taken, list(executed))
+            if self.seals:  # the delta's parts are kept for the segment that packs it
+                body, step, rewrite = join_delta(*head)
+                steps: list[Step] | None = [step]
+            else:
+                (body, rewrite), steps = pack_delta(*head), None
             payload = self.codec.frame(body)
             rewrite = min(rewrite, len(payload))
             growth = len(payload) - rewrite
@@ -253,11 +256,13 @@ class ChainEngine:
                     write_id=write_id,
                 )
                 if known.tail is not None and self.seals:
-                    seal_from, level, packed, steps = self.seal(run_id, version, known.tail, payload, step)
+                    seal_from, level, packed, seg_steps = self.seal(
+                        run_id, version, known.tail, payload, step
+                    )
                     if level:
                         w.kind, w.payload, w.seal_from = "segment", packed, seal_from
-                        return _new_tuple(Plan, (w, level, payload, None, steps))
-                return _new_tuple(Plan, (w, 0, b"", None, [step]))
+                        return _new_tuple(Plan, (w, level, payload, None, seg_steps))
+                return _new_tuple(Plan, (w, 0, b"", None, steps))
         walked = None
         if meta_dated or datetimes:
             dated = True

@@ -15,6 +15,7 @@ read back from the database has no steps: :func:`steps_of` packs its decoded bod
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Any
 
@@ -23,7 +24,7 @@ import ormsgpack
 from tether.state.serde import pack_value
 from tether.stores._segment import SEGMENT_SCHEMA
 
-__all__ = ["Step", "join_delta", "join_segment", "steps_of"]
+__all__ = ["Step", "join_delta", "join_segment", "pack_delta", "steps_of"]
 
 PackedOp = tuple[str, str, bytes]
 """An op with its argument packed: key, op name, argument."""
@@ -66,7 +67,8 @@ _DELTA_OPS: dict[tuple[str, str], bytes] = {}
 """The same with the header of a delta's op, ``[key, op, arg]``."""
 _SMALL: dict[str | None, bytes] = {}
 _DELTA_START = {SEGMENT_SCHEMA: b"\x88\xa1v" + bytes((SEGMENT_SCHEMA,)) + b"\xa4node"}
-_DOUBLE = struct.Struct(">d").pack
+_DOUBLE = functools.partial(struct.Struct(">Bd").pack, 0xCB)
+"""A float packed as ``pack_value`` packs it: a float64's marker, then the float."""
 
 
 def _key_op(key: str, op: str) -> bytes:
@@ -105,16 +107,15 @@ def join_delta(
     ops_taken: Any,
     executed: list[str],
 ) -> tuple[bytes, Step, int]:
-    """A delta's body (as ``pack_value`` packs the dict ``ChainEngine.plan`` used to
-    encode), its step, and the bytes of its ops that overwrite (all but ``append`` and
-    ``add``, the ``rewrite`` of compaction's accounting)."""
+    """A delta's body (``pack_value`` of the dict :func:`pack_delta` packs), its step, and
+    the bytes of its ops that overwrite (all but ``append`` and ``add``, the ``rewrite`` of
+    compaction's accounting)."""
     node_b, status_b = _SMALL.get(node) or _small(node), _SMALL.get(status) or _small(status)
     meta_b = pack_value(meta) if meta else _EMPTY_MAP
-    stamp = b"\xa2ts\xcb" + _DOUBLE(ts) if type(ts) is float else b"\xa2ts" + pack_value(ts)
     parts = [
         _DELTA_START.get(schema) or b"\x88\xa1v" + pack_value(schema) + b"\xa4node", node_b,
-        b"\xa6status", status_b, stamp, b"\xa4meta", meta_b, b"\xa4kind\xa5delta\xa3ops",
-        _array(len(ops_taken)),
+        b"\xa6status", status_b, b"\xa2ts", _DOUBLE(ts) if type(ts) is float else pack_value(ts),
+        b"\xa4meta", meta_b, b"\xa4kind\xa5delta\xa3ops", _array(len(ops_taken)),
     ]  # fmt: skip
     ops: list[PackedOp] = []
     rewrite, heads, pack = 0, _DELTA_OPS, pack_value
@@ -126,6 +127,36 @@ def join_delta(
             rewrite += len(packed)
     parts += (b"\xa8executed", pack(executed))
     return b"".join(parts), (node_b, status_b, ts, meta_b, executed, ops), rewrite
+
+
+def pack_delta(
+    schema: int,
+    node: str | None,
+    status: str,
+    ts: float,
+    meta: dict[str, Any],
+    ops_taken: Any,
+    executed: list[str],
+) -> tuple[bytes, int]:
+    """:func:`join_delta` without a step, for a store that never seals: one call packs
+    it all, and only the ops that overwrite are packed again, to be counted."""
+    body = pack_value(
+        {
+            "v": schema,
+            "node": node,
+            "status": status,
+            "ts": ts,
+            "meta": meta,
+            "kind": "delta",
+            "ops": [[key, op, arg] for key, op, arg in ops_taken],
+            "executed": executed,
+        }
+    )
+    rewrite = 0
+    for _key, op, arg in ops_taken:
+        if op != "append" and op != "add":
+            rewrite += len(pack_value(arg))
+    return body, rewrite
 
 
 def steps_of(bodies: list[dict[str, Any]]) -> list[Step]:
