@@ -94,6 +94,52 @@ SELECT version FROM ins
 five (BEGIN, SELECT … FOR UPDATE, INSERT, UPDATE, COMMIT). When it changes nothing (a new
 or expired run, a conflict, a status mismatch) the general transaction runs and says why."""
 
+_FAST_SEAL = """
+WITH cur AS (
+    SELECT version, base_version, base_bytes, growth_bytes, rewrite_bytes, chain_len
+    FROM tether_runs
+    WHERE run_id = %(run)s AND version = %(expected)s
+      AND (expires_at IS NULL OR expires_at > %(now)s)
+      AND (%(require)s::text IS NULL OR status = %(require)s::text)
+    FOR UPDATE
+), ok AS (
+    SELECT cur.version FROM cur
+    WHERE EXISTS (
+        SELECT 1 FROM tether_checkpoints
+        WHERE run_id = %(run)s AND version = %(from)s AND kind IN ('delta', 'segment')
+    ) AND NOT EXISTS (
+        SELECT 1 FROM tether_checkpoints
+        WHERE run_id = %(run)s AND version >= %(from)s AND version <= cur.version AND kind = 'full'
+    )
+), seg AS (
+    UPDATE tether_checkpoints SET kind = 'segment', payload = %(payload)s, nbytes = %(nbytes)s
+    WHERE run_id = %(run)s AND version = %(from)s AND EXISTS (SELECT 1 FROM ok)
+), sealed AS (
+    UPDATE tether_checkpoints SET kind = 'sealed', payload = ''::bytea, nbytes = 0
+    WHERE run_id = %(run)s AND version > %(from)s AND version <= (SELECT version FROM ok)
+      AND kind <> 'sealed'
+), ins AS (
+    INSERT INTO tether_checkpoints (run_id, version, kind, node_id, status, created_at, nbytes, payload)
+    SELECT %(run)s, ok.version + 1, 'sealed', %(node)s, %(status)s, %(created)s, 0, ''::bytea
+    FROM ok
+    RETURNING version
+)
+UPDATE tether_runs AS r SET
+    status = %(status)s, version = ins.version, node_id = %(node)s,
+    updated_at = %(created)s, expires_at = %(expires)s,
+    growth_bytes = cur.growth_bytes + %(growth)s::bigint,
+    rewrite_bytes = cur.rewrite_bytes + %(rewrite)s::bigint,
+    chain_len = cur.chain_len + 1,
+    write_id = %(wid)s
+FROM cur, ins
+WHERE r.run_id = %(run)s
+RETURNING r.version, r.base_version, r.base_bytes, r.growth_bytes, r.rewrite_bytes, r.chain_len
+"""
+"""A segment write (see ``Write.seal_from``) as one statement: the segment replaces its
+first row, the rows it packs and the new version are stored sealed. When it changes
+nothing (the run moved, or its rows are not what the segment packs) the general
+transaction runs and says why (``StaleSeal``, ``VersionConflict``...)."""
+
 
 MAX_PAYLOAD_BYTES = (1 << 30) - 1024
 """PostgreSQL stores at most 1 GiB in one ``bytea`` value (and in one protocol message)."""
@@ -245,7 +291,7 @@ class PostgresBackend(SqlBackend):
                 created = await cur.fetchone()
             if created is not None:
                 return 1, chain_stats(1, len(w.payload), 0, 0, 0)
-        if w.expected_version and w.kind != "segment":  # a seal: the general path checks its rows
+        if w.expected_version:
             params = {
                 "run": w.run_id,
                 "expected": w.expected_version,
@@ -262,10 +308,11 @@ class PostgresBackend(SqlBackend):
                 "growth": w.growth_bytes,
                 "rewrite": w.rewrite_bytes,
                 "wid": w.write_id or None,
+                "from": w.seal_from,
             }
             try:
                 async with self._guard() as conn:
-                    cur = await conn.execute(_FAST_WRITE, params)
+                    cur = await conn.execute(_FAST_SEAL if w.kind == "segment" else _FAST_WRITE, params)
                     row = await cur.fetchone()
             except Exception as exc:
                 if self._is_duplicate(exc):
