@@ -119,8 +119,8 @@ def _checked(data: bytes) -> bytes | memoryview | None:
 
 
 _MEMO_MIN = 256 * 1024
-_MEMO_MAX = 16 * 1024 * 1024
-_MEMO_ROWS = 4
+_MEMO_MAX = 4 * 1024 * 1024
+_MEMO_ROWS = 2
 _VERIFIED: dict[tuple[int, bytes], bytes] = {}
 """The last big rows whose CRC matched (at most ``_MEMO_ROWS``, each at most ``_MEMO_MAX``
 bytes), by length and stored CRC: the candidates :func:`_checked` compares a row with."""
