@@ -113,7 +113,7 @@ def _checked(data: bytes) -> bytes | memoryview | None:
         return None
     if memo and len(data) <= _MEMO_MAX:
         if len(_VERIFIED) >= _MEMO_ROWS:
-            _VERIFIED.pop(next(iter(_VERIFIED)), None)
+            _VERIFIED.pop(list(_VERIFIED)[0], None)  # one C call: safe beside other threads
         _VERIFIED[key] = data
     return body
 
