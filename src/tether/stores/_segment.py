@@ -195,6 +195,9 @@ def apply_ops(state: dict[str, Any], ops: list[Any]) -> None:
     copying them (every object here is freshly decoded, so it is the caller's)."""
     for entry in ops:
         key, op, arg = entry[0], entry[1], entry[2]
+        if op == "set":  # the most common op, and it needs nothing of the old value
+            state[key] = arg
+            continue
         old = state.get(key)
         if op == "append" and type(old) is list:
             old.extend(arg)
