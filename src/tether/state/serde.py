@@ -50,7 +50,6 @@ __all__ = [
     "generate_key",
     "is_plain",
     "pack_plain",
-    "pack_value",
     "state_offset",
 ]
 
@@ -96,34 +95,11 @@ on as a view (no copy of a 10 MB body)."""
 
 
 def _checked(data: bytes) -> bytes | memoryview | None:
-    """The body of a format-2 frame whose CRC matches, else None.
-
-    A big row equal to one verified lately (the same run's full row, loaded again) is
-    compared with it instead: a comparison of the bytes costs a fraction of the CRC
-    (``benchmarks/README.md``, "Sealing from packed parts"), and bytes equal to checked
-    ones are as sound as they are."""
+    """The body of a format-2 frame whose CRC matches, else None."""
     body = data[_CRC_HEAD:] if len(data) < _SMALL_BODY else memoryview(data)[_CRC_HEAD:]
-    memo = len(data) >= _MEMO_MIN and type(data) is bytes
-    if memo:
-        key = (len(data), data[4:8])
-        seen = _VERIFIED.get(key)
-        if seen is not None and (seen is data or seen == data):
-            return body
     if zlib.crc32(body, zlib.crc32(data[:4])) != int.from_bytes(data[4:8], "little"):
         return None
-    if memo and len(data) <= _MEMO_MAX:
-        if len(_VERIFIED) >= _MEMO_ROWS:
-            _VERIFIED.pop(list(_VERIFIED)[0], None)  # one C call: safe beside other threads
-        _VERIFIED[key] = data
     return body
-
-
-_MEMO_MIN = 256 * 1024
-_MEMO_MAX = 4 * 1024 * 1024
-_MEMO_ROWS = 2
-_VERIFIED: dict[tuple[int, bytes], bytes] = {}
-"""The last big rows whose CRC matched (at most ``_MEMO_ROWS``, each at most ``_MEMO_MAX``
-bytes), by length and stored CRC: the candidates :func:`_checked` compares a row with."""
 
 
 def _fast_pack(payload: Any) -> bytes:
@@ -235,12 +211,6 @@ def pack_plain(payload: dict[str, Any], *, datetimes: bool = True) -> bytes:
     return body
 
 
-pack_value: Callable[[Any], bytes] = functools.partial(ormsgpack.packb, default=_default, option=_PACK_OPTS)
-"""One value as MessagePack, as :meth:`Codec.encode` packs it inside a payload (a datetime
-as our extension): the bytes a payload may be joined from (``stores/_seal``). A partial,
-not a function: it is called once per op of every commit."""
-
-
 def decode_plain(data: bytes) -> dict[str, Any] | None:
     """The payload of a plain row this tether reads, else None (compressed, encrypted,
     damaged, a newer schema: :meth:`Codec.decode` then says which). The common case, kept
@@ -341,11 +311,7 @@ class Codec:
 
     def encode(self, payload: dict[str, Any], *, datetimes: bool = True) -> bytes:
         """``datetimes=False``: the payload holds none (see :func:`pack_plain`)."""
-        return self.frame(pack_plain(payload, datetimes=datetimes))
-
-    def frame(self, body: bytes) -> bytes:
-        """A plain body (a payload's MessagePack) as this codec stores it: compressed when
-        that pays, then encrypted or checksummed."""
+        body = pack_plain(payload, datetimes=datetimes)
         flags = 0
         if self._zc is not None and len(body) >= (self.compress_min_bytes or 0):
             packed = self._zc.compress(body)

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+import ormsgpack
+
 from tether.errors import (
     CheckpointCorrupt,
     RunExpired,
@@ -40,7 +42,6 @@ from tether.state.model import (
 )
 from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
 from tether.state.values import check_value
-from tether.stores._seal import Step, join_delta, join_segment, pack_delta, steps_of
 from tether.stores._segment import apply_ops, apply_segment, pack_segment, segment_length, split_segment
 from tether.stores.policies import CompactionPolicy
 
@@ -162,10 +163,9 @@ def check_write(
     return False
 
 
-Carrier = tuple[bytes, int, int, list[Step] | None]
+Carrier = tuple[bytes, int, int]
 """A row after the chain's full one that holds a payload: the payload, how many versions
-it holds, its level (0 for a delta, see ``_segment``) and the steps of those versions
-(see ``_seal``; None for a row read from the database). What a store keeps of them for
+it holds, and its level (0 for a delta, see ``_segment``). What a store keeps of them for
 a run (:class:`Known`) is what it may pack into that run's next segment."""
 
 
@@ -191,12 +191,16 @@ class Plan(NamedTuple):
     walked: bool | None = None
     """For changes that did not say whether their state holds a datetime, what a walk of
     it found (None: not walked)."""
-    steps: list[Step] | None = None
-    """The steps of the versions the write holds (see ``_seal``), for a later segment."""
 
 
 _new_tuple = tuple.__new__
 """Builds a named tuple from all its fields, in order, without its Python ``__new__``."""
+
+_OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+
+
+def _no_default(obj: Any) -> Any:
+    return str(obj)  # sizing only: a datetime's exact bytes do not matter here
 
 
 class ChainEngine:
@@ -231,13 +235,24 @@ class ChainEngine:
         # one unpacking, not a named field read at a time (each is a generic attribute lookup)
         run_id, version, ops_taken, executed, full_only, state, all_executed, datetimes = changes[:8]
         if not full_only and version > 0:
-            head = (SCHEMA_VERSION, node, str(status), now, meta, ops_taken, list(executed))
-            if self.seals:  # the delta's parts are kept for the segment that packs it
-                body, step, rewrite = join_delta(*head)
-                steps: list[Step] | None = [step]
-            else:
-                (body, rewrite), steps = pack_delta(*head), None
-            payload = self.codec.frame(body)
+            ops = [[k, op, arg] for k, op, arg in ops_taken]
+            payload = self.codec.encode(
+                {
+                    "v": SCHEMA_VERSION,
+                    "node": node,
+                    "status": str(status),
+                    "ts": now,
+                    "meta": meta,
+                    "kind": "delta",
+                    "ops": ops,
+                    "executed": list(executed),
+                }
+            )
+            rewrite = sum(
+                len(ormsgpack.packb(arg, default=_no_default, option=_OPTS))
+                for _k, op, arg in ops_taken
+                if op not in ("append", "add")
+            )
             rewrite = min(rewrite, len(payload))
             growth = len(payload) - rewrite
             if not self.policy.due(known.chain, growth=growth, rewrite=rewrite, sealed=self.seals):
@@ -256,13 +271,11 @@ class ChainEngine:
                     write_id=write_id,
                 )
                 if known.tail is not None and self.seals:
-                    seal_from, level, packed, seg_steps = self.seal(
-                        run_id, version, known.tail, payload, step
-                    )
+                    seal_from, level, packed = self.seal(run_id, version, known.tail, payload)
                     if level:
                         w.kind, w.payload, w.seal_from = "segment", packed, seal_from
-                        return _new_tuple(Plan, (w, level, payload, None, seg_steps))
-                return _new_tuple(Plan, (w, 0, b"", None, steps))
+                        return _new_tuple(Plan, (w, level, payload, None))
+                return _new_tuple(Plan, (w, 0, b"", None))
         walked = None
         if meta_dated or datetimes:
             dated = True
@@ -296,19 +309,15 @@ class ChainEngine:
             dated=dated,
             write_id=write_id,
         )
-        return _new_tuple(Plan, (w, 0, b"", walked, None))
+        return _new_tuple(Plan, (w, 0, b"", walked))
 
-    def seal(
-        self, run_id: str, version: int, tail: list[Carrier], payload: bytes, step: Step
-    ) -> tuple[int, int, bytes, list[Step] | None]:
-        """``(seal_from, level, segment, its steps)`` for a delta about to become
-        ``version + 1`` (its payload and step): a segment when the deltas at the end of the
-        chain are enough (``seal_versions`` or ``seal_tail_bytes``), merged with the
-        ``seal_fanout - 1`` segments of its level before it while that stays under
-        ``seal_bytes``; else ``(0, 0, payload, None)``. Joined from the rows' steps (see
-        ``_seal``); only a row without them (read from the database) is decoded."""
+    def seal(self, run_id: str, version: int, tail: list[Carrier], payload: bytes) -> tuple[int, int, bytes]:
+        """``(seal_from, level, segment)`` for a delta about to become ``version + 1``:
+        a segment when the deltas at the end of the chain are enough (``seal_versions`` or
+        ``seal_tail_bytes``), merged with the ``seal_fanout - 1`` segments of its level
+        before it while that stays under ``seal_bytes``; else ``(0, 0, payload)``."""
         policy = self.policy
-        rows = [*tail, (payload, 1, 0, [step])]
+        rows = [*tail, (payload, 1, 0)]
         start = len(rows)
         while start and rows[start - 1][2] == 0:
             start -= 1
@@ -319,7 +328,7 @@ class ChainEngine:
             or deltas < 2
             or (deltas < policy.seal_versions and total < policy.seal_tail_bytes)
         ):
-            return 0, 0, payload, None
+            return 0, 0, payload
         level, more = 1, policy.seal_fanout - 1
         while start >= more and all(r[2] == level for r in rows[start - more : start]):
             merged = total + sum(len(r[0]) for r in rows[start - more : start])
@@ -327,16 +336,13 @@ class ChainEngine:
                 break
             start, total, level = start - more, merged, level + 1
         first = version + 2 - sum(r[1] for r in rows[start:])
-        steps: list[Step] = []
+        bodies: list[dict[str, Any]] = []
         at = first
-        for data, count, lv, held in rows[start:]:
-            if held is None:  # read back from the database
-                row = self.codec.decode(data, run_id=run_id, version=at)
-                held = steps_of(split_segment(row) if lv else [row])
-            steps += held
+        for data, count, lv in rows[start:]:
+            body = self.codec.decode(data, run_id=run_id, version=at)
+            bodies.extend(split_segment(body) if lv else [body])
             at += count
-        joined, seg_steps = join_segment(first, steps, level)
-        return first, level, self.codec.frame(joined), seg_steps
+        return first, level, self.codec.encode(pack_segment(first, bodies, level))
 
     def after(
         self,
@@ -365,9 +371,9 @@ class ChainEngine:
             while held > 0:
                 total -= len((row := rows.pop())[0])
                 held -= row[1]
-            rows.append((write.payload, version - write.seal_from + 1, plan.level, plan.steps))
+            rows.append((write.payload, version - write.seal_from + 1, plan.level))
         else:
-            rows.append((write.payload, 1, 0, plan.steps))
+            rows.append((write.payload, 1, 0))
         total += len(write.payload)
         if total <= self.policy.seal_bytes:  # all of it is what last_bytes would keep
             return Known(version, chain, rows, total)
@@ -453,16 +459,14 @@ class ChainEngine:
                     expect = number + count
                     if carriers is not None:
                         level = body.get("lv")
-                        carriers.append(
-                            (rows[at][1], held, level if type(level) is int and level > 0 else 1, None)
-                        )
+                        carriers.append((rows[at][1], held, level if type(level) is int and level > 0 else 1))
                         if count < held:
                             carriers = None
                 else:
                     apply_delta(state, executed, body)
                     last, expect = body, expect + 1
                     if carriers is not None:
-                        carriers.append((rows[at][1], 1, 0, None))
+                        carriers.append((rows[at][1], 1, 0))
             except CheckpointCorrupt:
                 raise
             except Exception as exc:
