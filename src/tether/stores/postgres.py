@@ -48,7 +48,7 @@ _DIALECT = Dialect(
 )
 
 
-_FAST_WRITE = """
+_CUR = """
 WITH cur AS (
     SELECT version, base_version, base_bytes, growth_bytes, rewrite_bytes, chain_len
     FROM tether_runs
@@ -56,7 +56,13 @@ WITH cur AS (
       AND (expires_at IS NULL OR expires_at > %(now)s)
       AND (%(require)s::text IS NULL OR status = %(require)s::text)
     FOR UPDATE
-), ins AS (
+)"""
+"""The run row at the expected version, live and in the required status, locked: what
+both one-statement writes start from (no row: the general transaction says why)."""
+
+_FAST_WRITE = (
+    _CUR
+    + """, ins AS (
     INSERT INTO tether_checkpoints (run_id, version, kind, node_id, status, created_at, nbytes, payload)
     SELECT %(run)s, cur.version + 1, %(kind)s, %(node)s, %(status)s, %(created)s, %(nbytes)s, %(payload)s
     FROM cur
@@ -75,6 +81,7 @@ FROM cur, ins
 WHERE r.run_id = %(run)s
 RETURNING r.version, r.base_version, r.base_bytes, r.growth_bytes, r.rewrite_bytes, r.chain_len
 """
+)
 _FAST_CREATE = """
 WITH run AS (
     INSERT INTO tether_runs (run_id, status, version, node_id, base_version, base_bytes, growth_bytes,
@@ -94,15 +101,9 @@ SELECT version FROM ins
 five (BEGIN, SELECT … FOR UPDATE, INSERT, UPDATE, COMMIT). When it changes nothing (a new
 or expired run, a conflict, a status mismatch) the general transaction runs and says why."""
 
-_FAST_SEAL = """
-WITH cur AS (
-    SELECT version, base_version, base_bytes, growth_bytes, rewrite_bytes, chain_len
-    FROM tether_runs
-    WHERE run_id = %(run)s AND version = %(expected)s
-      AND (expires_at IS NULL OR expires_at > %(now)s)
-      AND (%(require)s::text IS NULL OR status = %(require)s::text)
-    FOR UPDATE
-), ok AS (
+_FAST_SEAL = (
+    _CUR
+    + """, ok AS (
     SELECT cur.version FROM cur
     WHERE EXISTS (
         SELECT 1 FROM tether_checkpoints
@@ -135,6 +136,7 @@ FROM cur, ins
 WHERE r.run_id = %(run)s
 RETURNING r.version, r.base_version, r.base_bytes, r.growth_bytes, r.rewrite_bytes, r.chain_len
 """
+)
 """A segment write (see ``Write.seal_from``) as one statement: the segment replaces its
 first row, the rows it packs and the new version are stored sealed. When it changes
 nothing (the run moved, or its rows are not what the segment packs) the general
