@@ -38,10 +38,13 @@ class CompactionPolicy:
     overwrites (``set``, ``merge``, ``upsert``) leave dead data in the chain: a full row
     is written once that dead data could exceed ``max_waste_ratio`` of the live state
     (and ``min_waste_bytes``). Long chains cost per row at load time: past ``max_chain``
-    deltas a full row is written when the chain has at least doubled the base (so the
-    bases of an append-only run grow geometrically and storage stays linear, ≤ ~3x the
-    state in the long run) or when the rows are so small that their count, not their
-    bytes, would dominate a load (``row_cost_bytes`` per row).
+    deltas a full row is written when the rows are so small that their count, not their
+    bytes, would dominate a load (``row_cost_bytes`` per row). In a store that seals,
+    segments keep a chain of any length down to a few dozen rows, so an append-only run
+    stores each byte once (its history is the state's own bytes, about 1x) instead of a
+    new full copy each time the state doubles (up to 3x); where nothing seals, a full row
+    is also written once the chain has doubled the base, so that bases grow geometrically
+    and storage stays linear.
     """
 
     max_chain: int = 1000
@@ -81,5 +84,7 @@ class CompactionPolicy:
             while per * self.seal_fanout < rows:
                 per, levels = per * self.seal_fanout, levels + 1
             rows = self.seal_versions + (self.seal_fanout - 1) * levels
+        if sealed and self.seal_versions:  # segments keep the rows few: their count is all
+            return rows * self.row_cost_bytes >= live
         grown = chain.growth_bytes + growth + waste
         return grown >= chain.base_bytes or rows * self.row_cost_bytes >= live
