@@ -15,7 +15,8 @@ from typing import Annotated, Any
 import typer
 
 BrokerOpt = Annotated[
-    str | None, typer.Option("--broker", help="Broker URL: amqp://… or redis://… (default: TETHER_BROKER_URL).")
+    str | None,
+    typer.Option("--broker", help="Broker URL: amqp://… or redis://… (default: TETHER_BROKER_URL)."),
 ]
 QueueOpt = Annotated[str, typer.Option("--queue", "-Q", help="The queue to consume or send to.")]
 WorkflowOpt = Annotated[
@@ -50,12 +51,16 @@ def _registry(workflows: list[str] | None) -> Any:
 
 
 def worker(
-    store: Annotated[str | None, typer.Option("--store", help="Store URL (default: TETHER_STORE_URL).")] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="Store URL (default: TETHER_STORE_URL).")
+    ] = None,
     broker: BrokerOpt = None,
     concurrency: Annotated[int, typer.Option(help="Runs executed at once by this process (threads).")] = 1,
     queue: QueueOpt = "tether",
     workflow: WorkflowOpt = None,
-    lease: Annotated[float, typer.Option(help="Lease seconds: a dead worker's run is taken over after it.")] = 30.0,
+    lease: Annotated[
+        float, typer.Option(help="Lease seconds: a dead worker's run is taken over after it.")
+    ] = 30.0,
     max_crashes: Annotated[
         int, typer.Option(help="Times a step may kill its worker before the run ends FAILED.")
     ] = 3,
@@ -107,7 +112,9 @@ def worker(
 
 def submit(
     workflow: Annotated[str, typer.Argument(help="The registered name of the workflow to run.")],
-    store: Annotated[str | None, typer.Option("--store", help="Store URL (default: TETHER_STORE_URL).")] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="Store URL (default: TETHER_STORE_URL).")
+    ] = None,
     broker: BrokerOpt = None,
     queue: QueueOpt = "tether",
     inputs: Annotated[str, typer.Option("--input", help="Initial state as a JSON object.")] = "{}",
@@ -138,7 +145,9 @@ def submit(
             return
         rid = on_store(
             store,
-            lambda st: submit_run(st, dispatcher, workflow, data, run_id=run_id, registry=registry, queue=queue),
+            lambda st: submit_run(
+                st, dispatcher, workflow, data, run_id=run_id, registry=registry, queue=queue
+            ),
         )
     finally:
         dispatcher.close()

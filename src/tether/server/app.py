@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -84,8 +84,15 @@ def create_app(
                 base = Settings(store_url=cfg.store_url)
                 opened = await stack.enter_async_context(open_store(base.store_url, **base.store_options()))
             events = EventBroadcaster()
+            dispatcher = _dispatcher(cfg, stack)
             executor = Executor(
-                opened, events, workflows, reducers=reducers, thresholds=thresholds, replanners=replanners
+                opened,
+                events,
+                workflows,
+                reducers=reducers,
+                thresholds=thresholds,
+                replanners=replanners,
+                dispatcher=dispatcher,
             )
             app.state.store = opened
             app.state.events = events
@@ -104,6 +111,8 @@ def create_app(
                 for wf in workflows:
                     wrapped = trace_models(wf, provider)
                     logger.info("workflow %s: %d chat model(s) traced", wf.name, wrapped)
+            if dispatcher is None:
+                await executor.recover()  # one process, no broker: continue what it was executing
             try:
                 yield
             finally:
@@ -186,3 +195,14 @@ class BodyLimit:
             413, "body-too-large", "Request body too large", f"the limit is {self.limit} bytes"
         )
         await response(scope, receive, send)
+
+
+def _dispatcher(cfg: ServerSettings, stack: AsyncExitStack) -> Any:
+    """With ``TETHER_BROKER_URL``, runs are enqueued for ``tether worker`` (Celery loads only then)."""
+    if not cfg.broker_url:
+        return None
+    from tether.workers import Dispatcher
+
+    dispatcher = Dispatcher.from_url(cfg.broker_url, queue=cfg.broker_queue)
+    stack.callback(dispatcher.close)
+    return dispatcher

@@ -37,7 +37,8 @@ class ServerSettings(BaseSettings):
 
     store_url: str = "sqlite:///.tether/tether.db"
     broker_url: str | None = None
-    """With a broker, start/resume/decide enqueue runs for ``tether worker``; without, the server runs them."""
+    """With a broker, start/resume/decide enqueue runs for ``tether worker`` processes;
+    without one, the server executes them itself."""
     broker_queue: str = "tether"
     host: str = "127.0.0.1"
     port: int = 8765

@@ -33,7 +33,7 @@ from tether.workers.execute import DRAINING, RunExecutor
 from tether.workers.registry import Registry
 
 if TYPE_CHECKING:
-    from celery import Celery
+    from celery import Celery  # type: ignore[import-untyped]
 
 __all__ = ["LONG", "WorkerConfig", "create_celery_app"]
 
@@ -58,11 +58,13 @@ class WorkerConfig:
     sweep_grace: float = 10.0
 
 
-def create_celery_app(broker_url: str, *, queue: str = "tether", config: WorkerConfig | None = None) -> Celery:
+def create_celery_app(
+    broker_url: str, *, queue: str = "tether", config: WorkerConfig | None = None
+) -> Celery:
     """A Celery app for ``broker_url`` whose task executes runs (with ``config``), or only
     sends them (without: submitters and the server)."""
     from celery import Celery
-    from kombu import Queue
+    from kombu import Queue  # type: ignore[attr-defined]
 
     app = Celery("tether", broker=broker_url, set_as_current=False)
     amqp = broker_url.startswith(("amqp://", "amqps://", "pyamqp://"))
@@ -75,7 +77,11 @@ def create_celery_app(broker_url: str, *, queue: str = "tether", config: WorkerC
         accept_content=["json"],
         task_default_queue=queue,
         task_queues=[
-            Queue(queue, routing_key=queue, queue_arguments={"x-consumer-timeout": LONG * 1000} if amqp else None)
+            Queue(  # type: ignore[no-untyped-call]
+                queue,
+                routing_key=queue,
+                queue_arguments={"x-consumer-timeout": LONG * 1000} if amqp else None,
+            )
         ],
         broker_transport_options={"confirm_publish": True} if amqp else {"visibility_timeout": LONG},
         broker_connection_retry_on_startup=True,
@@ -97,7 +103,7 @@ class _ThreadState(threading.local):
 
 def _install_task(app: Celery, queue: str, config: WorkerConfig) -> None:
     from celery import signals
-    from celery.exceptions import Reject
+    from celery.exceptions import Reject  # type: ignore[import-untyped]
 
     local = _ThreadState()
     opened: list[tuple[asyncio.AbstractEventLoop, Any]] = []
@@ -121,17 +127,21 @@ def _install_task(app: Celery, queue: str, config: WorkerConfig) -> None:
             )
         return local.loop, local.executor
 
-    @app.task(name=TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def execute_run(run_id: str, decision: str | None = None) -> dict[str, Any]:
         loop, ex = executor()
         outcome = loop.run_until_complete(ex.execute(run_id, decision=decision))
         if outcome.action == "requeue":  # handed back: another worker takes it at once
             raise Reject(outcome.reason, requeue=True)
-        return {"run_id": run_id, "action": outcome.action, "status": outcome.status, "reason": outcome.reason}
+        return {
+            "run_id": run_id,
+            "action": outcome.action,
+            "status": outcome.status,
+            "reason": outcome.reason,
+        }
 
+    app.task(name=TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(execute_run)
     sweeper: list[Any] = []
 
-    @signals.worker_ready.connect(weak=False)
     def _start_sweeper(**_: Any) -> None:
         if config.sweep_interval > 0:
             from tether.workers.sweeper import SweeperThread
@@ -146,16 +156,18 @@ def _install_task(app: Celery, queue: str, config: WorkerConfig) -> None:
             thread.start()
             sweeper.append(thread)
 
-    @signals.worker_shutting_down.connect(weak=False)
     def _drain(**_: Any) -> None:
         DRAINING.set()  # runs stop at their next checkpoint, lease released
         for thread in sweeper:
             threading.Thread(target=thread.stop, daemon=True).start()
 
-    @signals.worker_shutdown.connect(weak=False)
     def _close(**_: Any) -> None:
         for loop, cm in opened:
             try:
                 loop.run_until_complete(cm.__aexit__(None, None, None))
             except Exception:  # closing on the way out
                 logger.debug("closing a worker store failed", exc_info=True)
+
+    signals.worker_ready.connect(_start_sweeper, weak=False)
+    signals.worker_shutting_down.connect(_drain, weak=False)
+    signals.worker_shutdown.connect(_close, weak=False)

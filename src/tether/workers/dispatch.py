@@ -21,7 +21,7 @@ from tether.stores.base import CheckpointStore
 from tether.workers.registry import QUEUE_KEY, WORKFLOW_KEY, Registry
 
 if TYPE_CHECKING:
-    from celery import Celery
+    from celery import Celery  # type: ignore[import-untyped]
 
 __all__ = ["TASK", "BrokerUnavailable", "Dispatcher", "submit"]
 

@@ -33,9 +33,9 @@ from typing import Any, Literal
 
 from tether.errors import RunInProgress, RunNotPaused, TetherError, VersionConflict
 from tether.runtime import Event, Runner
+from tether.runtime.failures import FailureKind
 from tether.runtime.lease import HOST, lease_is_dead
 from tether.runtime.report import Decision, FailureReport
-from tether.runtime.failures import FailureKind
 from tether.state import ExecutionContext, RunStatus
 from tether.state.reserved import runtime_get, runtime_update
 from tether.stores.base import CheckpointStore
@@ -81,7 +81,7 @@ def todo_for(steps: list[Any]) -> dict[str, Any]:
     return {s.id: {"name": s.title, "phase": s.phase, "status": "pending", "attempts": 0} for s in steps}
 
 
-def crashes_in(state: Mapping[str, Any], step: str) -> int:
+def crashes_in(state: Mapping[str, Any] | ExecutionContext, step: str) -> int:
     """How many times a holder of this run died inside ``step`` (from its event log)."""
     log = runtime_get(state, "event_log", [])
     return sum(
@@ -226,14 +226,14 @@ class RunExecutor:
 
     async def _watch_shutdown(self, work: asyncio.Future[Any], stop_here: asyncio.Event) -> None:
         """On shutdown: stop after the current step; past ``drain_timeout``, stop now."""
-        while not self.draining.is_set():
+        while not self.draining.is_set():  # noqa: ASYNC110 - set by a signal handler, in another thread
             await asyncio.sleep(0.1)
         stop_here.set()
         try:
             await asyncio.wait_for(asyncio.shield(work), self.drain_timeout)
         except TimeoutError:
             work.cancel()  # the runner records INTERRUPTED from the last checkpoint
-        except BaseException:  # noqa: S110 - the drive's own outcome is handled by its awaiter
+        except BaseException:  # the drive's own outcome is handled by its awaiter
             pass
 
     async def _give_up(

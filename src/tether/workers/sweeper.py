@@ -96,7 +96,7 @@ class BrokerLock:
                 return True  # still ours: the queue lives as long as our connection
             except Exception:
                 self.release()
-        conn = kombu.Connection(self.url, heartbeat=0, connect_timeout=5)
+        conn: Any = kombu.Connection(self.url, heartbeat=0, connect_timeout=5)  # type: ignore[attr-defined,no-untyped-call]
         try:
             conn.default_channel.queue_declare(queue=self.name, exclusive=True, auto_delete=True)
         except Exception:  # RESOURCE_LOCKED: another connection holds it
@@ -138,7 +138,9 @@ class Sweeper:
         sent: list[str] = []
         for status in SWEPT:
             for info in await self._runs(status):
-                updated = info.updated_at if info.updated_at.tzinfo else info.updated_at.replace(tzinfo=dt.UTC)
+                updated = (
+                    info.updated_at if info.updated_at.tzinfo else info.updated_at.replace(tzinfo=dt.UTC)
+                )
                 if info.run_id in self._sent or (status is not RunStatus.RUNNING and updated > cutoff):
                     continue
                 cp = await self.store.load(info.run_id)
@@ -150,7 +152,9 @@ class Sweeper:
                 self._sent[info.run_id] = now
                 sent.append(info.run_id)
         if sent:
-            logger.warning("sweeper: %d run(s) had no message; enqueued again: %s", len(sent), ", ".join(sent[:20]))
+            logger.warning(
+                "sweeper: %d run(s) had no message; enqueued again: %s", len(sent), ", ".join(sent[:20])
+            )
         return sent
 
     async def _runs(self, status: RunStatus) -> list[Any]:
@@ -168,7 +172,9 @@ class SweeperThread:
     """Runs a sweeper every ``interval`` seconds in a thread of a worker process, only
     while this process holds the fleet's sweeper lock."""
 
-    def __init__(self, store_url: str, store_options: dict[str, Any], dispatcher: Dispatcher, **kw: Any) -> None:
+    def __init__(
+        self, store_url: str, store_options: dict[str, Any], dispatcher: Dispatcher, **kw: Any
+    ) -> None:
         self.store_url = store_url
         self.store_options = store_options
         self.dispatcher = dispatcher
@@ -201,6 +207,8 @@ class SweeperThread:
                     if await asyncio.to_thread(self.lock.acquire):
                         await sweeper.sweep()
                 except Exception:  # a broker or store away: try again next round
-                    logger.warning("sweeper: pass failed; trying again in %.0fs", self.interval, exc_info=True)
+                    logger.warning(
+                        "sweeper: pass failed; trying again in %.0fs", self.interval, exc_info=True
+                    )
                     self.lock.release()
                 await asyncio.to_thread(self._stop.wait, self.interval)
