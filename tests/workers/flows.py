@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from typing import Any
 
 from tether.runtime import Step, StepContext, Workflow
@@ -23,7 +24,7 @@ def _step(name: str) -> Any:
         trace = sc.get("trace")
         if trace:
             with open(trace, "a", encoding="utf-8") as f:
-                f.write(f"{sc.run_id} {name}\n")
+                f.write(f"{sc.run_id} {name} {time.time():.3f} {os.getpid()}\n")
         if sc.get("crash") == name:
             os.kill(os.getpid(), signal.SIGKILL)
         delay = float(sc.get(f"delay_{name}", sc.get("delay", 0)) or 0)

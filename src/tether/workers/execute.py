@@ -157,7 +157,7 @@ class RunExecutor:
             running = [sid for sid, t in runtime_get(ctx, "todo", {}).items() if t.get("status") == "running"]
             for sid in running:
                 count = crashes_in(ctx, sid) + 1
-                if count > self.max_crashes:
+                if count >= self.max_crashes:
                     why = (
                         f"step {sid!r} stopped its worker process {count} times (kill, crash or "
                         f"out of memory); the run is not retried again. Fix the step, then resume "
