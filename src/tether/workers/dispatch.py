@@ -97,6 +97,9 @@ class Dispatcher:
             return int(conn.default_channel.queue_purge(queue or self.queue) or 0)
 
     def close(self) -> None:
+        """Close the broker connections this dispatcher opened."""
+        self.app.pool.force_close_all()
+        self.app.amqp.producer_pool.connections.force_close_all()
         self.app.close()
 
 

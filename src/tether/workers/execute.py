@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,7 +41,7 @@ from tether.state.reserved import runtime_get, runtime_update
 from tether.stores.base import CheckpointStore
 from tether.workers.registry import WORKFLOW_KEY, Entry, Registry, UnknownWorkflow
 
-__all__ = ["DRAINING", "Outcome", "RunExecutor", "crashes_in", "todo_for"]
+__all__ = ["DRAINING", "Outcome", "RunExecutor", "crash_site", "todo_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,17 +81,34 @@ def todo_for(steps: list[Any]) -> dict[str, Any]:
     return {s.id: {"name": s.title, "phase": s.phase, "status": "pending", "attempts": 0} for s in steps}
 
 
-def crashes_in(state: Mapping[str, Any] | ExecutionContext, step: str) -> int:
-    """How many times a holder of this run died inside ``step`` (from its event log)."""
-    log = runtime_get(state, "event_log", [])
-    return sum(
-        1
-        for e in log
-        if isinstance(e, dict)
-        and e.get("kind") == "interrupted"
-        and e.get("step") == step
-        and str((e.get("detail") or {}).get("reason", "")).startswith(CRASH_REASON)
-    )
+def crash_site(ctx: ExecutionContext) -> tuple[str | None, int]:
+    """Where a RUNNING run's dead holder stopped, and how many holders died there before.
+
+    The place is the step recorded running (a retried or non-idempotent step), else the
+    point after the last checkpointed step; every earlier death there is in the event log
+    as the ``interrupted`` entry the resume after it wrote, so the count is in the store and
+    holds across workers and restarts."""
+    todo = runtime_get(ctx, "todo", {})
+    running = next((sid for sid, t in todo.items() if t.get("status") == "running"), None)
+    after = ctx.node_id
+    count = 0
+    for e in runtime_get(ctx, "event_log", []):
+        if not isinstance(e, dict):
+            continue
+        detail = e.get("detail") or {}
+        if e.get("kind") != "interrupted" or not str(detail.get("reason", "")).startswith(CRASH_REASON):
+            continue
+        if (running is not None and e.get("step") == running) or (
+            running is None and e.get("step") is None and detail.get("after") == after
+        ):
+            count += 1
+    return running, count
+
+
+def next_step(ctx: ExecutionContext) -> str | None:
+    """The first step of the TODO list not settled yet (what a resume would run)."""
+    todo = runtime_get(ctx, "todo", {})
+    return next((sid for sid, t in todo.items() if t.get("status") not in ("done", "skipped")), None)
 
 
 class RunExecutor:
@@ -153,17 +170,17 @@ class RunExecutor:
             entry = self.registry.get(str(name))
         except UnknownWorkflow as exc:
             return await self._give_up(ctx, status, str(exc), "UnknownWorkflow", step=None)
-        if status is RunStatus.RUNNING:  # its holder died: was it inside a step, again and again?
-            running = [sid for sid, t in runtime_get(ctx, "todo", {}).items() if t.get("status") == "running"]
-            for sid in running:
-                count = crashes_in(ctx, sid) + 1
-                if count >= self.max_crashes:
-                    why = (
-                        f"step {sid!r} stopped its worker process {count} times (kill, crash or "
-                        f"out of memory); the run is not retried again. Fix the step, then resume "
-                        f"the run with a decision"
-                    )
-                    return await self._give_up(ctx, status, why, "WorkerLost", step=sid, attempts=count)
+        if status is RunStatus.RUNNING:  # its holder died: at the same place, again and again?
+            running, before = crash_site(ctx)
+            count = before + 1
+            if count >= self.max_crashes:
+                sid = running or next_step(ctx)
+                why = (
+                    f"step {sid!r} stopped its worker process {count} times (killed, crashed or out "
+                    "of memory); the run is not retried again. Fix the step, then resume the run "
+                    "with a decision"
+                )
+                return await self._give_up(ctx, status, why, "WorkerLost", step=sid, attempts=count)
         if status is RunStatus.PENDING:
             try:
                 await self._prepare(ctx, entry)

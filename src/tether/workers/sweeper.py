@@ -27,6 +27,7 @@ import time
 import uuid
 from typing import Any
 
+from tether.errors import CheckpointCorrupt
 from tether.runtime.lease import lease_is_dead
 from tether.state import RunStatus
 from tether.state.reserved import runtime_get
@@ -143,18 +144,19 @@ class Sweeper:
                 )
                 if info.run_id in self._sent or (status is not RunStatus.RUNNING and updated > cutoff):
                     continue
-                cp = await self.store.load(info.run_id)
+                try:
+                    cp = await self.store.load(info.run_id)
+                except CheckpointCorrupt as exc:  # unreadable here: not a run this fleet can execute
+                    logger.debug("sweeper: skipped run %s: %s", info.run_id, exc)
+                    continue
                 if cp is None or cp.state.get(QUEUE_KEY) != self.queue:
                     continue  # not a run of this queue (a CLI run, another fleet)
                 if status is RunStatus.RUNNING and not lease_is_dead(runtime_get(cp.state, "lease")):
                     continue
                 await self.dispatcher.enqueue(info.run_id)
+                logger.warning("sweeper: run %s (%s) had no message; enqueued again", info.run_id, status)
                 self._sent[info.run_id] = now
                 sent.append(info.run_id)
-        if sent:
-            logger.warning(
-                "sweeper: %d run(s) had no message; enqueued again: %s", len(sent), ", ".join(sent[:20])
-            )
         return sent
 
     async def _runs(self, status: RunStatus) -> list[Any]:
