@@ -112,7 +112,9 @@ class Fleet:
                 *args,
             ]
             with open(log, "wb") as out:
-                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env(), cwd=self.tmp)
+                proc = subprocess.Popen(
+                    cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env(), cwd=self.tmp
+                )
             proc.log = log  # type: ignore[attr-defined]
             new.append(proc)
             self.procs.append(proc)
@@ -231,8 +233,8 @@ def user_state(state: dict[str, Any]) -> dict[str, Any]:
 
 async def reference(store: CheckpointStore, inputs: dict[str, Any]) -> dict[str, Any]:
     """The same inputs run in this process without Celery: the state a worker run must end with."""
-    from tether.runtime import Runner
     from tests.workers.flows import five
+    from tether.runtime import Runner
 
     result = await Runner(five(), store).start(f"ref-{uuid.uuid4().hex[:10]}", inputs)
     assert result.status is RunStatus.COMPLETED

@@ -15,9 +15,6 @@ from typing import Any
 
 import pytest
 
-from tether.state import RunStatus
-from tether.state.reserved import runtime_get
-from tether.workers import Dispatcher, submit
 from tests.workers.conftest import (
     STEPS,
     broker_url,
@@ -31,6 +28,9 @@ from tests.workers.conftest import (
     wait_status,
     wait_trace,
 )
+from tether.state import RunStatus
+from tether.state.reserved import runtime_get
+from tether.workers import Dispatcher, submit
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +67,9 @@ async def test_kill9_mid_step_another_worker_continues(
         _rid, _step, _t, pid = await wait_trace(trace, run_id, "s3")
         os.kill(int(pid), signal.SIGKILL)  # the worker executing the run, inside s3
         killed_at = time.time()
-        assert await wait_status(store, run_id, {RunStatus.COMPLETED, RunStatus.FAILED}) is RunStatus.COMPLETED
+        assert (
+            await wait_status(store, run_id, {RunStatus.COMPLETED, RunStatus.FAILED}) is RunStatus.COMPLETED
+        )
         again = await wait_trace(trace, run_id, "s3")
         assert again[3] != pid and float(again[2]) - killed_at < 3 + 2  # within the lease + 2 s
         assert starts(trace, run_id) == {"s1": 1, "s2": 1, "s3": 2, "s4": 1, "s5": 1}
@@ -94,7 +96,9 @@ async def test_sigterm_finishes_the_step_and_hands_over_at_once(
         # s3 finished where it ran; s4 started on the other worker long before the 30 s lease ran out
         assert nxt[3] != pid
         assert float(nxt[2]) - float(_t) < 2 + 5
-        assert await wait_status(store, run_id, {RunStatus.COMPLETED, RunStatus.FAILED}) is RunStatus.COMPLETED
+        assert (
+            await wait_status(store, run_id, {RunStatus.COMPLETED, RunStatus.FAILED}) is RunStatus.COMPLETED
+        )
         assert starts(trace, run_id) == dict.fromkeys(STEPS, 1)  # nothing ran twice
         state = await _check_once(store, run_id, inputs)
         stops = [e for e in runtime_get(state, "event_log", []) if e["kind"] == "interrupted"]
@@ -104,7 +108,9 @@ async def test_sigterm_finishes_the_step_and_hands_over_at_once(
         dispatcher.close()
 
 
-async def test_duplicate_messages_execute_the_run_once(fleet_factory: Any, tmp_path: Path, queue: str) -> None:
+async def test_duplicate_messages_execute_the_run_once(
+    fleet_factory: Any, tmp_path: Path, queue: str
+) -> None:
     store_at, broker_at = store_url("postgresql"), broker_url("amqp")
     trace = tmp_path / "trace.log"
     async with opened(store_at) as store:
@@ -115,7 +121,9 @@ async def test_duplicate_messages_execute_the_run_once(fleet_factory: Any, tmp_p
         run_id = await submit(store, dispatcher, "five", inputs)
         for _ in range(3):  # the same run, submitted again at once
             dispatcher.send(run_id)
-        assert await wait_status(store, run_id, {RunStatus.COMPLETED, RunStatus.FAILED}) is RunStatus.COMPLETED
+        assert (
+            await wait_status(store, run_id, {RunStatus.COMPLETED, RunStatus.FAILED}) is RunStatus.COMPLETED
+        )
         assert starts(trace, run_id) == dict.fromkeys(STEPS, 1)
         await _check_once(store, run_id, inputs)
         deadline = time.monotonic() + 20
@@ -137,14 +145,18 @@ async def test_lost_message_is_swept(fleet_factory: Any, tmp_path: Path, queue: 
         assert (await store.get_run(run_id)).status is RunStatus.PENDING  # type: ignore[union-attr]
         fleet = fleet_factory(store_at, broker_at)
         fleet.start(1, *FAST)
-        assert await wait_status(store, run_id, {RunStatus.COMPLETED, RunStatus.FAILED}) is RunStatus.COMPLETED
+        assert (
+            await wait_status(store, run_id, {RunStatus.COMPLETED, RunStatus.FAILED}) is RunStatus.COMPLETED
+        )
         assert "had no message; enqueued again" in fleet.logs()
         assert starts(trace, run_id) == dict.fromkeys(STEPS, 1)
         await _check_once(store, run_id, inputs)
         dispatcher.close()
 
 
-async def test_a_step_that_kills_every_worker_ends_failed(fleet_factory: Any, tmp_path: Path, queue: str) -> None:
+async def test_a_step_that_kills_every_worker_ends_failed(
+    fleet_factory: Any, tmp_path: Path, queue: str
+) -> None:
     store_at, broker_at = store_url("postgresql"), broker_url("amqp")
     trace = tmp_path / "trace.log"
     async with opened(store_at) as store:
