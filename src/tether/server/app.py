@@ -46,6 +46,7 @@ def create_app(
     dashboard: bool = True,
     replanners: Mapping[str, Replanner] | None = None,
     tracer_provider: TracerProvider | None = None,
+    recover: bool | None = None,
 ) -> FastAPI:
     """Build the service.
 
@@ -63,6 +64,9 @@ def create_app(
             the one ``settings.otel_exporter`` configures, none when that is ``none``).
             With one, the chat models of the registered workflows' steps are wrapped in
             ``TracedModel`` so every model call of a run the server drives is a span.
+        recover: without a broker, resume at start the runs this server's workflows were
+                executing when it last stopped (default: when the app opens its own store,
+                as ``tether serve`` does; an app given ``store`` leaves them to its caller).
     """
     from tether.tools.redact import install_log_redaction
 
@@ -111,7 +115,7 @@ def create_app(
                 for wf in workflows:
                     wrapped = trace_models(wf, provider)
                     logger.info("workflow %s: %d chat model(s) traced", wf.name, wrapped)
-            if dispatcher is None:
+            if dispatcher is None and (store is None if recover is None else recover):
                 await executor.recover()  # one process, no broker: continue what it was executing
             try:
                 yield

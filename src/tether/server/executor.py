@@ -27,7 +27,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether.context import Thresholds, UsageMonitor, window_from_run_state
-from tether.errors import ConfigError, RunNotFound, TetherError, VersionConflict, WrongRunStatus
+from tether.errors import (
+    ConfigError,
+    RunNotFound,
+    StoreError,
+    TetherError,
+    VersionConflict,
+    WrongRunStatus,
+)
 from tether.runtime import Event, Runner, RunResult, Workflow
 from tether.runtime.context_hooks import WINDOW_KEY
 from tether.runtime.lease import check_lease, lease_is_dead
@@ -183,7 +190,11 @@ class Executor:
         resumed: list[str] = []
         for status in (RunStatus.INTERRUPTED, RunStatus.RUNNING):
             for info in await self.store.list_runs(status=status, limit=1000):
-                cp = await self.store.load(info.run_id)
+                try:
+                    cp = await self.store.load(info.run_id)
+                except StoreError as exc:  # unreadable here (damaged, another key): not ours to run
+                    logger.warning("not resuming run %s: %s", info.run_id, exc)
+                    continue
                 if cp is None or cp.state.get(QUEUE_KEY) or cp.state.get(WORKFLOW_KEY) not in self.workflows:
                     continue
                 if self.executing(info.run_id) or not lease_is_dead(runtime_get(cp.state, "lease")):

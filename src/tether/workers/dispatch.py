@@ -9,6 +9,8 @@ nothing is lost, and nothing is half made.
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -23,7 +25,9 @@ from tether.workers.registry import QUEUE_KEY, WORKFLOW_KEY, Registry
 if TYPE_CHECKING:
     from celery import Celery  # type: ignore[import-untyped]
 
-__all__ = ["TASK", "BrokerUnavailable", "Dispatcher", "submit"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["TASK", "BrokerUnavailable", "Dispatcher", "store_pending", "submit"]
 
 TASK = "tether.execute_run"
 """The Celery task every message names; its only arguments are a run id and a decision."""
@@ -48,6 +52,9 @@ class Dispatcher:
     def __init__(self, app: Celery, *, queue: str = "tether") -> None:
         self.app = app
         self.queue = queue
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        self._producer: Any = None
 
     @classmethod
     def from_url(cls, broker_url: str, *, queue: str = "tether") -> Dispatcher:
@@ -63,17 +70,23 @@ class Dispatcher:
 
     def send(self, run_id: str, *, decision: str | None = None, queue: str | None = None) -> None:
         """Publish one message (blocking; confirmed by RabbitMQ before it returns)."""
-        try:
-            self.app.send_task(
-                TASK,
-                args=[run_id],
-                kwargs={"decision": decision} if decision else {},
-                queue=queue or self.queue,
-                retry=True,
-                retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5},
-            )
-        except Exception as exc:  # kombu's OperationalError, a socket error, a refused publish
-            raise BrokerUnavailable(run_id, self.broker, exc) from exc
+        with self._lock:  # one connection, used by one thread at a time
+            try:
+                if self._producer is None:
+                    self._conn = self.app.connection_for_write()
+                    self._producer = self.app.amqp.Producer(self._conn)
+                self.app.send_task(
+                    TASK,
+                    args=[run_id],
+                    kwargs={"decision": decision} if decision else {},
+                    queue=queue or self.queue,
+                    producer=self._producer,
+                    retry=True,
+                    retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5},
+                )
+            except Exception as exc:  # kombu's OperationalError, a socket error, a refused publish
+                self._drop_connection()
+                raise BrokerUnavailable(run_id, self.broker, exc) from exc
 
     async def enqueue(self, run_id: str, *, decision: str | None = None, queue: str | None = None) -> None:
         """:meth:`send` from async code (in a thread: a publish blocks)."""
@@ -97,10 +110,52 @@ class Dispatcher:
             return int(conn.default_channel.queue_purge(queue or self.queue) or 0)
 
     def close(self) -> None:
-        """Close the broker connections this dispatcher opened."""
-        self.app.pool.force_close_all()
-        self.app.amqp.producer_pool.connections.force_close_all()
+        """Close the broker connection this dispatcher opened."""
+        with self._lock:
+            self._drop_connection()
         self.app.close()
+
+    def _drop_connection(self) -> None:
+        conn, self._conn, self._producer = self._conn, None, None
+        if conn is not None:
+            try:
+                conn.release()
+            except Exception:  # already broken: nothing to release
+                logger.debug("closing the broker connection failed", exc_info=True)
+
+
+async def store_pending(
+    store: CheckpointStore,
+    workflow: str,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    run_id: str | None = None,
+    registry: Registry | None = None,
+    queue: str = "tether",
+) -> str:
+    """Store a new run PENDING (what :func:`submit` does before it sends the message);
+    returns its id. Raises :class:`~tether.errors.RunExists` for a run id already stored."""
+    data = dict(inputs or {})
+    check_user_keys(data, where="the run's inputs")
+    rid = run_id or f"{workflow}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    state: dict[str, Any] = dict(data)
+    todo: dict[str, Any] | None = None
+    if registry is not None:
+        entry = registry.get(workflow)  # UnknownWorkflow: a clear error before anything is stored
+        state = entry.initial_state(data)
+        from tether.workers.execute import todo_for
+
+        todo = todo_for(entry.steps()) or None
+    state.update({WORKFLOW_KEY: workflow, QUEUE_KEY: queue})
+    ctx = ExecutionContext(rid, state)
+    if todo:
+        ctx.merge(runtime_update(todo=todo))
+    try:
+        await store.commit(ctx, status=RunStatus.PENDING)
+    except VersionConflict as exc:
+        info = await store.get_run(rid)
+        raise RunExists(rid, info.status if info else None) from exc
+    return rid
 
 
 async def submit(
@@ -121,26 +176,7 @@ async def submit(
     checks the name here and records the run's TODO list before any worker sees it.
     Raises :class:`~tether.errors.RunExists` for a run id already stored.
     """
-    data = dict(inputs or {})
-    check_user_keys(data, where="the run's inputs")
     target = queue or dispatcher.queue
-    rid = run_id or f"{workflow}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    state: dict[str, Any] = dict(data)
-    todo: dict[str, Any] | None = None
-    if registry is not None:
-        entry = registry.get(workflow)  # UnknownWorkflow: a clear error before anything is stored
-        state = entry.initial_state(data)
-        from tether.workers.execute import todo_for
-
-        todo = todo_for(entry.steps()) or None
-    state.update({WORKFLOW_KEY: workflow, QUEUE_KEY: target})
-    ctx = ExecutionContext(rid, state)
-    if todo:
-        ctx.merge(runtime_update(todo=todo))
-    try:
-        await store.commit(ctx, status=RunStatus.PENDING)
-    except VersionConflict as exc:
-        info = await store.get_run(rid)
-        raise RunExists(rid, info.status if info else None) from exc
+    rid = await store_pending(store, workflow, inputs, run_id=run_id, registry=registry, queue=target)
     await dispatcher.enqueue(rid, queue=target)
     return rid
