@@ -67,6 +67,7 @@ async def test_kill9_mid_step_another_worker_continues(
         _rid, _step, _t, pid = await wait_trace(trace, run_id, "s3")
         os.kill(int(pid), signal.SIGKILL)  # the worker executing the run, inside s3
         killed_at = time.time()
+        next(p for p in fleet.procs if p.pid == int(pid)).wait()  # reaped, as a supervisor does
         assert (
             await wait_status(store, run_id, {RunStatus.COMPLETED, RunStatus.FAILED}) is RunStatus.COMPLETED
         )

@@ -69,10 +69,10 @@ def worker(
     ] = 10.0,
     sweep_interval: Annotated[
         float, typer.Option(help="Seconds between sweeps for runs without a message (0: never).")
-    ] = 10.0,
+    ] = 2.0,
     sweep_grace: Annotated[
         float, typer.Option(help="A PENDING or INTERRUPTED run is swept once unchanged this long.")
-    ] = 10.0,
+    ] = 2.0,
     loglevel: Annotated[str, typer.Option(help="Celery's log level.")] = "INFO",
     events: Annotated[bool, typer.Option("--events/--no-events", help="Send task events (Flower).")] = False,
 ) -> None:

@@ -53,9 +53,9 @@ class WorkerConfig:
     lease_ttl: float = 30.0
     max_crashes: int = 3
     drain_timeout: float = 10.0
-    sweep_interval: float = 10.0
+    sweep_interval: float = 2.0
     """Seconds between sweeps (0: this worker never sweeps)."""
-    sweep_grace: float = 10.0
+    sweep_grace: float = 2.0
 
 
 def create_celery_app(
@@ -127,9 +127,9 @@ def _install_task(app: Celery, queue: str, config: WorkerConfig) -> None:
             )
         return local.loop, local.executor
 
-    def execute_run(run_id: str, decision: str | None = None) -> dict[str, Any]:
+    def execute_run(run_id: str, decision: str | None = None, workflow: str | None = None) -> dict[str, Any]:
         loop, ex = executor()
-        outcome = loop.run_until_complete(ex.execute(run_id, decision=decision))
+        outcome = loop.run_until_complete(ex.execute(run_id, decision=decision, workflow=workflow))
         if outcome.action == "requeue":  # handed back: another worker takes it at once
             raise Reject(outcome.reason, requeue=True)
         return {

@@ -68,8 +68,18 @@ class Dispatcher:
 
         return default_redactor()(str(self.app.conf.broker_url))
 
-    def send(self, run_id: str, *, decision: str | None = None, queue: str | None = None) -> None:
-        """Publish one message (blocking; confirmed by RabbitMQ before it returns)."""
+    def send(
+        self,
+        run_id: str,
+        *,
+        decision: str | None = None,
+        queue: str | None = None,
+        workflow: str | None = None,
+    ) -> None:
+        """Publish one message (blocking; confirmed by RabbitMQ before it returns).
+
+        ``workflow`` names the workflow of a run stored ready to start (its TODO list made
+        by the submitter): the worker then starts it without reading it first."""
         with self._lock:  # one connection, used by one thread at a time
             try:
                 if self._producer is None:
@@ -78,7 +88,10 @@ class Dispatcher:
                 self.app.send_task(
                     TASK,
                     args=[run_id],
-                    kwargs={"decision": decision} if decision else {},
+                    kwargs={
+                        **({"decision": decision} if decision else {}),
+                        **({"workflow": workflow} if workflow else {}),
+                    },
                     queue=queue or self.queue,
                     producer=self._producer,
                     retry=True,
@@ -88,9 +101,16 @@ class Dispatcher:
                 self._drop_connection()
                 raise BrokerUnavailable(run_id, self.broker, exc) from exc
 
-    async def enqueue(self, run_id: str, *, decision: str | None = None, queue: str | None = None) -> None:
+    async def enqueue(
+        self,
+        run_id: str,
+        *,
+        decision: str | None = None,
+        queue: str | None = None,
+        workflow: str | None = None,
+    ) -> None:
         """:meth:`send` from async code (in a thread: a publish blocks)."""
-        await asyncio.to_thread(self.send, run_id, decision=decision, queue=queue)
+        await asyncio.to_thread(self.send, run_id, decision=decision, queue=queue, workflow=workflow)
 
     def waiting(self, queue: str | None = None) -> int:
         """Messages ready in the queue (not counting those being executed)."""
@@ -178,5 +198,6 @@ async def submit(
     """
     target = queue or dispatcher.queue
     rid = await store_pending(store, workflow, inputs, run_id=run_id, registry=registry, queue=target)
-    await dispatcher.enqueue(rid, queue=target)
+    ready = registry is not None and registry.get(workflow).prepare is None
+    await dispatcher.enqueue(rid, queue=target, workflow=workflow if ready else None)
     return rid

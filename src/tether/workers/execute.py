@@ -148,10 +148,20 @@ class RunExecutor:
         self.on_event = on_event
         self.draining = draining or DRAINING
 
-    async def execute(self, run_id: str, *, decision: str | None = None) -> Outcome:
-        """Execute or resume ``run_id`` if this message should; see the module docstring."""
+    async def execute(
+        self, run_id: str, *, decision: str | None = None, workflow: str | None = None
+    ) -> Outcome:
+        """Execute or resume ``run_id`` if this message should; see the module docstring.
+
+        ``workflow`` (from a submitter that stored the run ready to start) lets a PENDING
+        run start without a read of its state here: the runner's own read is enough."""
         if self.draining.is_set():
             return Outcome(run_id, "requeue", None, "this worker is shutting down")
+        if workflow is not None and decision is None and workflow in self.registry:
+            entry = self.registry.get(workflow)
+            info = await self.store.get_run(run_id)
+            if entry.workflow is not None and info is not None and info.status is RunStatus.PENDING:
+                return await self._drive(entry.runner(self.store, {}), run_id, None)
         ctx = await self.store.load_context(run_id)
         info = await self.store.get_run(run_id)
         if ctx is None or info is None:
