@@ -19,7 +19,7 @@ from tether.server.executor import Executor
 from tether.state import ExecutionContext, RunStatus
 from tether.state.reserved import runtime_get, runtime_update
 from tether.stores import CheckpointStore, open_store
-from tether.workers import QUEUE_KEY, WORKFLOW_KEY, Dispatcher, Registry, RunExecutor
+from tether.workers import QUEUE_KEY, WORKFLOW_KEY, Dispatcher, Registry, RunExecutor, submit
 
 
 @pytest.fixture
@@ -167,3 +167,31 @@ async def test_the_server_without_a_broker_resumes_its_own_runs_on_start(store: 
         assert (await store.get_run(rid)).status is RunStatus.COMPLETED  # type: ignore[union-attr]
     assert (await store.get_run("held")).status is RunStatus.PAUSED  # type: ignore[union-attr]
     assert (await store.get_run("cli-run")).status is RunStatus.INTERRUPTED  # type: ignore[union-attr]
+
+
+async def test_a_broker_that_is_down_leaves_a_consistent_pending_run(store: CheckpointStore) -> None:
+    from tether.workers import BrokerUnavailable
+
+    dispatcher = Dispatcher.from_url("redis://127.0.0.1:1/0", queue="nowhere")
+    try:
+        with pytest.raises(BrokerUnavailable) as caught:
+            await submit(store, dispatcher, "five", {"label": "z"}, run_id="offline-1")
+    finally:
+        dispatcher.close()
+    assert "offline-1" in str(caught.value) and "sweeper" in str(caught.value)
+    info = await store.get_run("offline-1")
+    assert info is not None and info.status is RunStatus.PENDING  # the sweeper sends it later
+
+
+@pytest.mark.slow
+async def test_the_bundled_orchestrator_runs_on_a_worker(store: CheckpointStore, tmp_path: Path) -> None:
+    from tether.workers import store_pending
+
+    registry = Registry()
+    rid = await store_pending(
+        store, "orchestrate-demo", {"workdir": str(tmp_path / "proj")}, registry=registry
+    )
+    out = await RunExecutor(store, registry).execute(rid)
+    assert (out.action, out.status) == ("executed", "COMPLETED")
+    cp = await store.load(rid)
+    assert cp is not None and cp.state["metrics"] and (tmp_path / "proj" / "stats.py").exists()
