@@ -37,12 +37,13 @@ from tether.errors import (
 )
 from tether.runtime import Event, Runner, RunResult, Workflow
 from tether.runtime.context_hooks import WINDOW_KEY
-from tether.runtime.lease import check_lease, lease_is_dead
+from tether.runtime.lease import check_lease
 from tether.runtime.runner import Replanner
 from tether.runtime.stream import EventBroadcaster
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus
 from tether.state.reserved import runtime_get
 from tether.stores.base import CheckpointStore
+from tether.workers.execute import holder_gone
 from tether.workers.registry import QUEUE_KEY, WORKFLOW_KEY
 
 if TYPE_CHECKING:
@@ -197,7 +198,7 @@ class Executor:
                     continue
                 if cp is None or cp.state.get(QUEUE_KEY) or cp.state.get(WORKFLOW_KEY) not in self.workflows:
                     continue
-                if self.executing(info.run_id) or not lease_is_dead(runtime_get(cp.state, "lease")):
+                if self.executing(info.run_id) or not holder_gone(runtime_get(cp.state, "lease"), info):
                     continue
                 runner = self._runner(self.workflows[str(cp.state[WORKFLOW_KEY])])
                 self._spawn(info.run_id, runner, runner.resume(info.run_id))

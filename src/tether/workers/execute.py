@@ -41,7 +41,7 @@ from tether.state.reserved import runtime_get, runtime_update
 from tether.stores.base import CheckpointStore
 from tether.workers.registry import WORKFLOW_KEY, Entry, Registry, UnknownWorkflow
 
-__all__ = ["DRAINING", "Outcome", "RunExecutor", "crash_site", "todo_for"]
+__all__ = ["DRAINING", "Outcome", "RunExecutor", "crash_site", "holder_gone", "todo_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,15 @@ class Draining(Exception):
 def todo_for(steps: list[Any]) -> dict[str, Any]:
     """The TODO list of a run that has not started: every step pending."""
     return {s.id: {"name": s.title, "phase": s.phase, "status": "pending", "attempts": 0} for s in steps}
+
+
+def holder_gone(lease: Any, info: Any) -> bool:
+    """Whether no live process holds ``lease``, counting the renewed deadline a heartbeat
+    keeps in the run record (``RunInfo.lease_until``) on stores that keep one."""
+    until = getattr(info, "lease_until", None)
+    if until is None:
+        return lease_is_dead(lease)
+    return lease_is_dead(lease, until=until)  # type: ignore[call-arg,unused-ignore]
 
 
 def crash_site(ctx: ExecutionContext) -> tuple[str | None, int]:
@@ -172,7 +181,7 @@ class RunExecutor:
         if status in (RunStatus.PAUSED, RunStatus.FAILED) and decision is None:
             return self._drop(run_id, status, "it waits for a person (resume it with a decision)")
         lease = runtime_get(ctx, "lease")
-        if status is RunStatus.RUNNING and not lease_is_dead(lease):
+        if status is RunStatus.RUNNING and not holder_gone(lease, info):
             holder = lease.get("owner") if isinstance(lease, dict) else "?"
             return self._drop(run_id, status, f"another worker holds its lease ({holder})")
         name = ctx.get(WORKFLOW_KEY)

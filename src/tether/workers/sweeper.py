@@ -28,11 +28,11 @@ import uuid
 from typing import Any
 
 from tether.errors import CheckpointCorrupt
-from tether.runtime.lease import lease_is_dead
 from tether.state import RunStatus
 from tether.state.reserved import runtime_get
 from tether.stores.base import CheckpointStore
 from tether.workers.dispatch import Dispatcher
+from tether.workers.execute import holder_gone
 from tether.workers.registry import QUEUE_KEY
 
 __all__ = ["BrokerLock", "Sweeper"]
@@ -151,7 +151,7 @@ class Sweeper:
                     continue
                 if cp is None or cp.state.get(QUEUE_KEY) != self.queue:
                     continue  # not a run of this queue (a CLI run, another fleet)
-                if status is RunStatus.RUNNING and not lease_is_dead(runtime_get(cp.state, "lease")):
+                if status is RunStatus.RUNNING and not holder_gone(runtime_get(cp.state, "lease"), info):
                     continue
                 await self.dispatcher.enqueue(info.run_id)
                 logger.warning("sweeper: run %s (%s) had no message; enqueued again", info.run_id, status)
