@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import os
 import signal
 import subprocess
@@ -181,9 +182,7 @@ def main() -> None:
         "bench_workers", f"{n} runs of 5 no-op steps: Celery workers vs one process; kill -9 recovery"
     )
     tmp = Path(tempfile.mkdtemp(prefix="bench-workers-"))
-    rep.line("lease", LEASE, "s", note="the worker default; renewed at each step commit")
-    import inspect
-
+    rep.line("lease", LEASE, "s", note="the worker default (--lease)")
     if "heartbeat" in inspect.signature(Runner.__init__).parameters:
         rep.line("heartbeat interval", LEASE / 3, "s", note="a third of the lease, from a sidecar process")
     else:
