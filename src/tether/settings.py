@@ -27,6 +27,8 @@ class Settings(BaseSettings):
 
     store_url: str = "sqlite:///.tether/tether.db"
     """Where checkpoints live; the URL scheme picks the backend."""
+    broker_url: str | None = None
+    """A Celery broker (``amqp://…``, ``redis://…``) for ``tether worker`` and ``tether submit``."""
     encryption_key: SecretStr | None = None
     """url-safe base64 of 32 bytes (``tether keygen``); encrypts every stored state."""
     compress_min_bytes: int | None = None

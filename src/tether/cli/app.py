@@ -372,6 +372,15 @@ def _register_serve() -> None:
 _register_serve()
 
 
+def _register_worker() -> None:
+    from tether.cli import worker  # Celery loads only when a worker starts or a run is submitted
+
+    worker.register(app)
+
+
+_register_worker()
+
+
 def _register_langgraph() -> None:
     from tether.cli import langgraph  # its own module: LangGraph is imported when the command runs
 

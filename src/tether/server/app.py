@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -46,6 +46,7 @@ def create_app(
     dashboard: bool = True,
     replanners: Mapping[str, Replanner] | None = None,
     tracer_provider: TracerProvider | None = None,
+    recover: bool | None = None,
 ) -> FastAPI:
     """Build the service.
 
@@ -63,6 +64,9 @@ def create_app(
             the one ``settings.otel_exporter`` configures, none when that is ``none``).
             With one, the chat models of the registered workflows' steps are wrapped in
             ``TracedModel`` so every model call of a run the server drives is a span.
+        recover: without a broker, resume at start the runs this server's workflows were
+                executing when it last stopped (default: when the app opens its own store,
+                as ``tether serve`` does; an app given ``store`` leaves them to its caller).
     """
     from tether.tools.redact import install_log_redaction
 
@@ -84,8 +88,15 @@ def create_app(
                 base = Settings(store_url=cfg.store_url)
                 opened = await stack.enter_async_context(open_store(base.store_url, **base.store_options()))
             events = EventBroadcaster()
+            dispatcher = _dispatcher(cfg, stack)
             executor = Executor(
-                opened, events, workflows, reducers=reducers, thresholds=thresholds, replanners=replanners
+                opened,
+                events,
+                workflows,
+                reducers=reducers,
+                thresholds=thresholds,
+                replanners=replanners,
+                dispatcher=dispatcher,
             )
             app.state.store = opened
             app.state.events = events
@@ -104,6 +115,8 @@ def create_app(
                 for wf in workflows:
                     wrapped = trace_models(wf, provider)
                     logger.info("workflow %s: %d chat model(s) traced", wf.name, wrapped)
+            if dispatcher is None and (store is None if recover is None else recover):
+                await executor.recover()  # one process, no broker: continue what it was executing
             try:
                 yield
             finally:
@@ -186,3 +199,14 @@ class BodyLimit:
             413, "body-too-large", "Request body too large", f"the limit is {self.limit} bytes"
         )
         await response(scope, receive, send)
+
+
+def _dispatcher(cfg: ServerSettings, stack: AsyncExitStack) -> Any:
+    """With ``TETHER_BROKER_URL``, runs are enqueued for ``tether worker`` (Celery loads only then)."""
+    if not cfg.broker_url:
+        return None
+    from tether.workers import Dispatcher
+
+    dispatcher = Dispatcher.from_url(cfg.broker_url, queue=cfg.broker_queue)
+    stack.callback(dispatcher.close)
+    return dispatcher

@@ -36,6 +36,10 @@ class ServerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TETHER_", env_file=".env", frozen=True, extra="ignore")
 
     store_url: str = "sqlite:///.tether/tether.db"
+    broker_url: str | None = None
+    """With a broker, start/resume/decide enqueue runs for ``tether worker`` processes;
+    without one, the server executes them itself."""
+    broker_queue: str = "tether"
     host: str = "127.0.0.1"
     port: int = 8765
     api_tokens: str = ""

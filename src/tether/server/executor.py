@@ -1,4 +1,5 @@
-"""Runs executed inside the server: start, resume, decide, pause and cancel.
+"""Runs executed inside the server (start, resume, decide, pause and cancel), or, with a
+broker configured, put on it for ``tether worker`` processes to execute.
 
 Each run the server executes is an asyncio task owned here. One Runner per workflow
 drives all of that workflow's runs, and they share one lease owner, so a run the server
@@ -7,6 +8,12 @@ live process is refused (409). Pause and cancel store the status; the runner exe
 the run, here or elsewhere, adopts it at its next checkpoint. Every event goes to
 the broadcaster, and after every checkpoint the run's context window (if it keeps one)
 is measured, so crossings of the 70/85/90% thresholds are events too.
+
+With a broker (``TETHER_BROKER_URL``), start, resume and decide store what they must and
+enqueue the run instead of executing it here; the lease decides which worker executes it.
+Without one, the server is a single process that also recovers after a restart: on start
+it resumes the runs it was executing when it stopped (INTERRUPTED by its shutdown, or
+RUNNING with a dead lease after a crash). Paused runs stay paused.
 """
 
 from __future__ import annotations
@@ -17,10 +24,17 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.context import Thresholds, UsageMonitor, window_from_run_state
-from tether.errors import ConfigError, RunNotFound, TetherError, VersionConflict, WrongRunStatus
+from tether.errors import (
+    ConfigError,
+    RunNotFound,
+    StoreError,
+    TetherError,
+    VersionConflict,
+    WrongRunStatus,
+)
 from tether.runtime import Event, Runner, RunResult, Workflow
 from tether.runtime.context_hooks import WINDOW_KEY
 from tether.runtime.lease import check_lease
@@ -29,13 +43,15 @@ from tether.runtime.stream import EventBroadcaster
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus
 from tether.state.reserved import runtime_get
 from tether.stores.base import CheckpointStore
+from tether.workers.execute import holder_gone
+from tether.workers.registry import QUEUE_KEY, WORKFLOW_KEY
+
+if TYPE_CHECKING:
+    from tether.workers import Dispatcher
 
 __all__ = ["WORKFLOW_KEY", "Executor", "ReplanUnavailable"]
 
 logger = logging.getLogger(__name__)
-
-WORKFLOW_KEY = "_workflow"
-"""State key naming the workflow of a run the server started."""
 
 
 class ReplanUnavailable(TetherError):
@@ -64,8 +80,11 @@ class Executor:
         reducers: ReducerRegistry | None = None,
         thresholds: Thresholds | None = None,
         replanners: Mapping[str, Replanner] | None = None,
+        dispatcher: Dispatcher | None = None,
     ) -> None:
         self.store = store
+        self.dispatcher = dispatcher
+        """With one, runs are enqueued for workers instead of executed here."""
         self.events = events
         self.workflows = {wf.name: wf for wf in workflows}
         self.replanners = dict(replanners or {})
@@ -123,6 +142,9 @@ class Executor:
     # == actions =====================================================================
     async def start(self, workflow: str, run_id: str, inputs: Mapping[str, Any]) -> None:
         wf = self.workflows.get(workflow)
+        if self.dispatcher is not None and (wf is not None or not self.workflows):
+            await self._submit(workflow, run_id, inputs, wf)
+            return
         if wf is None:
             known = ", ".join(sorted(self.workflows)) or "none"
             raise ConfigError(f"no workflow named {workflow!r} is registered (registered: {known})")
@@ -153,8 +175,39 @@ class Executor:
             if decision not in allowed:
                 raise ConfigError(f"{decision!r} is not offered here; choose one of {allowed}")
         self._check_lease(run_id, runtime_get(cp.state, "lease"))
+        if self.dispatcher is not None and isinstance(cp.state.get(WORKFLOW_KEY), str):
+            queue = cp.state.get(QUEUE_KEY)
+            await self.dispatcher.enqueue(
+                run_id, decision=decision, queue=queue if isinstance(queue, str) else None
+            )
+            return
         runner = self._runner(self.workflow_for(run_id, cp.state))
         self._spawn(run_id, runner, runner.resume(run_id, decision=decision, force=True))
+
+    async def recover(self) -> list[str]:
+        """Resume the runs this server was executing when it stopped: INTERRUPTED by its
+        shutdown, or RUNNING with a dead lease after a crash (never PAUSED ones, nor runs
+        submitted to workers). Returns their ids."""
+        resumed: list[str] = []
+        for status in (RunStatus.INTERRUPTED, RunStatus.RUNNING):
+            for info in await self.store.list_runs(status=status, limit=1000):
+                try:
+                    cp = await self.store.load(info.run_id)
+                except StoreError as exc:  # unreadable here (damaged, another key): not ours to run
+                    logger.warning("not resuming run %s: %s", info.run_id, exc)
+                    continue
+                if cp is None or cp.state.get(QUEUE_KEY) or cp.state.get(WORKFLOW_KEY) not in self.workflows:
+                    continue
+                if self.executing(info.run_id) or not holder_gone(runtime_get(cp.state, "lease"), info):
+                    continue
+                runner = self._runner(self.workflows[str(cp.state[WORKFLOW_KEY])])
+                self._spawn(info.run_id, runner, runner.resume(info.run_id))
+                resumed.append(info.run_id)
+        if resumed:
+            logger.warning(
+                "resumed %d run(s) this server was executing: %s", len(resumed), ", ".join(resumed)
+            )
+        return resumed
 
     async def stop(self, run_id: str, status: RunStatus) -> str:
         """Pause or cancel by storing the status: a runner executing the run (here or in
@@ -187,13 +240,14 @@ class Executor:
         return await asyncio.shield(task)
 
     async def aclose(self, grace: float = 10.0) -> None:
-        """Pause every run at its next step boundary; cancel what is still going after
-        ``grace`` seconds (the runner records those as INTERRUPTED)."""
+        """Stop every run at its next step boundary as INTERRUPTED (the next start of the
+        server resumes it; a shutdown is not a person's pause); cancel what is still going
+        after ``grace`` seconds (the runner records those as INTERRUPTED too)."""
         for run_id in list(self._tasks):
             try:
-                await self.store.set_status(run_id, RunStatus.PAUSED)
+                await self.store.set_status(run_id, RunStatus.INTERRUPTED)
             except Exception:  # shutting down: the task cancel below still stops it
-                logger.warning("could not pause run %s on shutdown", run_id, exc_info=True)
+                logger.warning("could not stop run %s on shutdown", run_id, exc_info=True)
         tasks = list(self._tasks.values())
         if tasks:
             _done, late = await asyncio.wait(tasks, timeout=grace)
@@ -203,6 +257,16 @@ class Executor:
                 await asyncio.wait(late, timeout=2.0)
 
     # == internals ===================================================================
+    async def _submit(
+        self, workflow: str, run_id: str, inputs: Mapping[str, Any], wf: Workflow | None
+    ) -> None:
+        """Store the run PENDING and put it on the broker (workers execute it)."""
+        from tether.workers import Registry, submit
+
+        assert self.dispatcher is not None
+        registry = Registry([wf], bundled=False) if wf is not None else None
+        await submit(self.store, self.dispatcher, workflow, inputs, run_id=run_id, registry=registry)
+
     def _workflow_name(self, run_id: str, state: Mapping[str, Any]) -> str | None:
         try:
             return self.workflow_for(run_id, state).name

@@ -1,0 +1,162 @@
+"""``tether worker`` and ``tether submit``: runs executed by Celery workers.
+
+``tether worker`` consumes one queue of a broker (RabbitMQ ``amqp://`` or Redis
+``redis://``) and executes the runs it names on the shared store; ``tether submit``
+stores a run and puts it on that queue, printing its id at once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from typing import Annotated, Any
+
+import typer
+
+BrokerOpt = Annotated[
+    str | None,
+    typer.Option("--broker", help="Broker URL: amqp://… or redis://… (default: TETHER_BROKER_URL)."),
+]
+QueueOpt = Annotated[str, typer.Option("--queue", "-Q", help="The queue to consume or send to.")]
+WorkflowOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--workflow", "-w", help="[NAME=]module:attribute of a Workflow this worker may run (repeat)."
+    ),
+]
+
+
+def _broker(broker: str | None) -> str:
+    from tether.cli._common import STATE
+    from tether.settings import load_settings
+
+    url = broker or load_settings(_env_file=STATE.get("env_file")).broker_url
+    if not url:
+        raise typer.BadParameter("give --broker URL (amqp://… or redis://…) or set TETHER_BROKER_URL")
+    from tether.tools.redact import _url_passwords, default_redactor
+
+    default_redactor().add(*_url_passwords(url))  # a broker password never reaches a log line
+    return url
+
+
+def _registry(workflows: list[str] | None) -> Any:
+    from tether.errors import ConfigError
+    from tether.workers import Registry
+
+    try:
+        return Registry(workflows or [])
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def worker(
+    store: Annotated[
+        str | None, typer.Option("--store", help="Store URL (default: TETHER_STORE_URL).")
+    ] = None,
+    broker: BrokerOpt = None,
+    concurrency: Annotated[int, typer.Option(help="Runs executed at once by this process (threads).")] = 1,
+    queue: QueueOpt = "tether",
+    workflow: WorkflowOpt = None,
+    lease: Annotated[
+        float, typer.Option(help="Lease seconds: a dead worker's run is taken over after it.")
+    ] = 30.0,
+    max_crashes: Annotated[
+        int, typer.Option(help="Times a step may kill its worker before the run ends FAILED.")
+    ] = 3,
+    drain_timeout: Annotated[
+        float, typer.Option(help="On SIGTERM, seconds to let the current step finish before stopping it.")
+    ] = 10.0,
+    sweep_interval: Annotated[
+        float, typer.Option(help="Seconds between sweeps for runs without a message (0: never).")
+    ] = 2.0,
+    sweep_grace: Annotated[
+        float, typer.Option(help="A PENDING or INTERRUPTED run is swept once unchanged this long.")
+    ] = 2.0,
+    loglevel: Annotated[str, typer.Option(help="Celery's log level.")] = "INFO",
+    events: Annotated[bool, typer.Option("--events/--no-events", help="Send task events (Flower).")] = False,
+) -> None:
+    """Execute runs from a broker queue: resumes the runs of dead workers by itself."""
+    from tether.cli._common import settings
+    from tether.workers.app import WorkerConfig, create_celery_app
+
+    if concurrency < 1:
+        raise typer.BadParameter("--concurrency must be >= 1")
+    if lease <= 0:
+        raise typer.BadParameter("--lease must be > 0 seconds")
+    url, options = settings(store)
+    config = WorkerConfig(
+        store_url=url,
+        store_options=options,
+        registry=_registry(workflow),
+        lease_ttl=lease,
+        max_crashes=max_crashes,
+        drain_timeout=drain_timeout,
+        sweep_interval=sweep_interval,
+        sweep_grace=sweep_grace,
+    )
+    app = create_celery_app(_broker(broker), queue=queue, config=config)
+    argv = [
+        "worker",
+        "--pool=threads",
+        f"--concurrency={concurrency}",
+        f"--queues={queue}",
+        f"--loglevel={loglevel}",
+        f"--hostname=tether-{os.getpid()}-{uuid.uuid4().hex[:4]}@{socket.gethostname()}",
+        "--without-mingle",
+        "--without-gossip",
+        *(["--task-events"] if events else []),
+    ]
+    app.worker_main(argv)
+
+
+def submit(
+    workflow: Annotated[str, typer.Argument(help="The registered name of the workflow to run.")],
+    store: Annotated[
+        str | None, typer.Option("--store", help="Store URL (default: TETHER_STORE_URL).")
+    ] = None,
+    broker: BrokerOpt = None,
+    queue: QueueOpt = "tether",
+    inputs: Annotated[str, typer.Option("--input", help="Initial state as a JSON object.")] = "{}",
+    run_id: Annotated[str | None, typer.Option(help="Run id (default: generated).")] = None,
+    resend: Annotated[
+        bool, typer.Option(help="Send a message for an existing run (--run-id) again; the store decides.")
+    ] = False,
+    decision: Annotated[
+        str | None, typer.Option(help="With --resend: the decision for a run waiting on a failure.")
+    ] = None,
+    register: WorkflowOpt = None,
+) -> None:
+    """Store a run of WORKFLOW and put it on the broker; prints the run id at once."""
+    from tether.cli._common import on_store
+    from tether.cli.runs import json_object
+    from tether.workers import Dispatcher
+    from tether.workers import submit as submit_run
+
+    data = json_object(inputs, "--input")
+    dispatcher = Dispatcher.from_url(_broker(broker), queue=queue)
+    registry = _registry(register) if register else None
+    try:
+        if resend:
+            if not run_id:
+                raise typer.BadParameter("--resend needs --run-id")
+            dispatcher.send(run_id, decision=decision)
+            typer.echo(run_id)
+            return
+        rid = on_store(
+            store,
+            lambda st: submit_run(
+                st, dispatcher, workflow, data, run_id=run_id, registry=registry, queue=queue
+            ),
+        )
+    finally:
+        dispatcher.close()
+    typer.echo(rid)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(worker)
+    app.command(name="submit")(submit)
+
+
+__all__ = ["register", "submit", "worker"]

@@ -1,0 +1,173 @@
+"""The Celery app: one task, ``tether.execute_run(run_id, decision=None)``.
+
+Settings, and why:
+
+* ``acks_late`` + ``reject_on_worker_lost``: a message is acknowledged after its run
+  stopped here, so a worker killed mid-run gives it back to the broker (RabbitMQ
+  redelivers as soon as the connection drops).
+* ``worker_prefetch_multiplier = 1``: a worker holds only the messages it executes; a
+  slow run never sits on a message another worker could take.
+* No broker setting may cap a step's length. A Redis broker re-delivers a message not
+  acknowledged within its ``visibility_timeout``: tether sets it to 30 days, and relies
+  on the lease and the sweeper, not on the broker, to recover a run. RabbitMQ closes a
+  channel whose delivery stays unacknowledged past ``consumer_timeout`` (30 min by
+  default): the queue is declared with ``x-consumer-timeout`` at 30 days (honoured from
+  RabbitMQ 3.12; older servers need ``consumer_timeout`` raised in rabbitmq.conf). Even
+  when a broker does re-deliver during a long step, the copy finds the run's lease alive
+  and is dropped: the step runs once.
+* The ``threads`` pool: one worker process is one lease holder (host, pid); its threads
+  execute several runs at once, each on its own event loop and store connection. For
+  CPU-heavy steps run one worker process per core instead of more threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tether.workers.dispatch import TASK, Dispatcher
+from tether.workers.execute import DRAINING, RunExecutor
+from tether.workers.registry import Registry
+
+if TYPE_CHECKING:
+    from celery import Celery  # type: ignore[import-untyped]
+
+__all__ = ["LONG", "WorkerConfig", "create_celery_app"]
+
+logger = logging.getLogger(__name__)
+
+LONG = 30 * 24 * 3600
+"""Seconds: how long a broker may hold an unacknowledged message (far above any step)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class WorkerConfig:
+    """What a worker process needs besides the broker: the store and how to run."""
+
+    store_url: str
+    store_options: dict[str, Any] = field(default_factory=dict)
+    registry: Registry = field(default_factory=Registry)
+    lease_ttl: float = 30.0
+    max_crashes: int = 3
+    drain_timeout: float = 10.0
+    sweep_interval: float = 2.0
+    """Seconds between sweeps (0: this worker never sweeps)."""
+    sweep_grace: float = 2.0
+
+
+def create_celery_app(
+    broker_url: str, *, queue: str = "tether", config: WorkerConfig | None = None
+) -> Celery:
+    """A Celery app for ``broker_url`` whose task executes runs (with ``config``), or only
+    sends them (without: submitters and the server)."""
+    from celery import Celery
+    from kombu import Queue  # type: ignore[attr-defined]
+
+    app = Celery("tether", broker=broker_url, set_as_current=False)
+    amqp = broker_url.startswith(("amqp://", "amqps://", "pyamqp://"))
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        task_default_queue=queue,
+        task_queues=[
+            Queue(  # type: ignore[no-untyped-call]
+                queue,
+                routing_key=queue,
+                queue_arguments={"x-consumer-timeout": LONG * 1000} if amqp else None,
+            )
+        ],
+        broker_transport_options={"confirm_publish": True} if amqp else {"visibility_timeout": LONG},
+        broker_connection_retry_on_startup=True,
+        broker_connection_timeout=5,
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+        worker_hijack_root_logger=False,
+        task_create_missing_queues=True,
+    )
+    if config is not None:
+        _install_task(app, queue, config)
+    return app
+
+
+class _ThreadState(threading.local):
+    loop: asyncio.AbstractEventLoop | None = None
+    executor: RunExecutor | None = None
+    closers: list[Any] | None = None
+
+
+def _install_task(app: Celery, queue: str, config: WorkerConfig) -> None:
+    from celery import signals
+    from celery.exceptions import Reject  # type: ignore[import-untyped]
+
+    local = _ThreadState()
+    opened: list[tuple[asyncio.AbstractEventLoop, Any]] = []
+
+    def executor() -> tuple[asyncio.AbstractEventLoop, RunExecutor]:
+        """Each pool thread keeps one event loop and one open store for all its runs."""
+        if local.loop is None or local.executor is None:
+            from tether.stores import open_store
+
+            loop = asyncio.new_event_loop()
+            cm = open_store(config.store_url, **config.store_options)
+            store = loop.run_until_complete(cm.__aenter__())
+            opened.append((loop, cm))
+            local.loop = loop
+            local.executor = RunExecutor(
+                store,
+                config.registry,
+                lease_ttl=config.lease_ttl,
+                max_crashes=config.max_crashes,
+                drain_timeout=config.drain_timeout,
+            )
+        return local.loop, local.executor
+
+    def execute_run(run_id: str, decision: str | None = None, workflow: str | None = None) -> dict[str, Any]:
+        loop, ex = executor()
+        outcome = loop.run_until_complete(ex.execute(run_id, decision=decision, workflow=workflow))
+        if outcome.action == "requeue":  # handed back: another worker takes it at once
+            raise Reject(outcome.reason, requeue=True)
+        return {
+            "run_id": run_id,
+            "action": outcome.action,
+            "status": outcome.status,
+            "reason": outcome.reason,
+        }
+
+    app.task(name=TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(execute_run)
+    sweeper: list[Any] = []
+
+    def _start_sweeper(**_: Any) -> None:
+        if config.sweep_interval > 0:
+            from tether.workers.sweeper import SweeperThread
+
+            thread = SweeperThread(
+                config.store_url,
+                config.store_options,
+                Dispatcher(app, queue=queue),
+                interval=config.sweep_interval,
+                grace=config.sweep_grace,
+            )
+            thread.start()
+            sweeper.append(thread)
+
+    def _drain(**_: Any) -> None:
+        DRAINING.set()  # runs stop at their next checkpoint, lease released
+        for thread in sweeper:
+            threading.Thread(target=thread.stop, daemon=True).start()
+
+    def _close(**_: Any) -> None:
+        for loop, cm in opened:
+            try:
+                loop.run_until_complete(cm.__aexit__(None, None, None))
+            except Exception:  # closing on the way out
+                logger.debug("closing a worker store failed", exc_info=True)
+
+    signals.worker_ready.connect(_start_sweeper, weak=False)
+    signals.worker_shutting_down.connect(_drain, weak=False)
+    signals.worker_shutdown.connect(_close, weak=False)

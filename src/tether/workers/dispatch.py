@@ -1,0 +1,203 @@
+"""Putting runs on the broker: :func:`submit` and the :class:`Dispatcher`.
+
+A run is created in the store (PENDING, no lease) *before* its message is sent. If the
+broker is down the caller gets :class:`BrokerUnavailable` and the run stays PENDING in
+the store, where the sweeper finds it and enqueues it once the broker answers again:
+nothing is lost, and nothing is half made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import RunExists, TetherError, VersionConflict
+from tether.state import ExecutionContext, RunStatus
+from tether.state.reserved import check_user_keys, runtime_update
+from tether.stores.base import CheckpointStore
+from tether.workers.registry import QUEUE_KEY, WORKFLOW_KEY, Registry
+
+if TYPE_CHECKING:
+    from celery import Celery  # type: ignore[import-untyped]
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TASK", "BrokerUnavailable", "Dispatcher", "store_pending", "submit"]
+
+TASK = "tether.execute_run"
+"""The Celery task every message names; its only arguments are a run id and a decision."""
+
+
+class BrokerUnavailable(TetherError):
+    """The broker did not take a message (down, unreachable, refused the publish)."""
+
+    def __init__(self, run_id: str, broker: str, error: BaseException) -> None:
+        super().__init__(
+            f"run {run_id!r} is stored but its message could not be sent to the broker {broker} "
+            f"({type(error).__name__}: {error}). The run waits in the store: a worker's sweeper "
+            "enqueues it once the broker answers, or send it again with `tether submit --run-id "
+            f"{run_id} --resend`."
+        )
+        self.run_id = run_id
+
+
+class Dispatcher:
+    """Sends ``tether.execute_run`` messages to one queue of one broker."""
+
+    def __init__(self, app: Celery, *, queue: str = "tether") -> None:
+        self.app = app
+        self.queue = queue
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        self._producer: Any = None
+
+    @classmethod
+    def from_url(cls, broker_url: str, *, queue: str = "tether") -> Dispatcher:
+        from tether.workers.app import create_celery_app
+
+        return cls(create_celery_app(broker_url, queue=queue), queue=queue)
+
+    @property
+    def broker(self) -> str:
+        from tether.tools.redact import default_redactor
+
+        return default_redactor()(str(self.app.conf.broker_url))
+
+    def send(
+        self,
+        run_id: str,
+        *,
+        decision: str | None = None,
+        queue: str | None = None,
+        workflow: str | None = None,
+    ) -> None:
+        """Publish one message (blocking; confirmed by RabbitMQ before it returns).
+
+        ``workflow`` names the workflow of a run stored ready to start (its TODO list made
+        by the submitter): the worker then starts it without reading it first."""
+        with self._lock:  # one connection, used by one thread at a time
+            try:
+                if self._producer is None:
+                    self._conn = self.app.connection_for_write()
+                    self._producer = self.app.amqp.Producer(self._conn)
+                self.app.send_task(
+                    TASK,
+                    args=[run_id],
+                    kwargs={
+                        **({"decision": decision} if decision else {}),
+                        **({"workflow": workflow} if workflow else {}),
+                    },
+                    queue=queue or self.queue,
+                    producer=self._producer,
+                    retry=True,
+                    retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5},
+                )
+            except Exception as exc:  # kombu's OperationalError, a socket error, a refused publish
+                self._drop_connection()
+                raise BrokerUnavailable(run_id, self.broker, exc) from exc
+
+    async def enqueue(
+        self,
+        run_id: str,
+        *,
+        decision: str | None = None,
+        queue: str | None = None,
+        workflow: str | None = None,
+    ) -> None:
+        """:meth:`send` from async code (in a thread: a publish blocks)."""
+        await asyncio.to_thread(self.send, run_id, decision=decision, queue=queue, workflow=workflow)
+
+    def waiting(self, queue: str | None = None) -> int:
+        """Messages ready in the queue (not counting those being executed)."""
+        name = queue or self.queue
+        with self.app.connection_for_write() as conn:
+            try:
+                ok = conn.default_channel.queue_declare(queue=name, passive=True)
+            except Exception as exc:  # a queue never declared (or an empty Redis list) holds nothing
+                if "NOT_FOUND" in str(exc) or "404" in str(exc) or "no queue" in str(exc).lower():
+                    return 0
+                raise
+            return int(ok.message_count)
+
+    def purge(self, queue: str | None = None) -> int:
+        """Drop every waiting message of the queue (tests, and a queue filled by mistake)."""
+        with self.app.connection_for_write() as conn:
+            return int(conn.default_channel.queue_purge(queue or self.queue) or 0)
+
+    def close(self) -> None:
+        """Close the broker connection this dispatcher opened."""
+        with self._lock:
+            self._drop_connection()
+        self.app.close()
+
+    def _drop_connection(self) -> None:
+        conn, self._conn, self._producer = self._conn, None, None
+        if conn is not None:
+            try:
+                conn.release()
+            except Exception:  # already broken: nothing to release
+                logger.debug("closing the broker connection failed", exc_info=True)
+
+
+async def store_pending(
+    store: CheckpointStore,
+    workflow: str,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    run_id: str | None = None,
+    registry: Registry | None = None,
+    queue: str = "tether",
+) -> str:
+    """Store a new run PENDING (what :func:`submit` does before it sends the message);
+    returns its id. Raises :class:`~tether.errors.RunExists` for a run id already stored."""
+    data = dict(inputs or {})
+    check_user_keys(data, where="the run's inputs")
+    rid = run_id or f"{workflow}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    state: dict[str, Any] = dict(data)
+    todo: dict[str, Any] | None = None
+    if registry is not None:
+        entry = registry.get(workflow)  # UnknownWorkflow: a clear error before anything is stored
+        state = entry.initial_state(data)
+        from tether.workers.execute import todo_for
+
+        todo = todo_for(entry.steps()) or None
+    state.update({WORKFLOW_KEY: workflow, QUEUE_KEY: queue})
+    ctx = ExecutionContext(rid, state)
+    if todo:
+        ctx.merge(runtime_update(todo=todo))
+    try:
+        await store.commit(ctx, status=RunStatus.PENDING)
+    except VersionConflict as exc:
+        info = await store.get_run(rid)
+        raise RunExists(rid, info.status if info else None) from exc
+    return rid
+
+
+async def submit(
+    store: CheckpointStore,
+    dispatcher: Dispatcher,
+    workflow: str,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    run_id: str | None = None,
+    registry: Registry | None = None,
+    queue: str | None = None,
+) -> str:
+    """Create a run of ``workflow`` (a registered name) and put it on the broker; returns
+    its id at once, without waiting for a worker.
+
+    The run is stored PENDING first, so a broker that is down leaves a consistent run the
+    sweeper enqueues later (:class:`BrokerUnavailable` says so). ``registry``, when given,
+    checks the name here and records the run's TODO list before any worker sees it.
+    Raises :class:`~tether.errors.RunExists` for a run id already stored.
+    """
+    target = queue or dispatcher.queue
+    rid = await store_pending(store, workflow, inputs, run_id=run_id, registry=registry, queue=target)
+    ready = registry is not None and registry.get(workflow).prepare is None
+    await dispatcher.enqueue(rid, queue=target, workflow=workflow if ready else None)
+    return rid

@@ -1,0 +1,245 @@
+"""Real `tether worker` processes on this machine's RabbitMQ and Redis, with PostgreSQL
+and Redis stores. Every test uses its own queue name; nothing shared is purged.
+
+Server URLs: TETHER_TEST_POSTGRESQL_URL, TETHER_TEST_REDIS_URL (store and Redis broker),
+TETHER_TEST_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672//). With CI=true a
+missing server fails the test; elsewhere it skips with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.state import RunStatus
+from tether.state.reserved import runtime_get
+from tether.stores import CheckpointStore, create_store
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+AMQP_URL = os.environ.get("TETHER_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+STEPS = ["s1", "s2", "s3", "s4", "s5"]
+
+
+def missing(what: str) -> None:
+    if IN_CI:
+        pytest.fail(f"CI=true but {what}")
+    pytest.skip(what)
+
+
+def store_url(kind: str) -> str:
+    url = os.environ.get(f"TETHER_TEST_{kind.upper()}_URL")
+    if not url:
+        missing(f"set TETHER_TEST_{kind.upper()}_URL to run the worker tests on {kind}")
+    assert url is not None
+    return url
+
+
+def broker_url(kind: str) -> str:
+    if kind == "amqp":
+        url = AMQP_URL
+    else:
+        url = os.environ.get("TETHER_TEST_REDIS_URL", "")
+        if not url:
+            missing("set TETHER_TEST_REDIS_URL to use Redis as the broker")
+    try:
+        import kombu
+
+        with kombu.Connection(url, connect_timeout=3) as conn:
+            conn.ensure_connection(max_retries=1)
+    except Exception as exc:
+        missing(f"the {kind} broker at {url} is unreachable: {exc}")
+    return url
+
+
+@asynccontextmanager
+async def opened(url: str) -> AsyncIterator[CheckpointStore]:
+    store = create_store(url)
+    try:
+        await store.setup()
+    except Exception as exc:
+        await store.aclose()
+        missing(f"the store at {url} is unreachable: {exc}")
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+class Fleet:
+    """`tether worker` subprocesses on one queue, their logs in ``tmp``."""
+
+    def __init__(self, tmp: Path, store: str, broker: str, queue: str) -> None:
+        self.tmp, self.store, self.broker, self.queue = tmp, store, broker, queue
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(HERE)])
+        return env
+
+    def start(self, n: int = 1, *args: str, wait: bool = True) -> list[subprocess.Popen[bytes]]:
+        new = []
+        for _ in range(n):
+            log = self.tmp / f"worker-{uuid.uuid4().hex[:6]}.log"
+            cmd = [
+                sys.executable,
+                "-c",
+                "from tether.cli.app import main; main()",
+                "worker",
+                "--store",
+                self.store,
+                "--broker",
+                self.broker,
+                "--queue",
+                self.queue,
+                "--workflow",
+                "flows:five",
+                "--loglevel",
+                "INFO",
+                *args,
+            ]
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env(), cwd=self.tmp
+                )
+            proc.log = log  # type: ignore[attr-defined]
+            new.append(proc)
+            self.procs.append(proc)
+        if wait:
+            for proc in new:
+                self.wait_ready(proc)
+        return new
+
+    def wait_ready(self, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = Path(proc.log).read_text(errors="replace")  # type: ignore[attr-defined]
+            if " ready." in text:
+                return
+            if proc.poll() is not None:
+                raise AssertionError(f"worker exited {proc.returncode}:\n{text[-3000:]}")
+            time.sleep(0.1)
+        raise AssertionError(f"worker not ready in {timeout}s")
+
+    def alive(self) -> list[subprocess.Popen[bytes]]:
+        return [p for p in self.procs if p.poll() is None]
+
+    def logs(self) -> str:
+        return "\n".join(Path(p.log).read_text(errors="replace") for p in self.procs)  # type: ignore[attr-defined]
+
+    def stop(self) -> None:
+        for p in self.alive():
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"tether-test-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def fleet_factory(tmp_path: Path, queue: str) -> Iterator[Any]:
+    fleets: list[Fleet] = []
+
+    def make(store: str, broker: str) -> Fleet:
+        fleet = Fleet(tmp_path, store, broker, queue)
+        fleets.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in fleets:
+        fleet.stop()
+    _delete_queue(fleets, queue)
+
+
+def _delete_queue(fleets: list[Fleet], queue: str) -> None:
+    """Our own queue (and the sweeper's lock) only."""
+    for fleet in fleets[:1]:
+        try:
+            import kombu
+
+            with kombu.Connection(fleet.broker, connect_timeout=3) as conn:
+                if fleet.broker.startswith("amqp"):
+                    conn.default_channel.queue_delete(queue)
+                else:
+                    conn.default_channel.client.delete(queue, f"tether.sweeper.{queue}")
+        except Exception:
+            pass
+
+
+async def wait_status(
+    store: CheckpointStore, run_id: str, wanted: set[RunStatus], timeout: float = 60
+) -> RunStatus:
+    deadline = time.monotonic() + timeout
+    status = None
+    while time.monotonic() < deadline:
+        info = await store.get_run(run_id)
+        status = info.status if info else None
+        if status in wanted:
+            return status
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"run {run_id} still {status} after {timeout}s")
+
+
+async def wait_trace(trace: Path, run_id: str, step: str, timeout: float = 60) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = [ln.split() for ln in trace.read_text().splitlines()] if trace.exists() else []
+        hits = [ln for ln in lines if ln[0] == run_id and ln[1] == step]
+        if hits:
+            return hits[-1]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"step {step} of {run_id} never started")
+
+
+def starts(trace: Path, run_id: str) -> dict[str, int]:
+    """How many times each step of the run really started."""
+    counts = dict.fromkeys(STEPS, 0)
+    for ln in trace.read_text().splitlines():
+        rid, step, *_ = ln.split()
+        if rid == run_id:
+            counts[step] += 1
+    return counts
+
+
+def done_steps(state: dict[str, Any]) -> list[str]:
+    """The steps the run's history records as done (each must appear once)."""
+    return [h["node"] for h in state.get("execution_history", []) if h.get("status") == "done"]
+
+
+def user_state(state: dict[str, Any]) -> dict[str, Any]:
+    """What a run computed, without tether's bookkeeping (lease, event log, timings)."""
+    return {k: v for k, v in state.items() if not k.startswith("_") and k not in ("execution_history",)}
+
+
+async def reference(store: CheckpointStore, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The same inputs run in this process without Celery: the state a worker run must end with."""
+    from tests.workers.flows import five
+    from tether.runtime import Runner
+
+    result = await Runner(five(), store).start(f"ref-{uuid.uuid4().hex[:10]}", inputs)
+    assert result.status is RunStatus.COMPLETED
+    return result.state
+
+
+def lease_of(state: dict[str, Any]) -> Any:
+    return runtime_get(state, "lease")

@@ -1,0 +1,197 @@
+"""The run executor in this process (no Celery): what a message leads to, by run status,
+and the server's two modes (enqueue on a broker; recover its own runs on start)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.workers.conftest import STEPS, broker_url, done_steps
+from tests.workers.flows import five
+from tether.runtime.lease import HOST
+from tether.runtime.stream import EventBroadcaster
+from tether.server.executor import Executor
+from tether.state import ExecutionContext, RunStatus
+from tether.state.reserved import runtime_get, runtime_update
+from tether.stores import CheckpointStore, open_store
+from tether.workers import QUEUE_KEY, WORKFLOW_KEY, Dispatcher, Registry, RunExecutor, submit
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> Any:
+    async with open_store(f"sqlite:///{tmp_path}/t.db") as s:
+        yield s
+
+
+def _executor(store: CheckpointStore, **kw: Any) -> RunExecutor:
+    return RunExecutor(store, Registry([five()]), lease_ttl=3, **kw)
+
+
+async def _pending(store: CheckpointStore, **inputs: Any) -> str:
+    rid = f"r-{uuid.uuid4().hex[:8]}"
+    ctx = ExecutionContext(rid, {**inputs, WORKFLOW_KEY: "five", QUEUE_KEY: "q"})
+    await store.commit(ctx, status=RunStatus.PENDING)
+    return rid
+
+
+async def test_a_pending_run_gets_its_todo_list_and_completes(store: CheckpointStore) -> None:
+    rid = await _pending(store, label="a")
+    out = await _executor(store).execute(rid)
+    assert (out.action, out.status) == ("executed", "COMPLETED")
+    cp = await store.load(rid)
+    assert cp is not None and done_steps(cp.state) == STEPS
+    assert set(runtime_get(cp.state, "todo")) == set(STEPS)
+
+
+async def test_messages_for_finished_paused_or_held_runs_are_dropped(store: CheckpointStore) -> None:
+    ex = _executor(store)
+    done = await _pending(store)
+    await ex.execute(done)
+    assert (await ex.execute(done)).action == "dropped"  # finished
+
+    paused = await _pending(store)
+    await store.set_status(paused, RunStatus.PAUSED)
+    out = await ex.execute(paused)
+    assert (out.action, out.status) == ("dropped", "PAUSED")  # paused runs stay paused
+    assert (await store.get_run(paused)).status is RunStatus.PAUSED  # type: ignore[union-attr]
+
+    held = await _pending(store)
+    ctx = await store.load_context(held)
+    assert ctx is not None
+    lease = {"owner": "elsewhere", "host": "another-host", "pid": 1, "expires_at": time.time() + 60}
+    ctx.merge(runtime_update(lease=lease))
+    await store.commit(ctx, status=RunStatus.RUNNING, _require_status=RunStatus.PENDING)
+    out = await ex.execute(held)
+    assert out.action == "dropped" and "elsewhere" in out.reason
+    assert (await store.get_run(held)).version == ctx.version  # type: ignore[union-attr]  # untouched
+
+
+async def _crashed(store: CheckpointStore, deaths: int) -> str:
+    """A RUNNING run whose holder (a dead pid on this host) died after s1, ``deaths`` times."""
+    rid = await _pending(store)
+    ctx = await store.load_context(rid)
+    assert ctx is not None
+    events = [
+        {"kind": "interrupted", "step": None, "detail": {"reason": "its process stopped", "after": "s1"}}
+        for _ in range(deaths)
+    ]
+    todo = {
+        s: {"name": s, "phase": "main", "status": "done" if s == "s1" else "pending", "attempts": 0}
+        for s in STEPS
+    }
+    dead = {"owner": "gone", "host": HOST, "pid": 2**22 + 7, "expires_at": time.time() + 60}
+    ctx.merge(runtime_update(todo=todo, lease=dead, event_log=events))
+    ctx.mark_executed("s1")
+    await store.commit(ctx, node_id="s1", status=RunStatus.RUNNING, _require_status=RunStatus.PENDING)
+    return rid
+
+
+async def test_a_run_that_keeps_killing_its_worker_ends_failed_with_a_report(store: CheckpointStore) -> None:
+    rid = await _crashed(store, deaths=2)
+    out = await _executor(store, max_crashes=3).execute(rid)
+    assert (out.action, out.status) == ("failed", "FAILED")
+    cp = await store.load(rid)
+    assert cp is not None
+    report = runtime_get(cp.state, "failure_report")
+    assert report["error_type"] == "WorkerLost" and report["item_id"] == "s2" and report["attempts"] == 3
+    assert (
+        runtime_get(cp.state, "lease") is None and runtime_get(cp.state, "todo")["s2"]["status"] == "failed"
+    )
+
+
+async def test_below_the_bound_a_dead_holders_run_is_resumed(store: CheckpointStore) -> None:
+    rid = await _crashed(store, deaths=1)
+    out = await _executor(store, max_crashes=3).execute(rid)
+    assert (out.action, out.status) == ("executed", "COMPLETED")
+    cp = await store.load(rid)
+    assert cp is not None and done_steps(cp.state) == STEPS[1:]  # s1 was done before: not again
+
+
+async def test_an_unknown_workflow_fails_the_run_with_a_clear_report(store: CheckpointStore) -> None:
+    rid = f"r-{uuid.uuid4().hex[:8]}"
+    await store.commit(ExecutionContext(rid, {WORKFLOW_KEY: "nope"}), status=RunStatus.PENDING)
+    out = await _executor(store).execute(rid)
+    assert out.status == "FAILED" and "no workflow named 'nope'" in out.reason and "--workflow" in out.reason
+
+
+async def test_two_executors_racing_for_one_run_execute_it_once(
+    store: CheckpointStore, tmp_path: Path
+) -> None:
+    trace = tmp_path / "trace.log"
+    rid = await _pending(store, trace=str(trace), delay=0.05)
+    outs = await asyncio.gather(_executor(store).execute(rid), _executor(store).execute(rid))
+    assert sorted(o.action for o in outs) == ["dropped", "executed"]
+    assert len(trace.read_text().splitlines()) == len(STEPS)
+
+
+async def test_the_server_enqueues_on_a_broker_and_recovers_its_own_runs(store: CheckpointStore) -> None:
+    url = broker_url("amqp")
+    queue = f"tether-test-{uuid.uuid4().hex[:10]}"
+    dispatcher = Dispatcher.from_url(url, queue=queue)
+    try:
+        ex = Executor(store, EventBroadcaster(), [five()], dispatcher=dispatcher)
+        await ex.start("five", "srv-1", {"label": "x"})
+        info = await store.get_run("srv-1")
+        assert info is not None and info.status is RunStatus.PENDING and not ex.executing("srv-1")
+        assert dispatcher.waiting() == 1
+    finally:
+        dispatcher.purge()
+        with dispatcher.app.connection_for_write() as conn:
+            conn.default_channel.queue_delete(queue)
+        dispatcher.close()
+
+
+async def test_the_server_without_a_broker_resumes_its_own_runs_on_start(store: CheckpointStore) -> None:
+    dead = {"owner": "gone", "host": HOST, "pid": 2**22 + 9, "expires_at": time.time() + 60}
+    for rid, status in (
+        ("crashed", RunStatus.RUNNING),
+        ("stopped", RunStatus.INTERRUPTED),
+        ("held", RunStatus.PAUSED),
+    ):
+        ctx = ExecutionContext(rid, {"label": rid, WORKFLOW_KEY: "five"})
+        ctx.merge(runtime_update(lease=dead if status is RunStatus.RUNNING else None))
+        await store.commit(ctx, status=status)
+    cli = ExecutionContext("cli-run", {"label": "c"})  # not started by the server: left alone
+    await store.commit(cli, status=RunStatus.INTERRUPTED)
+    local = Executor(store, EventBroadcaster(), [five()])
+    assert sorted(await local.recover()) == ["crashed", "stopped"]
+    for rid in ("crashed", "stopped"):
+        await local.join(rid)
+        cp = await store.load(rid)
+        assert cp is not None and done_steps(cp.state) == STEPS
+        assert (await store.get_run(rid)).status is RunStatus.COMPLETED  # type: ignore[union-attr]
+    assert (await store.get_run("held")).status is RunStatus.PAUSED  # type: ignore[union-attr]
+    assert (await store.get_run("cli-run")).status is RunStatus.INTERRUPTED  # type: ignore[union-attr]
+
+
+async def test_a_broker_that_is_down_leaves_a_consistent_pending_run(store: CheckpointStore) -> None:
+    from tether.workers import BrokerUnavailable
+
+    dispatcher = Dispatcher.from_url("redis://127.0.0.1:1/0", queue="nowhere")
+    try:
+        with pytest.raises(BrokerUnavailable) as caught:
+            await submit(store, dispatcher, "five", {"label": "z"}, run_id="offline-1")
+    finally:
+        dispatcher.close()
+    assert "offline-1" in str(caught.value) and "sweeper" in str(caught.value)
+    info = await store.get_run("offline-1")
+    assert info is not None and info.status is RunStatus.PENDING  # the sweeper sends it later
+
+
+@pytest.mark.slow
+async def test_the_bundled_orchestrator_runs_on_a_worker(store: CheckpointStore, tmp_path: Path) -> None:
+    from tether.workers import store_pending
+
+    registry = Registry()
+    rid = await store_pending(
+        store, "orchestrate-demo", {"workdir": str(tmp_path / "proj")}, registry=registry
+    )
+    out = await RunExecutor(store, registry).execute(rid)
+    assert (out.action, out.status) == ("executed", "COMPLETED")
+    cp = await store.load(rid)
+    assert cp is not None and cp.state["metrics"] and (tmp_path / "proj" / "stats.py").exists()
