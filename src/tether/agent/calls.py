@@ -22,7 +22,7 @@ from tether.context.window import LAYER_TITLES, ContextWindow
 from tether.models.base import ChatModel, ModelReply, OutputSchema
 from tether.runtime import Event
 
-__all__ = ["ACTION_SCHEMA", "DELTA_EVENT", "CallLog", "provider_of"]
+__all__ = ["ACTION_SCHEMA", "DELTA_EVENT", "CallLog", "accepted_keywords", "provider_of"]
 
 ACTION_SCHEMA = OutputSchema.from_model(
     AgentAction,
@@ -45,7 +45,7 @@ def provider_of(model: Any) -> str:
     return type(model).__name__.removesuffix("Model").lower() or "unknown"
 
 
-def _accepts(model: Any) -> frozenset[str]:
+def accepted_keywords(model: Any) -> frozenset[str]:
     try:
         params = inspect.signature(model.complete).parameters
     except (TypeError, ValueError):
@@ -71,7 +71,7 @@ class CallLog:
         self.redact = redact
         self.structured = structured
         self._recorder = PromptRecorder()
-        self._keywords = _accepts(model)
+        self._keywords = accepted_keywords(model)
 
     def options(self, run_id: str, step: str, emit: Callable[[Event], None] | None) -> dict[str, Any]:
         """Keywords for ``model.complete`` besides the messages and ``json_mode``."""
