@@ -123,9 +123,9 @@ def create_app(
     app.state.settings = cfg
     install_problem_handlers(app)
 
-    from tether.server import api_checkpoints, api_context, api_events, api_failures, api_runs
+    from tether.server import api_checkpoints, api_context, api_events, api_failures, api_prompts, api_runs
 
-    for module in (api_runs, api_checkpoints, api_context, api_failures, api_events):
+    for module in (api_runs, api_checkpoints, api_context, api_failures, api_events, api_prompts):
         app.include_router(module.router)
     if dashboard:
         from tether.server import dashboard as pages
