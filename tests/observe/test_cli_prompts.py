@@ -59,7 +59,8 @@ def test_replay_prints_the_new_reply_beside_the_old_without_touching_the_run(tmp
     script.write_text(json.dumps([{"action": "done", "message": "stopped as asked"}]))
     before = version_of(url, rid)
     out = runner.invoke(
-        app, ["replay", rid, "-i", "2", "--edit", str(edit), "--script", str(script), "--json", "--store", url]
+        app,
+        ["replay", rid, "-i", "2", "--edit", str(edit), "--script", str(script), "--json", "--store", url],
     )
     assert out.exit_code == 0, out.output
     result = json.loads(out.output)
@@ -67,5 +68,7 @@ def test_replay_prints_the_new_reply_beside_the_old_without_touching_the_run(tmp
     table = runner.invoke(app, ["replay", rid, "-i", "2", "--script", str(script), "--store", url])
     assert "recorded reply" in table.output and "stopped as asked" in table.output
     assert version_of(url, rid) == before
-    offline = runner.invoke(app, ["replay", rid, "-i", "2", "--store", url], env={"TETHER_MODEL_PROVIDER": ""})
+    offline = runner.invoke(
+        app, ["replay", rid, "-i", "2", "--store", url], env={"TETHER_MODEL_PROVIDER": ""}
+    )
     assert offline.exit_code == 1 and "scripted model" in offline.output

@@ -21,7 +21,9 @@ async def long_run(store, tmp_path, n: int, *, budget: int = 6_000):
     replies = [execute(f"seq {i} {i + 40} | tr '\\n' ' '; echo step {i}") for i in range(n)]
     replies.append({"action": "done", "message": "all steps ran"})
     model = ScriptedModel(replies)
-    loop = AgentLoop(model, LocalSession(cwd=tmp_path), store, config=LoopConfig(max_iterations=n + 5, budget=budget))
+    loop = AgentLoop(
+        model, LocalSession(cwd=tmp_path), store, config=LoopConfig(max_iterations=n + 5, budget=budget)
+    )
     result = await loop.start(new_id(), "run the numbered steps")
     assert result.status is RunStatus.COMPLETED, result.message
     return model, result
@@ -70,7 +72,8 @@ async def test_diff_names_what_entered_left_and_was_compressed(store, tmp_path):
     assert "instant-iteration" in {c["id"] for c in d.changed}
     assert not d.left and not d.compressed
     compressed = [
-        diff_prompts(p, q) for p, q in zip(list(rebuild_all(records)), list(rebuild_all(records))[1:], strict=False)
+        diff_prompts(p, q)
+        for p, q in zip(list(rebuild_all(records)), list(rebuild_all(records))[1:], strict=False)
     ]
     assert any(x.compressed for x in compressed), "a 40-step run on a 4K budget compresses at least once"
     folded = next(x for x in compressed if x.compressed)

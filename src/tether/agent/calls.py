@@ -21,6 +21,7 @@ from tether.context.records import PROMPT_LOG_KEY, PromptRecorder
 from tether.context.window import LAYER_TITLES, ContextWindow
 from tether.models.base import ChatModel, ModelReply, OutputSchema
 from tether.runtime import Event
+from tether.state import ExecutionContext
 
 __all__ = ["ACTION_SCHEMA", "DELTA_EVENT", "CallLog", "accepted_keywords", "provider_of"]
 
@@ -84,7 +85,11 @@ class CallLog:
             def delta(text: str) -> None:
                 seq[0] += 1
                 try:
-                    emit(Event(kind=DELTA_EVENT, run_id=run_id, step=step, detail={"seq": seq[0], "text": text}))
+                    emit(
+                        Event(
+                            kind=DELTA_EVENT, run_id=run_id, step=step, detail={"seq": seq[0], "text": text}
+                        )
+                    )
                 except Exception:  # a listener's failure must not cut the model's reply
                     pass
 
@@ -92,7 +97,13 @@ class CallLog:
         return out
 
     def record(
-        self, run_id: str, state: Mapping[str, Any], window: ContextWindow, reply: ModelReply, *, iteration: int
+        self,
+        run_id: str,
+        state: Mapping[str, Any] | ExecutionContext,
+        window: ContextWindow,
+        reply: ModelReply,
+        *,
+        iteration: int,
     ) -> dict[str, Any]:
         """The prompt record of the call that just returned ``reply`` from ``window``.
 

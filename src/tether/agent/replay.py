@@ -58,7 +58,7 @@ def validate_messages(data: Any) -> list[dict[str, Any]]:
         )
     for i, message in enumerate(data):
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-            raise ConfigError(f"edited message #{i + 1} needs a string \"role\" (got {str(message)[:80]!r})")
+            raise ConfigError(f'edited message #{i + 1} needs a string "role" (got {str(message)[:80]!r})')
     return [dict(m) for m in data]
 
 

@@ -30,7 +30,8 @@ def register(app: typer.Typer) -> None:
 def prompt(
     run_id: Annotated[str, typer.Argument(help="The run.")],
     iteration: Annotated[
-        int | None, typer.Option("--iteration", "-i", help="The call of this iteration (default: the latest).")
+        int | None,
+        typer.Option("--iteration", "-i", help="The call of this iteration (default: the latest)."),
     ] = None,
     version: Annotated[
         int | None, typer.Option("--version", help="The latest call as of this checkpoint version.")
@@ -110,7 +111,9 @@ def _print_diff(d: dict[str, Any], as_json: bool) -> None:
             continue
         out.print(f"[bold]{title}[/] ({len(rows)})")
         for r in rows:
-            line = f"  {mark} {r['id']} [{r['kind']}, layer {r['layer']}, {r['tokens']} tokens] {r['preview']}"
+            line = (
+                f"  {mark} {r['id']} [{r['kind']}, layer {r['layer']}, {r['tokens']} tokens] {r['preview']}"
+            )
             out.print(line, markup=False, highlight=False)
 
 
@@ -119,10 +122,13 @@ def replay(
     iteration: Annotated[int, typer.Option("--iteration", "-i", help="The call to re-run.")],
     edit: Annotated[
         Path | None,
-        typer.Option("--edit", help="Send these messages instead (a JSON list, or `tether prompt --json` output)."),
+        typer.Option(
+            "--edit", help="Send these messages instead (a JSON list, or `tether prompt --json` output)."
+        ),
     ] = None,
     model: Annotated[
-        str | None, typer.Option("--model", help="A real model by name (provider and key from TETHER_MODEL*).")
+        str | None,
+        typer.Option("--model", help="A real model by name (provider and key from TETHER_MODEL*)."),
     ] = None,
     script: Annotated[
         Path | None,
@@ -185,7 +191,9 @@ def replay(
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=f"{run_id} iteration {result.iteration}" + (" (edited prompt)" if result.edited else ""))
+    table = Table(
+        title=f"{run_id} iteration {result.iteration}" + (" (edited prompt)" if result.edited else "")
+    )
     table.add_column("recorded reply", overflow="fold")
     table.add_column(f"new reply ({result.new_reply.model}, {result.seconds:.2f}s)", overflow="fold")
     table.add_row(Text(_pretty(result.old_reply)), Text(_pretty(result.new_reply.text)))

@@ -162,16 +162,17 @@ def _apply(previous: Sequence[Mapping[str, Any]], record: Mapping[str, Any]) -> 
         if isinstance(op, list):
             start, count = int(op[0]), int(op[1])
             if start < 0 or start + count > len(previous):
-                raise ContextError(f"prompt record {record.get('iteration')}: copy {op} outside the previous prompt")
+                raise ContextError(
+                    f"prompt record {record.get('iteration')}: copy {op} outside the previous prompt"
+                )
             out.extend(previous[start : start + count])
         elif isinstance(op, Mapping):
             out.append(op)
         else:
             raise ContextError(f"prompt record {record.get('iteration')}: unknown op {op!r}")
     if "count" in record and len(out) != int(record["count"]):
-        raise ContextError(
-            f"prompt record {record.get('iteration')}: rebuilt {len(out)} messages, recorded {record['count']}"
-        )
+        where = f"prompt record {record.get('iteration')}"
+        raise ContextError(f"{where}: rebuilt {len(out)} messages, recorded {record['count']}")
     return out
 
 
@@ -299,9 +300,7 @@ class PromptRecorder:
             previous = cached[1]
         elif records:
             call = rebuild(records, -1)
-            previous = [
-                (_key(m, mt), _entry(m, mt)) for m, mt in zip(call.messages, call.meta, strict=True)
-            ]
+            previous = [(_key(m, mt), _entry(m, mt)) for m, mt in zip(call.messages, call.meta, strict=True)]
         else:
             previous = []
         record, current = make_record(previous, messages, meta, **fields)

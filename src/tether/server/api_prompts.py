@@ -108,7 +108,11 @@ def _summary(index: int, record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@router.get("/{run_id}/prompts", response_model=PromptList, summary="Every recorded model call, with layers and tokens")
+@router.get(
+    "/{run_id}/prompts",
+    response_model=PromptList,
+    summary="Every recorded model call, with layers and tokens",
+)
 async def list_prompts(run_id: str, token: Reader, store: Store) -> Response:
     check_run(token, run_id)
     records = await load_records(store, run_id)
@@ -181,7 +185,7 @@ async def replay_prompt(
         model = getattr(request.app.state, "replay_model", None)
         if model is None:
             raise ConfigError(
-                "this server has no replay model: send a scripted \"reply\", or set app.state.replay_model"
+                'this server has no replay model: send a scripted "reply", or set app.state.replay_model'
             )
     result = await replay_call(model, call, messages=messages)
     return json_response(result.to_dict())
