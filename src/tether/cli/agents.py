@@ -120,8 +120,13 @@ def _handler() -> Any:
 
 def _printer(console: Any) -> Any:
     """The live view: one line per iteration, command and result."""
+    from tether.cli.streaming import DeltaPrinter
+
+    streamed = DeltaPrinter(console)  # the model's reply as it is written (terminals only)
 
     def show(event: Any) -> None:
+        if streamed(event):
+            return
         d = event.detail
         if event.kind == "step_started":
             console.print(f"[bold]{event.step}[/]")
