@@ -122,6 +122,7 @@ class CallLog:
             "responseModel": reply.model,
             "settings": self._settings(),
             "tokens": usage.tokens,
+            "rawTokens": usage.raw_tokens,
             "budget": usage.budget,
             "layers": {LAYER_TITLES[layer]: lu.tokens for layer, lu in usage.layers.items()},
             "reply": self.redact(reply.text),
