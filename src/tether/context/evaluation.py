@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.context.compress import CompressionLevel
-from tether.context.facts import extract_operation
+from tether.context.facts import FactCache
 from tether.context.items import ContextItem, Layer, new_item
 from tether.context.window import ContextWindow
 
@@ -92,8 +92,10 @@ def _first_line(text: str) -> str:
     return ""
 
 
-def facts_of(items: Sequence[ContextItem]) -> list[Fact]:
-    """The facts of a window's items, by category, each value once."""
+def facts_of(items: Sequence[ContextItem], cache: FactCache | None = None) -> list[Fact]:
+    """The facts of a window's items, by category, each value once; only values that are
+    in their items' text (what a compressed prompt can be searched for)."""
+    cache = cache or FactCache()
     out: dict[Fact, None] = {}
     calls: dict[str, ContextItem] = {}
     for item in items:
@@ -106,15 +108,18 @@ def facts_of(items: Sequence[ContextItem]) -> list[Fact]:
         if item.kind == "tool_call" and item.tool_call_id:
             calls[item.tool_call_id] = item
         elif item.kind == "tool_result" and item.tool_call_id:
-            ops = extract_operation(calls.get(item.tool_call_id), item)
-            for key, value in ops.configurations.items():
-                out[Fact("configuration", f"{key}={value}")] = None
-            for value in ops.artifacts:
-                out[Fact("artefacts", value)] = None
-            for value in ops.errors[:1]:
-                out[Fact("errors and fixes", value.strip()[-40:])] = None  # summaries clip the middle
-            for value in (*ops.environment, *ops.details):
-                out[Fact("ports/paths/versions", value)] = None
+            call = calls.get(item.tool_call_id)
+            ops = cache.operation(call, item)
+            source = f"{call.text if call is not None else ''}\n{item.text}"
+            found = [("configuration", f"{k}={v}") for k, v in ops.configurations.items()]
+            found += [("artefacts", v) for v in ops.artifacts]
+            found += [
+                ("errors and fixes", v.strip()[-40:]) for v in ops.errors[:1]
+            ]  # summaries clip the middle
+            found += [("ports/paths/versions", v) for v in (*ops.environment, *ops.details)]
+            for category, value in found:
+                if value and value in source:
+                    out[Fact(category, value)] = None
     return list(out)
 
 
@@ -123,7 +128,21 @@ def _text(window: ContextWindow) -> str:
 
 
 def _copy(window: ContextWindow) -> ContextWindow:
-    return ContextWindow.from_state(window.to_state(), tokenizer=window.tokenizer)
+    """The same items, counts and mined facts (items are frozen: sharing them is safe)."""
+    copy = ContextWindow(
+        window.model,
+        budget=window.budget,
+        tokenizer=window.tokenizer,
+        layer_budgets=window.layer_budgets,
+        style=window.style,
+        calibration=window.calibration,
+    )
+    items = window.items()
+    for item in items:
+        copy.counter.seed(item)
+    copy.facts = window.facts
+    copy.replace_all(items)
+    return copy
 
 
 def evaluate_window(
@@ -134,8 +153,7 @@ def evaluate_window(
     budgets: Sequence[int] = (),
 ) -> RunEvaluation:
     """Compress copies of ``window`` at each level and to each budget; count what is kept."""
-    before = _text(window)
-    facts = [f for f in facts_of(window.items()) if f.value in before]
+    facts = facts_of(window.items(), window.facts)
     tokens = window.usage().tokens
     result = RunEvaluation(run=run, tokens=tokens)
     for fact in facts:
