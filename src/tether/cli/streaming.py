@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DeltaPrinter"]
+__all__ = ["DeltaPrinter", "run_tracer", "traced_model"]
 
 DELTA = "model_delta"
 
@@ -40,3 +40,39 @@ class DeltaPrinter:
         if self.open:
             self.console.print()
             self.open = False
+
+
+_TRACING: dict[str, Any] = {}
+
+
+def _provider() -> Any:
+    """The tracer provider the standard OTEL_* variables ask for, built once per process."""
+    if "provider" not in _TRACING:
+        import atexit
+
+        from tether.tracing import configure_from_env
+
+        _TRACING["provider"] = provider = configure_from_env()
+        if provider is not None:
+            atexit.register(provider.shutdown)  # flush the spans of a short command
+    return _TRACING["provider"]
+
+
+def run_tracer() -> Any:
+    """A RunTracer for the CLI's runs, or None when tracing is off."""
+    provider = _provider()
+    if provider is None:
+        return None
+    from tether.tracing import RunTracer
+
+    return RunTracer(provider)
+
+
+def traced_model(model: Any) -> Any:
+    """``model`` wrapped in a TracedModel when tracing is on (its calls become chat spans)."""
+    provider = _provider()
+    if provider is None:
+        return model
+    from tether.tracing import TracedModel
+
+    return TracedModel(model, provider=provider)

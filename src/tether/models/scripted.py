@@ -80,6 +80,9 @@ class ScriptedModel:
             ``schema`` name asked for and whether it ``streamed``.
     """
 
+    provider_name = "scripted"
+    """The provider as traces name it (``gen_ai.provider.name``)."""
+
     def __init__(
         self,
         replies: Iterable[Scripted] | Responder | None = None,

@@ -95,6 +95,10 @@ def create_app(
                 from tether.tracing import configure_exporter
 
                 provider = configure_exporter(cfg.otel_exporter)
+            if provider is None:  # the standard OTEL_TRACES_EXPORTER / OTEL_SERVICE_NAME variables
+                from tether.tracing import configure_from_env
+
+                provider = configure_from_env()
             if provider is not None:
                 from tether.tracing import RunTracer, trace_models
 
