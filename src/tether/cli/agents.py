@@ -88,9 +88,8 @@ def _model(
 ) -> tuple[Any, Any]:
     """The chat model and the LLMConfig it came from: scripted when replies are given,
     else built from ``spec`` (a run's recorded config) and the TETHER_MODEL* variables."""
-    from tether.models import LLMConfig, ScriptedModel, create_model
-
     from tether.cli.streaming import traced_model
+    from tether.models import LLMConfig, ScriptedModel, create_model
 
     if replies is not None:
         name = (spec or {}).get("model") if (spec or {}).get("provider") == "scripted" else None

@@ -54,7 +54,7 @@ def _provider() -> Any:
 
         _TRACING["provider"] = provider = configure_from_env()
         if provider is not None:
-            atexit.register(provider.shutdown)  # flush the spans of a short command
+            atexit.register(getattr(provider, "shutdown", lambda: None))  # flush a short command's spans
     return _TRACING["provider"]
 
 

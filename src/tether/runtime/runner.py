@@ -200,9 +200,8 @@ class Runner:
             )
         except (VersionConflict, RunNotPaused) as exc:
             raise RunInProgress(run_id, "another runner", " (it resumed first)") from exc
-        self._emit(
-            "run_resumed", run_id, version=ctx.version, executed=ctx.executed_node_ids, workflow=self.workflow.name
-        )
+        executed = ctx.executed_node_ids
+        self._emit("run_resumed", run_id, version=ctx.version, executed=executed, workflow=self.workflow.name)
         return await self._drive(run, decision=decision)
 
     def _new_run(self, ctx: ExecutionContext) -> Drive:
