@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.stores.conftest import new_id
 from tether.agent import AgentLoop, LoopConfig
 from tether.context.records import PROMPT_LOG_KEY, diff_prompts, find_record, rebuild, rebuild_all
@@ -45,6 +47,7 @@ async def test_replay_gives_the_exact_messages_the_model_received(store, tmp_pat
     assert [m["id"] for m in one.meta][:2] == ["system", "goal"]
 
 
+@pytest.mark.slow
 async def test_records_store_the_change_not_the_prompt(store, tmp_path):
     """Over 200 iterations the stored records stay proportional to what each call added."""
     _model, result = await long_run(store, tmp_path, 200, budget=4_000)

@@ -12,6 +12,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from tether.agent import AgentLoop
 from tether.context.records import PROMPT_LOG_KEY, rebuild
 from tether.models import ScriptedModel
@@ -47,6 +49,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 async def test_kill_mid_stream_then_resume_asks_the_model_again(tmp_path):
     url = f"sqlite:///{tmp_path}/crash.db"
     pieces = tmp_path / "pieces.jsonl"

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -83,6 +84,7 @@ def check_conventions(attrs: dict, kind: str) -> None:
         assert attrs["gen_ai.workflow.name"] == "agent"
 
 
+@pytest.mark.slow
 async def test_one_trace_across_a_pause_and_a_second_process(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path}/trace.db"
     run_id = "trace-run-1"
