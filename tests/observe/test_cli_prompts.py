@@ -72,3 +72,20 @@ def test_replay_prints_the_new_reply_beside_the_old_without_touching_the_run(tmp
         app, ["replay", rid, "-i", "2", "--store", url], env={"TETHER_MODEL_PROVIDER": ""}
     )
     assert offline.exit_code == 1 and "scripted model" in offline.output
+
+
+def test_prompt_at_a_checkpoint_version_shows_the_latest_call_then(tmp_path):
+    """--version V: the latest call recorded as of that checkpoint, not the run's last one."""
+    url, model, rid = recorded(tmp_path)
+
+    async def records_at(v: int) -> int:
+        from tether.agent.replay import load_records
+
+        async with open_store(url) as s:
+            return len(await load_records(s, rid, version=v))
+
+    version = next(v for v in range(2, 30) if asyncio.run(records_at(v)) == 3)
+    out = CliRunner().invoke(app, ["prompt", rid, "--version", str(version), "--json", "--store", url])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["iteration"] == 3 and data["messages"] == model.calls[2]
