@@ -6,27 +6,83 @@ each command a step runs an ``execute_tool`` span; each model call made through
 ``tether.step``, ``tether.version``, ``tether.context.*``) ride along, and usage
 crossings, compressions, rollbacks and decisions are span events.
 
+One run is one trace, across pauses, resumes and processes: its trace id is derived
+from the run id, so every segment of the run (the first start, each resume, in any
+process) is a span of the same trace under the same remote parent, and the caller's
+active span, if any, is linked. Each chat span carries ``gen_ai.conversation.id`` (the
+run id), is a CLIENT span for a remote model (with ``server.address``/``server.port``),
+names its provider as the conventions do (``openai``, ``anthropic``, ``gcp.gemini``) and
+records ``error.type`` when the call fails. The GenAI metrics
+``gen_ai.client.token.usage`` and ``gen_ai.client.operation.duration`` are recorded
+on the global (or given) meter provider.
+
+Conventions version: by default both ``gen_ai.provider.name`` and the older
+``gen_ai.system`` are set; with ``OTEL_SEMCONV_STABILITY_OPT_IN`` containing
+``gen_ai_latest_experimental`` only the newest names are.
+
 Needs the ``otel`` extra; nothing is imported until a tracer is built, and nothing
 is exported unless :func:`configure_exporter` (or your own SDK set-up) says where::
 
     tracer = RunTracer(configure_exporter("console"))
     runner = Runner(workflow, store, on_event=tracer.on_event)
+
+:func:`configure_from_env` does the same from the standard ``OTEL_TRACES_EXPORTER`` and
+``OTEL_SERVICE_NAME`` variables (the CLI and the server call it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from tether.runtime.events import Event
 
 if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Span, TracerProvider
 
-    from tether.models.base import ChatModel, ModelReply
+    from tether.models.base import ChatModel, DeltaSink, ModelReply, OutputSchema
     from tether.runtime.workflow import Workflow
 
-__all__ = ["RunTracer", "TracedModel", "configure_exporter", "trace_models"]
+__all__ = [
+    "RunTracer",
+    "TracedModel",
+    "configure_exporter",
+    "configure_from_env",
+    "latest_conventions",
+    "run_trace_id",
+    "trace_models",
+]
+
+RUN_KEY = "tether.run_id"
+"""The OpenTelemetry context key holding the run of the step being traced."""
+
+
+def latest_conventions(environ: Mapping[str, str] | None = None) -> bool:
+    """True when ``OTEL_SEMCONV_STABILITY_OPT_IN`` asks for the latest GenAI conventions."""
+    env = os.environ if environ is None else environ
+    values = {v.strip() for v in env.get("OTEL_SEMCONV_STABILITY_OPT_IN", "").split(",")}
+    return "gen_ai_latest_experimental" in values
+
+
+def _provider_attrs(name: str) -> dict[str, str]:
+    if latest_conventions():
+        return {"gen_ai.provider.name": name}
+    return {"gen_ai.provider.name": name, "gen_ai.system": name}
+
+
+def run_trace_id(run_id: str) -> tuple[int, int]:
+    """The trace id of a run and the span id of its (virtual) root, from the run id alone:
+    every process that traces the run finds the same trace without reading anything."""
+    digest = hashlib.sha256(f"tether-run:{run_id}".encode()).digest()
+    trace_id = int.from_bytes(digest[:16], "big") or 1
+    span_id = int.from_bytes(digest[16:24], "big") or 1
+    return trace_id, span_id
+
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +108,9 @@ def configure_exporter(kind: Literal["console", "otlp"]) -> TracerProvider:
     from opentelemetry.sdk.trace import TracerProvider as SdkProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
-    provider = SdkProvider(resource=Resource.create({"service.name": "tether"}))
+    env = os.environ
+    named = env.get("OTEL_SERVICE_NAME") or "service.name=" in env.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    provider = SdkProvider(resource=Resource.create({} if named else {"service.name": "tether"}))
     exporter: SpanExporter
     if kind == "otlp":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -62,6 +120,36 @@ def configure_exporter(kind: Literal["console", "otlp"]) -> TracerProvider:
         exporter = ConsoleSpanExporter()
     provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
+
+
+def configure_from_env(environ: Mapping[str, str] | None = None) -> TracerProvider | None:
+    """A tracer provider as the standard variables ask (``OTEL_TRACES_EXPORTER`` =
+    ``console`` or ``otlp``; ``OTEL_SERVICE_NAME``; ``OTEL_EXPORTER_OTLP_*``), made the
+    global one; None when tracing is not asked for (unset or ``none``)."""
+    env = os.environ if environ is None else environ
+    kind = env.get("OTEL_TRACES_EXPORTER", "").strip().split(",")[0].strip().lower()
+    if kind not in ("console", "otlp"):
+        return None
+    from opentelemetry import trace
+
+    provider = configure_exporter(kind)  # type: ignore[arg-type]
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+class _Metrics:
+    """The GenAI client metrics (token usage and operation duration)."""
+
+    def __init__(self, meter_provider: MeterProvider | None) -> None:
+        from opentelemetry import metrics
+
+        meter = (meter_provider or metrics.get_meter_provider()).get_meter("tether")
+        self.tokens = meter.create_histogram(
+            "gen_ai.client.token.usage", unit="{token}", description="Tokens used per model call"
+        )
+        self.duration = meter.create_histogram(
+            "gen_ai.client.operation.duration", unit="s", description="Duration of a model call"
+        )
 
 
 class RunTracer:
@@ -88,12 +176,22 @@ class RunTracer:
         span = self._runs.get(event.run_id)
         if span is None:
             name = self.workflow or event.detail.get("workflow") or "workflow"
+            from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+
+            trace_id, root_id = run_trace_id(event.run_id)
+            root = SpanContext(trace_id, root_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+            caller = self._trace.get_current_span().get_span_context()
+            links = [Link(caller)] if caller.is_valid and caller.trace_id != trace_id else []
             span = self._tracer.start_span(
                 f"invoke_workflow {name}",
+                context=self._trace.set_span_in_context(NonRecordingSpan(root)),
+                links=links,
                 attributes={
                     "gen_ai.operation.name": "invoke_workflow",
                     "gen_ai.workflow.name": str(name),
+                    "gen_ai.conversation.id": event.run_id,
                     "tether.run_id": event.run_id,
+                    "tether.segment": "resumed" if event.kind == "run_resumed" else "started",
                 },
             )
             self._runs[event.run_id] = span
@@ -113,6 +211,7 @@ class RunTracer:
                     "gen_ai.operation.name": "invoke_agent",
                     "gen_ai.agent.name": str(d.get("name") or event.step),
                     "gen_ai.agent.id": event.step,
+                    "gen_ai.conversation.id": run_id,
                     "tether.run_id": run_id,
                     "tether.step": event.step,
                 },
@@ -120,7 +219,8 @@ class RunTracer:
             # current while the step runs, so chat and tool spans nest under it
             from opentelemetry import context
 
-            token = context.attach(self._trace.set_span_in_context(span))
+            ctx = context.set_value(RUN_KEY, run_id, self._trace.set_span_in_context(span))
+            token = context.attach(ctx)
             self._steps[(run_id, event.step)] = (span, token)
         elif kind in ("step_done", "step_failed") and event.step:
             self._end_step(event)
@@ -216,15 +316,31 @@ class RunTracer:
 
 class TracedModel:
     """A chat model whose every call is a ``chat`` span (GenAI conventions), nested under
-    the step that made it."""
+    the step that made it, and whose tokens and duration feed the GenAI metrics.
 
-    def __init__(self, model: ChatModel, *, provider: TracerProvider | None = None, system: str = "") -> None:
+    ``system`` overrides the provider name (default: the model's ``provider_name``).
+    """
+
+    def __init__(
+        self,
+        model: ChatModel,
+        *,
+        provider: TracerProvider | None = None,
+        system: str = "",
+        meter_provider: MeterProvider | None = None,
+    ) -> None:
         from opentelemetry import trace
 
         self.wrapped = model
         self._trace = trace
         self._tracer = (provider or trace.get_tracer_provider()).get_tracer("tether")
-        self.system = system or type(model).__name__.lower()
+        self._metrics = _Metrics(meter_provider)
+        name = getattr(model, "provider_name", None)
+        self.system = system or (name if isinstance(name, str) and name else type(model).__name__.lower())
+
+    @property
+    def provider_name(self) -> str:
+        return self.system
 
     def __getattr__(self, name: str) -> Any:
         """Everything but ``complete`` is the wrapped model's (its name, limits, counters)."""
@@ -240,27 +356,72 @@ class TracedModel:
         json_mode: bool = False,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        schema: OutputSchema | None = None,
+        on_delta: DeltaSink | None = None,
     ) -> ModelReply:
+        from opentelemetry import context
+        from opentelemetry.trace import SpanKind
+
         name = str(getattr(self.wrapped, "model", "") or getattr(self.wrapped, "name", "") or "model")
-        attrs: dict[str, Any] = {
+        common: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": self.system,
+            **_provider_attrs(self.system),
             "gen_ai.request.model": name,
         }
+        attrs = dict(common)
+        run_id = context.get_value(RUN_KEY)
+        if isinstance(run_id, str):
+            attrs["gen_ai.conversation.id"] = run_id
+        address = getattr(self.wrapped, "server_address", None)
+        kind = SpanKind.INTERNAL
+        if isinstance(address, tuple) and address and address[0]:
+            kind = SpanKind.CLIENT  # a remote model: the span is the client side of a call
+            attrs["server.address"] = address[0]
+            if address[1]:
+                attrs["server.port"] = address[1]
+                common["server.port"] = address[1]
+            common["server.address"] = address[0]
         if max_tokens is not None:
             attrs["gen_ai.request.max_tokens"] = max_tokens
         if temperature is not None:
             attrs["gen_ai.request.temperature"] = temperature
-        with self._tracer.start_as_current_span(f"chat {name}", attributes=attrs) as span:
-            reply = await self.wrapped.complete(
-                messages, json_mode=json_mode, max_tokens=max_tokens, temperature=temperature
-            )
+        if schema is not None or json_mode:
+            attrs["gen_ai.output.type"] = "json"
+        kwargs: dict[str, Any] = {
+            "json_mode": json_mode,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
+        if schema is not None:
+            kwargs["schema"] = schema
+        if on_delta is not None:
+            kwargs["on_delta"] = on_delta
+        started = time.monotonic()
+        with self._tracer.start_as_current_span(
+            f"chat {name}", kind=kind, attributes=attrs, record_exception=True, set_status_on_exception=True
+        ) as span:
+            try:
+                reply = await self.wrapped.complete(messages, **kwargs)
+            except Exception as exc:
+                span.set_attribute("error.type", type(exc).__qualname__)
+                self._metrics.duration.record(
+                    time.monotonic() - started, {**common, "error.type": type(exc).__qualname__}
+                )
+                raise
             span.set_attribute("gen_ai.response.model", reply.model)
             if reply.finish_reason:
                 span.set_attribute("gen_ai.response.finish_reasons", [reply.finish_reason])
+            measured = {**common, "gen_ai.response.model": reply.model}
+            self._metrics.duration.record(time.monotonic() - started, measured)
             if reply.usage is not None:
                 span.set_attribute("gen_ai.usage.input_tokens", reply.usage.prompt_tokens)
                 span.set_attribute("gen_ai.usage.output_tokens", reply.usage.completion_tokens)
+                self._metrics.tokens.record(
+                    reply.usage.prompt_tokens, {**measured, "gen_ai.token.type": "input"}
+                )
+                self._metrics.tokens.record(
+                    reply.usage.completion_tokens, {**measured, "gen_ai.token.type": "output"}
+                )
             return reply
 
 

@@ -25,6 +25,11 @@ class Response:
     content_type: str | None = None
     delay: float = 0.0
     """Seconds to wait before answering (timeouts)."""
+    events: list[Any] | None = None
+    """Server-sent events: each dict is one ``data:`` line (``(name, dict)`` adds an
+    ``event:`` line, a str is sent as is); the body then ends without a length."""
+    event_delay: float = 0.0
+    """Seconds between events (a slow model)."""
 
 
 @dataclass
@@ -69,6 +74,9 @@ class FakeServer:
                 response = server._next(request)
                 if response.delay:
                     time.sleep(response.delay)
+                if response.events is not None:
+                    self._send_events(response)
+                    return
                 payload, content_type = _encode(response)
                 try:
                     self.send_response(response.status)
@@ -80,6 +88,21 @@ class FakeServer:
                     self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):  # the client timed out first
                     self.close_connection = True
+
+            def _send_events(self, response: Response) -> None:
+                try:
+                    self.send_response(response.status)
+                    self.send_header("content-type", "text/event-stream")
+                    self.send_header("connection", "close")
+                    self.end_headers()
+                    for event in response.events or ():
+                        if response.event_delay:
+                            time.sleep(response.event_delay)
+                        self.wfile.write(_sse(event))
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                self.close_connection = True
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
@@ -121,7 +144,98 @@ def _encode(response: Response) -> tuple[bytes, str]:
     return body or b"", response.content_type or "application/octet-stream"
 
 
+def _sse(event: Any) -> bytes:
+    if isinstance(event, str):
+        return f"data: {event}\n\n".encode()
+    if isinstance(event, tuple):
+        name, data = event
+        return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+    return f"data: {json.dumps(event)}\n\n".encode()
+
+
 # --- protocol bodies ---------------------------------------------------------------
+
+
+def chat_chunks(
+    pieces: list[str],
+    *,
+    model: str = "test-model",
+    tool: str | None = None,
+    usage: bool = True,
+    delay: float = 0.0,
+) -> Response:
+    """A streamed chat completion: one chunk per piece (as content, or as the arguments of
+    a call of function ``tool``), then the finish reason, the usage and ``[DONE]``."""
+    base = {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1_700_000_000, "model": model}
+    events: list[Any] = []
+    for i, piece in enumerate(pieces):
+        delta: dict[str, Any]
+        if tool is None:
+            delta = {"content": piece} if i else {"role": "assistant", "content": piece}
+        else:
+            call: dict[str, Any] = {"index": 0, "function": {"arguments": piece}}
+            if i == 0:
+                call.update(id="call_1", type="function")
+                call["function"]["name"] = tool
+            delta = {"tool_calls": [call]}
+        events.append({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+    finish = "tool_calls" if tool else "stop"
+    events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    if usage:
+        events.append(
+            {
+                **base,
+                "choices": [],
+                "usage": {"prompt_tokens": 30, "completion_tokens": 9, "total_tokens": 39},
+            }
+        )
+    events.append("[DONE]")
+    return Response(events=events, event_delay=delay)
+
+
+def anthropic_events(
+    pieces: list[str], *, model: str = "claude-test", tool: str | None = None, delay: float = 0.0
+) -> Response:
+    """A streamed Messages API answer: text deltas, or a tool's ``input_json_delta`` pieces."""
+    message = {
+        "id": "msg_s",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 25, "output_tokens": 1},
+    }
+    block = (
+        {"type": "tool_use", "id": "toolu_1", "name": tool, "input": {}}
+        if tool
+        else {"type": "text", "text": ""}
+    )
+    events: list[Any] = [
+        ("message_start", {"type": "message_start", "message": message}),
+        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}),
+    ]
+    for piece in pieces:
+        delta = (
+            {"type": "input_json_delta", "partial_json": piece}
+            if tool
+            else {"type": "text_delta", "text": piece}
+        )
+        events.append(("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}))
+    events += [
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use" if tool else "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 12},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return Response(events=events, event_delay=delay)
 
 
 def chat_completion(

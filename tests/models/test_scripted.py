@@ -71,7 +71,9 @@ async def test_calls_are_deep_copies_with_options():
     messages[0]["content"] = "changed"
     messages.append({"role": "user", "content": "more"})
     assert model.calls == [[{"role": "user", "content": "first"}]]
-    assert model.call_options == [{"json_mode": True, "max_tokens": 10, "temperature": None}]
+    assert model.call_options == [
+        {"json_mode": True, "max_tokens": 10, "temperature": None, "schema": None, "streamed": False}
+    ]
 
 
 async def test_function_answers_every_call():

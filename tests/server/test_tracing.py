@@ -125,7 +125,7 @@ async def test_runs_the_server_drives_trace_their_model_calls_without_code_chang
         step = steps[chat.parent.span_id]
         assert step.attributes["tether.run_id"] in runs
         assert step.parent.span_id == runs[step.attributes["tether.run_id"]].context.span_id
-        assert chat.attributes["gen_ai.provider.name"] == "scriptedmodel"
+        assert chat.attributes["gen_ai.provider.name"] == "scripted"
 
 
 def test_trace_models_wraps_once_and_keeps_the_models_attributes():

@@ -23,6 +23,7 @@ from tether.agent import decide as pure
 from tether.agent.actions import AgentAction
 from tether.agent.approvals import decide_approval
 from tether.agent.asking import Asker
+from tether.agent.calls import CallLog
 from tether.agent.config import SYSTEM_PROMPT, LoopConfig, artifact_store_for
 from tether.agent.decide import Turn
 from tether.agent.interaction import UserInteractionHandler
@@ -89,6 +90,7 @@ class AgentLoop:
         self.on_event = on_event
         self.prompt_sizes: list[int] = []
         """Prompt tokens sent at each iteration of this process (for measurements)."""
+        self.calls = CallLog(model, redact=self.redact)  # prompt records, schema, streaming
 
     # == entry points ===============================================================
     def workflow(self) -> Workflow:
@@ -100,7 +102,7 @@ class AgentLoop:
 
     def runner(self) -> Runner:
         reducers = default_registry()
-        for key in ("command_history", "user_interactions", "actions", "context_log"):
+        for key in ("command_history", "user_interactions", "actions", "context_log", "prompt_log"):
             reducers.register(key, "append")
         return Runner(self.workflow(), self.store, reducers=reducers, on_event=self.on_event)
 
@@ -157,6 +159,7 @@ class AgentLoop:
             max_attempts=2,  # one compression, then a DATA failure: a third call is refused as well
             archive=self.artifacts_for(sc.run_id),
         )
+        update["prompt_log"] = [self.calls.record(sc.run_id, sc.state, window, reply, iteration=n)]
         self._context_events(sc, events)
         if reply.usage is not None and reply.usage.prompt_tokens:
             window.observe_provider_usage(int(reply.usage.prompt_tokens))
@@ -183,7 +186,8 @@ class AgentLoop:
         events += self.policy_for(run_id).before_call(window)
         self.prompt_sizes.append(window.usage().tokens)
         try:
-            return await self.model.complete(window.to_messages("openai"), json_mode=True)
+            options = self.calls.options(run_id, "iteration", self.on_event)
+            return await self.model.complete(window.to_messages("openai"), json_mode=True, **options)
         except Exception as exc:
             if is_prompt_too_long(exc):  # call_with_recovery fits the window and calls again
                 reason = f"the provider refused the prompt as too long: {str(exc)[:160]}"

@@ -88,18 +88,19 @@ def _model(
 ) -> tuple[Any, Any]:
     """The chat model and the LLMConfig it came from: scripted when replies are given,
     else built from ``spec`` (a run's recorded config) and the TETHER_MODEL* variables."""
+    from tether.cli.streaming import traced_model
     from tether.models import LLMConfig, ScriptedModel, create_model
 
     if replies is not None:
         name = (spec or {}).get("model") if (spec or {}).get("provider") == "scripted" else None
-        return ScriptedModel(replies, model=name or "scripted"), None
+        return traced_model(ScriptedModel(replies, model=name or "scripted")), None
     if spec is not None and spec.get("provider") == "scripted":
         raise ConfigError("this run used a scripted model: pass --script FILE with the next replies")
     wanted = {k: spec.get(k) for k in ("provider", "model", "endpoint", "temperature")} if spec else {}
     if model:
         wanted["model"] = model
     cfg = LLMConfig.from_env(os.environ, **wanted)
-    return create_model(cfg), cfg
+    return traced_model(create_model(cfg)), cfg
 
 
 def _spec(chat: Any, cfg: Any) -> dict[str, Any]:
@@ -120,8 +121,16 @@ def _handler() -> Any:
 
 def _printer(console: Any) -> Any:
     """The live view: one line per iteration, command and result."""
+    from tether.cli.streaming import DeltaPrinter, run_tracer
+
+    streamed = DeltaPrinter(console)  # the model's reply as it is written (terminals only)
+    traced = run_tracer()  # spans when OTEL_TRACES_EXPORTER asks for them
 
     def show(event: Any) -> None:
+        if traced is not None:
+            traced.on_event(event)
+        if streamed(event):
+            return
         d = event.detail
         if event.kind == "step_started":
             console.print(f"[bold]{event.step}[/]")

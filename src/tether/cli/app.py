@@ -390,6 +390,18 @@ def _register_langgraph() -> None:
 _register_langgraph()
 
 
+def _register_prompts() -> None:
+    from tether.cli import prompts  # tether prompt / tether replay: a run's recorded model calls
+
+    prompts.register(app)
+    from tether.cli import evals  # tether eval: what compression keeps of your own runs
+
+    evals.register(app)
+
+
+_register_prompts()
+
+
 def main() -> None:
     app()
 

@@ -5,7 +5,8 @@
 * :class:`OpenAIChatModel`: OpenAI and every compatible server (Gemini's endpoint,
   Ollama, vLLM, llama.cpp); :class:`AnthropicChatModel`; :class:`ScriptedModel`.
 * :func:`create_model` builds one from an :class:`LLMConfig`.
-* :func:`parse_json_reply` reads the JSON object out of a reply.
+* :func:`parse_json_reply` reads the JSON object out of a reply; ``schema=OutputSchema(...)``
+  asks providers to enforce it natively, ``on_delta=`` streams the reply.
 
 ``ALLOW_MODEL_REQUESTS``: set it to False (tests) and every real provider raises
 :class:`~tether.errors.ModelRequestsBlocked` before any network call, except to a
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from tether.models._provider import Backoff, is_loopback
 from tether.models.anthropic import AnthropicChatModel
-from tether.models.base import ChatModel, ModelReply, TextCompletion, Usage
+from tether.models.base import ChatModel, DeltaSink, ModelReply, OutputSchema, TextCompletion, Usage
 from tether.models.config import DEFAULT_ENDPOINTS, ENV_VARS, LLMConfig, Provider
 from tether.models.factory import create_model
 from tether.models.openai import OpenAIChatModel
@@ -35,9 +36,11 @@ __all__ = [
     "AnthropicChatModel",
     "Backoff",
     "ChatModel",
+    "DeltaSink",
     "LLMConfig",
     "ModelReply",
     "OpenAIChatModel",
+    "OutputSchema",
     "Provider",
     "ScriptExhausted",
     "ScriptedModel",

@@ -28,7 +28,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from tenacity.wait import wait_exponential, wait_random
 
 from tether.errors import MalformedResponse, ModelError, ModelRequestsBlocked, ModelUnavailable, PromptTooLong
-from tether.models.base import ModelReply
+from tether.models.base import DeltaSink, ModelReply, OutputSchema
 from tether.models.budget import retries_allowed, spend_retry
 
 if TYPE_CHECKING:
@@ -38,7 +38,10 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-__all__ = ["Backoff", "SdkChatModel", "is_loopback", "map_sdk_error", "with_retries"]
+__all__ = ["Backoff", "RequestRefused", "SdkChatModel", "is_loopback", "map_sdk_error", "with_retries"]
+
+GENAI_PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini"}
+"""tether's provider ids → the OpenTelemetry GenAI ``gen_ai.provider.name`` values."""
 
 _TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 
@@ -55,6 +58,15 @@ class Backoff:
     """Up to this many random seconds added to every wait, so clients spread out."""
     max_retry_after: float = 120.0
     """A Retry-After longer than this is not waited for: ``ModelUnavailable`` at once."""
+
+
+class RequestRefused(ModelError):
+    """A 4xx the provider answered to a well-formed call (not rate limits, not size):
+    the request asked for something this endpoint does not do."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Transient(Exception):
@@ -213,7 +225,7 @@ def map_sdk_error(sdk: ModuleType, exc: Exception, *, label: str, secret: str | 
         if status in _TRANSIENT_STATUS or status >= 500:
             retry_after = parse_retry_after(getattr(exc.response, "headers", None))
             return Transient(f"{label}: HTTP {status}: {message}", retry_after=retry_after)
-        return ModelError(f"{label}: HTTP {status}: {message}")
+        return RequestRefused(f"{label}: HTTP {status}: {message}", status=status)
     if isinstance(exc, sdk.APIError):
         return ModelError(redact(f"{label}: {exc}", secret))
     if isinstance(exc, json.JSONDecodeError):  # the SDKs let a JSON-typed non-JSON body through
@@ -293,6 +305,15 @@ async def with_retries(
     raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
 
 
+def json_object(text: str) -> dict[str, Any] | None:
+    """``text`` parsed when it is one JSON object, else None (the text parser takes over)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def preview(text: str, limit: int = 2000) -> str:
     """Head of a prompt or reply for DEBUG logs."""
     return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more chars]"
@@ -356,6 +377,8 @@ class SdkChatModel(abc.ABC):
             self._client = self._new_client()
         self._label = f"{config.provider} {self.model}"
         self._log = logging.getLogger(type(self).__module__)
+        self._native_schema = config.structured_output != "off"
+        """False once the endpoint refused a native schema: JSON mode from then on."""
 
     # -- what a provider says --------------------------------------------------------
     @abc.abstractmethod
@@ -374,16 +397,34 @@ class SdkChatModel(abc.ABC):
         json_mode: bool,
         max_tokens: int | None,
         temperature: float | None,
+        schema: OutputSchema | None = None,
     ) -> dict[str, Any]:
-        """The API request body for ``messages``."""
+        """The API request body for ``messages`` (``schema``: enforce it natively)."""
 
     @abc.abstractmethod
     async def _send(self, body: dict[str, Any]) -> Any:
         """One call of the SDK with ``body`` (errors are mapped by the caller)."""
 
     @abc.abstractmethod
-    def _reply(self, response: Any) -> ModelReply:
-        """The SDK's response as a :class:`ModelReply` (ModelError when it is malformed)."""
+    def _reply(self, response: Any, *, structured: bool = False) -> ModelReply:
+        """The SDK's response as a :class:`ModelReply` (ModelError when it is malformed);
+        ``structured``: the request enforced a schema, so read the object it returned."""
+
+    @abc.abstractmethod
+    async def _stream(self, body: dict[str, Any], on_delta: DeltaSink, *, structured: bool) -> ModelReply:
+        """One streamed call: each piece of text to ``on_delta``, the whole reply returned."""
+
+    @property
+    def provider_name(self) -> str:
+        """The provider as the OpenTelemetry GenAI conventions name it (``openai``,
+        ``anthropic``, ``gcp.gemini``; local servers keep tether's id, e.g. ``ollama``)."""
+        return GENAI_PROVIDERS.get(self.config.provider, self.config.provider)
+
+    @property
+    def server_address(self) -> tuple[str, int | None]:
+        """Host and port of the endpoint (for spans: a remote model is a CLIENT call)."""
+        parts = urlsplit(self._base_url)
+        return parts.hostname or "", parts.port
 
     # -- shared ------------------------------------------------------------------------
     async def complete(
@@ -393,8 +434,15 @@ class SdkChatModel(abc.ABC):
         json_mode: bool = False,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        schema: OutputSchema | None = None,
+        on_delta: DeltaSink | None = None,
     ) -> ModelReply:
         """One API call, retried on 429/5xx/connection errors (529 too, for Anthropic).
+
+        ``schema``: enforced natively (see ``LLMConfig.structured_output``); an endpoint
+        that refuses the native form (a 4xx) is asked again in JSON mode, and so is every
+        later call of this client. ``on_delta``: the reply streams; a retried stream
+        starts over.
 
         Raises:
             ModelRequestsBlocked: requests are off and the endpoint is not a permitted loopback.
@@ -403,7 +451,34 @@ class SdkChatModel(abc.ABC):
             ModelError: any other refusal, or a malformed response.
         """
         check_allowed(self._base_url, allow_local=self.allow_local, what=self._label)
-        body = self._request(messages, json_mode=json_mode, max_tokens=max_tokens, temperature=temperature)
+        native = schema if schema is not None and self._native_schema else None
+        json_mode = json_mode or schema is not None
+        try:
+            return await self._call(messages, json_mode, max_tokens, temperature, native, on_delta)
+        except RequestRefused as exc:
+            if native is None or exc.status in (401, 403):  # a bad key is not about the schema
+                raise
+            self._native_schema = False
+            self._log.warning(
+                "%s refused the structured output (%s); using JSON mode and the text parser from now on",
+                self._label,
+                exc,
+            )
+            return await self._call(messages, json_mode, max_tokens, temperature, None, on_delta)
+
+    async def _call(
+        self,
+        messages: list[dict[str, Any]],
+        json_mode: bool,
+        max_tokens: int | None,
+        temperature: float | None,
+        schema: OutputSchema | None,
+        on_delta: DeltaSink | None,
+    ) -> ModelReply:
+        body = self._request(
+            messages, json_mode=json_mode, max_tokens=max_tokens, temperature=temperature, schema=schema
+        )
+        structured = schema is not None
         if self._log.isEnabledFor(logging.DEBUG):
             self._log.debug(
                 "%s prompt: %s",
@@ -414,6 +489,8 @@ class SdkChatModel(abc.ABC):
 
         async def attempt() -> Any:
             try:
+                if on_delta is not None:
+                    return await self._stream(body, on_delta, structured=structured)
                 return await self._send(body)
             except Exception as exc:
                 raise_mapped(self._sdk, exc, label=self._label, secret=self._secret)
@@ -421,7 +498,7 @@ class SdkChatModel(abc.ABC):
         response = await with_retries(
             attempt, max_retries=self.config.max_retries, backoff=self.backoff, label=self._label
         )
-        reply = self._reply(response)
+        reply = response if isinstance(response, ModelReply) else self._reply(response, structured=structured)
         log_reply(self._log, self._label, reply, started)
         return reply
 

@@ -4,12 +4,14 @@ OpenAI-shaped messages are converted on the way in: system messages (wherever th
 become the ``system`` parameter, other roles fold into strictly alternating user /
 assistant turns that start with the user. There is no JSON mode: ``json_mode=True`` adds
 an instruction to the system prompt and the caller parses tolerantly
-(:func:`~tether.models.parse_json_reply`).
+(:func:`~tether.models.parse_json_reply`); a ``schema`` is enforced as a forced tool
+(``tool_choice``), whose input is the reply's object.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -17,10 +19,11 @@ from tether.errors import ConfigError, MalformedResponse
 from tether.models._provider import (
     Backoff,
     SdkChatModel,
+    json_object,
     preview,
     response_dict,
 )
-from tether.models.base import ModelReply, Usage
+from tether.models.base import DeltaSink, ModelReply, OutputSchema, Usage
 from tether.models.config import LLMConfig
 
 if TYPE_CHECKING:
@@ -140,9 +143,10 @@ class AnthropicChatModel(SdkChatModel):
         json_mode: bool,
         max_tokens: int | None,
         temperature: float | None,
+        schema: OutputSchema | None = None,
     ) -> dict[str, Any]:
         system, turns = to_anthropic_messages(messages)
-        if json_mode:
+        if json_mode and schema is None:  # a forced tool needs no instruction
             system = f"{system}\n\n{JSON_INSTRUCTION}" if system else JSON_INSTRUCTION
         cap = max_tokens or self.config.max_tokens or DEFAULT_MAX_TOKENS
         body: dict[str, Any] = {"model": self.model, "messages": turns, "max_tokens": cap}
@@ -151,12 +155,63 @@ class AnthropicChatModel(SdkChatModel):
         temp = temperature if temperature is not None else self.config.temperature
         if temp is not None and self._takes_temperature:
             body["temperature"] = min(temp, 1.0)  # Anthropic's range is 0–1
+        if schema is not None:
+            tool = {"name": schema.name, "input_schema": dict(schema.schema)}
+            if schema.description:
+                tool["description"] = schema.description
+            body["tools"] = [tool]
+            body["tool_choice"] = {"type": "tool", "name": schema.name}
         return body
 
     async def _send(self, body: dict[str, Any]) -> Any:
         return await self._client.messages.create(**body)
 
-    def _reply(self, response: Any) -> ModelReply:
+    async def _stream(self, body: dict[str, Any], on_delta: DeltaSink, *, structured: bool) -> ModelReply:
+        stream = await self._client.messages.create(**body, stream=True)
+        text: list[str] = []
+        arguments: list[str] = []
+        model: str | None = None
+        stop: str | None = None
+        prompt = completion = 0
+        seen_usage = False
+        async for event in stream:
+            kind = getattr(event, "type", None)
+            if kind == "message_start":
+                message = getattr(event, "message", None)
+                model = getattr(message, "model", None) or model
+                start = _usage(getattr(message, "usage", None))
+                if start is not None:
+                    prompt, completion, seen_usage = start.prompt_tokens, start.completion_tokens, True
+            elif kind == "content_block_delta":
+                delta = getattr(event, "delta", None)
+                if getattr(delta, "type", None) == "text_delta":
+                    piece = getattr(delta, "text", "") or ""
+                    text.append(piece)
+                elif getattr(delta, "type", None) == "input_json_delta":
+                    piece = getattr(delta, "partial_json", "") or ""
+                    arguments.append(piece)
+                else:
+                    continue
+                if piece:
+                    on_delta(piece)
+            elif kind == "message_delta":
+                stop = getattr(getattr(event, "delta", None), "stop_reason", None) or stop
+                out = getattr(getattr(event, "usage", None), "output_tokens", None)
+                if isinstance(out, int):
+                    completion, seen_usage = out, True
+        body_text = "".join(arguments) if structured and arguments else "".join(text)
+        return ModelReply(
+            text=body_text,
+            model=str(model or self.model),
+            usage=Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+            if seen_usage
+            else None,
+            finish_reason=_FINISH.get(stop, stop) if isinstance(stop, str) else None,
+            raw={"streamed": True, "model": model, "stop_reason": stop},
+            structured=json_object(body_text) if structured else None,
+        )
+
+    def _reply(self, response: Any, *, structured: bool = False) -> ModelReply:
         content = getattr(response, "content", None)
         if not isinstance(content, list):
             what = f"text {preview(response, 200)!r}" if isinstance(response, str) else "no content"
@@ -167,12 +222,21 @@ class AnthropicChatModel(SdkChatModel):
             if getattr(block, "type", None) == "text" and isinstance(getattr(block, "text", None), str)
         )
         stop = getattr(response, "stop_reason", None)
+        found: dict[str, Any] | None = None
+        if structured:
+            tool = next((b for b in content if getattr(b, "type", None) == "tool_use"), None)
+            value = getattr(tool, "input", None)
+            if isinstance(value, dict):
+                found, text = value, json.dumps(value, ensure_ascii=False)
+            else:
+                found = json_object(text)
         return ModelReply(
             text=text,
             model=str(getattr(response, "model", None) or self.model),
             usage=_usage(getattr(response, "usage", None)),
             finish_reason=_FINISH.get(stop, stop) if isinstance(stop, str) else None,
             raw=response_dict(response),
+            structured=found,
         )
 
 

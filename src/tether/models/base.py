@@ -2,11 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ChatModel", "ModelReply", "TextCompletion", "Usage"]
+__all__ = ["ChatModel", "DeltaSink", "ModelReply", "OutputSchema", "TextCompletion", "Usage"]
+
+DeltaSink = Callable[[str], None]
+"""Receives each piece of a reply's text as it streams in (never called after the reply)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputSchema:
+    """The JSON object a reply must be, for providers that enforce it natively.
+
+    OpenAI-compatible servers get it as a ``json_schema`` response format (or a forced
+    function call), Anthropic as a forced tool; the reply's ``text`` is then the object as
+    JSON text, so a caller parses it the same way whether the endpoint enforced the schema
+    or only read an instruction (the text parser is the fallback).
+    """
+
+    name: str
+    """A short identifier (letters, digits, ``_``, ``-``): the tool or schema name."""
+    schema: Mapping[str, Any] = field(hash=False)
+    """A JSON Schema of one object."""
+    description: str = ""
+    """What the object means, for the model."""
+
+    @classmethod
+    def from_model(cls, model: Any, *, name: str | None = None, description: str = "") -> OutputSchema:
+        """The schema of a pydantic model class (its aliases, as it parses them)."""
+        schema = dict(model.model_json_schema(by_alias=True))
+        schema.pop("title", None)
+        doc = description or " ".join((model.__doc__ or "").split())
+        return cls(name=name or model.__name__, schema=schema, description=doc)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,11 +64,19 @@ class ModelReply:
     """OpenAI's vocabulary: ``stop``, ``length``, ``content_filter``, ``tool_calls``."""
     raw: dict[str, Any] | None = None
     """The provider's response as plain data, for logs and debugging."""
+    structured: dict[str, Any] | None = None
+    """The object a native structured output (schema or forced tool) returned, already
+    parsed; None when the reply is text only (then ``text`` is parsed instead)."""
 
 
 @runtime_checkable
 class ChatModel(Protocol):
     """Answers a list of chat messages.
+
+    ``schema``: the reply must be this JSON object; providers that can enforce it do (the
+    reply's ``text`` is the object's JSON), the others get ``json_mode``. ``on_delta``: the
+    reply streams, each piece of text passed to it as it arrives; the returned reply is
+    the whole one either way.
 
     Messages are OpenAI-shaped dicts (``{"role": "system" | "user" | "assistant", "content": str}``);
     providers with another shape convert them. Implementations raise
@@ -55,6 +92,8 @@ class ChatModel(Protocol):
         json_mode: bool = False,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        schema: OutputSchema | None = None,
+        on_delta: DeltaSink | None = None,
     ) -> ModelReply: ...
 
 

@@ -15,10 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from tether.errors import ConfigError
 
-__all__ = ["DEFAULT_ENDPOINTS", "ENV_VARS", "LLMConfig", "Provider"]
+__all__ = ["DEFAULT_ENDPOINTS", "ENV_VARS", "LLMConfig", "Provider", "StructuredOutput"]
 
 Provider = Literal["openai", "openai-compatible", "anthropic", "gemini", "ollama", "vllm", "scripted"]
 PROVIDERS: tuple[str, ...] = get_args(Provider)
+StructuredOutput = Literal["auto", "json_schema", "tools", "off"]
 
 DEFAULT_ENDPOINTS: dict[str, str] = {
     "openai": "https://api.openai.com/v1",
@@ -45,6 +46,7 @@ ENV_VARS: dict[str, str] = {
     "max_tokens": "TETHER_MODEL_MAX_TOKENS",
     "timeout": "TETHER_MODEL_TIMEOUT",
     "max_retries": "TETHER_MODEL_MAX_RETRIES",
+    "structured_output": "TETHER_MODEL_STRUCTURED_OUTPUT",
 }
 """Field → environment variable read by :meth:`LLMConfig.from_env`."""
 
@@ -80,6 +82,11 @@ class LLMConfig(BaseModel):
     """Seconds for one HTTP attempt."""
     max_retries: int = Field(default=5, ge=0)
     """Retries of transient failures (429, 5xx, connection) before ``ModelUnavailable``."""
+    structured_output: StructuredOutput = "auto"
+    """How a reply schema is enforced: ``auto`` (OpenAI-compatible: a ``json_schema``
+    response format; Anthropic: a forced tool), ``json_schema``, ``tools`` (a forced
+    function call), or ``off`` (JSON mode and the text parser only). An endpoint that
+    refuses the native form falls back to JSON mode by itself."""
 
     @field_validator("endpoint")
     @classmethod
@@ -133,6 +140,7 @@ class LLMConfig(BaseModel):
             "max_tokens": self.max_tokens,
             "timeout": self.timeout,
             "max_retries": self.max_retries,
+            "structured_output": self.structured_output,
         }
 
     @classmethod

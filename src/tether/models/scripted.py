@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import inspect
 import json
@@ -19,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeAlias
 
 from tether.errors import ConfigError, ModelError
-from tether.models.base import ModelReply, Usage
+from tether.models.base import DeltaSink, ModelReply, OutputSchema, Usage
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,14 @@ class ScriptExhausted(ModelError):
 def rough_token_count(text: str) -> int:
     """About four characters a token: the offline estimate scripted usage reports."""
     return math.ceil(len(text) / 4) if text else 0
+
+
+def _object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _content_text(content: Any) -> str:
@@ -61,11 +70,18 @@ class ScriptedModel:
         count_tokens: the tokenizer behind fake usage; defaults to
             :func:`rough_token_count`. Prompt tokens are framed like OpenAI's (3 per message
             plus 3), so a tokenizer that agrees with this one calibrates to about 1.0.
+        stream_chunk: characters per piece when a call streams (``on_delta``).
+        stream_delay: seconds between pieces, to script a slow model (the live views and
+            the dashboard show the reply growing).
 
     Attributes:
         calls: deep copies of the message lists received, oldest first.
-        call_options: the ``json_mode``/``max_tokens``/``temperature`` of each call.
+        call_options: the ``json_mode``/``max_tokens``/``temperature`` of each call, the
+            ``schema`` name asked for and whether it ``streamed``.
     """
+
+    provider_name = "scripted"
+    """The provider as traces name it (``gen_ai.provider.name``)."""
 
     def __init__(
         self,
@@ -74,8 +90,14 @@ class ScriptedModel:
         model: str = "scripted",
         usage: bool = True,
         count_tokens: Callable[[str], int] = rough_token_count,
+        stream_chunk: int = 16,
+        stream_delay: float = 0.0,
     ) -> None:
+        if stream_chunk < 1:
+            raise ConfigError(f"stream_chunk must be at least 1, got {stream_chunk}")
         self.model = model
+        self.stream_chunk = stream_chunk
+        self.stream_delay = stream_delay
         self.usage = usage
         self.count_tokens = count_tokens
         self.calls: list[list[dict[str, Any]]] = []
@@ -116,25 +138,45 @@ class ScriptedModel:
         json_mode: bool = False,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        schema: OutputSchema | None = None,
+        on_delta: DeltaSink | None = None,
     ) -> ModelReply:
         self.calls.append(copy.deepcopy(messages))
         self.call_options.append(
-            {"json_mode": json_mode, "max_tokens": max_tokens, "temperature": temperature}
+            {
+                "json_mode": json_mode,
+                "max_tokens": max_tokens,
+                "temperature": temperature,
+                "schema": schema.name if schema is not None else None,
+                "streamed": on_delta is not None,
+            }
         )
         answer = await self._next(messages)
         if isinstance(answer, BaseException):
             raise answer
         if isinstance(answer, ModelReply):
-            return answer
-        text = answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
-        logger.debug("scripted reply %d: %.200s", len(self.calls), text)
-        return ModelReply(
-            text=text,
-            model=self.model,
-            usage=self._usage(messages, text) if self.usage else None,
-            finish_reason="stop",
-            raw=None,
-        )
+            reply = answer
+        else:
+            text = answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
+            logger.debug("scripted reply %d: %.200s", len(self.calls), text)
+            reply = ModelReply(
+                text=text,
+                model=self.model,
+                usage=self._usage(messages, text) if self.usage else None,
+                finish_reason="stop",
+                raw=None,
+                structured=_object(text) if schema is not None else None,
+            )
+        if on_delta is not None:
+            await self._stream(reply.text, on_delta)
+        return reply
+
+    async def _stream(self, text: str, on_delta: DeltaSink) -> None:
+        """Hand ``text`` out in pieces, as a provider's stream would."""
+        for start in range(0, len(text), self.stream_chunk):
+            if self.stream_delay > 0:
+                await asyncio.sleep(self.stream_delay)
+            on_delta(text[start : start + self.stream_chunk])
 
     async def _next(self, messages: list[dict[str, Any]]) -> Scripted:
         if self._responder is not None:

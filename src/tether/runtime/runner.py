@@ -154,7 +154,7 @@ class Runner:
         except VersionConflict as exc:
             info = await self.store.get_run(run_id)
             raise RunExists(run_id, info.status if info else None) from exc
-        self._emit("run_started", run_id, steps=len(self.workflow))
+        self._emit("run_started", run_id, steps=len(self.workflow), workflow=self.workflow.name)
         return await self._drive(run)
 
     async def run(
@@ -200,7 +200,8 @@ class Runner:
             )
         except (VersionConflict, RunNotPaused) as exc:
             raise RunInProgress(run_id, "another runner", " (it resumed first)") from exc
-        self._emit("run_resumed", run_id, version=ctx.version, executed=ctx.executed_node_ids)
+        executed = ctx.executed_node_ids
+        self._emit("run_resumed", run_id, version=ctx.version, executed=executed, workflow=self.workflow.name)
         return await self._drive(run, decision=decision)
 
     def _new_run(self, ctx: ExecutionContext) -> Drive:

@@ -79,7 +79,8 @@ class EventBroadcaster:
         with self._lock:
             self._last_id = max(self._last_id + 1, time.time_ns() // 1000)
             item = (self._last_id, event)
-            self._history.append(item)
+            if event.kind != "model_delta":  # live only: a replay would crowd out the run's events
+                self._history.append(item)
             subs = [s for s in self._subs if s.run_id is None or s.run_id == event.run_id]
         for sub in subs:
             self._deliver(sub, item)

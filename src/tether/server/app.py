@@ -106,6 +106,10 @@ def create_app(
                 from tether.tracing import configure_exporter
 
                 provider = configure_exporter(cfg.otel_exporter)
+            if provider is None:  # the standard OTEL_TRACES_EXPORTER / OTEL_SERVICE_NAME variables
+                from tether.tracing import configure_from_env
+
+                provider = configure_from_env()
             if provider is not None:
                 from tether.tracing import RunTracer, trace_models
 
@@ -136,9 +140,9 @@ def create_app(
     app.state.settings = cfg
     install_problem_handlers(app)
 
-    from tether.server import api_checkpoints, api_context, api_events, api_failures, api_runs
+    from tether.server import api_checkpoints, api_context, api_events, api_failures, api_prompts, api_runs
 
-    for module in (api_runs, api_checkpoints, api_context, api_failures, api_events):
+    for module in (api_runs, api_checkpoints, api_context, api_failures, api_events, api_prompts):
         app.include_router(module.router)
     if dashboard:
         from tether.server import dashboard as pages

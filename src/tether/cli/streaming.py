@@ -1,0 +1,78 @@
+"""The CLI's live view of a reply while the model writes it (``model_delta`` events).
+
+On a terminal the pieces are written as they arrive, dimmed, on one growing line that the
+next event closes; piped output stays one line per event (scripts read whole lines), so
+the pieces are dropped there: the complete reply is in the run's prompt records
+(``tether prompt RUN``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["DeltaPrinter", "run_tracer", "traced_model"]
+
+DELTA = "model_delta"
+
+
+class DeltaPrinter:
+    """Call it with every event; it returns True for the events it consumed (the deltas)."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self.open = False
+        self.live = bool(getattr(console, "is_terminal", False))
+
+    def __call__(self, event: Any) -> bool:
+        if event.kind != DELTA:
+            self.close()
+            return False
+        if not self.live:
+            return True
+        text = str(event.detail.get("text", ""))
+        if not self.open:
+            self.console.print("  [dim]model:[/] ", end="")
+            self.open = True
+        self.console.print(text, end="", style="dim", markup=False, highlight=False, soft_wrap=True)
+        return True
+
+    def close(self) -> None:
+        if self.open:
+            self.console.print()
+            self.open = False
+
+
+_TRACING: dict[str, Any] = {}
+
+
+def _provider() -> Any:
+    """The tracer provider the standard OTEL_* variables ask for, built once per process."""
+    if "provider" not in _TRACING:
+        import atexit
+
+        from tether.tracing import configure_from_env
+
+        _TRACING["provider"] = provider = configure_from_env()
+        if provider is not None:
+            atexit.register(getattr(provider, "shutdown", lambda: None))  # flush a short command's spans
+    return _TRACING["provider"]
+
+
+def run_tracer() -> Any:
+    """A RunTracer for the CLI's runs, or None when tracing is off."""
+    provider = _provider()
+    if provider is None:
+        return None
+    from tether.tracing import RunTracer
+
+    return RunTracer(provider)
+
+
+def traced_model(model: Any) -> Any:
+    """``model`` wrapped in a TracedModel when tracing is on (its calls become chat spans)."""
+    provider = _provider()
+    if provider is None:
+        return model
+    from tether.tracing import TracedModel
+
+    return TracedModel(model, provider=provider)
