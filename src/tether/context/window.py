@@ -143,6 +143,8 @@ class ContextWindow:
         """Facts of each tool call and result, mined when the result arrives (see compress)."""
         self._calls: dict[str, ContextItem] = {}
         """The latest tool call per ``tool_call_id``, to pair a result with on arrival."""
+        self.sent: dict[str, Any] = {}
+        """What the model got: ``calls``, ``last`` and ``peak`` usage (tokens and ratio)."""
 
     # -- items -------------------------------------------------------------------------
 
@@ -343,6 +345,23 @@ class ContextWindow:
             tokens=self.calibration.apply(raw), raw_tokens=raw, budget=self.budget, layers=layers
         )
 
+    def record_sent(self) -> dict[str, Any]:
+        """Note the usage of a request about to be sent (kept in :meth:`meta_state`).
+
+        The run's state then says how much of its window the model got: the last request
+        and the largest one, in tokens and as a fraction of the budget.
+        """
+        usage = self.usage()
+        now = {"tokens": usage.tokens, "ratio": round(usage.ratio, 4)}
+        peak = self.sent.get("peak") or {"tokens": 0, "ratio": 0.0}
+        self.sent = {
+            "calls": int(self.sent.get("calls", 0)) + 1,
+            "last": now,
+            "peak": now if usage.tokens >= int(peak.get("tokens", 0)) else peak,
+            "budget": self.budget,
+        }
+        return self.sent
+
     def count_exact(self) -> int:
         """Recount the rendered request from scratch (slow; for checks and benchmarks)."""
         if self.style == "anthropic":
@@ -416,6 +435,7 @@ class ContextWindow:
             "layer_budgets": {str(int(k)): v for k, v in self.layer_budgets.items()},
             "calibration": self.calibration.to_dict(),
             "seq": self._seq,
+            "sent": dict(self.sent),
             "items": self.item_dicts(),
         }
 
@@ -445,6 +465,8 @@ class ContextWindow:
                 window.counter.seed(item)
         window.replace_all(items)
         window._seq = max(window._seq, seq)
+        sent = data.get("sent")
+        window.sent = dict(sent) if isinstance(sent, Mapping) else {}
         return window
 
     # -- compression (see compress.py) -------------------------------------------------
