@@ -27,6 +27,7 @@ from tether.context.distill import distill
 from tether.context.facts import FactCache
 from tether.context.items import ContextItem, ItemCounter, Layer
 from tether.context.session import bound_summary, paragraph_text
+from tether.context.supersede import find_superseded
 from tether.context.summarizer import (
     AsyncSummarizer,
     StructuredSummarizer,
@@ -59,7 +60,8 @@ SUMMARY_ID = "ctx-summary"
 """Id of the rolling compression summary; each compression folds the previous one in."""
 CompressionLevel = Literal["standard", "deep", "checkpoint"]
 Unit = tuple[ContextItem, ...]
-_LINE_CHARS = {"standard": 200, "checkpoint": 200, "deep": 120}
+_LINE_CHARS = {"standard": 200, "checkpoint": 200, "deep": 200}
+"""Deep folds more operations, not shorter lines: a clipped line loses a command's end."""
 LINE_LENGTHS = tuple(sorted(set(_LINE_CHARS.values())))
 """Lengths of a folded operation's summary line, one per level (what a window pre-computes)."""
 _KEEP_RECENT = {"standard": 3, "checkpoint": 0, "deep": 0}
@@ -168,6 +170,11 @@ class _Plan:
     """TODOs, decisions and constraints distilled from what folds (new or updated)."""
     fields: dict[str, Any] = field(default_factory=dict)
     resolutions: list[str] = field(default_factory=list)
+    decisions: list[ContextItem] = field(default_factory=list)
+    """The current decisions (superseded ones left out), in seq order."""
+    constraints: list[ContextItem] = field(default_factory=list)
+    superseded: list[str] = field(default_factory=list)
+    """One short line per decision replaced or constraint lifted, newest last (capped)."""
     request: SummaryRequest | None = None
 
 
@@ -185,26 +192,63 @@ def _request(
     current += [f"TODO {_clip(_first_line(t.content), 120)}" for t in todos if not _todo_done(t)]
     # once lines have been re-summarised into paragraphs, the structured fields keep what they lost
     shown = "\n".join(lines)
-    configs = (
-        [f"{k}={v}" for k, v in (plan.fields.get("configurations") or {}).items()] if plan.history else []
-    )
+    changed = plan.fields.get("config_history") or {}
+    configs = [  # every key once lines were re-summarised; else the keys whose value changed
+        f"{k}={v}" + (f" (earlier: {', '.join(changed[k])})" if k in changed else "")
+        for k, v in (plan.fields.get("configurations") or {}).items()
+        if plan.history or k in changed
+    ]
     artifacts = list(plan.fields.get("artifacts") or ()) if plan.history else []
     return SummaryRequest(
-        configurations=tuple(c for c in configs if c not in shown),
+        configurations=tuple(c for c in configs if c not in shown),  # a changed key always shows
         artifacts=tuple(a for a in artifacts if a not in shown),
         level=plan.level,
         goal=_clip(_first_line(goal), 200),
         completed=tuple(lines),
         current_state=tuple(current),
-        decisions=tuple(_clip(_first_line(i.content), 120) for i in items if i.kind == "decision"),
+        decisions=tuple(_flat(i.content, 200) for i in plan.decisions),
         next_step=_clip(_first_line(pending.content), 200) if pending else "",
-        constraints=tuple(_clip(_first_line(i.content), 150) for i in items if i.kind == "constraint"),
+        constraints=tuple(_flat(i.content, 240) for i in plan.constraints),
+        superseded=tuple(plan.superseded),
         resolved=tuple(plan.resolutions),
         history=tuple(paragraph_text(p) for p in plan.history),
         details=tuple("\n".join(i.text for i in unit) for unit in plan.fold) if details else (),
         archive_id=archive_id,
         max_tokens=max_tokens,
     )
+
+
+def _flat(text: str, limit: int) -> str:
+    """A multi-line note on one line, its head and its end kept (a question and its answer)."""
+    flat = " / ".join(p.strip() for p in text.splitlines() if p.strip())
+    if len(flat) <= limit:
+        return flat
+    head = limit // 3
+    return f"{flat[:head].rstrip()} … {flat[len(flat) - (limit - head - 3) :].lstrip()}"
+
+
+_SUPERSEDED_LINES = 12
+
+
+def _supersede(plan: _Plan, previous: ContextItem | None) -> None:
+    """Keep only the current decisions and constraints; the replaced ones become lines."""
+    replaced = {n.id for n in plan.notes}
+    kinds = ("decision", "constraint")
+    kept = [i for i in plan.items if i.kind in kinds and i.id in plan.keep_ids and i.id not in replaced]
+    candidates = kept + [n for n in plan.notes if n.kind in kinds]
+    lines = [str(x) for x in previous.metadata.get("superseded", [])] if previous is not None else []
+    gone: set[str] = set()
+    for s in find_superseded(candidates):
+        gone.add(s.old_id)
+        lines.append(s.line)
+    if gone:
+        plan.keep_ids -= gone
+        plan.dropped.extend(i.id for i in kept if i.id in gone)
+        plan.notes = [n for n in plan.notes if n.id not in gone]
+    plan.superseded = lines[-_SUPERSEDED_LINES:]
+    current = sorted((c for c in candidates if c.id not in gone), key=lambda i: i.seq)
+    plan.decisions = [c for c in current if c.kind == "decision"]
+    plan.constraints = [c for c in current if c.kind == "constraint"]
 
 
 def _working_cost(unit: Unit, cost: Mapping[str, int]) -> int:
@@ -285,6 +329,7 @@ def _plan(
     d = distill(plan.fold, units, items, previous=facts, line_chars=line_chars, cache=facts_cache)
     plan.notes = [counter.counted(n) for n in d.notes]
     plan.fields, plan.resolutions = d.fields, d.resolutions
+    _supersede(plan, previous)
     lines = {u[0].id: d.lines.get(u[0].id, "") for u in plan.fold}
     replaced = {n.id for n in plan.notes}
     kept = counter.fmt.reply_priming + sum(counter.cost(n) for n in plan.notes)
@@ -383,6 +428,7 @@ def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None
                     "archive_id": archive_id,
                     "facts": plan.fields,
                     "history": plan.history,
+                    "superseded": plan.superseded,
                 },
             )
         )

@@ -43,6 +43,8 @@ class SummaryRequest:
     """Paragraphs that re-summarise the oldest completed work, oldest first."""
     resolved: tuple[str, ...] = ()
     """Errors met and what fixed them, oldest first."""
+    superseded: tuple[str, ...] = ()
+    """Decisions replaced and constraints lifted since: ``old → now: new``, one line each."""
     details: tuple[str, ...] = ()
     """Full text of what is being folded; only a model-backed summariser reads it."""
     phase: str | None = None
@@ -94,6 +96,7 @@ class StructuredSummarizer:
             *_bullets(request.current_state),
             "[Key decisions]",
             *_bullets(request.decisions),
+            *(["[Superseded]", *_bullets(request.superseded)] if request.superseded else []),
             *(["[Resolved issues]", *_bullets(request.resolved)] if request.resolved else []),
             *(["[Configurations]", *_bullets(request.configurations)] if request.configurations else []),
             *(["[Artefacts]", *_bullets(request.artifacts)] if request.artifacts else []),

@@ -1,0 +1,153 @@
+"""Decisions that replace earlier ones, and restrictions the user takes back.
+
+A run's decisions are protected: no compression drops them. That is right until the user
+changes their mind ("Change of plan: use valkey 8.0 on port 2333 instead"), a question is
+answered again, or a setting gets a new value: keeping the old decision as protected
+would let the summary's key decisions state what no longer holds. This module finds, in
+seq order, which decision a later one replaces and which constraint a later statement
+lifts, so the compressor keeps the current one protected and the old one as one short
+"superseded" line. Pattern and word-overlap based, deterministic, like the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from tether.context.items import ContextItem
+from tether.context.notes import lifts, normalise
+
+__all__ = ["Superseded", "changes_plan", "find_superseded", "short_line"]
+
+_CHANGE = re.compile(
+    r"(?i)\b(change of plan|changed? (?:my|our|the) mind|instead\b|no longer|rather than|switch(?:ed)? to|"
+    r"replac(?:e|ed|ing)\b|scratch that|actually,|not \w+ any ?more|from now on|revert(?:ed)? to|"
+    r"update(?:d)?:|correction)"
+)
+_SETTING = re.compile(r"\b([A-Z][A-Z0-9_]{2,})\s*(?:=|\bto\b|\bis now\b|\bvalue\b)\s*\S")
+_QUESTION = re.compile(r"^(?:Q:\s*)?(.+?\?)")
+_STOP = frozenset(
+    """the a an and or of to for on in at by with use using used should would will be is are was
+    were it this that these those we i you they our your my me us please now then than instead
+    change plan no longer rather switch not any more from actually which what do does did can
+    could let lets go ok okay yes user answer q a done failed default confirmed agreed keep all
+    also just need want only get set make sure there here about after before into over under""".split()
+)
+_ASKED = re.compile(r"(?s)^(?:Q:\s*)?(.*?\?)\s*(?:\n\s*A:|→ user:)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Superseded:
+    old_id: str
+    new_id: str
+    kind: str
+    """``decision`` or ``constraint`` (lifted)."""
+    line: str
+    """The one short line the summary keeps: ``old → now: new``."""
+
+
+def changes_plan(text: str) -> bool:
+    """The statement changes an earlier plan or setting ("instead", "change of plan", ...)."""
+    return bool(_CHANGE.search(text))
+
+
+def _words(text: str) -> set[str]:
+    out = set()
+    for w in normalise(text).split():
+        if w in _STOP or len(w) < 3:
+            continue
+        out.add(w[:-1] if len(w) > 4 and w.endswith("s") else w)
+    return out
+
+
+def _question(item: ContextItem) -> str:
+    asked = item.metadata.get("question")
+    if isinstance(asked, str) and asked.strip():
+        return normalise(asked)
+    m = _ASKED.match(item.content)
+    return normalise(m.group(1)) if m else ""
+
+
+def _answer(item: ContextItem) -> str:
+    answer = item.metadata.get("answer")
+    if isinstance(answer, str):
+        return answer
+    text = item.content
+    for sep in ("\nA:", "→ user:"):
+        if sep in text:
+            return text.split(sep, 1)[1]
+    return text
+
+
+def _settings(text: str) -> set[str]:
+    return set(_SETTING.findall(text))
+
+
+def _final(item: ContextItem) -> bool:
+    """The loop's own record that the run finished or failed: never a choice to replace."""
+    return item.content.startswith(("done:", "failed:"))
+
+
+def short_line(item: ContextItem, limit: int = 90) -> str:
+    text = " / ".join(p.strip() for p in item.content.splitlines() if p.strip())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def find_superseded(items: Iterable[ContextItem]) -> list[Superseded]:
+    """Which decisions later ones replace and which constraints later statements lift.
+
+    A decision replaces an earlier one when it answers the same question again, sets a
+    setting (``KEY=…``, ``KEY to …``) the earlier one set, or changes the plan ("instead",
+    "change of plan", "no longer", ...) and shares at least two topic words with it (the
+    earlier decision with the most is replaced). A statement that lifts a restriction
+    ("no longer", "you may now", ...) and shares two topic words with a constraint lifts
+    it. Each old item is replaced once, by the first later item that qualifies.
+    """
+    ordered = sorted(items, key=lambda i: i.seq)
+    current: list[ContextItem] = []
+    constraints: list[ContextItem] = []
+    out: list[Superseded] = []
+    for item in ordered:
+        if item.kind == "constraint" and not item.pinned:
+            constraints.append(item)
+            continue
+        if item.kind != "decision" or item.pinned or _final(item):
+            continue
+        answer = _answer(item)
+        if lifts(answer):
+            words = _words(answer)
+            lifted = max(constraints, key=lambda c: len(words & _words(c.content)), default=None)
+            if lifted is not None and len(words & _words(lifted.content)) >= 2:
+                constraints.remove(lifted)
+                out.append(Superseded(old_id=lifted.id, new_id=item.id, kind="constraint",
+                                      line=f"lifted: {short_line(lifted)} → {short_line(item, 70)}"))  # fmt: skip
+        old = _replaced(item, answer, current)
+        if old is not None:
+            current.remove(old)
+            out.append(Superseded(old_id=old.id, new_id=item.id, kind="decision",
+                                  line=f"{short_line(old)} → now: {short_line(item, 70)}"))  # fmt: skip
+        current.append(item)
+    return out
+
+
+def _replaced(item: ContextItem, answer: str, current: Sequence[ContextItem]) -> ContextItem | None:
+    asked = _question(item)
+    if asked:
+        same = [c for c in current if _question(c) == asked]
+        if same:
+            return same[-1]
+    settings = _settings(answer)
+    if settings:
+        same = [c for c in current if settings & _settings(_answer(c))]
+        if same:
+            return same[-1]
+    if not changes_plan(answer) and not changes_plan(item.content):
+        return None
+    words = _words(item.content)
+    best, score = None, 0
+    for c in current:  # the most shared topic words; the newest on a tie
+        shared = len(words & _words(c.content))
+        if shared >= 2 and shared >= score:
+            best, score = c, shared
+    return best
