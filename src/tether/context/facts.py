@@ -400,11 +400,13 @@ def find_resolutions(ops: Sequence[tuple[str, OperationFacts]]) -> list[Resoluti
         failed = ops[start][1]
         fixes = [f.command for _, f in ops[start + 1 : index] if f.command and not f.failed]
         issue = (
-            failed.errors[0] if failed.errors else f"`{_clip(failed.command, 80)}` exited {failed.exit_code}"
+            failed.errors[0]
+            if failed.errors
+            else f"`{shorten_command(failed.command, 80)}` exited {failed.exit_code}"
         )
-        how = "; ".join(f"`{_clip(c, 100)}`" for c in fixes) if fixes else "a retry"
+        how = "; ".join(f"`{shorten_command(c, 160)}`" for c in fixes[-3:]) if fixes else "a retry"
         ids = tuple(u for u, _ in ops[start : index + 1])
-        out.append(Resolution(issue=_clip(issue, 160), resolution=how, unit_ids=ids))
+        out.append(Resolution(issue=_clip_middle(issue, 160), resolution=how, unit_ids=ids))
     return out
 
 
