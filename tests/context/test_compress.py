@@ -183,7 +183,7 @@ def test_phase_compression_folds_a_finished_phase() -> None:
     decisions = [i for i in w if i.kind == "decision" and i.phase == "phase-1"]
     result = w.compress_phase("phase-1", status="done")
     paragraph = w.get("phase-summary:phase-1")
-    assert paragraph is not None and paragraph.content.startswith("Phase phase-1 (done, 20 operations)")
+    assert paragraph is not None and paragraph.content.startswith("✅ phase phase-1 (20 items)")
     assert "log-00000" in paragraph.content and paragraph.metadata["artifacts"] == ["log-00000"]
     assert all(w.get(d.id) == d for d in decisions)
     assert not any(i.phase == "phase-1" and i.kind == "tool_result" for i in w)

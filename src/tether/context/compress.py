@@ -49,6 +49,7 @@ __all__ = [
     "compress",
     "compress_async",
     "compress_phase",
+    "PHASE_PREFIX",
     "fit",
     "group_units",
     "one_line",
@@ -175,6 +176,8 @@ class _Plan:
     constraints: list[ContextItem] = field(default_factory=list)
     superseded: list[str] = field(default_factory=list)
     """One short line per decision replaced or constraint lifted, newest last (capped)."""
+    phases: list[str] = field(default_factory=list)
+    """One line per finished phase, oldest first (from phase compressions)."""
     request: SummaryRequest | None = None
 
 
@@ -183,8 +186,11 @@ def _request(
 ) -> SummaryRequest:
     items = plan.items
     goal = next((i.content for i in items if i.kind == "goal"), "")
-    todos = [i for i in items if i.kind == "todo"]
+    todos = [i for i in items if i.kind == "todo" and not i.metadata.get("current")]
     pending = next((t for t in todos if not _todo_done(t)), None)
+    label = _todo_label(pending) if pending is not None else ""
+    title = str(pending.metadata.get("text", "")) if pending is not None else ""
+    in_progress = f"⏳ phase {label} – {_clip(title, 120)}: in progress" if label and title else ""
     states = [i for i in items if i.kind == "state"]
     errors = [i for i in items if i.kind == "error" and i.id in plan.keep_ids]
     current = [_clip(_first_line(s.content), 200) for s in states[-1:]]
@@ -207,7 +213,10 @@ def _request(
         completed=tuple(lines),
         current_state=tuple(current),
         decisions=tuple(_flat(i.content, 200) for i in plan.decisions),
-        next_step=_clip(_first_line(pending.content), 200) if pending else "",
+        next_step=(f"TODO #{label}: {_clip(title, 200)}" if label and title else
+                   _clip(_first_line(pending.content), 200) if pending else ""),
+        phases=tuple(plan.phases),
+        in_progress=in_progress,
         constraints=tuple(_flat(i.content, 240) for i in plan.constraints),
         superseded=tuple(plan.superseded),
         resolved=tuple(plan.resolutions),
@@ -216,6 +225,11 @@ def _request(
         archive_id=archive_id,
         max_tokens=max_tokens,
     )
+
+
+def _todo_label(todo: ContextItem) -> str:
+    number = todo.metadata.get("number")
+    return todo.phase or ("" if number is None else str(number))
 
 
 def _flat(text: str, limit: int) -> str:
@@ -280,18 +294,25 @@ def _plan(
 
     ops: list[Unit] = []
     seen: set[tuple[tuple[str, str], ...]] = set()
-    latest_state = max((i.seq for i in items if i.kind == "state"), default=-1)
+    # the latest working-layer state is current; session-layer states are standing context
+    latest_state = max((i.seq for i in items if i.kind == "state" and i.layer is not Layer.SESSION), default=-1)
     protected = [_protected(u) for u in units]
     last_op_seq = max(
         (u[-1].seq for u, p in zip(units, protected, strict=True) if u[0].kind in _OPERATION_KINDS and not p),
         default=-1,
     )
     # newest first, so the last copy of a repeat survives
+    finished: list[ContextItem] = []
     for unit, prot in zip(reversed(units), reversed(protected), strict=True):
         key = tuple((i.kind, i.content) for i in unit)
-        if prot or (before_seq is not None and unit[-1].seq > before_seq):
+        if unit[0].id.startswith(PHASE_PREFIX) and not prot:  # a finished phase's line joins the summary
+            finished.append(unit[0])
+            plan.dropped.append(unit[0].id)
+        elif prot or (before_seq is not None and unit[-1].seq > before_seq):
             plan.keep_ids.update(i.id for i in unit)
-        elif key in seen or (unit[0].kind == "state" and unit[0].seq != latest_state):
+        elif key in seen or (
+            unit[0].kind == "state" and unit[0].layer is not Layer.SESSION and unit[0].seq != latest_state
+        ):
             plan.dropped.extend(i.id for i in unit)
         elif unit[0].kind == "query_result":
             if unit[0].seq > last_op_seq:  # the current, not yet used result
@@ -304,6 +325,8 @@ def _plan(
             plan.keep_ids.update(i.id for i in unit)
         seen.add(key)
     ops.reverse()
+    plan.phases = [str(x) for x in previous.metadata.get("phases", [])] if previous is not None else []
+    plan.phases += [i.content for i in sorted(finished, key=lambda i: i.seq)]
 
     # The working layer's own budget: what stays in detail there fits under its share.
     working_cap = round(working_budget * target_ratio) if working_budget is not None else None
@@ -414,7 +437,7 @@ def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None
     kept = [i for i in plan.items if i.id in plan.keep_ids and i.id not in replaced] + plan.notes
     summary_id: str | None = None
     assert plan.request is not None
-    if plan.request.completed or plan.history or plan.fold or plan.carried:
+    if plan.request.completed or plan.history or plan.fold or plan.carried or plan.phases:
         summary = counter.counted(
             ContextItem(
                 id=SUMMARY_ID,
@@ -429,6 +452,7 @@ def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None
                     "facts": plan.fields,
                     "history": plan.history,
                     "superseded": plan.superseded,
+                    "phases": plan.phases,
                 },
             )
         )
@@ -538,6 +562,10 @@ async def compress_async(
     return _finish(plan, text, counter, archive_id)
 
 
+PHASE_PREFIX = "phase-summary:"
+"""Ids of phase paragraphs; the next compression moves them into the rolling summary."""
+
+
 def compress_phase(
     items: Sequence[ContextItem],
     phase: str,
@@ -545,42 +573,45 @@ def compress_phase(
     counter: ItemCounter,
     status: str = "done",
     summarizer: Summarizer | None = None,
+    title: str = "",
+    facts: FactCache | None = None,
 ) -> CompressionResult:
-    """Fold a finished phase into one paragraph with its status and artefact ids.
+    """Fold a finished phase into one line: its status, item count and artefact ids.
 
-    Protected items of the phase (decisions, TODOs, pinned) stay as they are.
+    ``✅ phase 2 – Build the image (14 items): artefacts reg/app:1.4; config K=V; fixed …``.
+    The phase's configurations, artefacts and resolved issues are read like a standard
+    compression reads them, so the line keeps the values a later phase needs. Protected
+    items of the phase (decisions, TODOs, constraints, pinned) stay as they are.
     """
     items = [counter.counted(i) for i in items]
     before = counter.total(items)
-    summary_id = f"phase-summary:{phase}"
+    summary_id = f"{PHASE_PREFIX}{phase}"
     previous = next((i for i in items if i.id == summary_id), None)
-    lines = [str(x) for x in previous.metadata.get("completed", [])] if previous else []
-    artifacts = [str(x) for x in previous.metadata.get("artifacts", [])] if previous else []
-    folded: list[str] = []
-    for unit in group_units(i for i in items if i is not previous):
-        if _protected(unit) or any(i.phase != phase for i in unit):
-            continue
-        folded.extend(i.id for i in unit)
-        if unit[0].kind in _OPERATION_KINDS:
-            lines.append(one_line(unit, max_chars=120).removeprefix(f"[{phase}] "))
-        for item in unit:
-            found = item.metadata.get("artifacts") or []
-            single = item.metadata.get("artifact_id")
-            for art in [*([single] if single else []), *found]:
-                if str(art) not in artifacts:
-                    artifacts.append(str(art))
-    if not folded:
+    count = int(previous.metadata.get("items", 0)) if previous else 0
+    units = group_units(i for i in items if i is not previous)
+    fold = [u for u in units if not _protected(u) and all(i.phase == phase for i in u) and u[0].id != SUMMARY_ID]
+    if not fold:
         return CompressionResult(items=tuple(items), level="phase", before_tokens=before, after_tokens=before)
+    prev_fields = previous.metadata.get("facts") if previous else None
+    d = distill(fold, units, items, previous=prev_fields, line_chars=_LINE_CHARS["standard"], cache=facts)
+    count += sum(1 for u in fold if u[0].kind in _OPERATION_KINDS)
+    artifacts = list(previous.metadata.get("artifacts", [])) if previous else []
+    stored = [str(i.metadata["artifact_id"]) for u in fold for i in u if i.metadata.get("artifact_id")]
+    artifacts += [a for a in [*d.fields.get("artifacts", []), *stored] if a not in artifacts]
     request = SummaryRequest(
         level="phase",
         phase=phase,
         status=status,
-        completed=tuple(lines),
+        goal=title,
+        completed=tuple(d.lines.get(u[0].id, "") for u in fold if d.lines.get(u[0].id)),
         artifacts=tuple(artifacts),
+        configurations=tuple(f"{k}={v}" for k, v in (d.fields.get("configurations") or {}).items()),
+        resolved=tuple(d.resolutions),
+        current_state=(f"{count} items",),
     )
     text = (summarizer or StructuredSummarizer()).summarize(request)
-    gone = set(folded)
-    seq = previous.seq if previous else min(i.seq for i in items if i.id in gone)
+    gone = {i.id for u in fold for i in u} | ({previous.id} if previous else set())
+    seq = previous.seq if previous else min(i.seq for u in fold for i in u)
     paragraph = counter.counted(
         ContextItem(
             id=summary_id,
@@ -589,17 +620,18 @@ def compress_phase(
             layer=Layer.SESSION,
             phase=phase,
             seq=seq,
-            metadata={"status": status, "artifacts": artifacts, "completed": lines},
+            metadata={"status": status, "items": count, "artifacts": artifacts, "facts": d.fields},
         )
     )
-    kept = [i for i in items if i.id not in gone and i is not previous] + [paragraph]
+    replaced = {n.id for n in d.notes}
+    kept = [i for i in items if i.id not in gone and i.id not in replaced] + list(d.notes) + [paragraph]
     kept.sort(key=lambda i: (i.layer, i.seq))
     return CompressionResult(
         items=tuple(kept),
         level="phase",
         before_tokens=before,
         after_tokens=counter.total(kept),
-        summarized_ids=tuple(folded),
+        summarized_ids=tuple(i.id for u in fold for i in u),
         summary_id=summary_id,
     )
 

@@ -101,6 +101,8 @@ class ContextPolicy:
         session layer's share, the operations kept in detail into the working layer's).
         """
         events: list[ContextEvent] = []
+        for phase in window.phases_done() if self.phase_compression else ():
+            events += self.on_phase_end(window, phase)
         usage = window.usage()  # the thresholds see the window the model would get
         level = None
         for ev in self.monitor.observe(usage):
