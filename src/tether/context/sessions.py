@@ -410,7 +410,7 @@ def generate_session(kind: SessionKind, *, seed: int = 0, operations: int = 3000
                 g.failure(False)
             else:
                 g.routine()
-        if g.ops and (len(g.ops)) // per_phase > g.phase and g.phase < len(steps):
+        if g.ops and len(g.ops) // per_phase > g.phase and g.phase < len(steps) - 1:
             last = g.ops[-1]
             g.ops[-1] = replace(last, done=steps[g.phase])
     full_goal = f"{goal}\nPlan:\n{plan_text}"
