@@ -277,6 +277,7 @@ def merge_fields(
     earlier = {k: list(v) for k, v in (prev.get("config_history") or {}).items()}
     artifacts = list(prev.get("artifacts") or [])
     environment = list(prev.get("environment") or [])
+    seen_artifacts, seen_environment = set(artifacts), set(environment)
     issues = [dict(i) for i in prev.get("issues_resolved") or []]
     for facts in ops:
         for key, value in facts.configurations.items():
@@ -284,8 +285,14 @@ def merge_fields(
             if old is not None and old != value:  # the latest value wins; the history is one line
                 earlier[key] = [v for v in earlier.get(key, []) if v != value and v != old][-2:] + [old]
             configs[key] = value
-        artifacts += [a for a in facts.artifacts if a not in artifacts]
-        environment += [e for e in facts.environment if e not in environment]
+        for a in facts.artifacts:
+            if a not in seen_artifacts:
+                seen_artifacts.add(a)
+                artifacts.append(a)
+        for e in facts.environment:
+            if e not in seen_environment:
+                seen_environment.add(e)
+                environment.append(e)
     issues += [r.to_dict() for r in resolved if r.to_dict() not in issues]
     current = dict(list(configs.items())[-CAPS["configurations"] :])
     return {

@@ -10,6 +10,7 @@ no later compression drops them. Everything here is pattern-based and determinis
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -84,9 +85,15 @@ def is_step_line(line: str) -> bool:
     return bool(_CHECKBOX.match(line) or _NUMBERED.match(line) or _TODO.match(line))
 
 
+_PROGRESS_WORDS = ("[", "done", "complet", "finish", "✓", "✅")
+
+
 def status_updates(text: str) -> list[StatusUpdate]:
     """Progress a message reports on earlier plan items."""
     out: list[StatusUpdate] = []
+    low = text.lower()
+    if not any(w in low for w in _PROGRESS_WORDS):
+        return out
     for line in text.splitlines():
         box = _CHECKBOX.match(line)
         if box and box.group(1) != " ":
@@ -100,6 +107,7 @@ def status_updates(text: str) -> list[StatusUpdate]:
     return out
 
 
+@functools.lru_cache(maxsize=16_384)
 def normalise(text: str) -> str:
     return re.sub(r"[\W_]+", " ", text).strip().lower()
 

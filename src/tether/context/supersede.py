@@ -94,6 +94,22 @@ def short_line(item: ContextItem, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+@dataclass(slots=True)
+class _Seen:
+    """What a decision says, read once: its question, answer, settings and topic words."""
+
+    item: ContextItem
+    question: str
+    answer: str
+    settings: set[str]
+    words: set[str]
+
+
+def _seen(item: ContextItem) -> _Seen:
+    answer = _answer(item)
+    return _Seen(item, _question(item), answer, _settings(answer), _words(item.content))
+
+
 def find_superseded(items: Iterable[ContextItem]) -> list[Superseded]:
     """Which decisions later ones replace and which constraints later statements lift.
 
@@ -105,49 +121,46 @@ def find_superseded(items: Iterable[ContextItem]) -> list[Superseded]:
     it. Each old item is replaced once, by the first later item that qualifies.
     """
     ordered = sorted(items, key=lambda i: i.seq)
-    current: list[ContextItem] = []
-    constraints: list[ContextItem] = []
+    current: list[_Seen] = []
+    constraints: list[tuple[ContextItem, set[str]]] = []
     out: list[Superseded] = []
     for item in ordered:
         if item.kind == "constraint" and not item.pinned:
-            constraints.append(item)
+            constraints.append((item, _words(item.content)))
             continue
         if item.kind != "decision" or item.pinned or _final(item):
             continue
-        answer = _answer(item)
-        if lifts(answer):
-            words = _words(answer)
-            lifted = max(constraints, key=lambda c: len(words & _words(c.content)), default=None)
-            if lifted is not None and len(words & _words(lifted.content)) >= 2:
-                constraints.remove(lifted)
-                out.append(Superseded(old_id=lifted.id, new_id=item.id, kind="constraint",
-                                      line=f"lifted: {short_line(lifted)} → {short_line(item, 70)}"))  # fmt: skip
-        old = _replaced(item, answer, current)
+        seen = _seen(item)
+        if constraints and lifts(seen.answer):
+            words = _words(seen.answer)
+            best = max(constraints, key=lambda c: len(words & c[1]))
+            if len(words & best[1]) >= 2:
+                constraints.remove(best)
+                out.append(Superseded(old_id=best[0].id, new_id=item.id, kind="constraint",
+                                      line=f"lifted: {short_line(best[0])} → {short_line(item, 70)}"))  # fmt: skip
+        old = _replaced(seen, current)
         if old is not None:
             current.remove(old)
-            out.append(Superseded(old_id=old.id, new_id=item.id, kind="decision",
-                                  line=f"{short_line(old)} → now: {short_line(item, 70)}"))  # fmt: skip
-        current.append(item)
+            out.append(Superseded(old_id=old.item.id, new_id=item.id, kind="decision",
+                                  line=f"{short_line(old.item)} → now: {short_line(item, 70)}"))  # fmt: skip
+        current.append(seen)
     return out
 
 
-def _replaced(item: ContextItem, answer: str, current: Sequence[ContextItem]) -> ContextItem | None:
-    asked = _question(item)
-    if asked:
-        same = [c for c in current if _question(c) == asked]
+def _replaced(new: _Seen, current: Sequence[_Seen]) -> _Seen | None:
+    if new.question:
+        same = [c for c in current if c.question == new.question]
         if same:
             return same[-1]
-    settings = _settings(answer)
-    if settings:
-        same = [c for c in current if settings & _settings(_answer(c))]
+    if new.settings:
+        same = [c for c in current if new.settings & c.settings]
         if same:
             return same[-1]
-    if not changes_plan(answer) and not changes_plan(item.content):
+    if not changes_plan(new.answer) and not changes_plan(new.item.content):
         return None
-    words = _words(item.content)
     best, score = None, 0
     for c in current:  # the most shared topic words; the newest on a tie
-        shared = len(words & _words(c.content))
+        shared = len(new.words & c.words)
         if shared >= 2 and shared >= score:
             best, score = c, shared
     return best
