@@ -316,7 +316,9 @@ def worker() -> None:
     tok = TiktokenTokenizer()
     for line in sys.stdin:
         ops, level = int(line.split()[0]), line.split()[1]
-        tr = transcripts.get(ops) or transcripts.setdefault(ops, generate_agent_transcript(seed=14, operations=ops))
+        tr = transcripts.get(ops) or transcripts.setdefault(
+            ops, generate_agent_transcript(seed=14, operations=ops)
+        )
         w = ContextWindow("gpt-4", budget=10**7)
         for item in tr.items:  # message by message, as an agent adds them
             w.add(item)
@@ -376,8 +378,17 @@ def bench_compression(rep: Any, before: str, runs: int, rounds: int) -> None:
                                     recounts.append(w.last[2])
                                     tokens = w.last[0]
                     mine = median(times["tether"])
-                    rep.line(f"{size} ({tokens:,} tokens) {level}: tether", mine, "ms", note=f"best {min(times['tether']):.1f}")
-                    rep.line(f"{size} {level}: tether, CPU time of the compressing process", median(cpu["tether"]), "ms")
+                    rep.line(
+                        f"{size} ({tokens:,} tokens) {level}: tether",
+                        mine,
+                        "ms",
+                        note=f"best {min(times['tether']):.1f}",
+                    )
+                    rep.line(
+                        f"{size} {level}: tether, CPU time of the compressing process",
+                        median(cpu["tether"]),
+                        "ms",
+                    )
                     for name in workers:
                         if name != "tether":
                             rep.line(f"{size} {level}: {name}", median(times[name]), "ms")
@@ -393,7 +404,9 @@ def bench_compression(rep: Any, before: str, runs: int, rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="the compression section only, 1 run of 3 rounds")
+    parser.add_argument(
+        "--quick", action="store_true", help="the compression section only, 1 run of 3 rounds"
+    )
     parser.add_argument("--before", default="4cf2e41", help="the commit to compare with")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -403,7 +416,10 @@ def main() -> None:
     from harness import Report
 
     logging.getLogger("tether").setLevel(logging.ERROR)  # squeeze warnings are expected here
-    rep = Report("bench_context", "compression time at 50k and 150k tokens against an earlier commit; counting; retention")
+    rep = Report(
+        "bench_context",
+        "compression time at 50k and 150k tokens against an earlier commit; counting; retention",
+    )
     rep.section("Compression time (median of the rounds, worker processes interleaved)")
     bench_compression(rep, args.before, runs=1 if args.quick else 3, rounds=3 if args.quick else 7)
     if not args.quick:

@@ -214,7 +214,9 @@ def lc_session_text(items: list[ContextItem], budget: int, tok: TiktokenTokenize
 def lc_superseded(session: GeneratedSession, text: str) -> int:
     """Replaced decisions trim_messages keeps while it lost what replaced them."""
     old = [f for f in session.facts if f.category == "decision" and not f.current and f.kept_in(text)]
-    new = [f for f in session.facts if f.category == "decision" and f.current and "freeze" not in f.markers[0]]
+    new = [
+        f for f in session.facts if f.category == "decision" and f.current and "freeze" not in f.markers[0]
+    ]
     return len(old) if old and not all(f.kept_in(text) for f in new) else 0
 
 
@@ -233,7 +235,9 @@ def bench_sessions(rep: Any, operations: int) -> None:
                 result = w.compress(level)  # type: ignore[arg-type]
                 budget = w.usage().tokens
                 rows = {f"tether {level}": session.retention(w.render())}
-                wrong[f"tether {level}"] = wrong.get(f"tether {level}", 0) + len(session.superseded_as_current(w.items()))
+                wrong[f"tether {level}"] = wrong.get(f"tether {level}", 0) + len(
+                    session.superseded_as_current(w.items())
+                )
                 if HAVE_LANGCHAIN:
                     text = lc_session_text(items, budget, tok)
                     rows[f"trim_messages @{level}"] = session.retention(text)
@@ -258,10 +262,18 @@ def bench_sessions(rep: Any, operations: int) -> None:
     for level in ("standard", "deep"):
         col = scores[f"tether {level}"]
         must = min(min(col[c]) for c in MUST_SESSION)
-        rep.target(f"{level}: goal, constraints, TODO, current decisions (min)", must, goal=1.0, op=">=", unit="")
+        rep.target(
+            f"{level}: goal, constraints, TODO, current decisions (min)", must, goal=1.0, op=">=", unit=""
+        )
         for cat in (c for c in SESSION_CATEGORIES if c not in MUST_SESSION):
             rep.target(f"{level}: {cat} (min)", min(col[cat]), goal=FACT_FLOOR[level], op=">=", unit="")
-        rep.target(f"{level}: superseded decisions/settings as current", wrong[f"tether {level}"], goal=0, op="==", unit="")
+        rep.target(
+            f"{level}: superseded decisions/settings as current",
+            wrong[f"tether {level}"],
+            goal=0,
+            op="==",
+            unit="",
+        )
         if HAVE_LANGCHAIN:
             lc = scores[f"trim_messages @{level}"]
             rep.line(f"{level}: trim_messages must-keep (min)", min(min(lc[c]) for c in MUST_SESSION))
@@ -280,7 +292,9 @@ def main() -> None:
         return
     from harness import Report
 
-    rep = Report("bench_context_quality", "facts kept by compression on long generated sessions, beside trim_messages")
+    rep = Report(
+        "bench_context_quality", "facts kept by compression on long generated sessions, beside trim_messages"
+    )
     for _ in rep.runs(1):  # deterministic: one run says it all
         rep.section("Generated sessions: deployments, migrations, incident fixes")
         bench_sessions(rep, 600 if args.quick else 3000)

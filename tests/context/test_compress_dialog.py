@@ -36,12 +36,17 @@ def _flow() -> Workflow:
     def finish(sc: StepContext) -> dict[str, Any]:
         return {}
 
-    return Workflow([Step(id="fill", fn=_agent_window, pause_after=True), Step(id="finish", fn=finish)], name="agentctx")
+    return Workflow(
+        [Step(id="fill", fn=_agent_window, pause_after=True), Step(id="finish", fn=finish)], name="agentctx"
+    )
 
 
 async def test_phase_compression_previews_its_summary_then_applies(tmp_path: Any, browser: Any) -> None:  # noqa: F811
     sqlite_url = f"sqlite:///{tmp_path}/tether.db"
-    async with live(sqlite_url, workflows=[_flow()]) as (base, _app), httpx.AsyncClient(base_url=base, timeout=10) as client:
+    async with (
+        live(sqlite_url, workflows=[_flow()]) as (base, _app),
+        httpx.AsyncClient(base_url=base, timeout=10) as client,
+    ):
         rid = new_id("ui-phase")
         await client.post("/api/runs", json={"workflow": "agentctx", "runId": rid})
         await wait_status(client, rid, "PAUSED")

@@ -24,8 +24,12 @@ async def _run(tmp_path: Path, *, phase_compression: bool) -> tuple[dict[str, An
     for op in session.ops:
         if op.kind == "ask":
             queue.setdefault(op.question, []).append(op.answer)
-    model = ScriptedModel([*(op.action() for op in session.ops), {"action": "done", "message": "ok"}], usage=False)
-    config = LoopConfig(model_name="gpt-4", budget=60_000, max_iterations=80, phase_compression=phase_compression)
+    model = ScriptedModel(
+        [*(op.action() for op in session.ops), {"action": "done", "message": "ok"}], usage=False
+    )
+    config = LoopConfig(
+        model_name="gpt-4", budget=60_000, max_iterations=80, phase_compression=phase_compression
+    )
     async with open_store(f"sqlite:///{tmp_path}/agent.db") as store:
         loop = AgentLoop(model, LocalSession(cwd=tmp_path, env=env), store, config=config,
                          interaction=CallbackInteractionHandler(lambda r: queue[r.question].pop(0)))  # fmt: skip
@@ -47,7 +51,9 @@ async def test_layers_hold_the_plan_the_current_item_and_the_checkpoint(tmp_path
     assert current.content == f"#5 of 5: {session.plan[4]}"
     checkpoint = window.get("instant-checkpoint")
     assert checkpoint is not None and checkpoint.layer is Layer.INSTANT
-    assert checkpoint.content.startswith(f"version {len(session.ops)} saved after iteration {len(session.ops)}; last step: `")
+    assert checkpoint.content.startswith(
+        f"version {len(session.ops)} saved after iteration {len(session.ops)}; last step: `"
+    )
     # each finished phase was folded once into one line, kept in the summary's completed work
     events = [e["detail"] for e in runtime_state(state)["event_log"] if e["kind"] == "context_compressed"]
     assert [e["reason"] for e in events if e["level"] == "phase"] == [f"phase {k} ended" for k in range(1, 5)]

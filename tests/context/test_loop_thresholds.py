@@ -31,7 +31,9 @@ def _log_file(path: Path, lines: int = 20_000) -> Path:
     with path.open("w") as f:
         for k in range(1, lines + 1):
             w = rng.choice(_WORDS)
-            f.write(f"{k:05d} {w}-{rng.randrange(100, 999)} request path=/api/{w} status=200 ms={rng.randrange(1, 99)}\n")
+            f.write(
+                f"{k:05d} {w}-{rng.randrange(100, 999)} request path=/api/{w} status=200 ms={rng.randrange(1, 99)}\n"
+            )
     return path
 
 

@@ -73,7 +73,9 @@ def test_a_changed_setting_shows_its_newest_value_with_one_line_of_history() -> 
     summary = window.get(SUMMARY_ID)
     assert summary is not None
     configs = summary.content.split("[Configurations]")[1].split("\n[")[0]
-    new = next(f for f in session.facts if f.category == "config" and f.key.endswith("_WORKERS") and f.current)
+    new = next(
+        f for f in session.facts if f.category == "config" and f.key.endswith("_WORKERS") and f.current
+    )
     old = next(f for f in session.facts if f.key == new.key and not f.current)
     line = next(x for x in configs.splitlines() if x.startswith(f"- {new.key}="))
     assert line.startswith(f"- {new.markers[0]}") and old.markers[0].split("=")[1] in line  # "(earlier: ...)"
@@ -121,5 +123,9 @@ async def test_a_long_session_through_the_agent_loop(kind: str, tmp_path: Path) 
         assert kept[category][0] == kept[category][1], (category, kept[category])
     assert session.superseded_as_current(window.items()) == []
     # the newest value of each setting and the last failures with their fixes are there
-    late = [f for f in session.facts if f.category in ("fix", "config") and f.current and f.op > len(session.ops) - 60]
+    late = [
+        f
+        for f in session.facts
+        if f.category in ("fix", "config") and f.current and f.op > len(session.ops) - 60
+    ]
     assert late and all(f.kept_in(sent) for f in late), [f for f in late if not f.kept_in(sent)]

@@ -315,7 +315,9 @@ class PlanOrchestrator:
             if result.structured_outputs is not None:
                 ends = index == len(self.steps) or self.steps[index].category != plan_step.category
                 update["execution_summary"] = summary_update(
-                    plan_step, result.structured_outputs, phase_done=ends and self.base_config.phase_compression
+                    plan_step,
+                    result.structured_outputs,
+                    phase_done=ends and self.base_config.phase_compression,
                 )
             logger.info("plan step %d %s done", index, plan_step.name, extra={"run_id": sc.run_id})
             return update

@@ -93,8 +93,10 @@ def refresh_plan(window: ContextWindow) -> None:
         return
     number = int(current.metadata["number"])
     text = f"#{number} of {len(todos)}: {current.metadata['text']}"
-    window.upsert(new_item("todo", text, id="todo-current", layer=Layer.WORKING, phase=str(number),
-                           metadata={"current": True, "status": "in_progress", "number": number}))  # fmt: skip
+    meta = {"current": True, "status": "in_progress", "number": number}
+    window.upsert(
+        new_item("todo", text, id="todo-current", layer=Layer.WORKING, phase=str(number), metadata=meta)
+    )
     window.phase = str(number)
 
 

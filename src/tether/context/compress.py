@@ -27,13 +27,13 @@ from tether.context.distill import distill
 from tether.context.facts import FactCache
 from tether.context.items import ContextItem, ItemCounter, Layer
 from tether.context.session import bound_summary, paragraph_text
-from tether.context.supersede import find_superseded
 from tether.context.summarizer import (
     AsyncSummarizer,
     StructuredSummarizer,
     Summarizer,
     SummaryRequest,
 )
+from tether.context.supersede import find_superseded
 from tether.errors import BudgetExceeded
 
 logger = logging.getLogger(__name__)
@@ -213,8 +213,13 @@ def _request(
         completed=tuple(lines),
         current_state=tuple(current),
         decisions=tuple(_flat(i.content, 200) for i in plan.decisions),
-        next_step=(f"TODO #{label}: {_clip(title, 200)}" if label and title else
-                   _clip(_first_line(pending.content), 200) if pending else ""),
+        next_step=(
+            f"TODO #{label}: {_clip(title, 200)}"
+            if label and title
+            else _clip(_first_line(pending.content), 200)
+            if pending
+            else ""
+        ),
         phases=tuple(plan.phases),
         in_progress=in_progress,
         constraints=tuple(_flat(i.content, 240) for i in plan.constraints),
@@ -295,7 +300,9 @@ def _plan(
     ops: list[Unit] = []
     seen: set[tuple[tuple[str, str], ...]] = set()
     # the latest working-layer state is current; session-layer states are standing context
-    latest_state = max((i.seq for i in items if i.kind == "state" and i.layer is not Layer.SESSION), default=-1)
+    latest_state = max(
+        (i.seq for i in items if i.kind == "state" and i.layer is not Layer.SESSION), default=-1
+    )
     protected = [_protected(u) for u in units]
     last_op_seq = max(
         (u[-1].seq for u, p in zip(units, protected, strict=True) if u[0].kind in _OPERATION_KINDS and not p),
@@ -589,7 +596,9 @@ def compress_phase(
     previous = next((i for i in items if i.id == summary_id), None)
     count = int(previous.metadata.get("items", 0)) if previous else 0
     units = group_units(i for i in items if i is not previous)
-    fold = [u for u in units if not _protected(u) and all(i.phase == phase for i in u) and u[0].id != SUMMARY_ID]
+    fold = [
+        u for u in units if not _protected(u) and all(i.phase == phase for i in u) and u[0].id != SUMMARY_ID
+    ]
     if not fold:
         return CompressionResult(items=tuple(items), level="phase", before_tokens=before, after_tokens=before)
     prev_fields = previous.metadata.get("facts") if previous else None

@@ -192,8 +192,10 @@ def distill(
             if is_folded:
                 out.lines[head.id] = _message_line(head, line_chars)
             continue
-        if role == "user" and (changes_plan(head.content) or lifts(head.content)) and (
-            question is None or not is_folded
+        if (
+            role == "user"
+            and (changes_plan(head.content) or lifts(head.content))
+            and (question is None or not is_folded)
         ):
             notes.add(_statement(head))  # a changed plan or a lifted rule is a decision
             if is_folded:

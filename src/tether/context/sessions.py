@@ -42,7 +42,8 @@ __all__ = [
 SessionKind = Literal["deployment", "migration", "incident"]
 SESSION_KINDS: tuple[SessionKind, ...] = ("deployment", "migration", "incident")
 SESSION_CATEGORIES: tuple[str, ...] = (
-    "goal", "constraint", "todo", "decision", "config", "artifact", "fix", "failure", "port", "path", "version",
+    "goal", "constraint", "todo", "decision", "config", "artifact",
+    "fix", "failure", "port", "path", "version",
 )  # fmt: skip
 MUST_KEEP: frozenset[str] = frozenset({"goal", "constraint", "todo", "decision"})
 
@@ -65,7 +66,12 @@ class Op:
         """The agent's reply for this step, as a model would send it."""
         reason = f"Done: {self.done}" if self.done else f"phase {self.phase + 1}"
         if self.kind == "ask":
-            return {"action": "ask_user", "question": self.question, "input_type": "text", "reasoning": reason}
+            return {
+                "action": "ask_user",
+                "question": self.question,
+                "input_type": "text",
+                "reasoning": reason,
+            }
         return {"action": "execute", "command": self.command, "reasoning": reason}
 
 
@@ -92,7 +98,9 @@ class GeneratedSession:
     ops: tuple[Op, ...]
     facts: tuple[SessionFact, ...]
 
-    def items(self, *, output_tokens: int | None = None, tokenizer: Tokenizer | None = None) -> list[ContextItem]:
+    def items(
+        self, *, output_tokens: int | None = None, tokenizer: Tokenizer | None = None
+    ) -> list[ContextItem]:
         """The items an agent loop adds for this script, in order (system and goal first).
 
         With ``output_tokens``, each output is trimmed as the loop trims it (the full text
@@ -142,9 +150,12 @@ class GeneratedSession:
         for fact in self.facts:
             if fact.current:
                 continue
-            if fact.category == "decision" and fact.kept_in(decisions):
-                wrong.append(fact)
-            elif fact.category == "config" and re.search(rf"(?m)^- {re.escape(fact.markers[0])}(?:\s|$)", configs):
+            if (
+                fact.category == "decision"
+                and fact.kept_in(decisions)
+                or fact.category == "config"
+                and re.search(rf"(?m)^- {re.escape(fact.markers[0])}(?:\s|$)", configs)
+            ):
                 wrong.append(fact)
         return wrong
 
@@ -185,7 +196,8 @@ class _Gen:
     def uid(self) -> str:
         while True:
             r = self.rng
-            v = f"{r.choice(_LETTERS)}{r.randrange(10)}{r.choice(_LETTERS)}{r.randrange(10)}{r.choice(_LETTERS)}"
+            a, b, c = (r.choice(_LETTERS) for _ in range(3))
+            v = f"{a}{r.randrange(10)}{b}{r.randrange(10)}{c}"
             if v not in self.used:
                 self.used.add(v)
                 return v
@@ -204,8 +216,12 @@ class _Gen:
         r = self.rng
         return [
             r.choice(_NOISE).format(
-                n=r.randrange(1, 60), k=r.randrange(10, 999), s=round(r.uniform(0.1, 9.9), 1),
-                p=r.randrange(1, 100), w=r.choice(_WORDS), d=r.choice(("Mar", "Apr", "May")),
+                n=r.randrange(1, 60),
+                k=r.randrange(10, 999),
+                s=round(r.uniform(0.1, 9.9), 1),
+                p=r.randrange(1, 100),
+                w=r.choice(_WORDS),
+                d=r.choice(("Mar", "Apr", "May")),
                 v=f"{r.randrange(1, 9)}.{r.randrange(0, 20)}.{r.randrange(0, 9)}",
             )  # fmt: skip
             for _ in range(n)
@@ -225,8 +241,12 @@ class _Gen:
         self.ops.append(Op(kind="ask", phase=self.phase, question=question, answer=answer))
         return len(self.ops) - 1
 
-    def fact(self, category: str, markers: Iterable[str], op: int, *, current: bool = True, key: str = "") -> None:
-        self.facts.append(SessionFact(category=category, markers=tuple(markers), op=op, current=current, key=key))
+    def fact(
+        self, category: str, markers: Iterable[str], op: int, *, current: bool = True, key: str = ""
+    ) -> None:
+        self.facts.append(
+            SessionFact(category=category, markers=tuple(markers), op=op, current=current, key=key)
+        )
 
     # -- operations with one planted fact each ----------------------------------------
     def config_sed(self) -> None:
@@ -258,14 +278,21 @@ class _Gen:
 
     def port_listening(self, long: bool) -> None:
         port = self.port()
-        line = self.rng.choice((f"{self.service}-api listening on :{port}", f"server listening on 0.0.0.0:{port}"))
-        out = self.log(["Active: active (running) since Tue 2026-03-03", line], lines=(400, 700) if long else (4, 12))
+        line = self.rng.choice(
+            (f"{self.service}-api listening on :{port}", f"server listening on 0.0.0.0:{port}")
+        )
+        out = self.log(
+            ["Active: active (running) since Tue 2026-03-03", line], lines=(400, 700) if long else (4, 12)
+        )
         op = self.run(f"systemctl restart {self.service}-api && journalctl -u {self.service}-api -n 800", out)
         self.fact("port", [f":{port}"], op)
 
     def version(self) -> None:
         ver = f"{self.rng.randrange(10, 17)}.{self.rng.randrange(1, 9)}-{self.uid()}"
-        op = self.run("psql -At -c 'select version()'", self.log([f"PostgreSQL {ver} on x86_64-pc-linux-gnu, server version {ver}"], lines=(1, 3)))
+        op = self.run(
+            "psql -At -c 'select version()'",
+            self.log([f"PostgreSQL {ver} on x86_64-pc-linux-gnu, server version {ver}"], lines=(1, 3)),
+        )
         self.fact("version", [ver], op)
 
     def failure(self, long: bool) -> None:
@@ -273,19 +300,31 @@ class _Gen:
         role = f"{self.service}_migrator_{self.uid()}"
         a, b = self.uid(), self.port()
         cases = (
-            (f"python -m {self.service}.migrate", f"KeyError: '{a.upper()}_REDIS_URL'",
-             f"{self.service}ctl env set {a.upper()}_REDIS_URL=redis://cache-{self.uid()}:6379/0"),
-            ("docker compose up -d",
-             f"Error response from daemon: Bind for 0.0.0.0:{b} failed: port is already allocated",
-             f"systemctl stop legacy-{self.uid()}.service"),
-            (f"psql -h db-{a}.internal -d {self.service} -f migrations/0042_ledger.sql",
-             f"ERROR:  permission denied for schema {self.service}_{a}",
-             f"psql -h db-{a}.internal -d {self.service} -c 'GRANT USAGE, CREATE ON SCHEMA {self.service}_{a} TO {role}'"),
+            (
+                f"python -m {self.service}.migrate",
+                f"KeyError: '{a.upper()}_REDIS_URL'",
+                f"{self.service}ctl env set {a.upper()}_REDIS_URL=redis://cache-{self.uid()}:6379/0",
+            ),
+            (
+                "docker compose up -d",
+                f"Error response from daemon: Bind for 0.0.0.0:{b} failed: port is already allocated",
+                f"systemctl stop legacy-{self.uid()}.service",
+            ),
+            (
+                f"psql -h db-{a}.internal -d {self.service} -f migrations/0042_ledger.sql",
+                f"ERROR:  permission denied for schema {self.service}_{a}",
+                f"psql -h db-{a}.internal -d {self.service} "
+                f"-c 'GRANT USAGE, CREATE ON SCHEMA {self.service}_{a} TO {role}'",
+            ),
         )
         command, error, fix = r.choice(cases)
         lines = (400, 700) if long else (4, 12)
         op = self.run(command, self.log([error], lines=lines), exit_code=1)
-        marker = error.split("'")[1] if "KeyError" in error else (f":{b}" if "Bind" in error else f"{self.service}_{a}")
+        marker = (
+            error.split("'")[1]
+            if "KeyError" in error
+            else (f":{b}" if "Bind" in error else f"{self.service}_{a}")
+        )
         self.fact("failure", [marker], op)
         fix_marker = fix.rsplit(" ", 1)[1].strip("'") if "GRANT" in fix else fix.split()[-1].strip("'")
         if "env set" in fix:
@@ -297,7 +336,8 @@ class _Gen:
     def routine(self) -> None:
         r = self.rng
         command = r.choice((
-            f"curl -fsS http://127.0.0.1:8080/{self.service}/health", "df -h /srv", f"ls -la /srv/{self.service}",
+            f"curl -fsS http://127.0.0.1:8080/{self.service}/health", "df -h /srv",
+            f"ls -la /srv/{self.service}",
             f"git -C /srv/{self.service} status --short", "docker ps --format '{{.Names}}'",
             f"kubectl -n {self.service} get pods", "uptime",
         ))  # fmt: skip
@@ -324,7 +364,9 @@ def _plan_for(kind: SessionKind, g: _Gen) -> tuple[str, list[str]]:
     return goal, steps
 
 
-def generate_session(kind: SessionKind, *, seed: int = 0, operations: int = 3000, long_every: int = 40) -> GeneratedSession:
+def generate_session(
+    kind: SessionKind, *, seed: int = 0, operations: int = 3000, long_every: int = 40
+) -> GeneratedSession:
     """A deterministic session of about ``operations`` steps; one in ``long_every`` outputs
     is a long log (several hundred lines) with its fact in the middle."""
     rng = random.Random(f"{kind}-{seed}")
@@ -353,8 +395,8 @@ def generate_session(kind: SessionKind, *, seed: int = 0, operations: int = 3000
             g.fact("decision", [old_cache], op, current=False)
         elif not new_cache and stage > 0.30:
             new_cache = f"valkey 8.0 on port {g.port()}"
-            op = g.ask(f"Anything to change before I set up the {g.service} session cache?",
-                       f"Change of plan: use {new_cache} instead of redis for the {g.service} session cache.")  # fmt: skip
+            change = f"Change of plan: use {new_cache} instead of redis for the {g.service} session cache."
+            op = g.ask(f"Anything to change before I set up the {g.service} session cache?", change)
             g.fact("decision", [new_cache], op)
         elif not old_region and stage > 0.10:
             old_region = f"eu-west-{g.uid()}"
@@ -377,8 +419,8 @@ def generate_session(kind: SessionKind, *, seed: int = 0, operations: int = 3000
             op = g.ask("Anything else I must respect?", f"Do not delete the {keep} bucket.")
             g.fact("constraint", [keep], op)
         elif rule_op >= 0 and rule_host and stage > 0.70:
-            op = g.ask(f"May I restart {rule_host} now?",
-                       f"Yes, the freeze is lifted: you may now restart the shared cluster {rule_host}.")  # fmt: skip
+            lift = f"Yes, the freeze is lifted: you may now restart the shared cluster {rule_host}."
+            op = g.ask(f"May I restart {rule_host} now?", lift)
             g.fact("decision", ["freeze is lifted", rule_host], op)
             rule_host = ""
         elif not workers_old and stage > 0.15:
@@ -414,4 +456,6 @@ def generate_session(kind: SessionKind, *, seed: int = 0, operations: int = 3000
             last = g.ops[-1]
             g.ops[-1] = replace(last, done=steps[g.phase])
     full_goal = f"{goal}\nPlan:\n{plan_text}"
-    return GeneratedSession(kind=kind, goal=full_goal, plan=tuple(steps), ops=tuple(g.ops), facts=tuple(g.facts))
+    return GeneratedSession(
+        kind=kind, goal=full_goal, plan=tuple(steps), ops=tuple(g.ops), facts=tuple(g.facts)
+    )

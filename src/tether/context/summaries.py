@@ -213,7 +213,11 @@ def fold_phase(actions: tuple[str, ...], category: str, artifacts: tuple[str, ..
         return actions
     shown = ", ".join(list(dict.fromkeys(artifacts))[-5:])
     last = actions[mine[-1]].removeprefix(label)
-    line = f"✅ phase {category} ({len(mine)} items)" + (f": artefacts {shown}" if shown else "") + f"; last: {last}"
+    line = (
+        f"✅ phase {category} ({len(mine)} items)"
+        + (f": artefacts {shown}" if shown else "")
+        + f"; last: {last}"
+    )
     return tuple(line if k == mine[0] else a for k, a in enumerate(actions) if k == mine[0] or k not in mine)
 
 

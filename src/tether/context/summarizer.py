@@ -95,7 +95,14 @@ class StructuredSummarizer:
             "[Goal]",
             request.goal or "(not recorded)",
             "[Completed work]",
-            *_bullets([*request.phases, *request.history, *([request.in_progress] if request.in_progress else []), *request.completed]),
+            *_bullets(
+                [
+                    *request.phases,
+                    *request.history,
+                    *([request.in_progress] if request.in_progress else []),
+                    *request.completed,
+                ]
+            ),
             "[Current state]",
             *_bullets(request.current_state),
             "[Key decisions]",

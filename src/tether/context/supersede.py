@@ -28,11 +28,102 @@ _CHANGE = re.compile(
 _SETTING = re.compile(r"\b([A-Z][A-Z0-9_]{2,})\s*(?:=|\bto\b|\bis now\b|\bvalue\b)\s*\S")
 _QUESTION = re.compile(r"^(?:Q:\s*)?(.+?\?)")
 _STOP = frozenset(
-    """the a an and or of to for on in at by with use using used should would will be is are was
-    were it this that these those we i you they our your my me us please now then than instead
-    change plan no longer rather switch not any more from actually which what do does did can
-    could let lets go ok okay yes user answer q a done failed default confirmed agreed keep all
-    also just need want only get set make sure there here about after before into over under""".split()
+    [
+        "a",
+        "about",
+        "actually",
+        "after",
+        "agreed",
+        "all",
+        "also",
+        "an",
+        "and",
+        "answer",
+        "any",
+        "are",
+        "at",
+        "be",
+        "before",
+        "by",
+        "can",
+        "change",
+        "confirmed",
+        "could",
+        "default",
+        "did",
+        "do",
+        "does",
+        "done",
+        "failed",
+        "for",
+        "from",
+        "get",
+        "go",
+        "here",
+        "i",
+        "in",
+        "instead",
+        "into",
+        "is",
+        "it",
+        "just",
+        "keep",
+        "let",
+        "lets",
+        "longer",
+        "make",
+        "me",
+        "more",
+        "my",
+        "need",
+        "no",
+        "not",
+        "now",
+        "of",
+        "ok",
+        "okay",
+        "on",
+        "only",
+        "or",
+        "our",
+        "over",
+        "plan",
+        "please",
+        "q",
+        "rather",
+        "set",
+        "should",
+        "sure",
+        "switch",
+        "than",
+        "that",
+        "the",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "to",
+        "under",
+        "us",
+        "use",
+        "used",
+        "user",
+        "using",
+        "want",
+        "was",
+        "we",
+        "were",
+        "what",
+        "which",
+        "will",
+        "with",
+        "would",
+        "yes",
+        "you",
+        "your",
+    ]
 )
 _ASKED = re.compile(r"(?s)^(?:Q:\s*)?(.*?\?)\s*(?:\n\s*A:|→ user:)")
 
@@ -136,13 +227,13 @@ def find_superseded(items: Iterable[ContextItem]) -> list[Superseded]:
             best = max(constraints, key=lambda c: len(words & c[1]))
             if len(words & best[1]) >= 2:
                 constraints.remove(best)
-                out.append(Superseded(old_id=best[0].id, new_id=item.id, kind="constraint",
-                                      line=f"lifted: {short_line(best[0])} → {short_line(item, 70)}"))  # fmt: skip
+                line = f"lifted: {short_line(best[0])} → {short_line(item, 70)}"
+                out.append(Superseded(old_id=best[0].id, new_id=item.id, kind="constraint", line=line))
         old = _replaced(seen, current)
         if old is not None:
             current.remove(old)
-            out.append(Superseded(old_id=old.item.id, new_id=item.id, kind="decision",
-                                  line=f"{short_line(old.item)} → now: {short_line(item, 70)}"))  # fmt: skip
+            line = f"{short_line(old.item)} → now: {short_line(item, 70)}"
+            out.append(Superseded(old_id=old.item.id, new_id=item.id, kind="decision", line=line))
         current.append(seen)
     return out
 

@@ -71,8 +71,8 @@ def trim_output(
     aid = store.put(text, kind=kind)
     marker_cost = tokenizer.count(_MARKER.format(cut=total, lines=text.count("\n"), aid=aid))
     room = max(max_tokens - marker_cost - 2, 0)
-    kept = _fact_block(text, int(room * _FACT_SHARE), tokenizer)
-    room -= tokenizer.count(kept) + 1 if kept else 0
+    block = _fact_block(text, int(room * _FACT_SHARE), tokenizer)
+    room -= tokenizer.count(block) + 1 if block else 0
     per_token = len(text) / total
     head = _prefix_within(text, int(room * head_share), tokenizer, per_token)
     tail_budget = room - tokenizer.count(head)
@@ -81,12 +81,12 @@ def trim_output(
     while tail and tokenizer.count(tail) > tail_budget:  # reversal can change the split
         tail = tail[len(tail) // 10 + 1 :]
     middle = text[len(head) : len(text) - len(tail)]
-    if kept:  # only the fact lines the head and tail do not already show
-        shown = [ln for ln in kept.splitlines()[1:] if ln in middle]
-        kept = _KEPT + "\n".join(shown) + "\n" if shown else ""
+    if block:  # only the fact lines the head and tail do not already show
+        shown = [ln for ln in block.splitlines()[1:] if ln in middle]
+        block = _KEPT + "\n".join(shown) + "\n" if shown else ""
     cut_tokens = max(total - tokenizer.count(head) - tokenizer.count(tail), 0)
     marker = _MARKER.format(cut=cut_tokens, lines=middle.count("\n"), aid=aid)
-    preview = head + marker + kept + tail
+    preview = head + marker + block + tail
     kept = tokenizer.count(preview)
     logger.info("tool output trimmed: %d -> %d tokens, full text in %s", total, kept, aid)
     return TrimmedOutput(text=preview, trimmed=True, original_tokens=total, tokens=kept, artifact_id=aid)
@@ -103,7 +103,11 @@ def _fact_block(text: str, budget: int, tokenizer: Tokenizer) -> str:
     picked = fact_lines(text)
     if not picked:
         return ""
-    errors = [k for k in picked if any(w in lines[k].lower() for w in ("error", "fail", "fatal", "denied", "exception"))]
+    errors = [
+        k
+        for k in picked
+        if any(w in lines[k].lower() for w in ("error", "fail", "fatal", "denied", "exception"))
+    ]
     order = errors + [k for k in picked if k not in set(errors)]
     chosen: list[int] = []
     used = tokenizer.count(_KEPT)
@@ -116,7 +120,11 @@ def _fact_block(text: str, budget: int, tokenizer: Tokenizer) -> str:
         used += cost
     if not chosen:
         return ""
-    return _KEPT + "\n".join(lines[k] if len(lines[k]) <= 300 else lines[k][:300] + "…" for k in sorted(chosen)) + "\n"
+    return (
+        _KEPT
+        + "\n".join(lines[k] if len(lines[k]) <= 300 else lines[k][:300] + "…" for k in sorted(chosen))
+        + "\n"
+    )
 
 
 def trim_item(

@@ -559,7 +559,9 @@ class ContextWindow:
         """Fold a finished phase into one line (its title from the phase's TODO item)."""
         archive_id = self._archive(archive)
         if title is None:
-            todo = next((i for i in self.items(Layer.SESSION) if i.kind == "todo" and todo_phase(i) == phase), None)
+            todo = next(
+                (i for i in self.items(Layer.SESSION) if i.kind == "todo" and todo_phase(i) == phase), None
+            )
             title = str(todo.metadata.get("text", "")) if todo is not None else ""
         result = compress_phase(
             self.items(), phase, counter=self.counter, status=status, summarizer=summarizer,

@@ -40,7 +40,9 @@ class LayerView(BaseModel):
 
 class ContextUsage(BaseModel):
     hasWindow: bool
-    phases: list[str] = Field(default_factory=list, description="phases that items belong to (for level=phase)")
+    phases: list[str] = Field(
+        default_factory=list, description="phases that items belong to (for level=phase)"
+    )
     version: int
     tokens: int
     budget: int
@@ -199,7 +201,9 @@ async def compress(
             raise ContextError("level 'phase' needs the phase to fold (field 'phase')")
         if not any(i.phase == body.phase for i in window.items()):
             known = sorted({str(i.phase) for i in window.items() if i.phase})
-            raise ContextError(f"no items of phase {body.phase!r} in the window; its phases: {known or 'none'}")
+            raise ContextError(
+                f"no items of phase {body.phase!r} in the window; its phases: {known or 'none'}"
+            )
         result = window.compress_phase(body.phase)
     else:
         result = window.compress(body.level)
