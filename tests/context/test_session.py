@@ -121,3 +121,22 @@ def test_a_newest_operation_larger_than_the_working_budget_is_reported() -> None
     result = window.compress("standard")
     assert "c2" in {i.tool_call_id for i in window.items(Layer.WORKING)}
     assert any("working layer" in w and "over its budget of 600" in w for w in result.warnings)
+
+
+def test_checkpoint_hook_compresses_what_precedes_it_and_can_be_turned_off() -> None:
+    """An orchestrator reports a passed checkpoint: what came before it folds (standard
+    rules), later items stay; with checkpoint_compression off nothing changes."""
+    window = ContextWindow("gpt-4o", budget=40_000)
+    _command_pairs(window, 30, 40)
+    small = window.usage()
+    assert small.ratio < 0.35 and ContextPolicy().on_checkpoint(window, "cp-0") == []  # little to gain
+    window.budget = round(small.tokens / 0.5)  # the same window at half its budget
+    before = window.usage()
+    assert ContextPolicy(checkpoint_compression=False).on_checkpoint(window, "cp-1") == []
+    assert window.usage() == before
+    events = ContextPolicy().on_checkpoint(window, "cp-1")
+    assert [e.kind for e in events] == ["context_compressed"] and events[0].level == "checkpoint"
+    assert events[0].reason == "checkpoint cp-1 passed"
+    assert window.usage().tokens < before.tokens
+    summary = window.get(SUMMARY_ID)
+    assert summary is not None and "make target-0" in summary.content
