@@ -1,14 +1,24 @@
-"""Context-engine benchmark: counting overhead, incremental usage, fact retention, reports.
+"""Context-engine benchmark: compression time against the code before the engine's second
+part, counting overhead, incremental usage, fact retention, reports.
 
-Run: ``.venv/bin/python benchmarks/bench_context.py`` (about a minute). Compare numbers
-within one run only: the machines are shared and noisy. The LangChain column appears when
-``langchain-core`` is importable; it is not a dependency of tether.
+Run: ``PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/bench_context.py`` (a few
+minutes; ``--quick`` for the compression section with fewer rounds). Compression time is
+measured in worker processes, one per code version, called in turn within every round
+(the harness's interleaving): this checkout, and ``--before`` (default ``4cf2e41``: the
+last commit before the engine's second part, extracted with ``git archive``). Each call
+feeds the 600-operation planted transcript (or a 50k-token prefix of it) message by
+message into a fresh window and times one ``compress``; the floor line is one recount of
+the same window. The LangChain column appears when ``langchain-core`` is importable.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -291,14 +301,142 @@ def bench_reports() -> None:
         assert verdicts in ("PASS", "FAIL", "BLOCKED")
 
 
+# == compression time, this checkout against an earlier commit =========================
+SIZES = {"50k": 180, "150k": 545}
+"""Operations of the planted agent transcript for each window size (about 50k and 150k tokens)."""
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def worker() -> None:
+    """Read ``OPS LEVEL`` lines; answer ``tokens compress_ms recount_ms`` for a fresh window."""
+    logging.getLogger("tether").setLevel(logging.ERROR)
+    from tether.context.planted import generate_agent_transcript
+
+    transcripts: dict[int, Any] = {}
+    tok = TiktokenTokenizer()
+    for line in sys.stdin:
+        ops, level = int(line.split()[0]), line.split()[1]
+        tr = transcripts.get(ops) or transcripts.setdefault(
+            ops, generate_agent_transcript(seed=14, operations=ops)
+        )
+        w = ContextWindow("gpt-4", budget=10**7)
+        for item in tr.items:  # message by message, as an agent adds them
+            w.add(item)
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = w.compress(level)  # type: ignore[arg-type]
+        took, cpu = time.perf_counter() - t0, time.process_time() - c0
+        t0 = time.perf_counter()
+        count_messages(w.to_messages("openai"), tok)
+        recount = time.perf_counter() - t0
+        print(f"{result.before_tokens} {took * 1e3:.3f} {recount * 1e3:.3f} {cpu * 1e3:.3f}", flush=True)
+
+
+class Worker:
+    def __init__(self, src: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": f"{src}:{ROOT / 'benchmarks'}"}
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, env=env, cwd=ROOT,
+        )  # fmt: skip
+        self.last: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0)
+
+    def call(self, ops: int, level: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{ops} {level}\n")
+        self.proc.stdin.flush()
+        tokens, ms, recount, cpu = self.proc.stdout.readline().split()
+        self.last = (int(tokens), float(ms), float(recount), float(cpu))
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def bench_compression(rep: Any, before: str, runs: int, rounds: int) -> None:
+    from harness import median
+
+    old = Path(tempfile.mkdtemp(prefix="tether-before-"))
+    archive = subprocess.run(["git", "archive", before, "src"], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    workers = {"tether": Worker(ROOT / "src"), f"before ({before})": Worker(old / "src")}
+    try:
+        for _ in rep.runs(runs):
+            for size, ops in SIZES.items():
+                for level in ("standard", "deep"):
+                    times: dict[str, list[float]] = {name: [] for name in workers}
+                    cpu: dict[str, list[float]] = {name: [] for name in workers}
+                    recounts: list[float] = []
+                    tokens = 0
+                    for r in range(rounds + 1):  # the first round warms up
+                        for name, w in workers.items():
+                            w.call(ops, level)
+                            if r:
+                                times[name].append(w.last[1])
+                                cpu[name].append(w.last[3])
+                                if name == "tether":
+                                    recounts.append(w.last[2])
+                                    tokens = w.last[0]
+                    mine = median(times["tether"])
+                    rep.line(
+                        f"{size} ({tokens:,} tokens) {level}: tether",
+                        mine,
+                        "ms",
+                        note=f"best {min(times['tether']):.1f}",
+                    )
+                    rep.line(
+                        f"{size} {level}: tether, CPU time of the compressing process",
+                        median(cpu["tether"]),
+                        "ms",
+                    )
+                    for name in workers:
+                        if name != "tether":
+                            rep.line(f"{size} {level}: {name}", median(times[name]), "ms")
+                            rep.line(f"{size} {level}: {name}, CPU time", median(cpu[name]), "ms")
+                    rep.line(f"{size} {level}: floor, one recount of the window", median(recounts), "ms")
+                    rep.line(f"{size} {level}: tether / one recount", mine / median(recounts), "x")
+                    for name in workers:
+                        if name != "tether":
+                            ratio = mine / median(times[name])
+                            rep.line(f"{size} {level}: tether / {name}", ratio, "x")
+                            rep.line(
+                                f"{size} {level}: tether / {name}, CPU time",
+                                median(cpu["tether"]) / median(cpu[name]),
+                                "x",
+                            )
+                    if size == "150k":
+                        rep.target(f"150k {level}: compression time", mine, goal=20.0, unit="ms")
+    finally:
+        for w in workers.values():
+            w.close()
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="the compression section only, 1 run of 3 rounds"
+    )
+    parser.add_argument("--before", default="4cf2e41", help="the commit to compare with")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker()
+        return
+    from harness import Report
+
     logging.getLogger("tether").setLevel(logging.ERROR)  # squeeze warnings are expected here
-    start = time.perf_counter()
-    bench_counting()
-    bench_incremental()
-    bench_retention()
-    bench_reports()
-    print(f"\ntotal {time.perf_counter() - start:.1f} s")
+    rep = Report(
+        "bench_context",
+        "compression time at 50k and 150k tokens against an earlier commit; counting; retention",
+    )
+    rep.section("Compression time (median of the rounds, worker processes interleaved)")
+    bench_compression(rep, args.before, runs=1 if args.quick else 3, rounds=3 if args.quick else 7)
+    if not args.quick:
+        bench_counting()
+        bench_incremental()
+        bench_retention()
+        bench_reports()
+    rep.finish()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,19 @@
 """Context quality: which planted facts survive compression, against LangChain's trim_messages.
 
-Run: ``.venv/bin/python benchmarks/bench_context_quality.py`` (about 20 s; ``--speed`` for the
-compression-time target alone). Transcripts come
+Run: ``PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/bench_context_quality.py``
+(several minutes; ``--quick`` for 600-operation sessions only, ``--speed`` for the
+compression-time target alone).
+
+The first section uses :func:`tether.context.sessions.generate_session`: deployments,
+migrations and incident fixes of 3,000 operations (``--quick``: 600), fed to a window as
+the agent loop adds them (outputs over 600 tokens trimmed as the loop trims them), once
+with ordinary logs and once with a long log every 5 operations. tether compresses at
+``standard`` and ``deep``; ``trim_messages`` gets the budget tether's result used. The kept
+fraction per category, and the replaced decisions or settings a result still states as
+current, are targets (must-keep categories 1.0; configuration, artefacts, fixes, failures,
+ports, paths, versions >= 0.9 at standard and >= 0.8 at deep; superseded as current: 0).
+
+The second section keeps the earlier agent transcripts. Transcripts come
 from :func:`tether.context.planted.generate_agent_transcript`: a deployment conversation fed
 to a ``ContextWindow`` message by message (system pinned, the first user message as the
 goal, structured tool calls), with facts inside tool outputs and command arguments, plans
@@ -29,6 +41,7 @@ from typing import Any
 from tether.context import ContextItem, ContextWindow, TiktokenTokenizer, count_messages
 from tether.context.facts import extract_output
 from tether.context.planted import AGENT_CATEGORIES, AgentTranscript, generate_agent_transcript
+from tether.context.sessions import SESSION_CATEGORIES, SESSION_KINDS, GeneratedSession, generate_session
 
 try:
     from langchain_core.messages import (
@@ -186,15 +199,109 @@ def speed(repeats: int = 9) -> None:
               f"{min(feeds) * 1e3:.0f} ms)")  # fmt: skip
 
 
+FACT_FLOOR = {"standard": 0.9, "deep": 0.8}
+MUST_SESSION = ("goal", "constraint", "todo", "decision")
+
+
+def lc_session_text(items: list[ContextItem], budget: int, tok: TiktokenTokenizer) -> str:
+    kept = trim_messages(
+        to_langchain(items), max_tokens=budget, token_counter=lc_counter(tok),
+        strategy="last", include_system=True, allow_partial=False,
+    )  # fmt: skip
+    return "\n".join(str(m.content) + str(getattr(m, "tool_calls", "")) for m in kept)
+
+
+def lc_superseded(session: GeneratedSession, text: str) -> int:
+    """Replaced decisions trim_messages keeps while it lost what replaced them."""
+    old = [f for f in session.facts if f.category == "decision" and not f.current and f.kept_in(text)]
+    new = [
+        f for f in session.facts if f.category == "decision" and f.current and "freeze" not in f.markers[0]
+    ]
+    return len(old) if old and not all(f.kept_in(text) for f in new) else 0
+
+
+def bench_sessions(rep: Any, operations: int) -> None:
+    tok = TiktokenTokenizer()
+    scores: dict[str, dict[str, list[float]]] = {}
+    wrong: dict[str, int] = {}
+    for long_every, label in ((40, "logs"), (5, "long outputs")):
+        for kind in SESSION_KINDS:
+            session = generate_session(kind, seed=21, operations=operations, long_every=long_every)
+            items = session.items(output_tokens=600, tokenizer=tok)
+            for level in ("standard", "deep"):
+                w = ContextWindow("gpt-4", budget=10**7)
+                for item in items:
+                    w.add(item)
+                result = w.compress(level)  # type: ignore[arg-type]
+                budget = w.usage().tokens
+                rows = {f"tether {level}": session.retention(w.render())}
+                wrong[f"tether {level}"] = wrong.get(f"tether {level}", 0) + len(
+                    session.superseded_as_current(w.items())
+                )
+                if HAVE_LANGCHAIN:
+                    text = lc_session_text(items, budget, tok)
+                    rows[f"trim_messages @{level}"] = session.retention(text)
+                    key = f"trim_messages @{level}"
+                    wrong[key] = wrong.get(key, 0) + lc_superseded(session, text)
+                for name, kept in rows.items():
+                    col = scores.setdefault(name, {})
+                    for cat in SESSION_CATEGORIES:
+                        k, n = kept.get(cat, (0, 0))
+                        if n:
+                            col.setdefault(cat, []).append(k / n)
+                print(f"  {kind} ({label}, {len(session.ops):,} operations): {result.before_tokens:,} tokens, "
+                      f"{level} -> {result.kept_ratio:.1%}")  # fmt: skip
+    header = ["method", *SESSION_CATEGORIES, "superseded as current"]
+    print("\n  kept fraction per category, minimum over sessions")
+    print("  " + " | ".join(header))
+    for name in ("trim_messages @standard", "tether standard", "trim_messages @deep", "tether deep"):
+        if name not in scores:
+            continue
+        cells = [f"{min(scores[name].get(c, [float('nan')])):.2f}" for c in SESSION_CATEGORIES]
+        print("  " + " | ".join([name, *cells, str(wrong.get(name, 0))]))
+    for level in ("standard", "deep"):
+        col = scores[f"tether {level}"]
+        must = min(min(col[c]) for c in MUST_SESSION)
+        rep.target(
+            f"{level}: goal, constraints, TODO, current decisions (min)", must, goal=1.0, op=">=", unit=""
+        )
+        for cat in (c for c in SESSION_CATEGORIES if c not in MUST_SESSION):
+            rep.target(f"{level}: {cat} (min)", min(col[cat]), goal=FACT_FLOOR[level], op=">=", unit="")
+        rep.target(
+            f"{level}: superseded decisions/settings as current",
+            wrong[f"tether {level}"],
+            goal=0,
+            op="==",
+            unit="",
+        )
+        if HAVE_LANGCHAIN:
+            lc = scores[f"trim_messages @{level}"]
+            rep.line(f"{level}: trim_messages must-keep (min)", min(min(lc[c]) for c in MUST_SESSION))
+            rep.line(f"{level}: trim_messages configuration (min)", min(lc["config"]))
+            rep.line(f"{level}: trim_messages superseded as current", wrong[f"trim_messages @{level}"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="two small transcripts")
+    parser.add_argument("--quick", action="store_true", help="600-operation sessions; no agent transcripts")
     parser.add_argument("--speed", action="store_true", help="only the compression-time target")
     args = parser.parse_args()
     logging.getLogger("tether").setLevel(logging.ERROR)
-    if not args.speed:
-        report(run(TRANSCRIPTS[:2] if args.quick else TRANSCRIPTS))
-    speed()
+    if args.speed:
+        speed()
+        return
+    from harness import Report
+
+    rep = Report(
+        "bench_context_quality", "facts kept by compression on long generated sessions, beside trim_messages"
+    )
+    for _ in rep.runs(1):  # deterministic: one run says it all
+        rep.section("Generated sessions: deployments, migrations, incident fixes")
+        bench_sessions(rep, 600 if args.quick else 3000)
+    if not args.quick:
+        report(run(TRANSCRIPTS))
+        speed()
+    rep.finish()
 
 
 if __name__ == "__main__":

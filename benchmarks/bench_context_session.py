@@ -1,12 +1,12 @@
 """A long agent run under the loop's compression policy: is the session layer bounded?
 
-Run: ``.venv/bin/python benchmarks/bench_context_session.py [--operations 1000] [--budget 24000]``.
+Run: ``PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/bench_context_session.py
+[--operations 1000] [--budget 24000]`` (``--quick``: 300 operations).
 
 The transcript of :func:`generate_agent_transcript` is replayed one step at a time (a step
 is one tool call with its result, plus the messages around it); before each "model call"
-the :class:`~tether.context.policy.ContextPolicy` (the agent loop's policy: 70/85/90%
-thresholds, a session or working layer over its budget compressed first, fit if still over)
-runs. Printed: compressions per step after warm-up and the shortest gap between two, the
+the :class:`~tether.context.policy.ContextPolicy` (the agent loop's policy: the 70/85/90%
+thresholds of the window's usage alone compress, fit if still over) runs. Printed: compressions per step after warm-up and the shortest gap between two, the
 session and working layers' peaks against their budgets,
 the prompt's peak against the budget, and fact retention at the end of the run beside what
 ``trim_messages`` keeps of the same transcript at the same budget.
@@ -88,11 +88,22 @@ def main() -> None:
     parser.add_argument("--operations", type=int, default=1000)
     parser.add_argument("--budget", type=int, default=24_000)
     parser.add_argument("--seed", type=int, default=31)
+    parser.add_argument("--quick", action="store_true", help="300 operations")
     args = parser.parse_args()
     logging.getLogger("tether").setLevel(logging.ERROR)
-    tr = generate_agent_transcript(seed=args.seed, operations=args.operations)
-    for key, value in run(tr, args.budget).items():
-        print(f"{key:40s} {value:.3f}")
+    from harness import Report
+
+    rep = Report("bench_context_session", "a long agent run under the loop's compression policy")
+    tr = generate_agent_transcript(seed=args.seed, operations=300 if args.quick else args.operations)
+    for _ in rep.runs(1):  # deterministic apart from the policy's time
+        out = run(tr, args.budget)
+        for key, value in out.items():
+            rep.line(key, value)
+        rep.target("peak prompt / budget", out["peak prompt / budget"], goal=1.0)
+        rep.target("peak session layer / its budget", out["peak session layer / its budget"], goal=1.0)
+        for column in ("goal", "constraint", "todo", "decision"):
+            rep.target(f"kept {column}", out[f"kept {column}"], goal=1.0, op=">=", unit="")
+    rep.finish()
 
 
 if __name__ == "__main__":

@@ -183,7 +183,7 @@ def test_phase_compression_folds_a_finished_phase() -> None:
     decisions = [i for i in w if i.kind == "decision" and i.phase == "phase-1"]
     result = w.compress_phase("phase-1", status="done")
     paragraph = w.get("phase-summary:phase-1")
-    assert paragraph is not None and paragraph.content.startswith("Phase phase-1 (done, 20 operations)")
+    assert paragraph is not None and paragraph.content.startswith("✅ phase phase-1 (20 items)")
     assert "log-00000" in paragraph.content and paragraph.metadata["artifacts"] == ["log-00000"]
     assert all(w.get(d.id) == d for d in decisions)
     assert not any(i.phase == "phase-1" and i.kind == "tool_result" for i in w)
@@ -348,3 +348,19 @@ def test_reused_tool_call_ids_pair_each_call_with_the_result_after_it() -> None:
     for k, message in enumerate(messages):
         if message["role"] == "tool":
             assert messages[k - 1].get("tool_calls"), "a tool message must follow its call"
+
+
+def test_deep_keeps_at_least_what_fit_keeps_at_the_same_ratio() -> None:
+    from tether.context.planted import generate_agent_transcript
+
+    tr = generate_agent_transcript(seed=13, operations=150)
+    deep = ContextWindow("gpt-4", budget=10**7)
+    deep.add_many(tr.items)
+    result = deep.compress("deep")
+    fitted = ContextWindow("gpt-4", budget=10**7)
+    fitted.add_many(tr.items)
+    fitted.fit(deep.usage().tokens)
+    assert fitted.usage().tokens <= deep.usage().tokens
+    kept_deep, kept_fit = tr.retention(deep.render()), tr.retention(fitted.render())
+    for column, (found, _planted) in kept_fit.items():
+        assert kept_deep[column][0] >= found, (column, kept_deep[column], found, result.kept_ratio)

@@ -189,3 +189,24 @@ def test_outputs_are_mined_when_added_not_when_compressed() -> None:
     w.compress("deep")
     summary = next(i for i in w.items() if i.kind == "summary")
     assert "reg.io/shop:9" in summary.content
+
+
+def test_prose_configuration_and_whole_commands() -> None:
+    """`configured X value Y`, `set X to Y`, `X is now Y` and `listening on :P` are facts;
+    a summary line keeps a long command's end, shortening paths in the middle."""
+    out = extract_output(
+        "configured PORT value 8443\nset WORKERS to 4\nMAX_CONN is now 900\nserver listening on :9090\n"
+    )
+    assert out.configurations == {"PORT": "8443", "WORKERS": "4", "MAX_CONN": "900"}
+    assert ":9090" in out.environment
+    command = (
+        "psql -h db-main-7.internal -d ledger -f /srv/ledger/releases/2026-03-03/migrations/0042.sql "
+        "-c 'GRANT USAGE, CREATE ON SCHEMA ledger_x TO ledger_migrator_x'"
+    )
+    call = new_item(
+        "tool_call", "", tool_call_id="c", metadata={"name": "sh", "arguments": {"command": command}}
+    )
+    line = extract_operation(call, new_item("tool_result", "exit code 0", tool_call_id="c")).line(
+        max_chars=200
+    )
+    assert "TO ledger_migrator_x'" in line and "ledger_x" in line and "/srv/…/0042.sql" in line

@@ -129,4 +129,4 @@ def test_batch_extraction_of_200_reports_is_fast(tmp_path: Path) -> None:
     summaries = cache.batch(paths)
     elapsed = time.perf_counter() - start
     assert [s.iteration for s in summaries] == list(range(200))
-    assert elapsed < 0.5  # generous for shared CI; the benchmark measures the real figure
+    assert elapsed < 5.0  # a sanity bound on a loaded host; the benchmark measures the real figure

@@ -131,3 +131,25 @@ def test_manager_validates_raw_dicts_and_round_trips_state() -> None:
     back = SummaryManager.from_state(m.to_state())
     assert back.get_summary() == m.get_summary()
     assert "## Services\n- web" in back.get_prompt_context()
+
+
+async def test_a_plan_phase_that_ends_folds_into_one_line(tmp_path) -> None:
+    """Two build steps then a deploy step: once the build phase ends, its actions are one
+    line with their count and artefact ids; the deploy step (a phase of one) stays as it is."""
+    from tether.agent.plan import PlanOrchestrator, PlanStep, StepContext, StepResult
+    from tether.stores import open_store
+
+    async def execute(ctx: StepContext) -> StepResult:
+        outputs = StepOutputs(summary=f"did {ctx.step_name}", artifacts=(f"reg/app:{ctx.step_id}",))
+        return StepResult.succeeded(structured_outputs=outputs)
+
+    steps = [PlanStep(name="Build", goal="b", category="build"), PlanStep(name="Push", goal="p", category="build"),
+             PlanStep(name="Deploy", goal="d", category="deploy")]  # fmt: skip
+    async with open_store(f"sqlite:///{tmp_path}/plan.db") as store:
+        plan = PlanOrchestrator(store=store, steps=steps, step_executor=execute, log_dir=None)
+        result = await plan.start("phased")
+    actions = result.state["execution_summary"]["completed_actions"]
+    assert actions == [
+        "✅ phase build (2 items): artefacts reg/app:1, reg/app:2; last: Push: did Push",
+        "[DEPLOY] Deploy: did Deploy",
+    ]

@@ -120,3 +120,28 @@ async def test_recovery_gives_up_with_budget_exceeded() -> None:
 
     with pytest.raises(KeyError):
         await call_with_recovery(w, other)
+
+
+def test_the_fact_lines_of_the_cut_middle_stay_in_the_preview(tok) -> None:
+    """An error, a file written, a port, a version and a configuration in the middle of a
+    long log reach the model; the full text stays readable by id."""
+    from tether.context import InMemoryArtifactStore
+    from tether.context.trim import trim_output
+
+    lines = [f"{k:05d} GET /api/orders status=200 ms={k % 97}" for k in range(4000)]
+    planted = {
+        1200: "KeyError: 'X_REDIS_URL'",
+        1900: "wrote /opt/ledger/releases/r42/manifest.json",
+        2300: "ledger-api listening on :9090",
+        2600: "PostgreSQL 16.3 on x86_64-pc-linux-gnu, server version 16.3",
+        2900: "configured POOL_SIZE value 64",
+    }
+    for k, line in planted.items():
+        lines[k] = line
+    store = InMemoryArtifactStore()
+    out = trim_output("\n".join(lines), max_tokens=600, tokenizer=tok, store=store)
+    assert out.trimmed and out.tokens <= 600
+    for line in planted.values():
+        assert line in out.text
+    assert out.artifact_id is not None and store.get(out.artifact_id).count("\n") == 3999
+    assert out.text.index("cut from the middle") < out.text.index("KeyError")  # after the marker

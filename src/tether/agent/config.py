@@ -58,6 +58,10 @@ class LoopConfig:
     """Session-layer context: repository analysis, host facts, experience, rolling summary."""
     thresholds: Thresholds = field(default_factory=Thresholds)
     """Warn / standard / deep compression points, as fractions of ``budget``."""
+    phase_compression: bool = True
+    """Fold a plan phase into one line once its TODO item is done (see docs/context.md)."""
+    checkpoint_compression: bool = True
+    """Compress what precedes a checkpoint an orchestrator reports as passed."""
     artifacts_dir: str | None = None
     """Where trimmed outputs are kept (a directory per run); default: see ``artifact_root``."""
 

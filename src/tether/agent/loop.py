@@ -199,7 +199,9 @@ class AgentLoop:
         """The run's compression policy (its monitor keeps which thresholds are armed)."""
         if run_id not in self._policies:
             archive = self.artifacts_for(run_id)
-            self._policies[run_id] = ContextPolicy(thresholds=self.config.thresholds, archive=archive)
+            self._policies[run_id] = ContextPolicy(thresholds=self.config.thresholds, archive=archive,
+                phase_compression=self.config.phase_compression,
+                checkpoint_compression=self.config.checkpoint_compression)  # fmt: skip
         return self._policies[run_id]
 
     def artifacts_for(self, run_id: str) -> ArtifactStore:

@@ -182,6 +182,7 @@ def _reduce_summary(old: Any, update: Any) -> dict[str, Any]:
         str(update.get("step_category", "")),
         parse_step_outputs(update["outputs"]),
         now=update.get("now"),
+        phase_done=bool(update.get("phase_done")),  # phase compression (see docs/context.md)
     )
     return manager.to_state()
 
@@ -196,13 +197,14 @@ def plan_reducers(base: ReducerRegistry | None = None) -> ReducerRegistry:
     return reg.register("execution_summary", SUMMARY_REDUCER).register("plan_steps", "append")
 
 
-def summary_update(step: PlanStep, outputs: StepOutputs) -> dict[str, Any]:
-    """The delta one step adds to ``execution_summary``."""
+def summary_update(step: PlanStep, outputs: StepOutputs, *, phase_done: bool = False) -> dict[str, Any]:
+    """The delta one step adds to ``execution_summary`` (``phase_done``: it ends its phase)."""
     return {
         "step_name": step.name,
         "step_category": step.category,
         "outputs": outputs.to_dict(),
         "now": _now(),
+        "phase_done": phase_done,
     }
 
 
@@ -311,7 +313,12 @@ class PlanOrchestrator:
             }
             update: dict[str, Any] = {"plan_steps": [entry]}
             if result.structured_outputs is not None:
-                update["execution_summary"] = summary_update(plan_step, result.structured_outputs)
+                ends = index == len(self.steps) or self.steps[index].category != plan_step.category
+                update["execution_summary"] = summary_update(
+                    plan_step,
+                    result.structured_outputs,
+                    phase_done=ends and self.base_config.phase_compression,
+                )
             logger.info("plan step %d %s done", index, plan_step.name, extra={"run_id": sc.run_id})
             return update
 

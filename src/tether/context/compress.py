@@ -33,6 +33,7 @@ from tether.context.summarizer import (
     Summarizer,
     SummaryRequest,
 )
+from tether.context.supersede import find_superseded
 from tether.errors import BudgetExceeded
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ __all__ = [
     "compress",
     "compress_async",
     "compress_phase",
+    "PHASE_PREFIX",
     "fit",
     "group_units",
     "one_line",
@@ -59,7 +61,8 @@ SUMMARY_ID = "ctx-summary"
 """Id of the rolling compression summary; each compression folds the previous one in."""
 CompressionLevel = Literal["standard", "deep", "checkpoint"]
 Unit = tuple[ContextItem, ...]
-_LINE_CHARS = {"standard": 200, "checkpoint": 200, "deep": 120}
+_LINE_CHARS = {"standard": 200, "checkpoint": 200, "deep": 200}
+"""Deep folds more operations, not shorter lines: a clipped line loses a command's end."""
 LINE_LENGTHS = tuple(sorted(set(_LINE_CHARS.values())))
 """Lengths of a folded operation's summary line, one per level (what a window pre-computes)."""
 _KEEP_RECENT = {"standard": 3, "checkpoint": 0, "deep": 0}
@@ -168,6 +171,13 @@ class _Plan:
     """TODOs, decisions and constraints distilled from what folds (new or updated)."""
     fields: dict[str, Any] = field(default_factory=dict)
     resolutions: list[str] = field(default_factory=list)
+    decisions: list[ContextItem] = field(default_factory=list)
+    """The current decisions (superseded ones left out), in seq order."""
+    constraints: list[ContextItem] = field(default_factory=list)
+    superseded: list[str] = field(default_factory=list)
+    """One short line per decision replaced or constraint lifted, newest last (capped)."""
+    phases: list[str] = field(default_factory=list)
+    """One line per finished phase, oldest first (from phase compressions)."""
     request: SummaryRequest | None = None
 
 
@@ -176,8 +186,11 @@ def _request(
 ) -> SummaryRequest:
     items = plan.items
     goal = next((i.content for i in items if i.kind == "goal"), "")
-    todos = [i for i in items if i.kind == "todo"]
+    todos = [i for i in items if i.kind == "todo" and not i.metadata.get("current")]
     pending = next((t for t in todos if not _todo_done(t)), None)
+    label = _todo_label(pending) if pending is not None else ""
+    title = str(pending.metadata.get("text", "")) if pending is not None else ""
+    in_progress = f"⏳ phase {label} – {_clip(title, 120)}: in progress" if label and title else ""
     states = [i for i in items if i.kind == "state"]
     errors = [i for i in items if i.kind == "error" and i.id in plan.keep_ids]
     current = [_clip(_first_line(s.content), 200) for s in states[-1:]]
@@ -185,26 +198,76 @@ def _request(
     current += [f"TODO {_clip(_first_line(t.content), 120)}" for t in todos if not _todo_done(t)]
     # once lines have been re-summarised into paragraphs, the structured fields keep what they lost
     shown = "\n".join(lines)
-    configs = (
-        [f"{k}={v}" for k, v in (plan.fields.get("configurations") or {}).items()] if plan.history else []
-    )
+    changed = plan.fields.get("config_history") or {}
+    configs = [  # every key once lines were re-summarised; else the keys whose value changed
+        f"{k}={v}" + (f" (earlier: {', '.join(changed[k])})" if k in changed else "")
+        for k, v in (plan.fields.get("configurations") or {}).items()
+        if plan.history or k in changed
+    ]
     artifacts = list(plan.fields.get("artifacts") or ()) if plan.history else []
     return SummaryRequest(
-        configurations=tuple(c for c in configs if c not in shown),
+        configurations=tuple(c for c in configs if c not in shown),  # a changed key always shows
         artifacts=tuple(a for a in artifacts if a not in shown),
         level=plan.level,
         goal=_clip(_first_line(goal), 200),
         completed=tuple(lines),
         current_state=tuple(current),
-        decisions=tuple(_clip(_first_line(i.content), 120) for i in items if i.kind == "decision"),
-        next_step=_clip(_first_line(pending.content), 200) if pending else "",
-        constraints=tuple(_clip(_first_line(i.content), 150) for i in items if i.kind == "constraint"),
+        decisions=tuple(_flat(i.content, 200) for i in plan.decisions),
+        next_step=(
+            f"TODO #{label}: {_clip(title, 200)}"
+            if label and title
+            else _clip(_first_line(pending.content), 200)
+            if pending
+            else ""
+        ),
+        phases=tuple(plan.phases),
+        in_progress=in_progress,
+        constraints=tuple(_flat(i.content, 240) for i in plan.constraints),
+        superseded=tuple(plan.superseded),
         resolved=tuple(plan.resolutions),
         history=tuple(paragraph_text(p) for p in plan.history),
         details=tuple("\n".join(i.text for i in unit) for unit in plan.fold) if details else (),
         archive_id=archive_id,
         max_tokens=max_tokens,
     )
+
+
+def _todo_label(todo: ContextItem) -> str:
+    number = todo.metadata.get("number")
+    return todo.phase or ("" if number is None else str(number))
+
+
+def _flat(text: str, limit: int) -> str:
+    """A multi-line note on one line, its head and its end kept (a question and its answer)."""
+    flat = " / ".join(p.strip() for p in text.splitlines() if p.strip())
+    if len(flat) <= limit:
+        return flat
+    head = limit // 3
+    return f"{flat[:head].rstrip()} … {flat[len(flat) - (limit - head - 3) :].lstrip()}"
+
+
+_SUPERSEDED_LINES = 12
+
+
+def _supersede(plan: _Plan, previous: ContextItem | None) -> None:
+    """Keep only the current decisions and constraints; the replaced ones become lines."""
+    replaced = {n.id for n in plan.notes}
+    kinds = ("decision", "constraint")
+    kept = [i for i in plan.items if i.kind in kinds and i.id in plan.keep_ids and i.id not in replaced]
+    candidates = kept + [n for n in plan.notes if n.kind in kinds]
+    lines = [str(x) for x in previous.metadata.get("superseded", [])] if previous is not None else []
+    gone: set[str] = set()
+    for s in find_superseded(candidates):
+        gone.add(s.old_id)
+        lines.append(s.line)
+    if gone:
+        plan.keep_ids -= gone
+        plan.dropped.extend(i.id for i in kept if i.id in gone)
+        plan.notes = [n for n in plan.notes if n.id not in gone]
+    plan.superseded = lines[-_SUPERSEDED_LINES:]
+    current = sorted((c for c in candidates if c.id not in gone), key=lambda i: i.seq)
+    plan.decisions = [c for c in current if c.kind == "decision"]
+    plan.constraints = [c for c in current if c.kind == "constraint"]
 
 
 def _working_cost(unit: Unit, cost: Mapping[str, int]) -> int:
@@ -236,18 +299,27 @@ def _plan(
 
     ops: list[Unit] = []
     seen: set[tuple[tuple[str, str], ...]] = set()
-    latest_state = max((i.seq for i in items if i.kind == "state"), default=-1)
+    # the latest working-layer state is current; session-layer states are standing context
+    latest_state = max(
+        (i.seq for i in items if i.kind == "state" and i.layer is not Layer.SESSION), default=-1
+    )
     protected = [_protected(u) for u in units]
     last_op_seq = max(
         (u[-1].seq for u, p in zip(units, protected, strict=True) if u[0].kind in _OPERATION_KINDS and not p),
         default=-1,
     )
     # newest first, so the last copy of a repeat survives
+    finished: list[ContextItem] = []
     for unit, prot in zip(reversed(units), reversed(protected), strict=True):
         key = tuple((i.kind, i.content) for i in unit)
-        if prot or (before_seq is not None and unit[-1].seq > before_seq):
+        if unit[0].id.startswith(PHASE_PREFIX) and not prot:  # a finished phase's line joins the summary
+            finished.append(unit[0])
+            plan.dropped.append(unit[0].id)
+        elif prot or (before_seq is not None and unit[-1].seq > before_seq):
             plan.keep_ids.update(i.id for i in unit)
-        elif key in seen or (unit[0].kind == "state" and unit[0].seq != latest_state):
+        elif key in seen or (
+            unit[0].kind == "state" and unit[0].layer is not Layer.SESSION and unit[0].seq != latest_state
+        ):
             plan.dropped.extend(i.id for i in unit)
         elif unit[0].kind == "query_result":
             if unit[0].seq > last_op_seq:  # the current, not yet used result
@@ -260,6 +332,8 @@ def _plan(
             plan.keep_ids.update(i.id for i in unit)
         seen.add(key)
     ops.reverse()
+    plan.phases = [str(x) for x in previous.metadata.get("phases", [])] if previous is not None else []
+    plan.phases += [i.content for i in sorted(finished, key=lambda i: i.seq)]
 
     # The working layer's own budget: what stays in detail there fits under its share.
     working_cap = round(working_budget * target_ratio) if working_budget is not None else None
@@ -285,6 +359,7 @@ def _plan(
     d = distill(plan.fold, units, items, previous=facts, line_chars=line_chars, cache=facts_cache)
     plan.notes = [counter.counted(n) for n in d.notes]
     plan.fields, plan.resolutions = d.fields, d.resolutions
+    _supersede(plan, previous)
     lines = {u[0].id: d.lines.get(u[0].id, "") for u in plan.fold}
     replaced = {n.id for n in plan.notes}
     kept = counter.fmt.reply_priming + sum(counter.cost(n) for n in plan.notes)
@@ -369,7 +444,7 @@ def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None
     kept = [i for i in plan.items if i.id in plan.keep_ids and i.id not in replaced] + plan.notes
     summary_id: str | None = None
     assert plan.request is not None
-    if plan.request.completed or plan.history or plan.fold or plan.carried:
+    if plan.request.completed or plan.history or plan.fold or plan.carried or plan.phases:
         summary = counter.counted(
             ContextItem(
                 id=SUMMARY_ID,
@@ -383,6 +458,8 @@ def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None
                     "archive_id": archive_id,
                     "facts": plan.fields,
                     "history": plan.history,
+                    "superseded": plan.superseded,
+                    "phases": plan.phases,
                 },
             )
         )
@@ -492,6 +569,10 @@ async def compress_async(
     return _finish(plan, text, counter, archive_id)
 
 
+PHASE_PREFIX = "phase-summary:"
+"""Ids of phase paragraphs; the next compression moves them into the rolling summary."""
+
+
 def compress_phase(
     items: Sequence[ContextItem],
     phase: str,
@@ -499,42 +580,47 @@ def compress_phase(
     counter: ItemCounter,
     status: str = "done",
     summarizer: Summarizer | None = None,
+    title: str = "",
+    facts: FactCache | None = None,
 ) -> CompressionResult:
-    """Fold a finished phase into one paragraph with its status and artefact ids.
+    """Fold a finished phase into one line: its status, item count and artefact ids.
 
-    Protected items of the phase (decisions, TODOs, pinned) stay as they are.
+    ``✅ phase 2 – Build the image (14 items): artefacts reg/app:1.4; config K=V; fixed …``.
+    The phase's configurations, artefacts and resolved issues are read like a standard
+    compression reads them, so the line keeps the values a later phase needs. Protected
+    items of the phase (decisions, TODOs, constraints, pinned) stay as they are.
     """
     items = [counter.counted(i) for i in items]
     before = counter.total(items)
-    summary_id = f"phase-summary:{phase}"
+    summary_id = f"{PHASE_PREFIX}{phase}"
     previous = next((i for i in items if i.id == summary_id), None)
-    lines = [str(x) for x in previous.metadata.get("completed", [])] if previous else []
-    artifacts = [str(x) for x in previous.metadata.get("artifacts", [])] if previous else []
-    folded: list[str] = []
-    for unit in group_units(i for i in items if i is not previous):
-        if _protected(unit) or any(i.phase != phase for i in unit):
-            continue
-        folded.extend(i.id for i in unit)
-        if unit[0].kind in _OPERATION_KINDS:
-            lines.append(one_line(unit, max_chars=120).removeprefix(f"[{phase}] "))
-        for item in unit:
-            found = item.metadata.get("artifacts") or []
-            single = item.metadata.get("artifact_id")
-            for art in [*([single] if single else []), *found]:
-                if str(art) not in artifacts:
-                    artifacts.append(str(art))
-    if not folded:
+    count = int(previous.metadata.get("items", 0)) if previous else 0
+    units = group_units(i for i in items if i is not previous)
+    fold = [
+        u for u in units if not _protected(u) and all(i.phase == phase for i in u) and u[0].id != SUMMARY_ID
+    ]
+    if not fold:
         return CompressionResult(items=tuple(items), level="phase", before_tokens=before, after_tokens=before)
+    prev_fields = previous.metadata.get("facts") if previous else None
+    d = distill(fold, units, items, previous=prev_fields, line_chars=_LINE_CHARS["standard"], cache=facts)
+    count += sum(1 for u in fold if u[0].kind in _OPERATION_KINDS)
+    artifacts = list(previous.metadata.get("artifacts", [])) if previous else []
+    stored = [str(i.metadata["artifact_id"]) for u in fold for i in u if i.metadata.get("artifact_id")]
+    artifacts += [a for a in [*d.fields.get("artifacts", []), *stored] if a not in artifacts]
     request = SummaryRequest(
         level="phase",
         phase=phase,
         status=status,
-        completed=tuple(lines),
+        goal=title,
+        completed=tuple(d.lines.get(u[0].id, "") for u in fold if d.lines.get(u[0].id)),
         artifacts=tuple(artifacts),
+        configurations=tuple(f"{k}={v}" for k, v in (d.fields.get("configurations") or {}).items()),
+        resolved=tuple(d.resolutions),
+        current_state=(f"{count} items",),
     )
     text = (summarizer or StructuredSummarizer()).summarize(request)
-    gone = set(folded)
-    seq = previous.seq if previous else min(i.seq for i in items if i.id in gone)
+    gone = {i.id for u in fold for i in u} | ({previous.id} if previous else set())
+    seq = previous.seq if previous else min(i.seq for u in fold for i in u)
     paragraph = counter.counted(
         ContextItem(
             id=summary_id,
@@ -543,17 +629,18 @@ def compress_phase(
             layer=Layer.SESSION,
             phase=phase,
             seq=seq,
-            metadata={"status": status, "artifacts": artifacts, "completed": lines},
+            metadata={"status": status, "items": count, "artifacts": artifacts, "facts": d.fields},
         )
     )
-    kept = [i for i in items if i.id not in gone and i is not previous] + [paragraph]
+    replaced = {n.id for n in d.notes}
+    kept = [i for i in items if i.id not in gone and i.id not in replaced] + list(d.notes) + [paragraph]
     kept.sort(key=lambda i: (i.layer, i.seq))
     return CompressionResult(
         items=tuple(kept),
         level="phase",
         before_tokens=before,
         after_tokens=counter.total(kept),
-        summarized_ids=tuple(folded),
+        summarized_ids=tuple(i.id for u in fold for i in u),
         summary_id=summary_id,
     )
 

@@ -26,6 +26,7 @@ from tether.context.facts import (
     Resolution,
     extract_operation,
     find_resolutions,
+    prose_configs,
 )
 from tether.context.items import ContextItem, Layer
 from tether.context.notes import (
@@ -33,12 +34,14 @@ from tether.context.notes import (
     flatten,
     is_question,
     is_step_line,
+    lifts,
     matches,
     plan_steps,
     question_text,
     status_updates,
 )
 from tether.context.summaries import StepOutputs
+from tether.context.supersede import changes_plan
 
 __all__ = ["Distilled", "distill", "merge_fields", "step_outputs_from_commands"]
 
@@ -181,11 +184,24 @@ def distill(
             continue
         role = head.effective_role
         notes.progress(head)
+        said = prose_configs(head.content)
+        if said:  # "set WORKERS to 4" in a message counts like WORKERS=4 in a file
+            ops.append((head.id, OperationFacts(configurations=said)))
         if role == "assistant" and is_question(head.content):
             question = (head, question_text(head.content))
             if is_folded:
                 out.lines[head.id] = _message_line(head, line_chars)
             continue
+        if (
+            role == "user"
+            and (changes_plan(head.content) or lifts(head.content))
+            and (question is None or not is_folded)
+        ):
+            notes.add(_statement(head))  # a changed plan or a lifted rule is a decision
+            if is_folded:
+                out.absorbed.add(head.id)
+                out.lines[head.id] = _message_line(head, line_chars)
+                continue
         if not is_folded:
             if role == "user" and question is not None and question[0].id in folded:
                 q_item, q_text = question  # the question folds, its answer stays: keep both as a decision
@@ -227,6 +243,18 @@ def distill(
     return out
 
 
+def _statement(source: ContextItem) -> ContextItem:
+    return ContextItem(
+        id=f"decision:{source.id}",
+        kind="decision",
+        content=flatten(source.content, 300),
+        layer=Layer.SESSION,
+        seq=source.seq,
+        phase=source.phase,
+        metadata={"answer": flatten(source.content, 300), "source": source.id},
+    )
+
+
 def _decision(source: ContextItem, question: str, answer: str) -> ContextItem:
     answer = flatten(answer, 300)
     return ContextItem(
@@ -248,18 +276,30 @@ def merge_fields(
     """Fold the facts of ``ops`` into the previous fields; newest win, sizes capped."""
     prev = previous or {}
     configs = dict(prev.get("configurations") or {})
+    earlier = {k: list(v) for k, v in (prev.get("config_history") or {}).items()}
     artifacts = list(prev.get("artifacts") or [])
     environment = list(prev.get("environment") or [])
+    seen_artifacts, seen_environment = set(artifacts), set(environment)
     issues = [dict(i) for i in prev.get("issues_resolved") or []]
     for facts in ops:
         for key, value in facts.configurations.items():
-            configs.pop(key, None)
+            old = configs.pop(key, None)
+            if old is not None and old != value:  # the latest value wins; the history is one line
+                earlier[key] = [v for v in earlier.get(key, []) if v != value and v != old][-2:] + [old]
             configs[key] = value
-        artifacts += [a for a in facts.artifacts if a not in artifacts]
-        environment += [e for e in facts.environment if e not in environment]
+        for a in facts.artifacts:
+            if a not in seen_artifacts:
+                seen_artifacts.add(a)
+                artifacts.append(a)
+        for e in facts.environment:
+            if e not in seen_environment:
+                seen_environment.add(e)
+                environment.append(e)
     issues += [r.to_dict() for r in resolved if r.to_dict() not in issues]
+    current = dict(list(configs.items())[-CAPS["configurations"] :])
     return {
-        "configurations": dict(list(configs.items())[-CAPS["configurations"] :]),
+        "configurations": current,
+        "config_history": {k: v for k, v in earlier.items() if k in current},
         "artifacts": artifacts[-CAPS["artifacts"] :],
         "environment": environment[-CAPS["environment"] :],
         "issues_resolved": issues[-CAPS["issues_resolved"] :],

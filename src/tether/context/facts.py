@@ -71,6 +71,51 @@ _SALIENT_WORDS = ("success", "install", "tagged", "naming", "head is", "updating
                   "digest", "active:", "version", '"build"', '"id"', "passed", "failed", "migrat",
                   "applied", "->", "=> ")  # fmt: skip
 _COMMAND_KEYS = ("command", "cmd", "script", "code", "query", "url", "path")
+# configuration said in words: "configured PORT value 8443", "set WORKERS to 4", "X is now Y"
+_PROSE_CONFIG = (
+    re.compile(r"(?i)\bconfigured\s+([A-Za-z_][\w.-]{1,40})\s+(?:value\s+|to\s+|=\s*|as\s+)([^\s,;'\"]+)"),
+    re.compile(r"(?i)\bset(?:ting)?\s+([A-Za-z_][\w.-]{1,40})\s+to\s+([^\s,;'\"]+)"),
+    re.compile(r"\b([A-Z][A-Z0-9_]{2,}|[a-z][\w]*[._][\w.]+)\s+is\s+now\s+([^\s,;'\"]+)"),
+)
+_LISTEN_PORT = re.compile(r"(?i)\b(?:listening|bound|serving)\s+on\s+(?:port\s+)?:?(\d{2,5})\b")
+_WROTE = re.compile(r"(?i)\b(?:wrote|written|writing|saved|created|generated)\b")
+_VERSION_LINE = re.compile(r"(?i)\b(?:version|v)\s*:?\s*\d+\.\d+|\b[\w-]+[ -]v?\d+\.\d+\.\d+\b")
+
+
+def prose_configs(text: str) -> dict[str, str]:
+    """Configuration stated in prose, as ``KEY=value`` would be: ``configured X value Y``,
+    ``set X to Y``, ``X is now Y`` (the key as written, the value's trailing dot dropped)."""
+    found: dict[str, str] = {}
+    for pattern in _PROSE_CONFIG:
+        for key, value in pattern.findall(text):
+            value = value.rstrip(".:)")
+            if value and key.lower() not in ("it", "this", "that", "the", "up"):
+                found[key] = value
+    return found
+
+
+def fact_lines(text: str) -> list[int]:
+    """Indexes of the lines of ``text`` that carry a fact: errors, paths written, listening
+    ports, versions, configuration, exit status. Trimming keeps these when it cuts."""
+    out: list[int] = []
+    for k, raw in enumerate(text.splitlines()):
+        line = raw.strip()
+        if not line or len(line) > 400 or _NOISE.match(_BUILDKIT.sub("", line)):
+            continue
+        low = line.lower()
+        if (
+            ("exit" in low and _EXIT.search(line))
+            or (any(w in low for w in _ERROR_WORDS) and _ERROR.search(line) and not _NOT_ERROR.search(line))
+            or _ASSIGN.fullmatch(line)
+            or _LISTEN_PORT.search(line)
+            or (any(w in low for w in ("listen", "running on", "bound")) and _HOSTPORT.search(line))
+            or (_WROTE.search(line) and _PATH.search(line))
+            or any(p.search(line) for p in _PROSE_CONFIG)
+            or ("version" in low and _VERSION.search(line))
+            or any(w in low for w in ("successfully", "tagged", "naming to", "head is now", "migrat"))
+        ):
+            out.append(k)
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,11 +147,16 @@ class OperationFacts:
         out += [*self.artifacts, *self.environment, *self.details]
         return _dedupe(out)
 
-    def line(self, *, max_chars: int = 200, command_chars: int = 90) -> str:
-        """``$ command → exit N: error; facts``, clipped to ``max_chars``."""
+    def line(self, *, max_chars: int = 200, command_chars: int = 0) -> str:
+        """``$ command → exit N: error; facts``, clipped to ``max_chars``.
+
+        The command keeps its arguments: long paths lose their middle first, then the
+        command its middle, never its end (the role a ``GRANT`` names, the file written);
+        the facts fill what is left. ``command_chars`` (0: 60% of the line) bounds it.
+        """
         facts = self.facts()
-        room = command_chars if not facts else min(command_chars, max(max_chars // 3, 40))
-        head = f"$ {_clip(self.command or self.tool, room)}"
+        room = command_chars or max(max_chars * 3 // 5, 40)
+        head = f"$ {shorten_command(self.command or self.tool, room)}"
         if self.exit_code is not None:
             head += f" → exit {self.exit_code}"
         parts = [f"✗ {_clip_middle(e, 110)}" for e in self.errors[:1]] if self.failed else []
@@ -144,6 +194,19 @@ class Resolution:
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(limit - 1, 0)].rstrip() + "…"
+
+
+_LONG_PATH = re.compile(r"(/[\w.@+-]+)((?:/[\w.@+-]+){2,})(/[\w.@+-]+/?)")
+
+
+def shorten_command(command: str, limit: int) -> str:
+    """``command`` within ``limit`` characters without losing its end: paths lose their
+    middle directories first (``/srv/…/file``), then the command its middle."""
+    text = " ".join(command.split())
+    if len(text) <= limit:
+        return text
+    text = _LONG_PATH.sub(lambda m: f"{m.group(1)}/…{m.group(3)}", text)
+    return _clip_middle(text, limit) if len(text) > limit else text
 
 
 def _clip_middle(text: str, limit: int) -> str:
@@ -224,6 +287,13 @@ def extract_output(text: str) -> OperationFacts:
             errors.append(_clip(line, 200))
             environment += list(_HOSTPORT.findall(line))
             continue
+        if ("set" in low or "configured" in low or " now " in low) and (said := prose_configs(line)):
+            for key, value in said.items():
+                configs.setdefault(key, value)
+        if ("listen" in low or "bound" in low or "serving" in low) and not _HOSTPORT.search(line):
+            port = _LISTEN_PORT.search(line)
+            if port:
+                environment.append(f":{port.group(1)}")
         if any(w in low for w in _SALIENT_WORDS) and _SALIENT.search(line):
             _salient(line, artifacts, environment, details)
     if first is not None and not (configs or artifacts or environment or details or errors):
@@ -330,11 +400,13 @@ def find_resolutions(ops: Sequence[tuple[str, OperationFacts]]) -> list[Resoluti
         failed = ops[start][1]
         fixes = [f.command for _, f in ops[start + 1 : index] if f.command and not f.failed]
         issue = (
-            failed.errors[0] if failed.errors else f"`{_clip(failed.command, 80)}` exited {failed.exit_code}"
+            failed.errors[0]
+            if failed.errors
+            else f"`{shorten_command(failed.command, 80)}` exited {failed.exit_code}"
         )
-        how = "; ".join(f"`{_clip(c, 100)}`" for c in fixes) if fixes else "a retry"
+        how = "; ".join(f"`{shorten_command(c, 160)}`" for c in fixes[-3:]) if fixes else "a retry"
         ids = tuple(u for u, _ in ops[start : index + 1])
-        out.append(Resolution(issue=_clip(issue, 160), resolution=how, unit_ids=ids))
+        out.append(Resolution(issue=_clip_middle(issue, 160), resolution=how, unit_ids=ids))
     return out
 
 

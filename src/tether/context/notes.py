@@ -10,6 +10,7 @@ no later compression drops them. Everything here is pattern-based and determinis
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -84,9 +85,15 @@ def is_step_line(line: str) -> bool:
     return bool(_CHECKBOX.match(line) or _NUMBERED.match(line) or _TODO.match(line))
 
 
+_PROGRESS_WORDS = ("[", "done", "complet", "finish", "✓", "✅")
+
+
 def status_updates(text: str) -> list[StatusUpdate]:
     """Progress a message reports on earlier plan items."""
     out: list[StatusUpdate] = []
+    low = text.lower()
+    if not any(w in low for w in _PROGRESS_WORDS):
+        return out
     for line in text.splitlines():
         box = _CHECKBOX.match(line)
         if box and box.group(1) != " ":
@@ -100,6 +107,7 @@ def status_updates(text: str) -> list[StatusUpdate]:
     return out
 
 
+@functools.lru_cache(maxsize=16_384)
 def normalise(text: str) -> str:
     return re.sub(r"[\W_]+", " ", text).strip().lower()
 
@@ -124,13 +132,38 @@ def question_text(text: str) -> str:
     return " ".join(lines)
 
 
+_LIFT = re.compile(
+    r"(?i)\b(no longer|not any ?more|lifted|is lifted|you (?:may|can) now|it'?s (?:fine|ok) (?:now )?to|"
+    r"is (?:now )?allowed|feel free to)\b"
+)
+
+
+def lifts(text: str) -> bool:
+    """The user takes a restriction back ("you may now restart ...", "X no longer applies")."""
+    return bool(_LIFT.search(text))
+
+
 def constraint_lines(text: str) -> list[str]:
-    """Lines of a user message that restrict how the work may be done."""
-    out = []
+    """Lines of a user message that restrict how the work may be done.
+
+    A line that continues a restriction without a cue word of its own (the next line of
+    the same paragraph: "keep every file under /data/...") belongs to it.
+    """
+    out: list[str] = []
+    open_rule = False
     for line in text.splitlines():
         clean = line.strip().lstrip("-*• ").strip()
-        if clean and not _CHECKBOX.match(line) and _CONSTRAINT.match(clean) and len(clean) < 300:
+        if not clean:
+            open_rule = False
+            continue
+        if _CHECKBOX.match(line) or len(clean) >= 300 or lifts(clean):
+            open_rule = False
+            continue
+        if _CONSTRAINT.match(clean):
             out.append(clean)
+            open_rule = True
+        elif open_rule and not clean.endswith("?") and len(out[-1]) + len(clean) < 400:
+            out[-1] = f"{out[-1]} {clean}"
     return out
 
 

@@ -5,13 +5,14 @@ happened as :class:`ContextEvent` records (the 70% warning, each compression wit
 tokens before and after and what was folded, overflow recoveries, a session layer that its
 protected items alone overflow), which the loop puts in the run's event log.
 
-The order of checks: the monitor's thresholds read the window as it stands (so the 70%
-warning reaches the log even when a layer's compression is about to bring usage down);
-then a session or working layer over its own budget is compressed (the rolling summary is
-re-bounded; the working layer keeps in detail only what fits in 60% of its budget); then
-the highest threshold level crossed (standard or deep, once per crossing) compresses the
-window, unless the layer's compression already took it back under that threshold; and a
-window still over its budget is fitted.
+Only the window's usage against its budget decides: below 70% nothing is compressed, over
+70% a warning, over 85% standard compression, over 90% deep (each once per upward
+crossing); a window still over its budget is then fitted. A layer over its own budget
+does not compress a window that fits: the layer budgets bound each layer when a threshold
+compression runs. What each call sends is recorded on the window (:meth:`ContextWindow.
+record_sent`), so the run's state says how much of its window the model got. Phase and
+checkpoint compression are asked for by the loop or an orchestrator through
+:meth:`ContextPolicy.on_phase_end` and :meth:`ContextPolicy.on_checkpoint`.
 """
 
 from __future__ import annotations
@@ -82,13 +83,26 @@ class ContextPolicy:
     thresholds: Thresholds = field(default_factory=Thresholds)
     archive: ArtifactStore | None = None
     """Where the full history goes before each compression (recoverable by id)."""
+    phase_compression: bool = True
+    """Fold a plan phase into one line when it ends (:meth:`on_phase_end`)."""
+    checkpoint_compression: bool = True
+    """Compress what precedes a checkpoint once it passed (:meth:`on_checkpoint`)."""
     monitor: UsageMonitor = field(init=False)
 
     def __post_init__(self) -> None:
         self.monitor = UsageMonitor(self.thresholds)
 
     def before_call(self, window: ContextWindow) -> list[ContextEvent]:
+        """Compress as the window's usage against its budget asks, then record what is sent.
+
+        Below the warning threshold nothing is compressed, whatever the layers hold: a layer
+        past its own budget borrows the room the others leave, and the budgets bound each
+        layer only when a threshold compression runs (the summary re-summarised into the
+        session layer's share, the operations kept in detail into the working layer's).
+        """
         events: list[ContextEvent] = []
+        for phase in window.phases_done() if self.phase_compression else ():
+            events += self.on_phase_end(window, phase)
         usage = window.usage()  # the thresholds see the window the model would get
         level = None
         for ev in self.monitor.observe(usage):
@@ -101,26 +115,14 @@ class ContextPolicy:
                 )
             elif ev.level in ("standard", "deep") and level != "deep":
                 level = ev.level
-        layered = False
-        for layer in (Layer.SESSION, Layer.WORKING):  # a layer over its own budget first
-            over = window.usage().layers[layer]
-            if not over.budget or over.tokens <= over.budget:
-                continue
-            result = window.compress("standard", archive=self.archive)
-            layered = True
-            name = layer.name.lower()
-            events.append(
-                _compressed(result, f"{name} layer over its budget ({over.tokens}/{over.budget})", over.ratio)
-            )
-            if layer is Layer.SESSION and window.usage().layers[layer].tokens > over.budget:
-                events.append(ContextEvent(kind="context_session_over", reason="; ".join(result.warnings)))
-        threshold = self.thresholds.deep if level == "deep" else self.thresholds.standard
-        if level is not None and (not layered or window.usage().ratio > threshold):
+        if level is not None:
             result = window.compress(level, archive=self.archive)
             events.append(
                 _compressed(result, f"usage {usage.ratio:.0%} crossed the {level} threshold", usage.ratio)
             )
-        if level is not None or layered:
+            session = window.usage().layers[Layer.SESSION]
+            if session.budget and session.tokens > session.budget:
+                events.append(ContextEvent(kind="context_session_over", reason="; ".join(result.warnings)))
             self.monitor.observe(window.usage())  # re-arm the thresholds it fell back under
         if window.usage().tokens > window.budget:
             before = window.usage()
@@ -131,9 +133,39 @@ class ContextPolicy:
                 dropped=len(result.dropped_ids), reason="over the budget after compression: fitted",
             ))  # fmt: skip
             self.monitor.observe(window.usage())
+        window.record_sent()
         for event in events:
             logger.info("context event %s %s", event.kind, event.detail())
         return events
+
+    def on_phase_end(self, window: ContextWindow, phase: str) -> list[ContextEvent]:
+        """Phase compression for a plan phase that just ended (a no-op when it is disabled)."""
+        if not self.phase_compression:
+            return []
+        self.monitor.phase_finished(phase)
+        before = window.usage()
+        result = window.compress_phase(phase, archive=self.archive)
+        if not result.summarized_ids:
+            return []
+        self.monitor.observe(window.usage())
+        return [_compressed(result, f"phase {phase} ended", before.ratio)]
+
+    def on_checkpoint(self, window: ContextWindow, checkpoint_id: str) -> list[ContextEvent]:
+        """Checkpoint compression once a checkpoint passed: what precedes it is compressed
+        with the standard rules, what follows stays as it is. Runs only when the window
+        holds enough to gain from it (over the warning threshold's half)."""
+        if not self.checkpoint_compression:
+            return []
+        before = window.usage()
+        if before.ratio <= self.thresholds.warn / 2:
+            return []
+        self.monitor.checkpoint_passed(checkpoint_id)
+        seq = max((i.seq for i in window.items()), default=0)
+        result = window.compress("checkpoint", archive=self.archive, before_seq=seq)
+        if not result.summarized_ids:
+            return []
+        self.monitor.observe(window.usage())
+        return [_compressed(result, f"checkpoint {checkpoint_id} passed", before.ratio)]
 
     def after_refusal(self, window: ContextWindow, reason: str) -> ContextEvent:
         """Record an overflow recovery after the provider refused the prompt as too long."""

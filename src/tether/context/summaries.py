@@ -26,6 +26,7 @@ __all__ = [
     "ExecutionSummary",
     "StepOutputs",
     "SummaryManager",
+    "fold_phase",
     "merge",
     "parse_step_outputs",
 ]
@@ -158,8 +159,12 @@ def merge(
     max_issues: int = MAX_RESOLVED_ISSUES,
     max_environment_keys: int = MAX_ENVIRONMENT_KEYS,
     max_configuration_keys: int = MAX_CONFIGURATION_KEYS,
+    phase_done: bool = False,
 ) -> ExecutionSummary:
     """Fold one step's outputs into the summary; pure, so usable as a state reducer.
+
+    ``phase_done``: this step ends its phase (``step_category``), whose completed actions
+    become one line, ``✅ phase deploy (4 items): artefacts …`` (phase compression).
 
     Later values win on the same key; lists keep the newest entries up to their caps.
     Growing past 30 environment / 20 configuration keys is allowed but warned about once
@@ -169,7 +174,10 @@ def merge(
     configurations = {**summary.configurations, **outputs.new_configurations}
     label = f"[{step_category.upper()}] " if step_category else ""
     name = f"{step_name}: " if step_name else ""
-    actions = (*summary.completed_actions, f"{label}{name}{outputs.summary}")[-max_actions:]
+    actions = (*summary.completed_actions, f"{label}{name}{outputs.summary}")
+    if phase_done and step_category:  # the finished phase's actions become one line
+        actions = fold_phase(actions, step_category, (*summary.artifacts, *outputs.artifacts))
+    actions = actions[-max_actions:]
     issues = (*summary.resolved_issues, *outputs.issues_resolved)[-max_issues:]
     artifacts = tuple(dict.fromkeys((*summary.artifacts, *outputs.artifacts)))[-20:]
     services = (*summary.services, *outputs.services_started)[-10:]
@@ -193,6 +201,24 @@ def merge(
         last_updated=now or datetime.now(UTC).isoformat(timespec="seconds"),
         warnings=tuple(warnings),
     )
+
+
+def fold_phase(actions: tuple[str, ...], category: str, artifacts: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The completed actions with those of a finished phase (two or more) folded into one
+    line, in place of its first action: its item count, its artefact ids (the newest five)
+    and its last action's summary."""
+    label = f"[{category.upper()}] "
+    mine = [k for k, a in enumerate(actions) if a.startswith(label)]
+    if len(mine) < 2:  # a one-action phase is one line already, and says more as it is
+        return actions
+    shown = ", ".join(list(dict.fromkeys(artifacts))[-5:])
+    last = actions[mine[-1]].removeprefix(label)
+    line = (
+        f"✅ phase {category} ({len(mine)} items)"
+        + (f": artefacts {shown}" if shown else "")
+        + f"; last: {last}"
+    )
+    return tuple(line if k == mine[0] else a for k, a in enumerate(actions) if k == mine[0] or k not in mine)
 
 
 def _dict(data: Mapping[str, Any], key: str, problems: list[str]) -> dict[str, Any]:
@@ -294,8 +320,10 @@ class SummaryManager:
         outputs: StepOutputs | Mapping[str, Any] | None,
         *,
         now: str | None = None,
+        phase_done: bool = False,
     ) -> ExecutionSummary:
-        """Fold a step's outputs in; raw dicts from a model are validated first."""
+        """Fold a step's outputs in; raw dicts from a model are validated first.
+        ``phase_done``: the step ends its phase, whose actions fold into one line."""
         if not isinstance(outputs, StepOutputs):
             outputs = parse_step_outputs(outputs)
         self._summary = merge(
@@ -308,6 +336,7 @@ class SummaryManager:
             max_issues=self.MAX_RESOLVED_ISSUES,
             max_environment_keys=self.MAX_ENVIRONMENT_KEYS,
             max_configuration_keys=self.MAX_CONFIGURATION_KEYS,
+            phase_done=phase_done,
         )
         return self._summary
 

@@ -43,6 +43,12 @@ class SummaryRequest:
     """Paragraphs that re-summarise the oldest completed work, oldest first."""
     resolved: tuple[str, ...] = ()
     """Errors met and what fixed them, oldest first."""
+    phases: tuple[str, ...] = ()
+    """One line per finished phase (``✅ phase 1 – title (5 items): artefacts …``)."""
+    in_progress: str = ""
+    """The phase under way (``⏳ phase 3 – title: in progress``)."""
+    superseded: tuple[str, ...] = ()
+    """Decisions replaced and constraints lifted since: ``old → now: new``, one line each."""
     details: tuple[str, ...] = ()
     """Full text of what is being folded; only a model-backed summariser reads it."""
     phase: str | None = None
@@ -89,11 +95,19 @@ class StructuredSummarizer:
             "[Goal]",
             request.goal or "(not recorded)",
             "[Completed work]",
-            *_bullets([*request.history, *request.completed]),
+            *_bullets(
+                [
+                    *request.phases,
+                    *request.history,
+                    *([request.in_progress] if request.in_progress else []),
+                    *request.completed,
+                ]
+            ),
             "[Current state]",
             *_bullets(request.current_state),
             "[Key decisions]",
             *_bullets(request.decisions),
+            *(["[Superseded]", *_bullets(request.superseded)] if request.superseded else []),
             *(["[Resolved issues]", *_bullets(request.resolved)] if request.resolved else []),
             *(["[Configurations]", *_bullets(request.configurations)] if request.configurations else []),
             *(["[Artefacts]", *_bullets(request.artifacts)] if request.artifacts else []),
@@ -106,12 +120,20 @@ class StructuredSummarizer:
 
     @staticmethod
     def _phase(request: SummaryRequest) -> str:
-        done = "; ".join(request.completed) if request.completed else "no operations"
-        artifacts = ", ".join(request.artifacts) if request.artifacts else "none"
-        return (
-            f"Phase {request.phase} ({request.status or 'done'}, "
-            f"{len(request.completed)} operations): {done}. Artefacts: {artifacts}."
-        )
+        """``✅ phase 2 – title (14 items): artefacts …; config …; fixed …`` on one line."""
+        mark = "✅" if (request.status or "done") == "done" else "⏳"
+        title = f" – {request.goal}" if request.goal else ""
+        count = request.current_state[0] if request.current_state else f"{len(request.completed)} items"
+        parts = []
+        if request.artifacts:
+            parts.append("artefacts " + ", ".join(request.artifacts))
+        if request.configurations:
+            parts.append("config " + ", ".join(request.configurations))
+        if request.resolved:
+            parts.append("fixed " + "; ".join(request.resolved))
+        if not parts and request.completed:
+            parts.append("; ".join(request.completed[-3:]))
+        return f"{mark} phase {request.phase}{title} ({count})" + (f": {'; '.join(parts)}" if parts else "")
 
 
 class CompletionModel(Protocol):

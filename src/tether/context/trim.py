@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from tether.context.artifacts import ArtifactStore
+from tether.context.facts import fact_lines
 from tether.context.items import ContextItem
 from tether.context.tokens import Tokenizer
 
@@ -19,6 +20,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["TrimmedOutput", "trim_item", "trim_output"]
 
+_KEPT = "[lines kept from the cut part: errors, files written, ports, versions, configuration]\n"
+_FACT_SHARE = 0.35
+"""At most this share of the preview goes to the fact lines of the cut middle."""
 _MARKER = (
     "\n[… {cut} tokens ({lines} lines) cut from the middle; the full output is artifact "
     "{aid}: read it back with read_artifact('{aid}') …]\n"
@@ -67,6 +71,8 @@ def trim_output(
     aid = store.put(text, kind=kind)
     marker_cost = tokenizer.count(_MARKER.format(cut=total, lines=text.count("\n"), aid=aid))
     room = max(max_tokens - marker_cost - 2, 0)
+    block = _fact_block(text, int(room * _FACT_SHARE), tokenizer)
+    room -= tokenizer.count(block) + 1 if block else 0
     per_token = len(text) / total
     head = _prefix_within(text, int(room * head_share), tokenizer, per_token)
     tail_budget = room - tokenizer.count(head)
@@ -75,11 +81,50 @@ def trim_output(
     while tail and tokenizer.count(tail) > tail_budget:  # reversal can change the split
         tail = tail[len(tail) // 10 + 1 :]
     middle = text[len(head) : len(text) - len(tail)]
+    if block:  # only the fact lines the head and tail do not already show
+        shown = [ln for ln in block.splitlines()[1:] if ln in middle]
+        block = _KEPT + "\n".join(shown) + "\n" if shown else ""
     cut_tokens = max(total - tokenizer.count(head) - tokenizer.count(tail), 0)
-    preview = head + _MARKER.format(cut=cut_tokens, lines=middle.count("\n"), aid=aid) + tail
+    marker = _MARKER.format(cut=cut_tokens, lines=middle.count("\n"), aid=aid)
+    preview = head + marker + block + tail
     kept = tokenizer.count(preview)
     logger.info("tool output trimmed: %d -> %d tokens, full text in %s", total, kept, aid)
     return TrimmedOutput(text=preview, trimmed=True, original_tokens=total, tokens=kept, artifact_id=aid)
+
+
+def _fact_block(text: str, budget: int, tokenizer: Tokenizer) -> str:
+    """The lines of ``text`` the fact miner recognises, within ``budget`` tokens.
+
+    Errors come first, then the rest in order; a run of identical facts keeps its last.
+    """
+    if budget <= 0:
+        return ""
+    lines = text.splitlines()
+    picked = fact_lines(text)
+    if not picked:
+        return ""
+    errors = [
+        k
+        for k in picked
+        if any(w in lines[k].lower() for w in ("error", "fail", "fatal", "denied", "exception"))
+    ]
+    order = errors + [k for k in picked if k not in set(errors)]
+    chosen: list[int] = []
+    used = tokenizer.count(_KEPT)
+    for k in order:
+        line = lines[k] if len(lines[k]) <= 300 else lines[k][:300] + "…"
+        cost = tokenizer.count(line) + 1
+        if used + cost > budget:
+            continue
+        chosen.append(k)
+        used += cost
+    if not chosen:
+        return ""
+    return (
+        _KEPT
+        + "\n".join(lines[k] if len(lines[k]) <= 300 else lines[k][:300] + "…" for k in sorted(chosen))
+        + "\n"
+    )
 
 
 def trim_item(

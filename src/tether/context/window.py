@@ -67,6 +67,22 @@ LAYER_TITLES: Mapping[Layer, str] = {
 Style = Literal["openai", "anthropic"]
 
 
+_PHASED = frozenset({"operation", "tool_call", "tool_result", "query_result", "message", "report", "error"})
+"""Kinds that belong to the phase they happen in (what a phase compression folds)."""
+
+
+def todo_phase(item: ContextItem) -> str:
+    """The phase a TODO item stands for: its ``phase``, else its number in the plan."""
+    if item.phase:
+        return item.phase
+    number = item.metadata.get("number")
+    return "" if number is None else str(number)
+
+
+def _is_done(item: ContextItem) -> bool:
+    return str(item.metadata.get("status", "")).lower() in ("done", "completed", "skipped")
+
+
 def scale_layer_budgets(budget: int) -> dict[Layer, int]:
     """The default per-layer budgets scaled so that they add up to ``budget``."""
     seed_total = sum(SEED_LAYER_BUDGETS.values())
@@ -143,6 +159,10 @@ class ContextWindow:
         """Facts of each tool call and result, mined when the result arrives (see compress)."""
         self._calls: dict[str, ContextItem] = {}
         """The latest tool call per ``tool_call_id``, to pair a result with on arrival."""
+        self.phase: str | None = None
+        """The plan phase under way: items added without a phase get it (phase compression)."""
+        self.sent: dict[str, Any] = {}
+        """What the model got: ``calls``, ``last`` and ``peak`` usage (tokens and ratio)."""
 
     # -- items -------------------------------------------------------------------------
 
@@ -178,6 +198,8 @@ class ContextWindow:
         """Add a new item; its id must be new. Returns it counted and sequenced."""
         if item.id in self._where:
             raise ContextError(f"item {item.id!r} already in the window; use replace()")
+        if self.phase is not None and item.phase is None and item.kind in _PHASED:
+            item = dataclasses.replace(item, phase=self.phase)
         stored = self._store(item, seq=None if item.seq <= 0 else item.seq)
         self._log(stored)
         self._mine(stored)
@@ -343,6 +365,23 @@ class ContextWindow:
             tokens=self.calibration.apply(raw), raw_tokens=raw, budget=self.budget, layers=layers
         )
 
+    def record_sent(self) -> dict[str, Any]:
+        """Note the usage of a request about to be sent (kept in :meth:`meta_state`).
+
+        The run's state then says how much of its window the model got: the last request
+        and the largest one, in tokens and as a fraction of the budget.
+        """
+        usage = self.usage()
+        now = {"tokens": usage.tokens, "ratio": round(usage.ratio, 4)}
+        peak = self.sent.get("peak") or {"tokens": 0, "ratio": 0.0}
+        self.sent = {
+            "calls": int(self.sent.get("calls", 0)) + 1,
+            "last": now,
+            "peak": now if usage.tokens >= int(peak.get("tokens", 0)) else peak,
+            "budget": self.budget,
+        }
+        return self.sent
+
     def count_exact(self) -> int:
         """Recount the rendered request from scratch (slow; for checks and benchmarks)."""
         if self.style == "anthropic":
@@ -416,6 +455,8 @@ class ContextWindow:
             "layer_budgets": {str(int(k)): v for k, v in self.layer_budgets.items()},
             "calibration": self.calibration.to_dict(),
             "seq": self._seq,
+            "sent": dict(self.sent),
+            "phase": self.phase,
             "items": self.item_dicts(),
         }
 
@@ -445,6 +486,10 @@ class ContextWindow:
                 window.counter.seed(item)
         window.replace_all(items)
         window._seq = max(window._seq, seq)
+        sent = data.get("sent")
+        window.sent = dict(sent) if isinstance(sent, Mapping) else {}
+        phase = data.get("phase")
+        window.phase = None if phase is None else str(phase)
         return window
 
     # -- compression (see compress.py) -------------------------------------------------
@@ -509,14 +554,29 @@ class ContextWindow:
         status: str = "done",
         summarizer: Summarizer | None = None,
         archive: ArtifactStore | None = None,
+        title: str | None = None,
     ) -> CompressionResult:
-        """Fold a finished phase into one paragraph."""
+        """Fold a finished phase into one line (its title from the phase's TODO item)."""
         archive_id = self._archive(archive)
+        if title is None:
+            todo = next(
+                (i for i in self.items(Layer.SESSION) if i.kind == "todo" and todo_phase(i) == phase), None
+            )
+            title = str(todo.metadata.get("text", "")) if todo is not None else ""
         result = compress_phase(
-            self.items(), phase, counter=self.counter, status=status, summarizer=summarizer
-        )
+            self.items(), phase, counter=self.counter, status=status, summarizer=summarizer,
+            title=title, facts=self.facts,
+        )  # fmt: skip
         self.replace_all(result.items)
         return dataclasses.replace(result, archive_id=archive_id)
+
+    def phases_done(self) -> list[str]:
+        """Phases whose TODO item is done while operations of theirs are still in detail."""
+        done = {todo_phase(i) for i in self.items(Layer.SESSION) if i.kind == "todo" and _is_done(i)}
+        done.discard("")
+        if not done:
+            return []
+        return sorted({i.phase for i in self.items(Layer.WORKING) if i.phase in done and i.kind in _PHASED})
 
     def fit(
         self,

@@ -40,6 +40,9 @@ class LayerView(BaseModel):
 
 class ContextUsage(BaseModel):
     hasWindow: bool
+    phases: list[str] = Field(
+        default_factory=list, description="phases that items belong to (for level=phase)"
+    )
     version: int
     tokens: int
     budget: int
@@ -78,12 +81,29 @@ def _level(ratio: float, thresholds: dict[str, float]) -> str:
     return "ok"
 
 
-async def _window(store: Any, run_id: str) -> tuple[ContextWindow | None, int, RunStatus]:
+async def _loaded(store: Any, run_id: str) -> tuple[ContextWindow | None, int, RunStatus, bool]:
     info = await store.get_run(run_id)
     cp = await store.load(run_id) if info is not None else None
     if info is None or cp is None:
         raise RunNotFound(run_id)
-    return window_from_run_state(cp.state, WINDOW_KEY), cp.version, info.status
+    logged = isinstance(cp.state.get("context_meta"), dict)
+    return window_from_run_state(cp.state, WINDOW_KEY), cp.version, info.status, logged
+
+
+async def _window(store: Any, run_id: str) -> tuple[ContextWindow | None, int, RunStatus]:
+    window, version, status, _logged = await _loaded(store, run_id)
+    return window, version, status
+
+
+def _state_update(window: ContextWindow, before: set[str], logged: bool) -> dict[str, Any]:
+    """What applying a compression writes: an agent run keeps its window as ``context_meta``
+    plus a log of changes (the removals, then every item: right whether the run appends to
+    its log or replaces it); other runs keep one window dict."""
+    if not logged:
+        return {WINDOW_KEY: window.to_state()}
+    now = window.item_dicts()
+    gone = [{"id": i, "removed": True} for i in sorted(before - {d["id"] for d in now})]
+    return {"context_meta": window.meta_state(), "context_log": gone + now}
 
 
 def _preview(item: Any) -> str:
@@ -118,8 +138,10 @@ def usage_dict(window: ContextWindow | None, version: int, executor: Any) -> dic
             "level": "ok",
             "thresholds": thresholds,
             "layers": [],
+            "phases": [],
         }
     usage = window.usage()
+    phases = sorted({str(i.phase) for i in window.items() if i.phase and i.kind != "todo"})
     layers = []
     for layer in Layer:
         lu = usage.layers[layer]
@@ -152,6 +174,7 @@ def usage_dict(window: ContextWindow | None, version: int, executor: Any) -> dic
         "level": _level(usage.ratio, thresholds),
         "thresholds": thresholds,
         "layers": layers,
+        "phases": phases,
     }
 
 
@@ -164,7 +187,7 @@ async def compress(
     run_id: str, body: CompressRequest, token: Operator, store: Store, executor: Exec, events: Events
 ) -> Response:
     check_run(token, run_id)
-    window, version, status = await _window(store, run_id)
+    window, version, status, logged = await _loaded(store, run_id)
     if window is None:
         raise ContextError(f"run {run_id!r} keeps no context window (state key {WINDOW_KEY!r})")
     if body.apply:
@@ -176,6 +199,11 @@ async def compress(
     if body.level == "phase":
         if not body.phase:
             raise ContextError("level 'phase' needs the phase to fold (field 'phase')")
+        if not any(i.phase == body.phase for i in window.items()):
+            known = sorted({str(i.phase) for i in window.items() if i.phase})
+            raise ContextError(
+                f"no items of phase {body.phase!r} in the window; its phases: {known or 'none'}"
+            )
         result = window.compress_phase(body.phase)
     else:
         result = window.compress(body.level)
@@ -187,7 +215,7 @@ async def compress(
     new_version = version
     if body.apply:
         new_version = await store.update_state(
-            run_id, {WINDOW_KEY: window.to_state()}, reducers=reducers(executor)
+            run_id, _state_update(window, set(before), logged), reducers=reducers(executor)
         )
         events.publish(
             Event(

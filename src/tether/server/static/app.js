@@ -268,27 +268,44 @@ function runPage() {
 
   // the CompressDialog: choose a level, preview, then confirm
   const dialog = $("compress-dialog");
-  function openCompress() { preview = null; $("compress-confirm").disabled = true; text($("compress-summary"), "Choose a level and preview what it would do."); clear($("compress-items")); text($("compress-error"), ""); dialog.showModal(); $("compress-level").focus(); }
+  function compressBody() {
+    const level = $("compress-level").value;
+    return level === "phase" ? { level, phase: $("compress-phase").value } : { level };
+  }
+  function showPhases() {
+    const phase = $("compress-level").value === "phase";
+    const select = $("compress-phase"); clear(select);
+    for (const p of (ctx && ctx.phases) || []) select.append(node("option", { value: p }, p));
+    for (const id of ["compress-phase", "compress-phase-label"]) $(id).classList.toggle("hidden", !phase);
+    preview = null; $("compress-confirm").disabled = true;
+    $("compress-summary-text").classList.add("hidden");
+  }
+  function openCompress() { preview = null; $("compress-confirm").disabled = true; text($("compress-summary"), "Choose a level and preview what it would do."); clear($("compress-items")); text($("compress-error"), ""); text($("compress-summary-text"), ""); showPhases(); dialog.showModal(); $("compress-level").focus(); }
+  $("compress-level").addEventListener("change", showPhases);
+  $("compress-phase").addEventListener("change", () => { preview = null; $("compress-confirm").disabled = true; });
   $("open-compress").addEventListener("click", openCompress);
   $("open-compress-2").addEventListener("click", openCompress);
   $("compress-close").addEventListener("click", () => dialog.close());
   $("compress-preview").addEventListener("click", async () => {
     text($("compress-error"), "");
     try {
-      preview = await api("POST", base + "/context/compress", { level: $("compress-level").value });
+      preview = await api("POST", base + "/context/compress", compressBody());
       const pct = (n) => Math.round(100 * n / preview.budget);
       text($("compress-summary"), `${preview.beforeTokens} → ${preview.afterTokens} tokens (${pct(preview.beforeTokens)}% → ${pct(preview.afterTokens)}%): ` +
         `${preview.summarized.length} folded into the summary, ${preview.dropped.length} dropped.`);
       const list = $("compress-items"); clear(list);
       for (const it of preview.summarized) list.append(node("li", {}, `folded [${it.kind}] ${it.preview}`));
       for (const it of preview.dropped) list.append(node("li", {}, `dropped [${it.kind}] ${it.preview}`));
+      const summaryText = $("compress-summary-text");  // the text the summary would hold, read before Confirm
+      text(summaryText, preview.summary || "(no summary: nothing would be folded)");
+      summaryText.classList.remove("hidden");
       $("compress-confirm").disabled = snap.status !== "PAUSED" || snap.executing;
       if ($("compress-confirm").disabled) text($("compress-error"), "Pause the run to apply a compression.");
     } catch (err) { text($("compress-error"), err.message); }
   });
   $("compress-confirm").addEventListener("click", async () => {
     try {
-      await api("POST", base + "/context/compress", { level: $("compress-level").value, apply: true, expectedVersion: snap.version });
+      await api("POST", base + "/context/compress", { ...compressBody(), apply: true, expectedVersion: snap.version });
       dialog.close(); refresh();
     } catch (err) { text($("compress-error"), err.message); }
   });
