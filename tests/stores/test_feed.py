@@ -12,7 +12,6 @@ import time
 
 import pytest
 
-from tether.runtime import Step, Workflow
 from tether.state import ExecutionContext, RunStatus
 from tether.stores import CheckpointStore
 from tether.stores.feed import Change, Feed, open_feed
@@ -22,16 +21,6 @@ from .conftest import ROOT, new_id, open_test_store, require_url
 pytestmark = pytest.mark.slow
 
 LISTENING = {"postgresql": "listen", "redis": "pubsub"}
-
-
-def _tick(sc: object) -> dict[str, object]:
-    time.sleep(0.15)  # long enough for a poll to see each version on its own
-    return {"ticks": 1}
-
-
-def three_steps() -> Workflow:
-    """What the ``tether run`` subprocess executes."""
-    return Workflow([Step(id=f"s{i}", fn=_tick) for i in range(3)], name="feed-three")
 
 
 WRITER = """
@@ -87,11 +76,11 @@ async def test_a_run_executed_by_tether_run_in_another_process_is_seen(kind, tmp
     async with open_test_store(kind, url) as store, open_feed(store) as feed:
         assert feed.kind == LISTENING.get(kind, "poll")
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tether.cli.app", "run", "tests.stores.test_feed:three_steps",
-            "--store", url, "--run-id", run_id, "--plain",
+            sys.executable, "-m", "tether.cli.app", "run", "tests.server.test_feed_flows:steps",
+            "--store", url, "--run-id", run_id, "--plain", "--input", '{"delay": 0.15}',
             cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        _, err = await asyncio.wait_for(proc.communicate(), 120)
         assert proc.returncode == 0, err.decode()
         info = await store.get_run(run_id)
         assert info is not None and info.status is RunStatus.COMPLETED

@@ -132,11 +132,26 @@ class Worker:
         }
 
 
-async def live_workers(store: CheckpointStore, *, limit: int = 1_000) -> list[Worker]:
-    """The processes that hold runs now, by host and pid, each with the runs it holds
-    (from the leases of up to ``limit`` RUNNING runs, one load each)."""
+LEASE_HORIZON = 3600.0
+"""A holder writes its lease with every step it commits and renews it before it lapses,
+so a RUNNING run not updated for this long (seconds) has no live holder: the workers
+view does not load it."""
+
+
+async def live_workers(
+    store: CheckpointStore, *, limit: int = 200, within: float = LEASE_HORIZON
+) -> list[Worker]:
+    """The processes that hold runs now, by host and pid, each with the runs it holds.
+
+    Reads the leases of the ``limit`` most recently updated RUNNING runs (one load each),
+    skipping those not updated ``within`` seconds; runs left RUNNING by crashed
+    processes are therefore cheap to have around, a state's size is not.
+    """
     grouped: dict[tuple[str, int], list[WorkerRun]] = {}
+    since = time.time() - within
     for info in await store.list_runs(status=RunStatus.RUNNING, limit=limit):
+        if info.updated_at.timestamp() < since:
+            break  # most recently updated first: the rest are older still
         _shown, holder = await held_by(store, info)
         if holder is not None:
             run = WorkerRun(run_id=info.run_id, version=info.version, node_id=info.node_id, holder=holder)

@@ -40,7 +40,11 @@ class WorkerList(BaseModel):
 
 @router.get("", response_model=WorkerList, summary="Live workers and the runs each holds")
 async def workers(
-    token: Reader, store: Store, limit: Annotated[int, Query(ge=1, le=5_000)] = 1_000
+    token: Reader,
+    store: Store,
+    limit: Annotated[
+        int, Query(ge=1, le=5_000, description="RUNNING runs whose leases are read, newest first")
+    ] = 200,
 ) -> Response:
     items = []
     for worker in await live_workers(store, limit=limit):

@@ -76,6 +76,20 @@ async function readSnapshot(path, held) {
 
 function debounce(fn, ms) { let t = null; return () => { clearTimeout(t); t = setTimeout(fn, ms); }; }
 
+// At most one call of ``fn`` per ``ms`` (the first at once, one more after a burst),
+// never two at a time: a stream of events from busy runs never starves the page, as a
+// debounce would, nor piles up reads.
+function throttle(fn, ms) {
+  let busy = false, again = false;
+  const fire = async () => {
+    if (busy) { again = true; return; }
+    busy = true; again = false;
+    try { await fn(); } catch (err) { /* the next event tries again */ }
+    setTimeout(() => { busy = false; if (again) fire(); }, ms);
+  };
+  return fire;
+}
+
 // Events say which run moved, from this server's runners or from the store's change feed
 // (``checkpoint``: a run executed anywhere reached a version). Nothing is learnt while the
 // stream is down, so every reconnection re-reads too.
@@ -115,8 +129,9 @@ function runsPage() {
   $("status-filter").addEventListener("change", () => { offset = 0; load(); });
   $("prev").addEventListener("click", () => { offset = Math.max(0, offset - limit); load(); });
   $("next").addEventListener("click", () => { offset += limit; load(); });
-  setupLogin(() => { load(); listen("/api/events", debounce(load, 200)); });
-  load().then(() => listen("/api/events", debounce(load, 200))).catch(() => {});
+  const reload = throttle(load, 500);
+  setupLogin(() => { load(); listen("/api/events", reload); });
+  load().then(() => listen("/api/events", reload)).catch(() => {});
 }
 
 function ago(seconds) {
@@ -144,10 +159,11 @@ function workersPage() {
     $("no-workers").classList.toggle("hidden", data.items.length > 0);
     document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
   }
-  const reload = debounce(load, 200);
-  setupLogin(() => { load(); listen("/api/events", reload); });
-  load().then(() => listen("/api/events", reload)).catch(() => {});
-  setInterval(load, 5000);  // lease ages move without any event
+  const reload = throttle(load, 500);
+  let source = null;
+  setupLogin(() => { load(); if (!source) source = listen("/api/events", reload); });
+  load().then(() => { if (!source) source = listen("/api/events", reload); }).catch(() => {});
+  setInterval(() => load().catch(() => {}), 5000);  // lease ages move without any event
 }
 
 // ---- one run -------------------------------------------------------------------------
