@@ -1,0 +1,144 @@
+"""The change feed's delay: from a commit in another process to the event on a subscribed client.
+
+    PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/bench_feed.py            # 3 runs x 40 commits
+    PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/bench_feed.py --quick    # 1 run x 10 commits
+
+This process opens the store and subscribes to its feed (``open_feed``: PostgreSQL
+LISTEN/NOTIFY, Redis pub/sub, polling on SQLite, MySQL and tiered). A writer process
+commits versions of one run (a ~1 KB chat message appended each time) at random gaps
+(0.15-0.45 s, so commits never line up with the polls) and prints the wall-clock time at
+which each commit returned. The delay of a version is the time from its commit's return
+to the first change this process receives at that version or a later one (a poll that
+sees two commits at once reports the later one: the client re-reads and has both).
+Same host, same clock; a notification may overtake the writer's own reply (Redis
+publishes inside the write script): that delay counts as 0. Servers come from TETHER_TEST_<NAME>_URL (as the tests); a
+backend without one is skipped.
+
+Goals: p95 <= 1 s on SQLite and MySQL (polled every 0.25 s), <= 200 ms on PostgreSQL and
+Redis (notified).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from harness import Report, corpus, median, percentile
+
+from tether.stores import open_store
+from tether.stores.feed import open_feed
+
+GOAL_MS = {"sqlite": 1000.0, "mysql": 1000.0, "tiered": 1000.0, "postgresql": 200.0, "redis": 200.0}
+
+WRITER = """
+import asyncio, json, random, sys, time
+from tether.state import ExecutionContext
+from tether.stores import open_store
+async def main(url, run_id, n, seed, messages):
+    rng = random.Random(seed)
+    async with open_store(url) as s:
+        ctx = ExecutionContext(run_id, {"messages": []})
+        await s.commit(ctx)
+        print("ready", flush=True)
+        sys.stdin.readline()  # the feed is subscribed
+        for i in range(n):
+            await asyncio.sleep(rng.uniform(0.15, 0.45))
+            ctx.merge({"messages": [messages[i % len(messages)]]})
+            version = await s.commit(ctx)
+            print(version, time.time(), flush=True)
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])))
+"""
+
+
+def urls(tmp: str) -> dict[str, str]:
+    found = {"sqlite": f"sqlite:///{tmp}/feed.db"}
+    for name in ("postgresql", "redis", "mysql", "tiered"):
+        url = os.environ.get(f"TETHER_TEST_{name.upper()}_URL")
+        if url:
+            found[name] = url
+    return found
+
+
+def with_prefix(url: str, prefix: str) -> str:
+    if not url.startswith("redis"):
+        return url
+    return f"{url}{'&' if '?' in url else '?'}prefix={prefix}"
+
+
+async def measure(url: str, commits: int, seed: int) -> tuple[list[float], str, float]:
+    """Delays (seconds) of ``commits`` commits made by another process; the feed's kind and interval."""
+    run_id = f"bench-feed-{uuid.uuid4().hex[:10]}"
+    messages = [json.dumps(m) for m in corpus.messages(seed, 64 * 1024)][:64]
+    async with open_store(url) as store, open_feed(store) as feed:
+        arrived: dict[int, float] = {}
+
+        async def listen() -> None:
+            async for change in feed:
+                if change.run_id == run_id:
+                    arrived.setdefault(change.version, time.time())
+
+        task = asyncio.create_task(listen())
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", WRITER, url, run_id, str(commits), str(seed), json.dumps(messages),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None
+        assert (await proc.stdout.readline()).strip() == b"ready"
+        proc.stdin.write(b"go\n")
+        await proc.stdin.drain()
+        committed: dict[int, float] = {}
+        for _ in range(commits):
+            version, at = (await proc.stdout.readline()).split()
+            committed[int(version)] = float(at)
+        await proc.wait()
+        last = max(committed)
+        deadline = time.monotonic() + 10
+        while max(arrived, default=0) < last and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await store.delete(run_id)
+    delays = []
+    for version, at in committed.items():
+        seen = [t for v, t in arrived.items() if v >= version]
+        delays.append(max(0.0, min(seen) - at) if seen else float("nan"))
+    return delays, feed.kind, feed.interval
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 run of 10 commits per store")
+    parser.add_argument("--only", help="comma-separated stores (sqlite,postgresql,redis,mysql,tiered)")
+    args = parser.parse_args()
+    runs, commits = (1, 10) if args.quick else (3, 40)
+    rep = Report("bench_feed", "delay from a commit in another process to the change on a subscribed feed")
+    prefix = f"bench-feed-{uuid.uuid4().hex[:8]}:"
+    with tempfile.TemporaryDirectory() as tmp:
+        chosen = urls(tmp)
+        if args.only:
+            chosen = {k: v for k, v in chosen.items() if k in args.only.split(",")}
+        for run in rep.runs(runs):
+            for name, url in chosen.items():
+                delays, kind, interval = Report.run_async(
+                    measure(with_prefix(url, prefix), commits, seed=run)
+                )
+                ms = [d * 1e3 for d in delays]
+                rep.section(
+                    f"{name}: {kind}, {'poll interval' if kind == 'poll' else 'keep-alive check every'} {interval:g} s"
+                )
+                rep.line(f"{name} commits", len(ms))
+                rep.line(f"{name} delay p50", median(ms), "ms")
+                rep.line(f"{name} delay max", max(ms), "ms")
+                rep.target(f"{name} delay p95", percentile(ms, 95), goal=GOAL_MS[name], unit="ms")
+    return rep.finish()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    raise SystemExit(main())
