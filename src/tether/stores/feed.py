@@ -64,6 +64,7 @@ KEEPALIVE = 5.0
 """Seconds without a notification after which a listening feed checks its connection."""
 
 MAX_BACKOFF = 5.0
+"""The longest wait (seconds) between two attempts to reconnect."""
 
 CONNECT_WAIT = 5.0
 """Seconds :func:`open_feed` waits for the first connection before returning anyway."""
@@ -97,14 +98,32 @@ class Feed:
         self._opened = time.time()
         self._seen: dict[str, tuple[int, str, float]] = {}
         self._newest = self._opened
-        self._queue: asyncio.Queue[Change] = asyncio.Queue()
+        self._pending: dict[str, int] = {}
+        """Changes not yet taken, one per run (a run that moves again before its consumer
+        took it is reported once, at its newest version): bounded by the runs, not by
+        the writes."""
+        self._ready = asyncio.Event()
 
     def __aiter__(self) -> AsyncIterator[Change]:
         return self._changes()
 
     async def _changes(self) -> AsyncIterator[Change]:
         while True:
-            yield await self._queue.get()
+            await self._ready.wait()
+            run_id = next(iter(self._pending))
+            version = self._pending.pop(run_id)
+            if not self._pending:
+                self._ready.clear()
+            yield Change(run_id, version)
+
+    @property
+    def pending(self) -> int:
+        """Changes waiting for the consumer."""
+        return len(self._pending)
+
+    def _put(self, run_id: str, version: int) -> None:
+        self._pending[run_id] = max(version, self._pending.get(run_id, 0))
+        self._ready.set()
 
     # -- what every kind shares: the store read after a (re)connect, and polls -----------
     async def scan(self) -> int:
@@ -126,7 +145,7 @@ class Feed:
                 if self._seen.get(info.run_id) != key:
                     self._seen[info.run_id] = key
                     if not first or at >= self._opened:
-                        self._queue.put_nowait(Change(info.run_id, info.version))
+                        self._put(info.run_id, info.version)
                         found += 1
                 self._newest = max(self._newest, at)
             if older or len(page) < PAGE:
@@ -139,8 +158,8 @@ class Feed:
         return found
 
     def notified(self, run_id: str, version: int) -> None:
-        """A notification arrived: queue it (the next resync will compare against it)."""
-        self._queue.put_nowait(Change(run_id, version))
+        """A notification arrived: queue it for the consumer."""
+        self._put(run_id, version)
 
     async def _poll(self) -> None:
         failing = False
@@ -168,6 +187,10 @@ class Feed:
                     backoff = 0.1
                     async for run_id, version in notes:
                         self.notified(run_id, version)
+            except _CannotListen as exc:
+                logger.warning("change feed: %s; polling every %g s instead", exc, POLL_INTERVAL)
+                self.kind, self.interval = "poll", POLL_INTERVAL
+                await self._poll()
             except (StoreError, OSError, ConnectionError, _DriverError) as exc:
                 logger.warning("change feed: lost the %s connection, reconnecting: %s", self.kind, exc)
             self.reconnects += 1
@@ -177,6 +200,10 @@ class Feed:
 
 class _DriverError(Exception):
     """A driver's error, translated (psycopg's and redis-py's are caught where raised)."""
+
+
+class _CannotListen(Exception):
+    """The database refuses what listening needs (creating the trigger): poll instead."""
 
 
 def _parse(payload: str | bytes) -> tuple[str, int] | None:
@@ -230,7 +257,10 @@ def _pg_connect(conninfo: str, feed: Feed) -> Any:
         except psycopg.Error as exc:
             raise _DriverError(str(exc)) from exc
         try:
-            await install_pg_trigger(conn)
+            try:
+                await install_pg_trigger(conn)
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise _CannotListen(f"no right to create the notify trigger on tether_runs: {exc}") from exc
             await conn.execute(f"LISTEN {CHANNEL}")
             feed.listener_pid = conn.info.backend_pid
 
