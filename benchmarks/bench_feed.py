@@ -14,6 +14,10 @@ Same host, same clock; a notification may overtake the writer's own reply (Redis
 publishes inside the write script): that delay counts as 0. Servers come from TETHER_TEST_<NAME>_URL (as the tests); a
 backend without one is skipped.
 
+Then the same through a ``tether serve`` process: from the commit to its ``checkpoint``
+event on an ``/api/events`` stream read here (the live view's whole path; ``--no-sse``
+skips it).
+
 Goals: p95 <= 1 s on SQLite and MySQL (polled every 0.25 s), <= 200 ms on PostgreSQL and
 Redis (notified).
 """
@@ -24,6 +28,8 @@ import argparse
 import asyncio
 import json
 import os
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -72,10 +78,38 @@ def with_prefix(url: str, prefix: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}prefix={prefix}"
 
 
-async def measure(url: str, commits: int, seed: int) -> tuple[list[float], str, float]:
-    """Delays (seconds) of ``commits`` commits made by another process; the feed's kind and interval."""
-    run_id = f"bench-feed-{uuid.uuid4().hex[:10]}"
+async def write(url: str, run_id: str, commits: int, seed: int, arrived: dict[int, float]) -> list[float]:
+    """Run the writer process; the delay of each of its commits to ``arrived`` (version ->
+    wall-clock arrival, filled by the listener meanwhile)."""
     messages = [json.dumps(m) for m in corpus.messages(seed, 64 * 1024)][:64]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", WRITER, url, run_id, str(commits), str(seed), json.dumps(messages),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    assert (await proc.stdout.readline()).strip() == b"ready"
+    proc.stdin.write(b"go\n")
+    await proc.stdin.drain()
+    committed: dict[int, float] = {}
+    for _ in range(commits):
+        version, at = (await proc.stdout.readline()).split()
+        committed[int(version)] = float(at)
+    await proc.wait()
+    last = max(committed)
+    deadline = time.monotonic() + 10
+    while max(arrived, default=0) < last and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    delays = []
+    for version, at in committed.items():
+        seen = [t for v, t in arrived.items() if v >= version]
+        delays.append(max(0.0, min(seen) - at) if seen else float("nan"))
+    return delays
+
+
+async def measure(url: str, commits: int, seed: int) -> tuple[list[float], str, float]:
+    """Delays (seconds) of ``commits`` commits made by another process to this process's
+    feed; the feed's kind and interval."""
+    run_id = f"bench-feed-{uuid.uuid4().hex[:10]}"
     async with open_store(url) as store, open_feed(store) as feed:
         arrived: dict[int, float] = {}
 
@@ -85,35 +119,62 @@ async def measure(url: str, commits: int, seed: int) -> tuple[list[float], str, 
                     arrived.setdefault(change.version, time.time())
 
         task = asyncio.create_task(listen())
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", WRITER, url, run_id, str(commits), str(seed), json.dumps(messages),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        assert proc.stdin is not None and proc.stdout is not None
-        assert (await proc.stdout.readline()).strip() == b"ready"
-        proc.stdin.write(b"go\n")
-        await proc.stdin.drain()
-        committed: dict[int, float] = {}
-        for _ in range(commits):
-            version, at = (await proc.stdout.readline()).split()
-            committed[int(version)] = float(at)
-        await proc.wait()
-        last = max(committed)
-        deadline = time.monotonic() + 10
-        while max(arrived, default=0) < last and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        delays = await write(url, run_id, commits, seed, arrived)
         task.cancel()
         await store.delete(run_id)
-    delays = []
-    for version, at in committed.items():
-        seen = [t for v, t in arrived.items() if v >= version]
-        delays.append(max(0.0, min(seen) - at) if seen else float("nan"))
     return delays, feed.kind, feed.interval
+
+
+async def measure_sse(url: str, commits: int, seed: int) -> list[float]:
+    """The same through ``tether serve`` (another process): commit to the ``checkpoint``
+    event on an ``/api/events`` stream read here."""
+    import httpx
+
+    run_id = f"bench-sse-{uuid.uuid4().hex[:10]}"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tether.cli.app", "serve", "--store", url, "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if (await client.get("/api/runs?limit=1")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    if time.monotonic() > deadline or server.poll() is not None:
+                        raise
+                    await asyncio.sleep(0.2)
+            arrived: dict[int, float] = {}
+            async with client.stream("GET", "/api/events") as resp:
+
+                async def listen() -> None:
+                    async for line in resp.aiter_lines():
+                        if line.startswith("data: ") and run_id in line:
+                            data = json.loads(line[6:])
+                            if data["kind"] == "checkpoint" and data["runId"] == run_id:
+                                arrived.setdefault(data["detail"]["version"], time.time())
+
+                task = asyncio.create_task(listen())
+                delays = await write(url, run_id, commits, seed, arrived)
+                task.cancel()
+            await client.delete(f"/api/runs/{run_id}")
+    finally:
+        server.terminate()
+        server.wait(15)
+    return delays
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 run of 10 commits per store")
+    parser.add_argument("--no-sse", action="store_true", help="skip the path through tether serve")
     parser.add_argument("--only", help="comma-separated stores (sqlite,postgresql,redis,mysql,tiered)")
     args = parser.parse_args()
     runs, commits = (1, 10) if args.quick else (3, 40)
@@ -136,6 +197,19 @@ def main() -> int:
                 rep.line(f"{name} delay p50", median(ms), "ms")
                 rep.line(f"{name} delay max", max(ms), "ms")
                 rep.target(f"{name} delay p95", percentile(ms, 95), goal=GOAL_MS[name], unit="ms")
+                if args.no_sse:
+                    continue
+                ms = [
+                    d * 1e3
+                    for d in Report.run_async(measure_sse(with_prefix(url, prefix), commits, seed=run))
+                ]
+                rep.line(f"{name} through tether serve: delay p50", median(ms), "ms")
+                rep.target(
+                    f"{name} through tether serve: delay p95",
+                    percentile(ms, 95),
+                    goal=GOAL_MS[name],
+                    unit="ms",
+                )
     return rep.finish()
 
 
