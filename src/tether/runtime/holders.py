@@ -24,7 +24,16 @@ from tether.state import RunInfo, RunStatus
 from tether.state.reserved import runtime_get
 from tether.stores.base import CheckpointStore
 
-__all__ = ["Holder", "Worker", "WorkerRun", "held_by", "holder_of", "live_workers", "runs_with_holders"]
+__all__ = [
+    "Holder",
+    "Worker",
+    "WorkerRun",
+    "Workers",
+    "held_by",
+    "holder_of",
+    "live_workers",
+    "runs_with_holders",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,31 +141,51 @@ class Worker:
         }
 
 
-LEASE_HORIZON = 3600.0
-"""A holder writes its lease with every step it commits and renews it before it lapses,
-so a RUNNING run not updated for this long (seconds) has no live holder: the workers
-view does not load it."""
+LEASE_HORIZON = 1800.0
+"""A holder writes its lease with every step it commits and renews it before it lapses
+(the runner's default lease lasts 10 minutes), so a RUNNING run not updated for this
+long (seconds) has no live holder: the workers view does not read it."""
+
+READ_BUDGET = 2.0
+"""Seconds the workers view spends reading leases before it answers with what it has."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workers:
+    """The workers found, and whether every candidate run was read."""
+
+    workers: list[Worker]
+    complete: bool
+    """False when the ``limit`` or the time budget cut the reading short: older RUNNING
+    runs were not looked at (their holders, if any, are missing)."""
 
 
 async def live_workers(
-    store: CheckpointStore, *, limit: int = 200, within: float = LEASE_HORIZON
-) -> list[Worker]:
+    store: CheckpointStore, *, limit: int = 200, within: float = LEASE_HORIZON, budget: float = READ_BUDGET
+) -> Workers:
     """The processes that hold runs now, by host and pid, each with the runs it holds.
 
-    Reads the leases of the ``limit`` most recently updated RUNNING runs (one load each),
-    skipping those not updated ``within`` seconds; runs left RUNNING by crashed
-    processes are therefore cheap to have around, a state's size is not.
+    Reads the leases of the most recently updated RUNNING runs (one load each): at most
+    ``limit`` of them, only those updated in the last ``within`` seconds, for at most
+    ``budget`` seconds. Runs left RUNNING by crashed processes long ago cost nothing.
     """
     grouped: dict[tuple[str, int], list[WorkerRun]] = {}
-    since = time.time() - within
-    for info in await store.list_runs(status=RunStatus.RUNNING, limit=limit):
-        if info.updated_at.timestamp() < since:
+    now = time.time()
+    deadline = time.monotonic() + budget
+    candidates = await store.list_runs(status=RunStatus.RUNNING, limit=limit + 1)
+    complete = len(candidates) <= limit
+    for info in candidates[:limit]:
+        if info.updated_at.timestamp() < now - within:
+            complete = True
             break  # most recently updated first: the rest are older still
+        if time.monotonic() > deadline:
+            complete = False
+            break
         _shown, holder = await held_by(store, info)
         if holder is not None:
             run = WorkerRun(run_id=info.run_id, version=info.version, node_id=info.node_id, holder=holder)
             grouped.setdefault((holder.host, holder.pid), []).append(run)
-    return [
+    workers = [
         Worker(
             host=host,
             pid=pid,
@@ -165,3 +194,4 @@ async def live_workers(
         )
         for (host, pid), runs in sorted(grouped.items())
     ]
+    return Workers(workers=workers, complete=complete)

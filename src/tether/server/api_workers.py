@@ -1,8 +1,8 @@
 """Workers: the processes executing runs now, wherever they run, each with its runs.
 
-Derived from the leases of RUNNING runs (see :mod:`tether.runtime.holders`), so a
-worker shows while it holds a run; a run it holds that the token may not see is left
-out, and so is a worker left with none.
+Derived from the leases of recently updated RUNNING runs (see
+:mod:`tether.runtime.holders`: a bounded read), so a worker shows while it holds a run;
+a run it holds that the token may not see is left out, and so is a worker left with none.
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ class WorkerView(BaseModel):
 
 class WorkerList(BaseModel):
     items: list[WorkerView]
+    complete: bool = Field(
+        description="false when the reading stopped at the limit or its 2 s budget: "
+        "holders of older RUNNING runs may be missing"
+    )
 
 
 @router.get("", response_model=WorkerList, summary="Live workers and the runs each holds")
@@ -43,11 +47,12 @@ async def workers(
     token: Reader,
     store: Store,
     limit: Annotated[
-        int, Query(ge=1, le=5_000, description="RUNNING runs whose leases are read, newest first")
+        int, Query(ge=1, le=1_000, description="RUNNING runs whose leases are read, newest first")
     ] = 200,
 ) -> Response:
     items = []
-    for worker in await live_workers(store, limit=limit):
+    found = await live_workers(store, limit=limit)
+    for worker in found.workers:
         runs = [
             {
                 "runId": r.run_id,
@@ -63,4 +68,4 @@ async def workers(
             items.append(
                 {"host": worker.host, "pid": worker.pid, "owners": list(worker.owners), "runs": runs}
             )
-    return json_response({"items": items})
+    return json_response({"items": items, "complete": found.complete})

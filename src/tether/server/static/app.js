@@ -157,6 +157,7 @@ function workersPage() {
         node("td", {}, r.age == null ? "" : ago(r.age) + " ago"), node("td", {}, ago(r.expiresIn)))));
     }
     $("no-workers").classList.toggle("hidden", data.items.length > 0);
+    $("partial").classList.toggle("hidden", data.complete);
     document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
   }
   const reload = throttle(load, 500);
