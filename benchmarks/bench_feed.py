@@ -39,7 +39,8 @@ from pathlib import Path
 from harness import Report, corpus, median, percentile
 
 from tether.stores import open_store
-from tether.stores.feed import open_feed
+from tether.stores.base import CheckpointStore
+from tether.stores.feed import Feed, open_feed
 
 GOAL_MS = {"sqlite": 1000.0, "mysql": 1000.0, "tiered": 1000.0, "postgresql": 200.0, "redis": 200.0}
 
@@ -106,7 +107,7 @@ async def write(url: str, run_id: str, commits: int, seed: int, arrived: dict[in
     return delays
 
 
-async def measure(url: str, commits: int, seed: int) -> tuple[list[float], str, float]:
+async def measure(url: str, commits: int, seed: int) -> tuple[list[float], str, float, float]:
     """Delays (seconds) of ``commits`` commits made by another process to this process's
     feed; the feed's kind and interval."""
     run_id = f"bench-feed-{uuid.uuid4().hex[:10]}"
@@ -121,8 +122,22 @@ async def measure(url: str, commits: int, seed: int) -> tuple[list[float], str, 
         task = asyncio.create_task(listen())
         delays = await write(url, run_id, commits, seed, arrived)
         task.cancel()
+        poll = await poll_cost(store)
         await store.delete(run_id)
-    return delays, feed.kind, feed.interval
+    return delays, feed.kind, feed.interval, poll
+
+
+async def poll_cost(store: CheckpointStore) -> float:
+    """Median seconds of one poll (a listening feed makes one after each reconnect) right
+    after the writes: the runs updated in the last ``SLACK`` seconds are read again."""
+    feed = Feed(store)
+    await feed.scan()
+    times = []
+    for _ in range(30):
+        t0 = time.perf_counter()
+        await feed.scan()
+        times.append(time.perf_counter() - t0)
+    return median(times)
 
 
 async def measure_sse(url: str, commits: int, seed: int) -> list[float]:
@@ -186,7 +201,7 @@ def main() -> int:
             chosen = {k: v for k, v in chosen.items() if k in args.only.split(",")}
         for run in rep.runs(runs):
             for name, url in chosen.items():
-                delays, kind, interval = Report.run_async(
+                delays, kind, interval, poll = Report.run_async(
                     measure(with_prefix(url, prefix), commits, seed=run)
                 )
                 ms = [d * 1e3 for d in delays]
@@ -196,6 +211,7 @@ def main() -> int:
                 rep.line(f"{name} commits", len(ms))
                 rep.line(f"{name} delay p50", median(ms), "ms")
                 rep.line(f"{name} delay max", max(ms), "ms")
+                rep.line(f"{name} one poll (or resync) query", poll * 1e3, "ms")
                 rep.target(f"{name} delay p95", percentile(ms, 95), goal=GOAL_MS[name], unit="ms")
                 if args.no_sse:
                     continue

@@ -56,9 +56,12 @@ SLACK = 10.0
 write's update time is taken before it commits, so a slow commit can become visible
 after a later one; and writers' clocks on other hosts may lag a little."""
 
+FIRST_PAGE = 10
+"""Runs a poll reads first: a quiet store answers a poll with these few rows."""
+
 PAGE = 100
-"""Runs read per query of a poll (a poll reads further pages only while every run on
-the page is newer than its horizon)."""
+"""Runs read per further query of a poll (read only while every run read so far is newer
+than the poll's horizon)."""
 
 KEEPALIVE = 5.0
 """Seconds without a notification after which a listening feed checks its connection."""
@@ -132,9 +135,9 @@ class Feed:
         read is a baseline: it queues only runs updated since the feed was opened."""
         first = not self.connected.is_set()
         horizon = self._newest - SLACK
-        found, offset = 0, 0
+        found, offset, size = 0, 0, FIRST_PAGE
         while True:
-            page = await self.store.list_runs(limit=PAGE, offset=offset)
+            page = await self.store.list_runs(limit=size, offset=offset)
             older = False
             for info in page:
                 at = info.updated_at.timestamp()
@@ -148,9 +151,9 @@ class Feed:
                         self._put(info.run_id, info.version)
                         found += 1
                 self._newest = max(self._newest, at)
-            if older or len(page) < PAGE:
+            if older or len(page) < size:
                 break
-            offset += PAGE
+            offset, size = offset + size, PAGE
         self.connected.set()
         cut = self._newest - SLACK
         for run_id in [r for r, k in self._seen.items() if k[2] < cut]:
