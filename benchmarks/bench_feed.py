@@ -14,6 +14,9 @@ Same host, same clock; a notification may overtake the writer's own reply (Redis
 publishes inside the write script): that delay counts as 0. Servers come from TETHER_TEST_<NAME>_URL (as the tests); a
 backend without one is skipped.
 
+On PostgreSQL, also the cost of the notify trigger on a commit: the same small commits
+with and without it, interleaved, in two private schemas (dropped afterwards).
+
 Then the same through a ``tether serve`` process: from the commit to its ``checkpoint``
 event on an ``/api/events`` stream read here (the live view's whole path; ``--no-sse``
 skips it).
@@ -35,9 +38,11 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
-from harness import Report, corpus, median, percentile
+from harness import Report, ainterleave, corpus, median, percentile
 
+from tether.state import ExecutionContext
 from tether.stores import open_store
 from tether.stores.base import CheckpointStore
 from tether.stores.feed import Feed, open_feed
@@ -186,6 +191,44 @@ async def measure_sse(url: str, commits: int, seed: int) -> list[float]:
     return delays
 
 
+async def trigger_cost(url: str, rounds: int) -> tuple[float, float]:
+    """Median seconds of one small commit on PostgreSQL without and with the feed's notify
+    trigger: two private schemas, same tables, commits interleaved."""
+    import psycopg
+
+    tag = uuid.uuid4().hex[:8]
+    plain, notified = f"feedbench_plain_{tag}", f"feedbench_notify_{tag}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        for schema in (plain, notified):
+            admin.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in url else "?"
+    try:
+        async with (
+            open_store(f"{url}{sep}options=-csearch_path%3D{plain}") as a,
+            open_store(f"{url}{sep}options=-csearch_path%3D{notified}") as b,
+        ):
+            async with open_feed(b) as feed:  # installs the trigger in its schema
+                assert feed.kind == "listen"
+            ctxs = {name: ExecutionContext(f"bench-{name}", {"messages": []}) for name in ("plain", "notify")}
+            stores = {"plain": a, "notify": b}
+            messages = [json.dumps(m) for m in corpus.messages(7, 32 * 1024)]
+
+            def commit(name: str) -> Any:
+                async def go() -> None:
+                    ctx = ctxs[name]
+                    ctx.merge({"messages": [messages[len(ctx.get("messages")) % len(messages)]]})
+                    await stores[name].commit(ctx)
+
+                return go
+
+            times = await ainterleave({"plain": commit("plain"), "notify": commit("notify")}, rounds=rounds)
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            for schema in (plain, notified):
+                admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    return median(times["plain"]), median(times["notify"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 run of 10 commits per store")
@@ -213,6 +256,11 @@ def main() -> int:
                 rep.line(f"{name} delay max", max(ms), "ms")
                 rep.line(f"{name} one poll (or resync) query", poll * 1e3, "ms")
                 rep.target(f"{name} delay p95", percentile(ms, 95), goal=GOAL_MS[name], unit="ms")
+                if name == "postgresql":
+                    bare, with_trigger = Report.run_async(trigger_cost(url, 60 if args.quick else 300))
+                    rep.line("postgresql commit without the notify trigger p50", bare * 1e3, "ms")
+                    rep.line("postgresql commit with the notify trigger p50", with_trigger * 1e3, "ms")
+                    rep.line("postgresql trigger cost / commit", with_trigger / bare, "x")
                 if args.no_sse:
                     continue
                 ms = [
