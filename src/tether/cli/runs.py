@@ -60,17 +60,23 @@ def runs(
     limit: int = 50,
     as_json: JsonOpt = False,
 ) -> None:
-    """List runs, most recently updated first (a RUNNING run whose process is gone: INTERRUPTED);
+    """List runs, most recently updated first (a RUNNING run whose process is gone: INTERRUPTED),
+    a running one with the process that holds it (host:pid, when it last renewed its lease);
     a paused or interrupted run with why it stopped and the command that continues it."""
     wanted = _status(status) if status else None
 
     async def go(s: Any) -> list[dict[str, Any]]:
-        from tether.runtime import list_runs_live
+        from tether.runtime.holders import runs_with_holders
         from tether.state.reserved import runtime_get
 
         listed = []
-        for r in await list_runs_live(s, status=wanted, limit=limit):
-            entry = {**_info(r), "pause_reason": None, "continue_with": None}
+        for r, holder in await runs_with_holders(s, status=wanted, limit=limit):
+            entry = {
+                **_info(r),
+                "holder": None if holder is None else holder.to_dict(),
+                "pause_reason": None,
+                "continue_with": None,
+            }
             if entry["status"] in ("PAUSED", "INTERRUPTED"):  # one load each, only for these
                 cp = await s.load(r.run_id)
                 if cp is not None:
@@ -86,8 +92,12 @@ def runs(
     from rich.table import Table
 
     stopped = any(r["continue_with"] for r in result)
+    held = any(r["holder"] for r in result)
     table = Table("status", "version", "node", "updated")
     table.add_column("run", no_wrap=True)
+    if held:
+        table.add_column("held by", no_wrap=True)
+        table.add_column("lease renewed")
     if stopped:
         table.add_column("reason")
         table.add_column("continue with", no_wrap=True)
@@ -99,10 +109,20 @@ def runs(
             r["updated_at"][:19].replace("T", " "),
         ]
         cells.append(_text(r["run_id"]))
+        if held:
+            cells += _holder_cells(r["holder"])
         if stopped:
             cells += [_text(r["pause_reason"] or ""), _text(r["continue_with"] or "")]
         table.add_row(*cells)
     console().print(table)
+
+
+def _holder_cells(holder: dict[str, Any] | None) -> list[Any]:
+    """``host:pid`` and how long ago it renewed the lease (blank: nobody holds the run)."""
+    if holder is None:
+        return ["", ""]
+    age = holder["age"]
+    return [_text(f"{holder['host']}:{holder['pid']}"), "" if age is None else f"{age:.0f}s ago"]
 
 
 def _info(r: Any) -> dict[str, Any]:

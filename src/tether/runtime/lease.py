@@ -40,7 +40,8 @@ instead of blocking a resume in the same process until it expires."""
 
 
 def new_lease(owner: str, ttl: float) -> dict[str, Any]:
-    return {"owner": owner, "host": HOST, "pid": os.getpid(), "expires_at": time.time() + ttl}
+    now = time.time()  # renewed_at: how long ago the holder last renewed it (``tether runs``)
+    return {"owner": owner, "host": HOST, "pid": os.getpid(), "expires_at": now + ttl, "renewed_at": now}
 
 
 def pid_alive(pid: int) -> bool:

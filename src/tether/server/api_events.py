@@ -3,6 +3,12 @@
 Each message has an ``id`` (increasing), an ``event`` (the kind: step_started,
 step_done, usage_crossed, compressed, step_failed, decision, …) and JSON ``data``.
 
+Runs executed anywhere (this server, the CLI, a worker on another host) show up live:
+:func:`relay_store_changes` listens to the store's change feed for the server's whole
+life and publishes a ``checkpoint`` event (version, status, node; ``source: feed``)
+whenever a run's version or status moves, so a watcher re-reads the run. The feed
+resyncs after losing its connection, so a run that moved meanwhile gets its event too.
+
 Ids are microseconds since the epoch, so they keep increasing across server restarts.
 A client resuming with ``Last-Event-ID`` gets what it missed from two places: what
 happened before the server's memory begins (an earlier server process, or events the
@@ -13,7 +19,10 @@ happened before the server's memory begins (an earlier server process, or events
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
+import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -21,16 +30,19 @@ import orjson
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from tether.errors import RunNotFound
+from tether.errors import RunNotFound, StoreError
 from tether.runtime import Event
 from tether.runtime.stream import EventBroadcaster, SubscriberOverflow
 from tether.server.auth import ApiToken, check_run
 from tether.server.deps import Events, Reader, Store
 from tether.server.problems import PROBLEM_RESPONSES
 from tether.state.reserved import runtime_get
+from tether.stores.backend import remember
 from tether.stores.base import CheckpointStore
+from tether.stores.feed import Feed, open_feed
 
 router = APIRouter(prefix="/api", tags=["events"], responses=PROBLEM_RESPONSES)
+logger = logging.getLogger(__name__)
 
 HEARTBEAT = 15.0
 EPOCH_IDS = 10**15
@@ -201,3 +213,52 @@ async def run_events(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+@contextlib.asynccontextmanager
+async def relay_store_changes(
+    store: CheckpointStore, events: EventBroadcaster, *, interval: float | None = None
+) -> AsyncIterator[Feed]:
+    """For the life of the block, publish a ``checkpoint`` event whenever the store says a
+    run moved, whoever moved it (``interval``: the feed's, see ``open_feed``)."""
+    async with open_feed(store, interval=interval) as feed:
+        task = asyncio.create_task(_relay(store, events, feed), name="tether change relay")
+        try:
+            yield feed
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def _relay(store: CheckpointStore, events: EventBroadcaster, feed: Feed) -> None:
+    published: dict[str, tuple[int, str]] = {}
+    async for change in feed:
+        try:
+            info = await store.get_run(change.run_id)  # the change says which run, not how
+        except StoreError as exc:
+            logger.warning("change relay: cannot read run %s: %s", change.run_id, exc)
+            continue  # the feed's resync after the store comes back repeats it
+        except Exception:
+            logger.exception("change relay: reading run %s failed", change.run_id)
+            continue
+        if info is None:
+            continue
+        key = (info.version, str(info.status))
+        if published.get(info.run_id) == key:
+            continue  # several changes read as one version: one event
+        remember(published, info.run_id, key)
+        events.publish(
+            Event(
+                kind="checkpoint",
+                run_id=info.run_id,
+                step=info.node_id,
+                detail={
+                    "version": info.version,
+                    "status": str(info.status),
+                    "node": info.node_id,
+                    "source": "feed",
+                },
+                ts=info.updated_at.isoformat(),
+            )
+        )

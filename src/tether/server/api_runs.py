@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.errors import RunNotFound, WrongRunStatus
 from tether.runtime import Event
-from tether.runtime.lease import live_status
+from tether.runtime.holders import Holder, held_by
 from tether.server.auth import check_run
 from tether.server.deps import (
     PACKERS,
@@ -43,6 +43,16 @@ class _Camel(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
 
 
+class HolderView(BaseModel):
+    """The process that holds a RUNNING run's lease, wherever it runs."""
+
+    owner: str
+    host: str
+    pid: int
+    age: float | None = Field(description="seconds since the holder last renewed its lease")
+    expiresIn: float = Field(description="seconds until the lease lapses unless renewed")
+
+
 class RunSummary(BaseModel):
     runId: str
     status: str
@@ -51,6 +61,7 @@ class RunSummary(BaseModel):
     createdAt: dt.datetime
     updatedAt: dt.datetime
     executing: bool
+    holder: HolderView | None = Field(description="who executes it now (RUNNING runs only)")
 
 
 class RunPage(BaseModel):
@@ -110,7 +121,7 @@ class Accepted(BaseModel):
     version: int | None = None
 
 
-def summary(info: RunInfo, executing: bool) -> dict[str, Any]:
+def summary(info: RunInfo, executing: bool, holder: Holder | None = None) -> dict[str, Any]:
     return {
         "runId": info.run_id,
         "status": str(info.status),
@@ -119,7 +130,16 @@ def summary(info: RunInfo, executing: bool) -> dict[str, Any]:
         "createdAt": info.created_at.isoformat(),
         "updatedAt": info.updated_at.isoformat(),
         "executing": executing,
+        "holder": holder_view(holder),
     }
+
+
+def holder_view(holder: Holder | None) -> dict[str, Any] | None:
+    if holder is None:
+        return None
+    view = holder.to_dict()
+    view["expiresIn"] = view.pop("expires_in")
+    return view
 
 
 @router.get("", response_model=RunPage, summary="List runs, most recently updated first")
@@ -151,9 +171,10 @@ async def list_runs(
                 skipped += 1
                 continue
             executing = executor.executing(info.run_id)
-            if info.status is RunStatus.RUNNING and not executing:
-                info = replace(info, status=await live_status(store, info))  # a dead holder: INTERRUPTED
-            wanted.append(summary(info, executing))
+            shown, holder = await held_by(store, info)  # one load, RUNNING runs only
+            if shown is not info.status and not executing:
+                info = replace(info, status=shown)  # a dead holder: INTERRUPTED
+            wanted.append(summary(info, executing, holder))
             if len(wanted) > limit:
                 break
         if len(batch) < page:

@@ -101,6 +101,9 @@ def create_app(
             app.state.store = opened
             app.state.events = events
             app.state.executor = executor
+            from tether.server.api_events import relay_store_changes
+
+            await stack.enter_async_context(relay_store_changes(opened, events))  # runs run anywhere
             provider = tracer_provider
             if provider is None and cfg.otel_exporter != "none":
                 from tether.tracing import configure_exporter
@@ -140,9 +143,25 @@ def create_app(
     app.state.settings = cfg
     install_problem_handlers(app)
 
-    from tether.server import api_checkpoints, api_context, api_events, api_failures, api_prompts, api_runs
+    from tether.server import (
+        api_checkpoints,
+        api_context,
+        api_events,
+        api_failures,
+        api_prompts,
+        api_runs,
+        api_workers,
+    )
 
-    for module in (api_runs, api_checkpoints, api_context, api_failures, api_events, api_prompts):
+    for module in (
+        api_runs,
+        api_checkpoints,
+        api_context,
+        api_failures,
+        api_events,
+        api_prompts,
+        api_workers,
+    ):
         app.include_router(module.router)
     if dashboard:
         from tether.server import dashboard as pages

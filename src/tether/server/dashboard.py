@@ -1,4 +1,4 @@
-"""The dashboard: two pages and one script over the same API the scripts use.
+"""The dashboard: three pages (runs, one run, workers) and one script over the same API the scripts use.
 
 Every asset ships in the package (``static/``), so no CDN is needed. A browser signs in
 by posting a token once; it is kept in an HttpOnly, SameSite=Strict cookie, which the
@@ -42,6 +42,10 @@ def mount(app: FastAPI) -> None:
     @app.get("/ui/runs", include_in_schema=False)
     async def runs_page() -> HTMLResponse:
         return HTMLResponse(_page("runs.html"), headers=headers)
+
+    @app.get("/ui/workers", include_in_schema=False)
+    async def workers_page() -> HTMLResponse:
+        return HTMLResponse(_page("workers.html"), headers=headers)
 
     @app.get("/ui/runs/{run_id}", include_in_schema=False)
     async def run_page(run_id: str) -> HTMLResponse:

@@ -219,6 +219,11 @@ class PostgresBackend(SqlBackend):
         self._timeout = connect_timeout
         self._lock = asyncio.Lock()
 
+    @property
+    def conninfo(self) -> str:
+        """How to open another connection to this database (a change feed listens on its own)."""
+        return self._conninfo
+
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresBackend:
         if url.startswith("postgres://"):

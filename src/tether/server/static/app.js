@@ -76,12 +76,30 @@ async function readSnapshot(path, held) {
 
 function debounce(fn, ms) { let t = null; return () => { clearTimeout(t); t = setTimeout(fn, ms); }; }
 
+// At most one call of ``fn`` per ``ms`` (the first at once, one more after a burst),
+// never two at a time: a stream of events from busy runs never starves the page, as a
+// debounce would, nor piles up reads.
+function throttle(fn, ms) {
+  let busy = false, again = false;
+  const fire = async () => {
+    if (busy) { again = true; return; }
+    busy = true; again = false;
+    try { await fn(); } catch (err) { /* the next event tries again */ }
+    setTimeout(() => { busy = false; if (again) fire(); }, ms);
+  };
+  return fire;
+}
+
+// Events say which run moved, from this server's runners or from the store's change feed
+// (``checkpoint``: a run executed anywhere reached a version). Nothing is learnt while the
+// stream is down, so every reconnection re-reads too.
 function listen(path, onEvent) {
   const source = new EventSource(path, { withCredentials: true });
-  source.onopen = () => text($("live"), "● live");
+  let opened = false;
+  source.onopen = () => { text($("live"), "● live"); if (opened) onEvent(); opened = true; };
   source.onerror = () => text($("live"), "○ reconnecting…");
   source.onmessage = onEvent;
-  for (const kind of ["run_started", "run_resumed", "step_started", "step_done", "step_failed", "step_retry", "decision",
+  for (const kind of ["checkpoint", "run_started", "run_resumed", "step_started", "step_done", "step_failed", "step_retry", "decision",
     "paused", "completed", "cancelled", "failed", "compressed", "usage_crossed", "context_usage", "state_updated",
     "rolled_back", "forked", "stop_requested", "replanned", "run_error", "state_restored", "rollback_action"]) {
     source.addEventListener(kind, onEvent);
@@ -102,15 +120,51 @@ function runsPage() {
         node("td", {}, node("a", { href: "/ui/runs/" + encodeURIComponent(r.runId) }, r.runId)),
         node("td", {}, node("span", { class: "badge " + r.status }, r.status + (r.executing ? " ▶" : ""))),
         node("td", {}, r.version), node("td", {}, r.nodeId || ""),
+        node("td", { "data-holder": r.holder ? r.holder.host + ":" + r.holder.pid : "" }, holderText(r.holder)),
         node("td", {}, new Date(r.updatedAt).toLocaleString())));
     }
     $("prev").disabled = offset === 0; $("next").disabled = page.nextOffset == null;
+    document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
   }
   $("status-filter").addEventListener("change", () => { offset = 0; load(); });
   $("prev").addEventListener("click", () => { offset = Math.max(0, offset - limit); load(); });
   $("next").addEventListener("click", () => { offset += limit; load(); });
-  setupLogin(() => { load(); listen("/api/events", debounce(load, 200)); });
-  load().then(() => listen("/api/events", debounce(load, 200))).catch(() => {});
+  const reload = throttle(load, 500);
+  setupLogin(() => { load(); listen("/api/events", reload); });
+  load().then(() => listen("/api/events", reload)).catch(() => {});
+}
+
+function ago(seconds) {
+  if (seconds == null) return "";
+  return seconds < 90 ? Math.round(seconds) + "s" : seconds < 5400 ? Math.round(seconds / 60) + "m" : Math.round(seconds / 3600) + "h";
+}
+
+function holderText(h) {
+  if (!h) return "";
+  return `${h.host}:${h.pid}` + (h.age == null ? "" : ` · renewed ${ago(h.age)} ago`);
+}
+
+// ---- workers -------------------------------------------------------------------------
+function workersPage() {
+  async function load() {
+    const data = await api("GET", "/api/workers");
+    const body = $("workers"); clear(body);
+    for (const w of data.items) {
+      w.runs.forEach((r, i) => body.append(node("tr", { "data-worker": `${w.host}:${w.pid}`, "data-run": r.runId },
+        node("td", {}, i ? "" : w.host), node("td", {}, i ? "" : w.pid),
+        node("td", {}, node("a", { href: "/ui/runs/" + encodeURIComponent(r.runId) }, r.runId)),
+        node("td", {}, r.version), node("td", {}, r.nodeId || ""),
+        node("td", {}, r.age == null ? "" : ago(r.age) + " ago"), node("td", {}, ago(r.expiresIn)))));
+    }
+    $("no-workers").classList.toggle("hidden", data.items.length > 0);
+    $("partial").classList.toggle("hidden", data.complete);
+    document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
+  }
+  const reload = throttle(load, 500);
+  let source = null;
+  setupLogin(() => { load(); if (!source) source = listen("/api/events", reload); });
+  load().then(() => { if (!source) source = listen("/api/events", reload); }).catch(() => {});
+  setInterval(() => load().catch(() => {}), 5000);  // lease ages move without any event
 }
 
 // ---- one run -------------------------------------------------------------------------
@@ -331,4 +385,6 @@ function runPage() {
   refresh().then(() => listen(base + "/events", debounce(refresh, 150)));
 }
 
-if (document.body.dataset.page === "runs") runsPage(); else runPage();
+if (document.body.dataset.page === "runs") runsPage();
+else if (document.body.dataset.page === "workers") workersPage();
+else runPage();

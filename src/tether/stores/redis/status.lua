@@ -15,4 +15,5 @@ if ARGV[4] == '' then redis.call('HDEL', KEYS[1], 'expires_at')
 else redis.call('HSET', KEYS[1], 'expires_at', ARGV[4]) end
 set_ttl({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, ARGV[3])
 if ARGV[6] == '1' then redis.call('ZADD', KEYS[5], ARGV[2], ARGV[5]) end
+redis.call('PUBLISH', string.sub(KEYS[5], 1, -5) .. 'changes', info['version'] .. ':' .. ARGV[5])  -- change feed
 return 1

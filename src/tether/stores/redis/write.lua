@@ -97,4 +97,5 @@ if ARGV[13] == '' then redis.call('HDEL', run, 'expires_at')
 else redis.call('HSET', run, 'expires_at', ARGV[13]) end
 set_ttl({run, rows, hist, full}, ARGV[12])
 if ARGV[16] == '1' then redis.call('ZADD', KEYS[5], ARGV[11], ARGV[2]) end
+redis.call('PUBLISH', string.sub(KEYS[5], 1, -5) .. 'changes', v .. ':' .. ARGV[2])  -- change feed
 return {'ok', v, bv, bb, gb, rb, len, cs}
