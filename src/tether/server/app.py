@@ -24,6 +24,7 @@ from tether.server.config import ApiToken, ServerSettings
 from tether.server.deps import SnapshotCache
 from tether.server.executor import Executor
 from tether.server.problems import install_problem_handlers, problem
+from tether.server.security import CLIENT_HEADER, RequestGuard
 from tether.state import ReducerRegistry
 from tether.stores.base import CheckpointStore
 
@@ -115,13 +116,16 @@ def create_app(
         version="1",
         lifespan=lifespan,
         openapi_url="/api/openapi.json",
-        docs_url="/api/docs",
+        docs_url=None,  # served from the package, never a CDN (tether.server.apidocs)
         redoc_url=None,
     )
     app.state.tokens = {t.digest: t for t in known}
     app.state.snapshots = SnapshotCache(cfg.snapshot_cache_bytes)
     app.state.settings = cfg
     install_problem_handlers(app)
+    from tether.server.apidocs import mount_docs
+
+    mount_docs(app, "/api/openapi.json")
 
     from tether.server import api_checkpoints, api_context, api_events, api_failures, api_runs
 
@@ -139,10 +143,19 @@ def create_app(
             CORSMiddleware,
             allow_origins=origins,
             allow_methods=["GET", "POST", "PATCH"],
-            allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "If-None-Match", "A-IM"],
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "Last-Event-ID",
+                "If-None-Match",
+                "A-IM",
+                CLIENT_HEADER,
+            ],
             expose_headers=["ETag", "IM", "Delta-Base"],  # what a delta-reading client keeps
         )
     app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)
+    # outermost: a rebound Host or a cross-site post is refused before anything else runs
+    app.add_middleware(RequestGuard, listen=cfg.host, allowed_hosts=cfg.hosts(), origins=origins)
     return app
 
 

@@ -31,9 +31,11 @@ SCOPES: tuple[Scope, ...] = ("read", "operate", "admin")
 
 
 class ServerSettings(BaseSettings):
-    """The service's settings (``TETHER_*`` variables, then ``.env``, then defaults)."""
+    """The service's settings (``TETHER_*`` variables, then a file given with ``tether
+    --env-file``, then defaults). A ``.env`` in the working directory is never read: a cloned
+    repository must not choose the tokens or the store."""
 
-    model_config = SettingsConfigDict(env_prefix="TETHER_", env_file=".env", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TETHER_", env_file=None, frozen=True, extra="ignore")
 
     store_url: str = "sqlite:///.tether/tether.db"
     host: str = "127.0.0.1"
@@ -43,6 +45,9 @@ class ServerSettings(BaseSettings):
     api_tokens_file: str | None = None
     cors_origins: str = ""
     """Comma-separated origins allowed to call the API from a browser (none by default)."""
+    allowed_hosts: str = ""
+    """Comma-separated host names the service answers to besides loopback names and the
+    address it listens on (``*.example.com``, ``*`` for any); other ``Host`` headers get 400."""
     max_body_bytes: int = 16 * 1024 * 1024
     """Requests with a larger body get 413 (a 10 MB state update fits)."""
     snapshot_cache_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
@@ -65,6 +70,11 @@ class ServerSettings(BaseSettings):
 
     def origins(self) -> list[str]:
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+    def hosts(self) -> list[str]:
+        from tether.server.security import parse_hosts
+
+        return parse_hosts(self.allowed_hosts)
 
 
 @dataclass(frozen=True, slots=True)
