@@ -67,7 +67,7 @@ def _main(
         raise typer.Exit(0)
     STATE["debug"] = debug
     if env_file is not None and not os.path.isfile(env_file):
-        raise typer.BadParameter(f"--env-file {env_file!r} is not a file")
+        raise typer.BadParameter(f"{env_file!r} is not a file", param_hint="--env-file")
     STATE["env_file"] = env_file
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
     from tether.tools.redact import install_log_redaction
@@ -382,7 +382,21 @@ _register_langgraph()
 
 
 def main() -> None:
-    app()
+    """The ``tether`` command: a usage mistake is one ``error:`` line and exit 2 (no boxed
+    panel), so it reads the same in a terminal, a CI log and a script's captured stderr."""
+    try:
+        code = app(prog_name="tether", standalone_mode=False)
+    except typer.Abort:  # Ctrl-C at a prompt
+        typer.echo("aborted", err=True)
+        sys.exit(EXIT_CTRL_C)
+    except typer.TyperException as exc:  # click's usage errors, as typer ships them
+        render = getattr(exc, "format_message", None)
+        message = " ".join((render() if callable(render) else str(exc)).split())
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        typer.secho(f"error: {message}{hint}", fg=typer.colors.RED, err=True)
+        sys.exit(int(getattr(exc, "exit_code", 2)))
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

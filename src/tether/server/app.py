@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -47,6 +47,7 @@ def create_app(
     dashboard: bool = True,
     replanners: Mapping[str, Replanner] | None = None,
     tracer_provider: TracerProvider | None = None,
+    store_options: Mapping[str, Any] | None = None,
 ) -> FastAPI:
     """Build the service.
 
@@ -64,6 +65,8 @@ def create_app(
             the one ``settings.otel_exporter`` configures, none when that is ``none``).
             With one, the chat models of the registered workflows' steps are wrapped in
             ``TracedModel`` so every model call of a run the server drives is a span.
+        store_options: keyword arguments for ``open_store`` (codec, expiry) when the app opens
+            ``settings.store_url`` itself (default: from the ``TETHER_*`` settings).
     """
     from tether.tools.redact import install_log_redaction
 
@@ -82,8 +85,12 @@ def create_app(
                 from tether.settings import Settings
                 from tether.stores import open_store
 
-                base = Settings(store_url=cfg.store_url)
-                opened = await stack.enter_async_context(open_store(base.store_url, **base.store_options()))
+                chosen = (
+                    dict(store_options)
+                    if store_options is not None
+                    else Settings(store_url=cfg.store_url).store_options()
+                )
+                opened = await stack.enter_async_context(open_store(cfg.store_url, **chosen))
             events = EventBroadcaster()
             executor = Executor(
                 opened, events, workflows, reducers=reducers, thresholds=thresholds, replanners=replanners
