@@ -70,10 +70,11 @@ def _main(
         raise typer.BadParameter(f"{env_file!r} is not a file", param_hint="--env-file")
     STATE["env_file"] = env_file
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
-    from tether.tools.redact import install_log_redaction
+    from tether.tools.redact import install_log_redaction, redact_handlers
 
     install_log_redaction()  # every record, at every level, and a --debug traceback
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    redact_handlers()  # and records a library builds by hand, on their way to the console
 
 
 _run = run_async  # the names the other command modules use
