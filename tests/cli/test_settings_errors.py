@@ -79,7 +79,9 @@ def test_every_case_names_a_documented_setting() -> None:
 
 @pytest.mark.slow  # a subprocess per case
 @pytest.mark.parametrize(("var", "value", "command"), CASES, ids=[f"{v}={x}" for v, x, _c in CASES])
-def test_a_bad_setting_is_one_error_line_and_exit_2(tmp_path: Path, var: str, value: str, command: str) -> None:
+def test_a_bad_setting_is_one_error_line_and_exit_2(
+    tmp_path: Path, var: str, value: str, command: str
+) -> None:
     COUNTS["tried"] += 1
     args = [command] if command == "runs" else [command, "--store", f"sqlite:///{tmp_path}/t.db"]
     if var == "TETHER_STORE_URL" and command == "serve":
@@ -113,7 +115,13 @@ def test_serve_on_a_busy_port_says_so_and_prints_no_url(tmp_path: Path) -> None:
 
 def test_usage_mistakes_are_one_line(tmp_path: Path) -> None:
     """No boxed panel: one ``error:`` line that names the command's help, exit 2."""
-    for args in (["runs", "--bogus"], ["show"], ["bogus"], ["serve", "--port", "x"], ["--env-file", "/no", "runs"]):
+    for args in (
+        ["runs", "--bogus"],
+        ["show"],
+        ["bogus"],
+        ["serve", "--port", "x"],
+        ["--env-file", "/no", "runs"],
+    ):
         out = tether(*args, cwd=tmp_path)
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 2 and len(lines) == 1, (args, out.stderr)
@@ -131,7 +139,9 @@ def test_serve_without_the_server_extra_has_its_own_exit_code(tmp_path: Path) ->
         "import sys; sys.modules['fastapi'] = None; sys.modules['uvicorn'] = None; "
         "sys.argv = ['tether', 'serve']; from tether.cli.app import main; main()"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True
+    )
     assert out.returncode == 7, out.stderr
     assert "pip install 'tether[server]'" in out.stderr and "Traceback" not in out.stderr
     imported = subprocess.run(

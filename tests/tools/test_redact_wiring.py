@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 SECRET = "sk-live-PLANTED0123456789abcdef0123"
-SCRIPT = r'''
+SCRIPT = r"""
 import asyncio, http.server, logging, socketserver, sys, threading, urllib.request, warnings
 SECRET = sys.argv[1]
 from tether.cli.app import app
@@ -51,7 +51,7 @@ try:
 except RuntimeError:
     log.exception("exception")
 print("done")
-'''
+"""
 
 
 def test_no_planted_secret_reaches_the_debug_console(tmp_path: Path) -> None:
@@ -59,7 +59,12 @@ def test_no_planted_secret_reaches_the_debug_console(tmp_path: Path) -> None:
     env["OPENAI_API_KEY"] = SECRET  # a secret the process knows from its environment
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "src")
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, SECRET], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", SCRIPT, SECRET],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("done")

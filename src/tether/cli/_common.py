@@ -63,15 +63,15 @@ def run_async(coro_fn: Callable[[], Awaitable[T]]) -> T:
 def on_store(store: str | None, fn: Callable[[Any], Awaitable[T]]) -> T:
     """Open the configured store, run ``fn(store)``, close it.
 
-    Every command that comes here reads or changes runs that exist, so a SQLite file that
-    does not exist is a mistyped ``--store`` (or nothing has run yet): said in one line, and
-    neither the file nor its folder is created.
+    Every command that comes here reads or changes runs that exist, so a SQLite store whose
+    folder does not exist is a mistyped ``--store`` (or nothing has run yet): said in one
+    line, and the folder is not created.
     """
     url, options = settings(store)
     missing = missing_sqlite(url)
     if missing is not None:
         raise fail(
-            f"no store at {missing}: nothing has run with it yet (check --store or TETHER_STORE_URL; "
+            f"no store at {missing}: its folder does not exist (check --store or TETHER_STORE_URL; "
             "`tether run` or `tether demo` creates it)"
         )
 
@@ -85,7 +85,8 @@ def on_store(store: str | None, fn: Callable[[Any], Awaitable[T]]) -> T:
 
 
 def missing_sqlite(url: str) -> str | None:
-    """The path of a ``sqlite:///`` store whose file does not exist, else None."""
+    """The path of a ``sqlite:///`` store whose folder does not exist (a mistyped path, or
+    nothing has run here yet), else None."""
     import os
 
     scheme, sep, rest = url.partition("://")
@@ -93,7 +94,7 @@ def missing_sqlite(url: str) -> str | None:
         return None
     path = rest.partition("?")[0]
     path = path[1:] if path.startswith("/") else path
-    if not path or path == ":memory:" or os.path.exists(path):
+    if not path or path == ":memory:" or os.path.isdir(os.path.dirname(path) or "."):
         return None
     return path
 
@@ -135,7 +136,9 @@ def console() -> Any:
 
 
 def print_json(data: Any) -> None:
-    typer.echo(json.dumps(readable(data), indent=2, default=json_default, ensure_ascii=False, allow_nan=False))
+    typer.echo(
+        json.dumps(readable(data), indent=2, default=json_default, ensure_ascii=False, allow_nan=False)
+    )
 
 
 def readable(data: Any) -> Any:
