@@ -39,7 +39,7 @@ from tether.errors import TetherError
 app = typer.Typer(
     help="tether: durable execution and context management for long-running agents.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # tether --install-completion bash|zsh|fish
     pretty_exceptions_enable=False,
 )
 
