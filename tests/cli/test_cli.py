@@ -116,7 +116,9 @@ def test_bad_input_gets_clear_errors(paused_run):
     assert runner.invoke(app, ["update", "r1", "{not json", "--store", paused_run]).exit_code == 2
     assert runner.invoke(app, ["status", "r1", "sleeping", "--store", paused_run]).exit_code == 2
     bad_url = runner.invoke(app, ["runs", "--store", "nosuch://x"])
-    assert bad_url.exit_code == 1 and "unknown store scheme" in bad_url.output
+    assert (
+        bad_url.exit_code == 2 and "unknown scheme 'nosuch'" in bad_url.output
+    )  # a bad setting, like a bad flag
     key = runner.invoke(app, ["keygen"]).output.strip()
     assert len(key) == 44
 

@@ -20,8 +20,10 @@ def test_a_dotenv_in_the_current_directory_is_ignored(
     monkeypatch.delenv("TETHER_STORE_URL", raising=False)
     planted = tmp_path / "planted.db"
     (tmp_path / ".env").write_text(f"TETHER_STORE_URL=sqlite:///{planted}\n")
-    assert runner.invoke(app, ["runs"]).exit_code == 0
+    fresh = runner.invoke(app, ["runs"])  # the default store, which nothing created here yet
+    assert fresh.exit_code == 1 and "no store at .tether/tether.db" in fresh.output, fresh.output
     assert not planted.exists(), "the implicit .env was read"
+    assert not (tmp_path / ".tether").exists(), "a read created the store's folder"
     chosen = tmp_path / "chosen.db"
     settings = tmp_path / "tether.env"
     settings.write_text(f"TETHER_STORE_URL=sqlite:///{chosen}\n")

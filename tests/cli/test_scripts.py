@@ -148,7 +148,7 @@ def test_errors_are_one_line_with_a_non_zero_exit(url, tmp_path):
         assert out.returncode == 1, (args, out.stdout, out.stderr)
         assert message in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
     bad_setting = tether("runs", "--store", url, env={"TETHER_CHECKPOINT_TTL_HOURS": "-2"})
-    assert bad_setting.returncode == 1
+    assert bad_setting.returncode == 2  # a bad setting, like a bad flag
     assert "error: bad setting: TETHER_CHECKPOINT_TTL_HOURS='-2'" in bad_setting.stderr
     for usage in (
         ["runs", "--status", "sleeping", "--store", url],

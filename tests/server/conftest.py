@@ -67,7 +67,9 @@ async def serve(
         )
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://127.0.0.1", headers={"X-Tether-Client": "tests"}
+            ) as client:
                 yield client, app
 
 

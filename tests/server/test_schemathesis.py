@@ -78,7 +78,7 @@ def server(
         time.sleep(0.02)
     base = f"http://127.0.0.1:{port}"
     try:
-        with httpx.Client(base_url=base, timeout=10) as client:
+        with httpx.Client(base_url=base, timeout=10, headers={"X-Tether-Client": "fuzz"}) as client:
             yield {"base": base, "prefix": prefix, "client": client}
     finally:
         server.should_exit = True
@@ -145,7 +145,9 @@ def test_no_operation_answers_with_a_server_error(case, server):
             case.path_parameters["run_id"] = seed(server["client"], server["prefix"], kind)
             if "version" in case.path_parameters:
                 case.path_parameters["version"] = 1
-    response = case.call_and_validate(base_url=server["base"], checks=[not_a_server_error], timeout=10)
+    response = case.call_and_validate(
+        base_url=server["base"], checks=[not_a_server_error], timeout=10, headers={"X-Tether-Client": "fuzz"}
+    )
     assert "Traceback" not in response.text
     if case.path_parameters and "run_id" in case.path_parameters:
         SEEN[(kind, response.status_code)] += 1

@@ -110,7 +110,7 @@ async def test_runs_the_server_drives_trace_their_model_calls_without_code_chang
         async with app.router.lifespan_context(app):
             assert isinstance(planner.model, TracedModel)
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
                 for rid in ("otel-a", "otel-b"):
                     r = await client.post("/api/runs", json={"workflow": "planning", "runId": rid})
                     assert r.status_code == 202

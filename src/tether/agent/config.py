@@ -65,6 +65,14 @@ class LoopConfig:
     artifacts_dir: str | None = None
     """Where trimmed outputs are kept (a directory per run); default: see ``artifact_root``."""
 
+    def __post_init__(self) -> None:  # a wrong type fails here, naming the field, not mid-run
+        from tether.validation import check_fields
+
+        check_fields(
+            self,
+            positive=("max_iterations", "max_invalid_replies", "budget", "output_tokens", "command_timeout"),
+        )
+
 
 def artifact_root(store: object) -> Path | None:
     """The directory a store's runs keep their artefacts in, one sub-directory per run.

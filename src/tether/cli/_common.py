@@ -29,6 +29,8 @@ EXIT_USAGE = 2
 """A malformed command line (click's usage errors)."""
 EXIT_FOR_STATUS = {"COMPLETED": 0, "FAILED": 3, "PAUSED": 4, "CANCELLED": 5, "INTERRUPTED": 6}
 """How ``run`` and ``resume`` end: scripts tell a finished run from one that waits."""
+EXIT_MISSING_EXTRA = 7
+"""An optional extra is not installed (``pip install 'tether[server]'``)."""
 EXIT_CTRL_C = 130
 
 
@@ -46,7 +48,12 @@ def run_async(coro_fn: Callable[[], Awaitable[T]]) -> T:
     except TetherError as exc:
         if STATE["debug"]:
             raise
-        raise fail(str(exc)) from None
+        from tether.errors import RunInProgress
+
+        message = str(exc)
+        if isinstance(exc, RunInProgress):  # the library's advice, said the command line's way
+            message = message.replace("resume with force=True", "run the command again with --force")
+        raise fail(message) from None
     except (OSError, ValueError) as exc:  # a missing file, a malformed value
         if STATE["debug"]:
             raise
@@ -54,8 +61,19 @@ def run_async(coro_fn: Callable[[], Awaitable[T]]) -> T:
 
 
 def on_store(store: str | None, fn: Callable[[Any], Awaitable[T]]) -> T:
-    """Open the configured store, run ``fn(store)``, close it."""
+    """Open the configured store, run ``fn(store)``, close it.
+
+    Every command that comes here reads or changes runs that exist, so a SQLite store whose
+    folder does not exist is a mistyped ``--store`` (or nothing has run yet): said in one
+    line, and the folder is not created.
+    """
     url, options = settings(store)
+    missing = missing_sqlite(url)
+    if missing is not None:
+        raise fail(
+            f"no store at {missing}: its folder does not exist (check --store or TETHER_STORE_URL; "
+            "`tether run` or `tether demo` creates it)"
+        )
 
     async def go() -> T:
         from tether.stores import open_store
@@ -64,6 +82,21 @@ def on_store(store: str | None, fn: Callable[[Any], Awaitable[T]]) -> T:
             return await fn(s)
 
     return run_async(go)
+
+
+def missing_sqlite(url: str) -> str | None:
+    """The path of a ``sqlite:///`` store whose folder does not exist (a mistyped path, or
+    nothing has run here yet), else None."""
+    import os
+
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() != "sqlite":
+        return None
+    path = rest.partition("?")[0]
+    path = path[1:] if path.startswith("/") else path
+    if not path or path == ":memory:" or os.path.isdir(os.path.dirname(path) or "."):
+        return None
+    return path
 
 
 def settings(store: str | None) -> tuple[str, dict[str, Any]]:
@@ -75,7 +108,7 @@ def settings(store: str | None) -> tuple[str, dict[str, Any]]:
     except TetherError as exc:
         if STATE["debug"]:
             raise
-        raise fail(str(exc)) from None
+        raise fail(str(exc), EXIT_USAGE) from None  # a bad setting, like a bad flag: exit 2
     declare_secrets(loaded)
     return loaded.store_url, loaded.store_options()
 
@@ -103,12 +136,39 @@ def console() -> Any:
 
 
 def print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=json_default, ensure_ascii=False))
+    typer.echo(
+        json.dumps(readable(data), indent=2, default=json_default, ensure_ascii=False, allow_nan=False)
+    )
+
+
+def readable(data: Any) -> Any:
+    """``data`` with what JSON cannot hold made readable: a float NaN or infinity as the
+    strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (bare ``NaN`` is not JSON), bytes as
+    their text when it is UTF-8 or ``"<N bytes: hex…>"`` (see ``json_default``)."""
+    import math
+
+    if isinstance(data, float) and not math.isfinite(data):
+        return "NaN" if math.isnan(data) else ("Infinity" if data > 0 else "-Infinity")
+    if isinstance(data, dict):
+        return {k: readable(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [readable(v) for v in data]
+    if isinstance(data, bytes | bytearray):
+        return json_default(bytes(data))
+    return data
 
 
 def json_default(obj: Any) -> Any:
-    if isinstance(obj, bytes):
-        return {"$bytes": len(obj)}
+    if isinstance(obj, bytes | bytearray):
+        raw = bytes(obj)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and text.isprintable():
+            return f"<{len(raw)} bytes: {text[:200]!r}>"
+        shown = raw[:32].hex()
+        return f"<{len(raw)} bytes: {shown}{'…' if len(raw) > 32 else ''}>"
     return str(obj)
 
 

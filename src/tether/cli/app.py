@@ -39,7 +39,7 @@ from tether.errors import TetherError
 app = typer.Typer(
     help="tether: durable execution and context management for long-running agents.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # tether --install-completion bash|zsh|fish
     pretty_exceptions_enable=False,
 )
 
@@ -67,13 +67,14 @@ def _main(
         raise typer.Exit(0)
     STATE["debug"] = debug
     if env_file is not None and not os.path.isfile(env_file):
-        raise typer.BadParameter(f"--env-file {env_file!r} is not a file")
+        raise typer.BadParameter(f"{env_file!r} is not a file", param_hint="--env-file")
     STATE["env_file"] = env_file
     level = logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING
-    from tether.tools.redact import install_log_redaction
+    from tether.tools.redact import install_log_redaction, redact_handlers
 
     install_log_redaction()  # every record, at every level, and a --debug traceback
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    redact_handlers()  # and records a library builds by hand, on their way to the console
 
 
 _run = run_async  # the names the other command modules use
@@ -403,7 +404,21 @@ _register_prompts()
 
 
 def main() -> None:
-    app()
+    """The ``tether`` command: a usage mistake is one ``error:`` line and exit 2 (no boxed
+    panel), so it reads the same in a terminal, a CI log and a script's captured stderr."""
+    try:
+        code = app(prog_name="tether", standalone_mode=False)
+    except typer.Abort:  # Ctrl-C at a prompt
+        typer.echo("aborted", err=True)
+        sys.exit(EXIT_CTRL_C)
+    except typer.TyperException as exc:  # click's usage errors, as typer ships them
+        render = getattr(exc, "format_message", None)
+        message = " ".join((render() if callable(render) else str(exc)).split())
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        typer.secho(f"error: {message}{hint}", fg=typer.colors.RED, err=True)
+        sys.exit(int(getattr(exc, "exit_code", 2)))
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 from typing import Annotated, Any
 
 import typer
@@ -40,18 +42,24 @@ def serve(
     ] = None,
 ) -> None:
     """Serve the HTTP API, the dashboard (/ui/runs) and the OpenAPI document (/api/docs)."""
+    from tether.cli._common import EXIT_MISSING_EXTRA, STATE, fail, run_async
+    from tether.cli._common import settings as base_settings
+
     try:
-        from tether.server.config import SCOPES, ServerSettings, is_loopback
+        import uvicorn
+
+        from tether.server.config import SCOPES, is_loopback, load_server_settings
         from tether.server.config import new_token as make_token
     except ImportError as exc:  # fastapi/uvicorn missing
-        raise typer.BadParameter(
-            f"the server needs its extra: pip install 'tether[server]' ({exc})"
+        raise fail(
+            f"tether serve needs the server extra: pip install 'tether[server]' (missing: {exc.name})",
+            EXIT_MISSING_EXTRA,
         ) from None
 
     if new_token:
         chosen = next((s for s in SCOPES if s == scope), None)
         if chosen is None:
-            raise typer.BadParameter(f"--scope must be one of {', '.join(SCOPES)}")
+            raise typer.BadParameter(f"--scope must be one of {', '.join(SCOPES)}, not {scope!r}")
         token, entry = make_token(chosen, namespace)
         typer.echo(f"token (give it to the client; it is not stored): {token}")
         typer.echo(f"entry (add it to the token file or TETHER_API_TOKENS): {entry}")
@@ -65,44 +73,83 @@ def serve(
     ):
         if value is not None:
             overrides[key] = value
-    settings = ServerSettings(**overrides)  # type: ignore[arg-type]
     from tether.errors import TetherError
 
     try:
+        settings = load_server_settings(STATE["env_file"], **overrides)
         tokens = settings.tokens()
     except TetherError as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from None
+        raise fail(str(exc), EXIT_USAGE_SETTING) from None
+    url, options = base_settings(settings.store_url)  # the key, TTLs: checked now, not at first write
     if not tokens and not is_loopback(settings.host):
-        typer.secho(
-            f"error: refusing to listen on {settings.host} without tokens: anyone who can reach it "
-            "could read and change every run. Configure tokens (tether serve --new-token) or listen "
-            "on 127.0.0.1.",
-            fg=typer.colors.RED,
-            err=True,
+        raise fail(
+            f"refusing to listen on {settings.host} without tokens: anyone who can reach it could read "
+            "and change every run. Configure tokens (tether serve --new-token) or listen on 127.0.0.1.",
+            EXIT_USAGE_SETTING,
         )
-        raise typer.Exit(2)
     from tether.cli.progress import load_workflow
 
     try:
         flows = [load_workflow(target) for target in workflow or []]
-    except TetherError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    try:
         replanners = dict(_replanner(spec) for spec in replan or [])
     except TetherError as exc:
         raise typer.BadParameter(str(exc)) from None
-    import uvicorn
 
+    async def probe() -> None:  # an unreachable store or a wrong key: one line now, not a traceback later
+        from tether.stores import open_store
+
+        async with open_store(url, **options):
+            pass
+
+    run_async(probe)
+    sock = _bind(settings.host, settings.port)
     from tether.server import create_app
 
     try:
-        app = create_app(settings, workflows=flows, tokens=tokens, replanners=replanners)
+        app = create_app(
+            settings, workflows=flows, tokens=tokens, replanners=replanners, store_options=options
+        )
     except TetherError as exc:
+        sock.close()
         raise typer.BadParameter(str(exc)) from None
-    where = f"http://{settings.host}:{settings.port}"
-    typer.echo(f"tether serve: {where}/ui/runs (API {where}/api/docs) on {settings.store_url}", err=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    bound = sock.getsockname()[1]
+    shown = f"[{settings.host}]" if ":" in settings.host else settings.host
+    where = f"http://{shown}:{bound}"
+    typer.echo(f"tether serve: {where}/ui/runs (API {where}/api/docs) on {url}", err=True)
+    if settings.host in ("0.0.0.0", "::") and not settings.hosts():
+        typer.echo(
+            "note: requests are answered only for loopback names; set TETHER_ALLOWED_HOSTS to the "
+            "name clients use (see docs/server.md)",
+            err=True,
+        )
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server.run(sockets=[sock])
+
+
+EXIT_USAGE_SETTING = 2
+"""A setting or flag with a bad value: the same code as a malformed command line."""
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything is printed: a busy port is one error line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        from tether.cli._common import fail
+
+        if exc.errno == errno.EADDRINUSE:
+            raise fail(
+                f"port {port} on {host} is already in use (another tether serve?); choose another with "
+                "--port or TETHER_PORT",
+            ) from None
+        raise fail(f"cannot listen on {host}:{port}: {exc.strerror}; check --host and --port") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _replanner(spec: str) -> tuple[str, Any]:

@@ -5,6 +5,14 @@ Needs the ``server`` extra (``pip install 'tether[server]'``). See docs/server.m
 
 from __future__ import annotations
 
+try:
+    import fastapi as _fastapi  # noqa: F401 - the extra's first dependency
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a venv without the extra
+    raise ModuleNotFoundError(
+        f"tether.server needs the server extra: pip install 'tether[server]' (missing: {exc.name})",
+        name=exc.name,
+    ) from exc
+
 from tether.server.app import create_app
 from tether.server.config import ApiToken, ServerSettings, hash_token, new_token
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.errors import RunNotFound, WrongRunStatus
@@ -16,6 +16,11 @@ from tether.server.deps import Events, Exec, Operator, Reader, Store, epoch_ms, 
 from tether.server.diff import diff_states
 from tether.server.problems import PROBLEM_RESPONSES
 from tether.state import RunStatus
+
+MAX_VERSION = 2**63 - 1
+"""Versions are 64-bit integers in every store: a larger number in a URL is a 422, not a
+driver's overflow."""
+Version = Annotated[int, Path(ge=1, le=MAX_VERSION, description="A version number of the run (1, 2, ...).")]
 
 router = APIRouter(prefix="/api/runs", tags=["checkpoints"], responses=PROBLEM_RESPONSES)
 
@@ -62,7 +67,7 @@ async def list_checkpoints(
     run_id: str,
     token: Reader,
     store: Store,
-    before: Annotated[int | None, Query(ge=1)] = None,
+    before: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> Response:
     check_run(token, run_id)
@@ -85,7 +90,7 @@ async def list_checkpoints(
 
 
 @router.get("/{run_id}/checkpoints/{version}", response_model=CheckpointBody, summary="One version's state")
-async def get_checkpoint(run_id: str, version: int, token: Reader, store: Store) -> Response:
+async def get_checkpoint(run_id: str, version: Version, token: Reader, store: Store) -> Response:
     check_run(token, run_id)
     cp = await store.load(run_id, version)
     if cp is None:
@@ -108,8 +113,8 @@ async def diff(
     run_id: str,
     token: Reader,
     store: Store,
-    from_version: Annotated[int, Query(alias="from", ge=1)],
-    to_version: Annotated[int | None, Query(alias="to", ge=1)] = None,
+    from_version: Annotated[int, Query(alias="from", ge=1, le=MAX_VERSION)],
+    to_version: Annotated[int | None, Query(alias="to", ge=1, le=MAX_VERSION)] = None,
 ) -> Response:
     check_run(token, run_id)
     old = await store.load(run_id, from_version)
@@ -130,7 +135,7 @@ async def diff(
     summary="Copy the run at this version into a new run",
 )
 async def fork(
-    run_id: str, version: int, body: Fork, token: Operator, store: Store, events: Events
+    run_id: str, version: Version, body: Fork, token: Operator, store: Store, events: Events
 ) -> Response:
     check_run(token, run_id)
     check_run(token, body.new_run_id)
@@ -147,7 +152,7 @@ async def fork(
     summary="Make this version the latest again (not while the run is executing)",
 )
 async def rollback(
-    run_id: str, version: int, token: Operator, store: Store, executor: Exec, events: Events
+    run_id: str, version: Version, token: Operator, store: Store, executor: Exec, events: Events
 ) -> Response:
     check_run(token, run_id)
     info = await store.get_run(run_id)

@@ -24,6 +24,7 @@ from tether.server.config import ApiToken, ServerSettings
 from tether.server.deps import SnapshotCache
 from tether.server.executor import Executor
 from tether.server.problems import install_problem_handlers, problem
+from tether.server.security import CLIENT_HEADER, RequestGuard
 from tether.state import ReducerRegistry
 from tether.stores.base import CheckpointStore
 
@@ -47,6 +48,7 @@ def create_app(
     replanners: Mapping[str, Replanner] | None = None,
     tracer_provider: TracerProvider | None = None,
     recover: bool | None = None,
+    store_options: Mapping[str, Any] | None = None,
 ) -> FastAPI:
     """Build the service.
 
@@ -67,6 +69,8 @@ def create_app(
         recover: without a broker, resume at start the runs this server's workflows were
                 executing when it last stopped (default: when the app opens its own store,
                 as ``tether serve`` does; an app given ``store`` leaves them to its caller).
+        store_options: keyword arguments for ``open_store`` (codec, expiry) when the app opens
+            ``settings.store_url`` itself (default: from the ``TETHER_*`` settings).
     """
     from tether.tools.redact import install_log_redaction
 
@@ -85,8 +89,12 @@ def create_app(
                 from tether.settings import Settings
                 from tether.stores import open_store
 
-                base = Settings(store_url=cfg.store_url)
-                opened = await stack.enter_async_context(open_store(base.store_url, **base.store_options()))
+                chosen = (
+                    dict(store_options)
+                    if store_options is not None
+                    else Settings(store_url=cfg.store_url).store_options()
+                )
+                opened = await stack.enter_async_context(open_store(cfg.store_url, **chosen))
             events = EventBroadcaster()
             dispatcher = _dispatcher(cfg, stack)
             executor = Executor(
@@ -135,13 +143,16 @@ def create_app(
         version="1",
         lifespan=lifespan,
         openapi_url="/api/openapi.json",
-        docs_url="/api/docs",
+        docs_url=None,  # served from the package, never a CDN (tether.server.apidocs)
         redoc_url=None,
     )
     app.state.tokens = {t.digest: t for t in known}
     app.state.snapshots = SnapshotCache(cfg.snapshot_cache_bytes)
     app.state.settings = cfg
     install_problem_handlers(app)
+    from tether.server.apidocs import mount_docs
+
+    mount_docs(app, "/api/openapi.json")
 
     from tether.server import (
         api_checkpoints,
@@ -175,10 +186,19 @@ def create_app(
             CORSMiddleware,
             allow_origins=origins,
             allow_methods=["GET", "POST", "PATCH"],
-            allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "If-None-Match", "A-IM"],
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "Last-Event-ID",
+                "If-None-Match",
+                "A-IM",
+                CLIENT_HEADER,
+            ],
             expose_headers=["ETag", "IM", "Delta-Base"],  # what a delta-reading client keeps
         )
     app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)
+    # outermost: a rebound Host or a cross-site post is refused before anything else runs
+    app.add_middleware(RequestGuard, listen=cfg.host, allowed_hosts=cfg.hosts(), origins=origins)
     return app
 
 

@@ -102,6 +102,14 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return problem(exc.status_code, f"http-{exc.status_code}", str(exc.detail), str(exc.detail))
 
+    @app.exception_handler(OverflowError)
+    async def _overflow(request: Request, exc: OverflowError) -> JSONResponse:
+        # a number the store's 64-bit columns cannot hold reached a query: the client's input
+        logger.info("%s %s: number out of range: %s", request.method, request.url.path, exc)
+        return problem(
+            422, "number-out-of-range", "Number out of range", "a number in the request is too large"
+        )
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.error("%s %s crashed", request.method, request.url.path, exc_info=exc)
@@ -130,7 +138,10 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
         403: "token lacks the scope",
         404: "unknown run or version",
         409: "the run's status does not allow this",
+        412: "another writer saved a newer version first (a concurrent change, or a stale "
+        "expectedVersion): read the run again and retry",
         413: "body too large",
         422: "invalid request",
+        400: "bad request, or a Host this server does not answer to",
     }.items()
 }

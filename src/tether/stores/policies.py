@@ -25,6 +25,11 @@ class ExpiryPolicy:
     checkpoint_ttl: dt.timedelta | None = dt.timedelta(days=7)
     completed_ttl: dt.timedelta | None = dt.timedelta(hours=24)
 
+    def __post_init__(self) -> None:  # ExpiryPolicy(checkpoint_ttl=5) fails here, naming the field
+        from tether.validation import check_fields
+
+        check_fields(self)
+
     def expires_at(self, status: RunStatus, now: float) -> float | None:
         ttl = self.completed_ttl if status in TERMINAL_STATUSES else self.checkpoint_ttl
         return None if ttl is None else now + ttl.total_seconds()

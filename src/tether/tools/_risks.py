@@ -239,6 +239,14 @@ def _network(cmd: SimpleCommand, where: Where) -> Found | None:
     if prog in _REGISTRY_VERBS:
         wanted = _REGISTRY_VERBS[prog]
         if wanted is None or wanted & set(args[:2]) or (prog in ("yarn", "bun") and not args):
+            for index in _index_hosts(args):  # pip install -i http://elsewhere/simple: not the registry
+                known = where.registries and index in _REGISTRY_HOSTS
+                if index is None or not (known or where.host_allowed(index)):
+                    return (
+                        "confirm",
+                        f"{prog} installs from {index or 'a computed index'}, not its registry",
+                        _NET,
+                    )
             if where.registries:
                 return "allow", f"{prog} reaches its package registry", _NET
             return "confirm", f"{prog} reaches its package registry", _NET
@@ -256,6 +264,40 @@ def _network(cmd: SimpleCommand, where: Where) -> Found | None:
         if not where.host_allowed(named):
             return "confirm", f"{prog} reaches {named}, which the run does not allow", _NET
     return "allow", f"{prog} reaches allowed hosts", _NET
+
+
+_REGISTRY_HOSTS = frozenset(
+    {"pypi.org", "test.pypi.org", "files.pythonhosted.org", "pypi.python.org", "registry.npmjs.org",
+     "registry.yarnpkg.com", "crates.io", "index.crates.io", "proxy.golang.org", "rubygems.org",
+     "repo.maven.apache.org", "repo1.maven.org", "conda.anaconda.org"}
+)  # fmt: skip
+"""The public registries package managers reach on their own: naming one is no change."""
+_INDEX_OPTIONS = (
+    "--index-url",
+    "--extra-index-url",
+    "--find-links",
+    "--registry",
+    "--default-index",
+    "--index",
+)
+_INDEX_SHORT = ("-i", "-f")
+
+
+def _index_hosts(args: list[str]) -> list[str | None]:
+    """Hosts of package indexes named on the line (``pip -i URL``, ``npm --registry URL``)."""
+    values: list[str] = []
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in _INDEX_OPTIONS:
+            values.append(value if eq else args[i + 1] if i + 1 < len(args) else "")
+        elif arg in _INDEX_SHORT and i + 1 < len(args):
+            values.append(args[i + 1])
+    hosts: list[str | None] = []
+    for value in values:
+        m = _URL.match(value)
+        if m:
+            hosts.append(None if "$" in m.group(1) else m.group(1))
+    return hosts
 
 
 # -- secrets ------------------------------------------------------------------------------
@@ -300,7 +342,7 @@ def _secrets(cmd: SimpleCommand, where: Where) -> Found | None:
 # -- configuration and the host -----------------------------------------------------------
 
 _CONFIG_PATH = re.compile(
-    r"^~/(?:\.bashrc|\.bash_profile|\.bash_login|\.bash_logout|\.profile|\.zshrc|\.zshenv|\.zprofile"
+    r"^(?:~|/root|/home/[^/]+)/(?:\.bashrc|\.bash_profile|\.bash_login|\.bash_logout|\.profile|\.zshrc|\.zshenv|\.zprofile"
     r"|\.zlogin|\.kshrc|\.cshrc|\.tcshrc|\.inputrc|\.npmrc|\.yarnrc(?:\.yml)?|\.pip/pip\.conf|\.config/pip/"
     r"|\.pydistutils\.cfg|\.gitconfig|\.config/git/|\.ssh/|\.config/autostart/|\.config/systemd/"
     r"|\.local/bin/|\.bundle/config|\.gemrc|\.cargo/config|\.m2/settings\.xml|\.docker/config\.json"
@@ -434,10 +476,39 @@ def _config(cmd: SimpleCommand, where: Where) -> Found | None:
     if prog in ("npm", "pnpm", "yarn") and args[:1] == ["set"]:
         return "confirm", f"{prog} set changes configuration outside the working directory", _NONE
     for target in _writes(cmd):
+        if _ENV_FILE.search(target) and not _plain_env_edit(cmd, target):
+            return (
+                "confirm",
+                f"writes {target} with content not shown on the line or with TETHER_ settings: an env "
+                "file holds settings (store, tokens, keys) that tether and other tools read",
+                _NONE,
+            )
         path = where.path(target)
         if path is not None and _CONFIG_PATH.search(path) and not where.inside(path):
             return "confirm", f"changes {target}, configuration outside the working directory", _HOST
     return None
+
+
+def _plain_env_edit(cmd: SimpleCommand, target: str) -> bool:
+    """An edit of an env file whose content is on the line and sets no ``TETHER_*`` variable:
+    ``echo PORT=8080 >> .env``, ``sed -i 's/DEBUG=true/DEBUG=false/' .env``, or a copy of the
+    project's own template (``cp .env.example .env``). Content from elsewhere (a download, a
+    file in /tmp, standard input) is not shown, so it is asked about."""
+    if "TETHER_" in cmd.text.upper():
+        return False
+    prog = cmd.program
+    if prog in ("echo", "printf") or (prog == "sed" and target in cmd.args):
+        return not any(op in ("<", "<<<", "<>") for op, _t in cmd.redirects)
+    if prog in ("cp", "install"):
+        sources = [a for a in cmd.args if not a.startswith("-")][:-1]
+        return bool(sources) and all(
+            not s.startswith(("/", "~", "$", "..")) and "/../" not in s for s in sources
+        )
+    return False
+
+
+_ENV_FILE = re.compile(r"(?:^|/)(?:\.env(?:\.[^/]*)?|[^/]*\.env)$")
+"""``.env``, ``.env.local``, ``prod.env``: files of settings read by tools and frameworks."""
 
 
 def _host(cmd: SimpleCommand, where: Where) -> Found | None:

@@ -26,6 +26,8 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 
+from tether.tools._options import PLAIN_HELPERS, exec_values, skeleton, write_targets
+
 __all__ = ["INTERPRETERS", "SHELLS", "Line", "SimpleCommand", "parse_line"]
 
 SHELLS = frozenset(
@@ -128,12 +130,16 @@ class SimpleCommand:
     wrappers: list[str] = field(default_factory=list)
     """Wrappers peeled off, in order (``sudo``, ``env``, ``xargs``, ``ssh``...)."""
     program: str = field(init=False)
-    """The program's base name (``rm`` for ``/bin/rm``)."""
+    """The program's base name (``rm`` for ``/bin/rm``; ``rm`` for a look-alike ``rｍ`` too)."""
     args: list[str] = field(init=False)
+    disguised: str = field(init=False, default="")
+    """The name as written when it has non-ASCII letters (``program`` is then its skeleton)."""
 
     def __post_init__(self) -> None:  # every rule reads these: computed once (a hot path)
         self.program = self.argv[0].rpartition("/")[2] if self.argv else ""
         self.args = self.argv[1:]
+        if not self.program.isascii():
+            self.disguised, self.program = self.program, skeleton(self.program)
 
     @property
     def text(self) -> str:
@@ -159,6 +165,9 @@ class Line:
     """``(segment, reason)``: parts whose effect is decided at run time and cannot be judged."""
     errors: list[str] = field(default_factory=list)
     """Parts that could not be read (unbalanced quotes, nesting too deep)."""
+    assigned: list[tuple[str, str]] = field(default_factory=list)
+    """``(variable, segment)`` for every variable the line sets (``X=1 cmd``, ``export X=1``,
+    ``env X=1 cmd``): settings such as ``TETHER_STORE_URL`` change what later commands do."""
 
     def extend(self, other: Line) -> None:
         self.commands += other.commands
@@ -166,6 +175,7 @@ class Line:
         self.substituted += other.substituted
         self.dynamic += other.dynamic
         self.errors += other.errors
+        self.assigned += other.assigned
 
 
 @dataclass(slots=True)
@@ -502,8 +512,11 @@ def _command(
     if not rest:  # only assignments: they change the line's variables
         for var, value in assigned:
             st.variables[var] = None if ("$" in value or "`" in value) else value
+    segment = " ".join(words)
+    nested.assigned += [(var, segment) for var, _value in assigned]
     cmd = SimpleCommand(rest, redirects, wrappers)
     if cmd.argv:
+        cmd.redirects += [(">", target) for target in write_targets(cmd)]  # git log --output=F
         nested.extend(_inspect(cmd, depth, st))
         fed = [(op, t) for op, t in redirects if op in ("<<<", "<", "<>")]
         if fed and _reads_code_from_stdin(cmd):
@@ -525,7 +538,8 @@ def _skip_wrapper(name: str, args: list[str], nested: Line, depth: int, st: _Sta
         if arg == "--":
             i += 1
             break
-        if name == "env" and _ASSIGNMENT.match(arg):
+        if name == "env" and (assign := _ASSIGNMENT.match(arg)):
+            nested.assigned.append((assign.group(1), " ".join([name, *args])))
             i += 1
         elif name == "env" and arg in ("-S", "--split-string") and i + 1 < len(args):
             nested.extend(parse_line(args[i + 1], depth + 1, st))
@@ -607,6 +621,12 @@ def _inspect(cmd: SimpleCommand, depth: int, st: _State) -> Line:
                                               "core.pager", "core.editor", "diff.external")) and "=" in a
                                for a in args):  # fmt: skip
         out.dynamic.append((text, "git -c sets a configuration that runs a command"))
+    for option, value in exec_values(cmd):  # rg --pre=X, tar --to-command=X, git -c core.pager=X
+        inner = _script(value, text, depth, st)
+        plain = len(inner.commands) == 1 and inner.commands[0].program in PLAIN_HELPERS and not inner.dynamic
+        if not plain:  # a plain helper (zstd, ssh, less) gets its operands from the tool: not judged alone
+            out.extend(inner)
+            out.dynamic.append((text, f"{prog} {option} runs the program {value[:80]!r}"))
     if cmd.from_input and (prog in INTERPRETERS or "sh" in cmd.wrappers):
         out.dynamic.append(
             (text, f"{'/'.join(w for w in cmd.wrappers if w in _INPUT_WRAPPERS)} feeds input to {prog}")

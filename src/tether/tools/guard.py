@@ -8,9 +8,13 @@ verdict            ``sandboxed``   ``ask``                      ``trusted``
 deny               refuse          refuse                       refuse
 confirm            ask             ask                          ask
 needs the host     ask (escalate)  ask                          run
-sandbox (dynamic)  run sandboxed   ask                          run
+sandbox (dynamic)  run sandboxed   ask                          ask (escalate)
 allow              run sandboxed   run                          run
 =================  ==============  ===========================  =====================
+
+A ``sandbox`` verdict (what the command does is decided at run time) runs only inside a
+working sandbox: in every mode without one it asks, so where the sandbox cannot start
+(no bubblewrap, no user namespaces) such a command never runs unasked.
 
 An approved command runs outside the sandbox when it needs the host; a sandboxed command
 keeps the network only when it needs it and every host it names is allowed, and never when
@@ -77,6 +81,8 @@ def decide(verdict: PolicyVerdict, mode: Mode) -> Decision:
         if verdict.action == "allow" and not host:
             return Decision("run", False, True)
         return Decision("ask", False, True, escalation=host and verdict.action != "confirm")
+    if verdict.action == "sandbox":  # trusted, but no sandbox to contain what cannot be judged
+        return Decision("ask", False, True, escalation=True)
     return Decision("ask" if verdict.action == "confirm" else "run", False, True)
 
 
@@ -171,6 +177,8 @@ class GuardedSession:
                 reason=f"copied from a command's output or a file, and it needs {what} ({verdict.reason})",
             )
         decision = decide(verdict, self.mode)
+        if verdict.action == "sandbox" and decision.outcome == "run" and self.sandbox is None:
+            decision = Decision("ask", False, True, escalation=True)  # nothing would contain it
         self.last_verdict, self.last_decision = verdict, decision
         if decision.outcome == "refuse":
             logger.warning("command denied by rule %s: %s", verdict.rule, verdict.reason)

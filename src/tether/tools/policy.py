@@ -228,7 +228,20 @@ class CommandPolicy:
             findings += _pipe_to_shell(line)
         if "dynamic" not in self.disabled:
             findings += [(("sandbox", "dynamic", reason), segment) for segment, reason in line.dynamic]
+        if "tether-setting" not in self.disabled:
+            for var, segment in line.assigned:
+                if var.startswith("TETHER_"):
+                    reason = (
+                        f"sets {var}: tether's settings (store, tokens, keys) are not an agent's to choose"
+                    )
+                    findings.append((("confirm", "tether-setting", reason), segment))
         for cmd in line.commands:
+            if cmd.disguised and "lookalike" not in self.disabled:
+                reason = (
+                    f"the command name {cmd.disguised!r} imitates {cmd.program!r} with look-alike "
+                    "Unicode letters"
+                )
+                findings.append((("confirm", "lookalike", reason), cmd.text))
             findings += self._judge(cmd, ctx, needs, host)
             if cmd.program == "cd":  # `cd / && rm -rf *` deletes in /
                 ctx = _Ctx(_cd(ctx.cwd, cmd.args), ctx.zones, ctx.allow_hosts, ctx.registries)
@@ -658,5 +671,7 @@ BUILTIN_RULES: dict[str, Callable[[SimpleCommand, _Ctx], tuple[Action, str] | No
 """Built-in per-command rules by name (plus ``LINE_RULES``): pass names to
 ``CommandPolicy(disabled=...)``."""
 
-LINE_RULES = ("fork-bomb", "pipe-to-shell", "unparsable", "sudo", "dynamic", *RISK_RULES)
+LINE_RULES = (
+    "fork-bomb", "pipe-to-shell", "unparsable", "sudo", "dynamic", "lookalike", "tether-setting", *RISK_RULES
+)  # fmt: skip
 """Rules judged on the whole line or in ``tether.tools._risks``; they can be disabled too."""

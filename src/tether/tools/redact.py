@@ -26,7 +26,9 @@ __all__ = [
     "REDACTED",
     "Redactor",
     "default_redactor",
+    "RedactingFilter",
     "install_log_redaction",
+    "redact_handlers",
     "redact_exception",
     "secret_env_values",
 ]
@@ -391,6 +393,7 @@ def install_log_redaction(redactor: Redactor | None = None) -> Redactor:
             record = previous(*args, **kwargs)
             if _installed is not None:
                 _scrub_record(record, _installed)
+                record._tether_redacted = True
             return record
 
         logging.setLogRecordFactory(factory)
@@ -404,6 +407,27 @@ def install_log_redaction(redactor: Redactor | None = None) -> Redactor:
 
         sys.excepthook = excepthook
     return chosen
+
+
+class RedactingFilter(logging.Filter):
+    """Scrubs a record on its way out of a handler: the second line of defence, for records a
+    library builds itself (``logging.LogRecord(...)``) instead of through the record factory."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _installed is not None and not getattr(record, "_tether_redacted", False):
+            _scrub_record(record, _installed)
+            record._tether_redacted = True
+        return True
+
+
+def redact_handlers(logger: logging.Logger | None = None) -> None:
+    """Put a :class:`RedactingFilter` on every handler of ``logger`` (default: the root
+    logger), once: call it right after ``logging.basicConfig`` so whatever reaches the
+    console or a log file has been scrubbed, however the record was made."""
+    target = logger or logging.getLogger()
+    for handler in target.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
 
 
 def redact_exception(

@@ -5,7 +5,7 @@ const $ = (id) => document.getElementById(id);
 const LAYERS = { 1: "system", 2: "session", 3: "working", 4: "instant" };
 
 async function api(method, path, body) {
-  const opts = { method, headers: {}, credentials: "same-origin" };
+  const opts = { method, headers: { "X-Tether-Client": "dashboard" }, credentials: "same-origin" };
   if (body !== undefined) { opts.headers["Content-Type"] = "application/json"; opts.body = JSON.stringify(body); }
   const r = await fetch(path, opts);
   if (r.status === 401) { showLogin(); throw new Error("sign in first"); }
