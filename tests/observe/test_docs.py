@@ -19,4 +19,4 @@ def test_the_python_example_runs(tmp_path):
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "COMPLETED" in out.stdout and "['call-1', 'result-1']" in out.stdout
+    assert "COMPLETED" in out.stdout and "['call-1', 'result-1', 'instant-checkpoint']" in out.stdout
