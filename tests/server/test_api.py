@@ -203,7 +203,7 @@ async def test_failure_report_and_skip_decision_continue_the_run(api):
     f = (await client.get(f"/api/runs/{rid}/failure")).json()
     assert f["pending"] and f["report"]["item_id"] == "fetch" and f["report"]["kind"] == "data"
     assert "Select the dataset" in f["text"] and "test-data" in f["text"]
-    assert [o["decision"] for o in f["options"]] == ["retry", "skip", "abort"]
+    assert [o["decision"] for o in f["options"]] == ["retry", "skip", "takeover", "abort"]
     bad = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "replan"})
     assert bad.status_code == 409 and bad.json()["type"].endswith("/replan-unavailable")
     assert "no replanner is registered for workflow 'failing'" in bad.json()["detail"]
@@ -385,7 +385,7 @@ async def test_replan_decision_runs_the_new_steps_when_the_server_has_a_replanne
         await client.post("/api/runs", json={"workflow": "failing", "runId": rid})
         await wait_status(client, rid, "PAUSED")
         f = (await client.get(f"/api/runs/{rid}/failure")).json()
-        assert [o["decision"] for o in f["options"]] == ["retry", "skip", "replan", "abort"]
+        assert [o["decision"] for o in f["options"]] == ["retry", "skip", "replan", "takeover", "abort"]
         assert "[replan]" in f["text"]
         r = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "replan"})
         assert r.status_code == 202, r.text

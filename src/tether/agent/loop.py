@@ -28,6 +28,8 @@ from tether.agent.decide import Turn
 from tether.agent.interaction import UserInteractionHandler
 from tether.agent.prompt import load_window, new_window, remind
 from tether.agent.runlog import run_log
+from tether.agent.stuck import StuckConfig
+from tether.agent.watch import Watch, safe_emit
 from tether.context import ContextItem, ContextWindow, InMemoryArtifactStore, new_item
 from tether.context.artifacts import ArtifactNotFound, ArtifactStore
 from tether.context.policy import ContextEvent, ContextPolicy
@@ -71,6 +73,7 @@ class AgentLoop:
         interaction: UserInteractionHandler | None = None,
         artifacts: ArtifactStore | None = None,
         on_event: Callable[[Event], None] | None = None,
+        stuck: StuckConfig | None = None,
     ) -> None:
         self.model = model
         self.store = store
@@ -87,6 +90,7 @@ class AgentLoop:
         self._policies: dict[str, ContextPolicy] = {}
         """Per run: its monitor remembers which thresholds were crossed (warn once)."""
         self.on_event = on_event
+        self.watch = Watch(stuck or StuckConfig(), self.asker, self._emit)  # stuck detection
         self.prompt_sizes: list[int] = []
         """Prompt tokens sent at each iteration of this process (for measurements)."""
 
@@ -144,7 +148,7 @@ class AgentLoop:
 
     async def _iteration(self, sc: StepContext, n: int) -> dict[str, object]:
         window = load_window(sc.state)
-        update: dict[str, object] = {}
+        update = self.watch.before(sc, window)  # a stuck run pauses here, with a report
         if sc.get("pending_question"):
             self._take_answer(sc, window, update)
             if sc.pause_requested:
@@ -166,6 +170,7 @@ class AgentLoop:
         self._apply(sc, window, turn, update)
         if turn.action is not None:
             self._apply(sc, window, await self._run(sc, window, turn.iteration, turn.action), update)
+            await self.watch.after(sc, window, turn.iteration, turn.action, update)
         update["context_meta"] = window.meta_state()
         update["context_log"] = window.take_journal()
         return update
@@ -289,5 +294,4 @@ class AgentLoop:
         )
 
     def _emit(self, kind: str, sc: StepContext, **detail: object) -> None:
-        if self.on_event is not None:
-            self.on_event(Event(kind=kind, run_id=sc.run_id, step=sc.step.id, detail=detail))
+        safe_emit(self.on_event, Event(kind=kind, run_id=sc.run_id, step=sc.step.id, detail=detail))

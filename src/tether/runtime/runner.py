@@ -37,7 +37,7 @@ from tether.runtime.drive import Drive, RunResult, Stop, interrupt, outside_stat
 from tether.runtime.events import Event
 from tether.runtime.failures import Classifier, DataError, FailureKind
 from tether.runtime.lease import ACTIVE_DRIVES, HOST, check_lease, new_lease
-from tether.runtime.report import Decision, DecisionHandler, FailureReport, possible_causes
+from tether.runtime.report import Decision, DecisionHandler, FailureReport, possible_causes, suggestions_of
 from tether.runtime.workflow import Phase, RetryPolicy, Step, StepContext, Workflow
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus, default_registry
 from tether.state.reserved import (
@@ -344,7 +344,7 @@ class Runner:
             attempts=attempt,
             possible_causes=["the process was killed, crashed or lost its machine during the step"],
             restored_version=ctx.version,
-            options=[Decision.RETRY, Decision.SKIP, Decision.ABORT],
+            options=[Decision.RETRY, Decision.SKIP, Decision.TAKEOVER, Decision.ABORT],
         )
         self._log(run, "side_effect_cut", step.id, attempt=attempt)
         ctx.merge(runtime_update(failure_report=report.to_dict(), pending_decision=report.to_dict()))
@@ -472,7 +472,8 @@ class Runner:
     ) -> FailureReport:
         ctx = run.ctx
         pos, total = run.workflow.position(step.id)
-        options = [Decision.RETRY, Decision.SKIP, *([Decision.REPLAN] if self.replan else []), Decision.ABORT]
+        options = [Decision.RETRY, Decision.SKIP, *([Decision.REPLAN] if self.replan else [])]
+        options += [Decision.TAKEOVER, Decision.ABORT]
         return FailureReport(
             run_id=ctx.run_id,
             item_id=step.id,
@@ -489,6 +490,7 @@ class Runner:
             rollback_failures=failures,
             restored_version=ctx.version,
             options=[] if failures else options,
+            suggestions=[] if failures else [s for s in suggestions_of(exc) if s.decision in options],
         )
 
     async def _decide(self, report: FailureReport) -> Decision | None:
@@ -508,9 +510,18 @@ class Runner:
             if self.replan is None or not await self._replan(run, report):
                 raise Stop(RunStatus.FAILED, report)
             return
+        if choice is Decision.TAKEOVER and step is not None:  # a person did it: done, with their note
+            note = self.redact(report.note)
+            self._log(run, "takeover", step.id, note=note)
+            done = {"node": step.id, "name": step.title, "status": "takeover", "note": note}
+            ctx.merge_trusted(
+                {**runtime_update(todo=self._todos([step], "done")), "execution_history": [done]}
+            )
+            ctx.mark_executed(step.id)  # a routed step still queued runs next and reads takeover_note()
         status = "skipped" if choice is Decision.SKIP else "pending"
         if step is not None:
-            ctx.merge(runtime_update(todo=self._todos([step], status)))
+            if choice is not Decision.TAKEOVER:
+                ctx.merge(runtime_update(todo=self._todos([step], status)))
             run.settled_cache = None
         await self._commit(run, node_id=ctx.node_id, metadata={"decision": str(choice)})
 
