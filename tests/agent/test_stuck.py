@@ -251,3 +251,44 @@ def test_agent_stuck_is_a_logic_failure_with_suggestions():
     from tether.runtime.failures import classify
 
     assert classify(exc) is FailureKind.LOGIC and str(exc) == "stuck"
+
+
+# == failure reports for every FAILED end, and errors classified by type first ==
+async def test_malformed_replies_until_the_end_leave_a_failure_report(store, tmp_path):
+    """A server answering ``content: null`` (an empty reply) every time: the run ends FAILED
+    with a DATA report saying the model's replies were invalid."""
+    model = ScriptedModel(["", "", ""])
+    async with LocalSession(cwd=tmp_path) as session:
+        loop = AgentLoop(model, session, store, config=LoopConfig(max_iterations=10))
+        result = await loop.start("malformed", "deploy it")
+    assert result.status is RunStatus.FAILED
+    assert result.report is not None and result.report.kind is FailureKind.DATA
+    assert "invalid replies" in result.report.error and result.report.options == []
+    stored = result.state["_tether"]["failure_report"]
+    assert stored["error_type"] == "GaveUp" and "invalid replies" in stored["error"]
+
+
+async def test_the_iteration_limit_leaves_a_logic_failure_report(store, tmp_path):
+    model = ScriptedModel([execute(f"echo step {i}") for i in range(3)])
+    async with LocalSession(cwd=tmp_path) as session:
+        loop = AgentLoop(model, session, store, config=LoopConfig(max_iterations=3))
+        result = await loop.start("limit", "deploy it")
+    assert result.status is RunStatus.FAILED
+    assert result.report is not None and result.report.kind is FailureKind.LOGIC
+    assert "stopped after 3 iterations" in result.report.render()
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (ValueError("field 'port' not allowed by the schema"), FailureKind.DATA),
+        (KeyError("access forbidden"), FailureKind.DATA),
+        (RuntimeError("403 Forbidden"), FailureKind.PERMISSION),
+        (RuntimeError("not allowed to write /etc"), FailureKind.PERMISSION),
+        (PermissionError("denied"), FailureKind.PERMISSION),
+    ],
+)
+def test_errors_are_classified_by_type_first_and_words_last(exc, kind):
+    from tether.runtime.failures import classify
+
+    assert classify(exc) is kind

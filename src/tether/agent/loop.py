@@ -14,7 +14,6 @@ log of changes), ``command_history``, ``user_interactions``, ``actions`` (append
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -25,21 +24,23 @@ from tether.agent.approvals import decide_approval
 from tether.agent.asking import Asker
 from tether.agent.config import SYSTEM_PROMPT, LoopConfig, artifact_store_for
 from tether.agent.decide import Turn
+from tether.agent.effects import Inflight, SideEffects, settle_cut
 from tether.agent.interaction import UserInteractionHandler
 from tether.agent.prompt import load_window, new_window, remind
+from tether.agent.reads import read_artifact
 from tether.agent.runlog import run_log
 from tether.agent.stuck import StuckConfig
-from tether.agent.watch import Watch, safe_emit
-from tether.context import ContextItem, ContextWindow, InMemoryArtifactStore, new_item
-from tether.context.artifacts import ArtifactNotFound, ArtifactStore
+from tether.agent.watch import Watch, log_context_events, safe_emit
+from tether.context import ContextWindow
+from tether.context.artifacts import ArtifactStore
 from tether.context.policy import ContextEvent, ContextPolicy
 from tether.context.recovery import call_with_recovery, is_prompt_too_long
 from tether.context.trim import trim_output
 from tether.errors import ToolError
 from tether.models.base import ChatModel, ModelReply
 from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
+from tether.runtime.control import amend_pending_report
 from tether.state import default_registry
-from tether.state.reserved import runtime_update
 from tether.stores.base import CheckpointStore
 from tether.tools.base import Session
 from tether.tools.guard import GuardedSession
@@ -74,6 +75,7 @@ class AgentLoop:
         artifacts: ArtifactStore | None = None,
         on_event: Callable[[Event], None] | None = None,
         stuck: StuckConfig | None = None,
+        effects: SideEffects | None = None,
     ) -> None:
         self.model = model
         self.store = store
@@ -87,10 +89,10 @@ class AgentLoop:
         )
         self._artifacts = artifacts
         self._run_artifacts: dict[str, ArtifactStore] = {}
-        self._policies: dict[str, ContextPolicy] = {}
-        """Per run: its monitor remembers which thresholds were crossed (warn once)."""
+        self._policies: dict[str, ContextPolicy] = {}  # per run: its monitor warns once per threshold
         self.on_event = on_event
         self.watch = Watch(stuck or StuckConfig(), self.asker, self._emit)  # stuck detection
+        self.effects = Inflight(effects or SideEffects())  # commands that change the host; probes
         self.prompt_sizes: list[int] = []
         """Prompt tokens sent at each iteration of this process (for measurements)."""
 
@@ -99,8 +101,9 @@ class AgentLoop:
         """One step that loops (``goto`` itself) until the agent finishes or the iteration
         limit stops it; the iteration number is the state's ``iteration``."""
         step = Step(id="iteration", name="Iteration", fn=self._iterate, phase="agent")
+        effect = Step(id="effect", name="Command", fn=self._effect, phase="agent", idempotent=False)
         # a safety bound: the loop itself stops at max_iterations
-        return Workflow([step], name="agent", max_routed=2 * self.config.max_iterations + 10)
+        return Workflow([step, effect], name="agent", max_routed=4 * self.config.max_iterations + 10)
 
     def runner(self) -> Runner:
         reducers = default_registry()
@@ -115,13 +118,14 @@ class AgentLoop:
         state.update(context_meta=window.meta_state(), context_log=window.take_journal())
         return await self.runner().start(run_id, state)
 
-    async def resume(self, run_id: str) -> RunResult:
-        return await self.runner().resume(run_id)
+    async def resume(self, run_id: str, *, decision: str | None = None, note: str | None = None) -> RunResult:
+        """Continue a run (``note``: a takeover's what-I-did); a command a crash cut is probed or named."""
+        if note is not None:
+            await amend_pending_report(self.store, run_id, note=note)
+        return await settle_cut(self, await self.runner().resume(run_id, decision=decision))
 
     async def approve(self, run_id: str, approved: bool = True) -> RunResult:
-        """Decide the approval a paused run waits on (``pending_approval``), then resume it.
-        Approved: the command runs when the model proposes it again; refused: the model is
-        told so and adapts."""
+        """Decide the approval a paused run waits on, then resume (refused: the model adapts)."""
         await decide_approval(self.store, run_id, approved)
         return await self.resume(run_id)
 
@@ -139,11 +143,29 @@ class AgentLoop:
         n = int(sc.get("iteration", 0)) + 1
         update = await self._iteration(sc, n)
         update["iteration"] = n
+        if update.get("inflight"):  # a command that changes the host runs in a step of its own
+            sc.goto("effect", reason=f"iteration {n}: a command with side effects")
+        else:
+            self._next(sc, n)
+        return update
+
+    def _next(self, sc: StepContext, n: int) -> None:
         if sc.finish_requested is None:
             if n >= self.config.max_iterations and not sc.pause_requested:
                 sc.finish("FAILED", f"stopped after {n} iterations without the agent saying done")
             else:  # the next iteration (after a pause: once the answer is in)
                 sc.goto("iteration", reason=f"iteration {n + 1}")
+
+    async def _effect(self, sc: StepContext) -> Mapping[str, Any]:
+        """Run the command ``inflight`` names; not idempotent: a crash in here is never re-run blindly."""
+        n, window = int(sc.get("iteration", 0)), load_window(sc.state)
+        update: dict[str, object] = {"inflight": None}
+        if inflight := sc.get("inflight"):
+            action, turn = self.effects.turn(sc, n, dict(inflight), self.redact)
+            self._apply(sc, window, turn or await self._run(sc, window, n, action), update)
+            await self.watch.after(sc, window, n, action, update)
+        update.update(context_meta=window.meta_state(), context_log=window.take_journal())
+        self._next(sc, n)
         return update
 
     async def _iteration(self, sc: StepContext, n: int) -> dict[str, object]:
@@ -161,18 +183,19 @@ class AgentLoop:
             max_attempts=2,  # one compression, then a DATA failure: a third call is refused as well
             archive=self.artifacts_for(sc.run_id),
         )
-        self._context_events(sc, events)
+        log_context_events(sc, events, self._emit)
         if reply.usage is not None and reply.usage.prompt_tokens:
             window.observe_provider_usage(int(reply.usage.prompt_tokens))
         turn = pure.decide(
             reply.text, sc.state, self.config, interactive=self.interaction is not None, redact=self.redact
         )
         self._apply(sc, window, turn, update)
-        if turn.action is not None:
+        if turn.action is not None and self.effects.declares(turn.action.command or ""):
+            update["inflight"] = self.effects.record(sc.run_id, n, turn.action, self.redact)
+        elif turn.action is not None:
             self._apply(sc, window, await self._run(sc, window, turn.iteration, turn.action), update)
             await self.watch.after(sc, window, turn.iteration, turn.action, update)
-        update["context_meta"] = window.meta_state()
-        update["context_log"] = window.take_journal()
+        update.update(context_meta=window.meta_state(), context_log=window.take_journal())
         return update
 
     def _apply(self, sc: StepContext, window: ContextWindow, turn: Turn, update: dict[str, object]) -> None:
@@ -216,21 +239,14 @@ class AgentLoop:
         """The artefact store given at construction (None: one per run, see artifacts_for)."""
         return self._artifacts
 
-    def _context_events(self, sc: StepContext, events: list[ContextEvent]) -> None:
-        for event in events:
-            self._emit(event.kind, sc, **event.detail())
-        if events:
-            now = dt.datetime.now(dt.UTC).isoformat()
-            logged = [{"kind": e.kind, "step": sc.step.id, "detail": e.detail(), "ts": now} for e in events]
-            sc.state.merge(runtime_update(event_log=logged))
-
     # == the tools ==================================================================
     async def _run(self, sc: StepContext, window: ContextWindow, n: int, action: AgentAction) -> Turn:
         if action.action_type == "execute":
             return await self._execute(sc, window, n, action)
         if action.action_type == "ask_user":
             return await self.asker.ask(n, action)
-        return Turn(iteration=n, items=(self._read_artifact(sc.run_id, window, n, action),))
+        item = read_artifact(self.artifacts_for(sc.run_id), window, n, action, self.config.output_tokens)
+        return Turn(iteration=n, items=(item,))
 
     async def _execute(self, sc: StepContext, window: ContextWindow, n: int, action: AgentAction) -> Turn:
         command = action.command or ""
@@ -268,19 +284,6 @@ class AgentLoop:
         if guard is not None and guard.approvals != approved:
             turn = dataclasses.replace(turn, update={**turn.update, "approvals": sorted(guard.approvals)})
         return turn
-
-    def _read_artifact(self, run_id: str, window: ContextWindow, n: int, action: AgentAction) -> ContextItem:
-        """A slice of a stored output, by lines or bytes, trimmed like any output."""
-        aid = action.artifact_id or ""
-        try:
-            part, where = pure.artifact_slice(self.artifacts_for(run_id).get(aid), action)
-        except ArtifactNotFound:
-            body = f"no artifact {aid!r} for this run"
-        else:
-            limit, scratch = self.config.output_tokens, InMemoryArtifactStore()
-            preview = trim_output(part, max_tokens=limit, tokenizer=window.tokenizer, store=scratch).text
-            body = f"artifact {aid}, {where}:\n{preview}"
-        return new_item("tool_result", body, id=f"result-{n}", tool_call_id=f"it{n}")
 
     def _take_answer(self, sc: StepContext, window: ContextWindow, update: dict[str, object]) -> None:
         question = dict(sc.get("pending_question"))

@@ -27,12 +27,13 @@ from tether.agent.stuck import (
     outcome_key,
 )
 from tether.context import ContextWindow, new_item
+from tether.context.policy import ContextEvent
 from tether.runtime import Event, StepContext
 from tether.runtime.failures import LogicError
 from tether.runtime.report import Decision, Suggestion, takeover_note
 from tether.state.reserved import runtime_get, runtime_update
 
-__all__ = ["AgentStuck", "Watch", "observation_of", "safe_emit", "todo_done"]
+__all__ = ["AgentStuck", "Watch", "log_context_events", "observation_of", "safe_emit", "todo_done"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,18 @@ def safe_emit(sink: EventSink | None, event: Event) -> None:
         sink(event)
     except Exception:
         logger.warning("on_event subscriber failed on %r; skipped", event.kind, exc_info=True)
+
+
+def log_context_events(sc: StepContext, events: list[ContextEvent], emit: Callable[..., None]) -> None:
+    """Context events (compression, overflow) to the subscriber and to the run's event log."""
+    for event in events:
+        emit(event.kind, sc, **event.detail())
+    if events:
+        step = sc.step.id
+        logged = [
+            Event(kind=e.kind, run_id=sc.run_id, step=step, detail=e.detail()).to_dict() for e in events
+        ]
+        sc.state.merge(runtime_update(event_log=logged))
 
 
 class AgentStuck(LogicError):

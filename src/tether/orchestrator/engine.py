@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.agent.watch import safe_emit
 from tether.errors import ConfigError
 from tether.orchestrator import stages
 from tether.orchestrator.blackboard import Blackboard
@@ -40,6 +41,7 @@ from tether.orchestrator.prompts import (
 )
 from tether.orchestrator.roles import MainPolicy, MainRequest, RoleRequest, RoleRunner
 from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
+from tether.runtime.control import amend_pending_report
 from tether.state import default_registry
 from tether.stores.base import CheckpointStore
 
@@ -108,12 +110,12 @@ class Orchestrator:
         steps = [
             Step(id="main", fn=self._main_step, max_visits=rounds + 1),
             Step(id="test", fn=self._test_step, max_visits=rounds),
-            Step(id="dev", fn=self._dev_step, max_visits=rounds),
+            Step(id="dev", fn=self._dev_step, max_visits=rounds, idempotent=False),  # DEV edits files
             Step(id="review", fn=self._review_step, max_visits=rounds),
             Step(id="finish_review", fn=self._finish_review_step, max_visits=rounds),
             Step(id="finish_check", fn=self._finish_check_step, max_visits=rounds),
             Step(id="user", fn=self._user_step),
-            Step(id="subloop_dev", fn=self._subloop_dev_step),
+            Step(id="subloop_dev", fn=self._subloop_dev_step, idempotent=False),
             Step(id="subloop_test", fn=self._subloop_test_step),
         ]
         return Workflow(
@@ -156,8 +158,14 @@ class Orchestrator:
             inputs["_origin"] = dict(origin)
         return await self.runner().start(run_id, inputs)
 
-    async def resume(self, run_id: str) -> RunResult:
-        return await self.runner().resume(run_id)
+    async def resume(self, run_id: str, *, decision: str | None = None, note: str | None = None) -> RunResult:
+        """Continue a run; ``decision`` (and a takeover's ``note``) answers a pending report,
+        and a DEV stage a crash cut is probed before anything runs it again (``effects.py``)."""
+        from tether.orchestrator.effects import settle
+
+        if note is not None:
+            await amend_pending_report(self.store, run_id, note=note)
+        return await settle(self, await self.runner().resume(run_id, decision=decision))
 
     async def answer(self, run_id: str, text: str) -> RunResult:
         """Answer the question MAIN asked the user (a paused run), then continue."""
@@ -469,12 +477,11 @@ class Orchestrator:
             self.summaries().flush(every=1 if final else 5)
 
     def emit(self, sc: StepContext, stage: str, **detail: Any) -> None:
-        if self.on_event is not None:
-            self.on_event(
-                Event(
-                    kind="orchestrator", run_id=sc.run_id, step=sc.step.id, detail={"stage": stage, **detail}
-                )
-            )
+        """Tell the subscriber; what it raises is logged, never the stage's failure."""
+        event = Event(
+            kind="orchestrator", run_id=sc.run_id, step=sc.step.id, detail={"stage": stage, **detail}
+        )
+        safe_emit(self.on_event, event)
 
 
 # == plan (pure) ================================================================

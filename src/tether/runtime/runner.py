@@ -29,13 +29,14 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from tether.errors import RunExists, RunInProgress, RunNotFound, RunNotPaused, StoreError, VersionConflict
 from tether.runtime.attempts import StepTimeout, attempt_step
 from tether.runtime.drive import Drive, RunResult, Stop, interrupt, outside_status, store_failed
 from tether.runtime.events import Event
-from tether.runtime.failures import Classifier, DataError, FailureKind
+from tether.runtime.failures import Classifier, DataError, FailureKind, GaveUp, finish_kind
 from tether.runtime.lease import ACTIVE_DRIVES, HOST, check_lease, new_lease
 from tether.runtime.report import Decision, DecisionHandler, FailureReport, possible_causes, suggestions_of
 from tether.runtime.workflow import Phase, RetryPolicy, Step, StepContext, Workflow
@@ -358,7 +359,13 @@ class Runner:
             ctx.merge(runtime_update(todo=self._todos(rest, "skipped")))
         ctx.put("final_output", message)
         self._emit("finish_requested", ctx.run_id, step.id, status=status, message=message)
-        raise Stop(RunStatus(status))
+        report = None
+        if status == "FAILED":  # every FAILED end comes with a report, even without an exception
+            report = replace(
+                self._report(run, step, GaveUp(message), finish_kind(message), 1, [], []), options=[]
+            )
+            ctx.merge(runtime_update(failure_report=report.to_dict()))
+        raise Stop(RunStatus(status), report)
 
     # == commits, and what stops a drive from outside ================================
     async def _commit(
