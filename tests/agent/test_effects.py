@@ -55,7 +55,12 @@ def test_default_probes_and_their_verdicts():
     assert default_probe("systemctl start nginx") == "systemctl is-active --quiet nginx || exit 1"
     assert default_probe("nohup app > log &") is None  # only the model knows how to check a service
     assert default_probe("echo a >> log") is None  # an append: half of it proves nothing
-    assert (probe_verdict(0), probe_verdict(1), probe_verdict(2), probe_verdict(None)) == (True, False, None, None)
+    assert (probe_verdict(0), probe_verdict(1), probe_verdict(2), probe_verdict(None)) == (
+        True,
+        False,
+        None,
+        None,
+    )
 
 
 def flow(tmp_path: Path, mode: str, replies: list[dict]) -> subprocess.CompletedProcess[str]:
@@ -75,11 +80,18 @@ def flow(tmp_path: Path, mode: str, replies: list[dict]) -> subprocess.Completed
         "        print(r.report.error if r.report else '')\n"
         "asyncio.run(main())\n"
     )
-    return subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def run_then_die(command: str, probe: str | None = None) -> dict:
-    return {"action": "execute", "command": command, "reasoning": "set up", **({"probe": probe} if probe else {})}
+    return {
+        "action": "execute",
+        "command": command,
+        "reasoning": "set up",
+        **({"probe": probe} if probe else {}),
+    }
 
 
 async def test_kill_inside_a_command_pauses_naming_it(tmp_path):

@@ -33,15 +33,15 @@ async def store(tmp_path):
 
 def obs(i: int, action: str, outcome: str = "ok", error: str | None = None, progress: int = 0) -> Observation:
     return Observation(
-        iteration=i, action=action, outcome=outcome_key(outcome), error=error, progress=progress
+        iteration=i, action=action, outcome=outcome_key(outcome), error=error, progress=progress, shown=action
     )
 
 
 def feed(observations: list[Observation], config: StuckConfig | None = None) -> list[tuple[int, str, str]]:
     state: dict[str, Any] | None = None
     found = []
-    for o in observations:
-        state, event = observe(state, o, config or StuckConfig())
+    for i, o in enumerate(observations):
+        state, event = observe(state, observations[: i + 1], config or StuckConfig())
         if event is not None:
             found.append((o.iteration, event.pattern, event.level))
     return found

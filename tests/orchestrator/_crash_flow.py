@@ -62,9 +62,14 @@ async def main(url: str, workdir: str, run_id: str, mode: str, log: str, crash: 
             "FINISH_REVIEW": logged("FINISH_REVIEW", finish_review_role, log, crash),
         }
     )
+
     def on_event(event) -> None:
         detail = event.detail
-        if crash == "after-dev1" and detail.get("stage") == "SUBLOOP_DEV" and detail.get("subloop_round") == 1:
+        if (
+            crash == "after-dev1"
+            and detail.get("stage") == "SUBLOOP_DEV"
+            and detail.get("subloop_round") == 1
+        ):
             os.kill(os.getpid(), signal.SIGKILL)
 
     orch = Orchestrator(workdir, store, main=ScriptedMain(rule_main), runners=runners, on_event=on_event)

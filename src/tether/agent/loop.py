@@ -107,7 +107,7 @@ class AgentLoop:
 
     def runner(self) -> Runner:
         reducers = default_registry()
-        for key in ("command_history", "user_interactions", "actions", "context_log"):
+        for key in ("command_history", "user_interactions", "actions", "context_log", "stuck_log"):
             reducers.register(key, "append")
         return Runner(self.workflow(), self.store, reducers=reducers, on_event=self.on_event)
 

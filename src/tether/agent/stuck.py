@@ -66,7 +66,7 @@ class StuckConfig:
     ask_user: bool = True
     """At the second strike, ask the user (when a handler can answer) instead of only re-planning."""
     window: int = 24
-    """Observations kept in the run's state (enough for the largest pattern)."""
+    """Recent observations the patterns look at (enough for the largest)."""
 
     def __post_init__(self) -> None:
         for name in ("repeat", "poll_repeat", "cycle_repeats", "same_error", "no_progress"):
@@ -91,7 +91,10 @@ class Observation:
     progress: int = 0
     """TODO items done so far (a count that only grows)."""
     shown: str = ""
-    """The action as a person reads it (the command), for the evidence."""
+    """The action as a person reads it (the command, cut to 160 characters), for the evidence."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Observation:
@@ -133,8 +136,8 @@ _POLL = re.compile(r"\b(sleep|wait|until|watch|timeout)\b")
 
 
 def fingerprint(kind: str, text: str) -> str:
-    """An action as a comparable key: its kind and its text with whitespace collapsed."""
-    return f"{kind}:{_SPACE.sub(' ', text).strip()}"
+    """An action as a short comparable key: its kind and its text (whitespace collapsed), hashed."""
+    return hashlib.sha1(f"{kind}:{_SPACE.sub(' ', text).strip()}".encode()).hexdigest()[:12]
 
 
 def outcome_key(text: str) -> str:
@@ -154,38 +157,34 @@ def error_signature(exit_code: int | None, stderr: str, stdout: str = "") -> str
     return f"exit {exit_code}: {_SPACE.sub(' ', masked).strip()[:200]}"
 
 
-def _polls(action: str) -> bool:
-    return bool(_POLL.search(action))
+def _polls(obs: Observation) -> bool:
+    return bool(_POLL.search(obs.shown))
 
 
 # == detection ==================================================================
 def observe(
-    state: Mapping[str, Any] | None, obs: Observation, config: StuckConfig
+    state: Mapping[str, Any] | None, observations: Sequence[Observation], config: StuckConfig
 ) -> tuple[dict[str, Any], StuckEvent | None]:
-    """The detector's new state after ``obs``, and the detection it makes (or None)."""
+    """The detector's new state after the last of ``observations`` (the run's, oldest
+    first: an append-only log, so a checkpoint stores one small entry per iteration), and
+    the detection it makes (or None). ``state`` is the small rest (strikes, counters)."""
     old = dict(state or {})
-    history = [Observation.from_dict(o) for o in old.get("history") or ()]
-    history = [*history, obs][-config.window :]
-    seen = list(old.get("seen") or ())
-    key = hashlib.sha1(f"{obs.action}\0{obs.outcome}".encode()).hexdigest()[:12]
-    novel = key not in seen  # a new action counts as new even when it prints nothing
-    seen = [*seen, key][-200:] if novel else seen
+    obs = observations[-1]
+    history = list(observations[-config.window :])
+    novel = all(o.action != obs.action or o.outcome != obs.outcome for o in observations[:-1])
     progressed = obs.progress > int(old.get("progress", 0))
     quiet = 0 if novel or progressed else int(old.get("quiet", 0)) + 1
     new: dict[str, Any] = {
-        "history": [asdict(o) for o in history],
-        "seen": seen,
         "progress": max(obs.progress, int(old.get("progress", 0))),
         "quiet": quiet,
         "strikes": int(old.get("strikes", 0)),
         "clean": int(old.get("clean", 0)),
-        "last": old.get("last"),
     }
     found = _detect(history, quiet, config) if config.enabled else None
     if found is None:
         new["clean"] += 1
         if new["clean"] >= config.reset_after:
-            new["strikes"], new["last"] = 0, None
+            new["strikes"] = 0
         return new, None
     pattern, evidence = found
     strike = new["strikes"] + 1
@@ -198,7 +197,7 @@ def observe(
         message=_message(pattern, evidence, level),
         evidence=evidence,
     )
-    new.update(strikes=strike, clean=0, last=event.to_dict())
+    new.update(strikes=strike, clean=0)
     return new, event
 
 
@@ -223,7 +222,7 @@ def _repeat(
     history: Sequence[Observation], config: StuckConfig
 ) -> tuple[StuckPattern, dict[str, Any]] | None:
     last = history[-1]
-    need = config.poll_repeat if _polls(last.action) else config.repeat
+    need = config.poll_repeat if _polls(last) else config.repeat
     if not need or len(history) < need:
         return None
     tail = history[-need:]

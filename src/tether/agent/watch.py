@@ -114,7 +114,7 @@ def observation_of(
             outcome=outcome_key(f"{e.get('exit_code')}\n{stdout}\n{stderr}"),
             error=error_signature(e.get("exit_code"), stderr, stdout) if failed else None,
             progress=progress,
-            shown=str(e.get("command") or ""),
+            shown=str(e.get("command") or "")[:160],
         )
     if action.action_type == "read_artifact":
         key = f"{action.artifact_id}:{action.start}:{action.end}:{action.unit}"
@@ -158,7 +158,7 @@ class Watch:
         reminder = f"A person reviewed why you were stuck ({pending.get('pattern')}). Do not repeat it."
         window.upsert(new_item("reminder", reminder, id="instant-stuck"))
         self.emit("stuck_resumed", sc, pattern=pending.get("pattern"), takeover=note is not None)
-        return {"stuck": {**state, "pause": None, "strikes": 0, "clean": 0}}
+        return {"stuck": {"pause": None, "reset": True}}  # the strikes start again
 
     async def after(
         self, sc: StepContext, window: ContextWindow, n: int, action: AgentAction, update: dict[str, object]
@@ -167,11 +167,19 @@ class Watch:
         obs = observation_of(n, action, update, sc.state)
         if obs is None or not self.config.enabled:
             return
-        state, event = observe(sc.get("stuck"), obs, self.config)
+        entries = list(sc.get("stuck_log") or ())
+        counters = dict(entries[-1].get("c") or {}) if entries else {}
+        flags = dict(sc.get("stuck") or {})
+        if flags.get("reset"):  # a person decided after a pause
+            counters.update(strikes=0, clean=0)
+            update["stuck"] = {"pause": None}
+        log = [Observation.from_dict(o) for o in entries]
+        counters, event = observe(counters, [*log, obs], self.config)
+        # appended: one small entry per iteration, the detector's counters with it
+        update["stuck_log"] = [{**obs.to_dict(), "c": counters}]
         if event is None:
             if window.get("instant-stuck") is not None:
                 window.remove("instant-stuck")  # the model changed course
-            update["stuck"] = {**state, "pause": None}
             return
         self.emit("stuck_detected", sc, **event.to_dict())
         logged = Event(kind="stuck_detected", run_id=sc.run_id, step=sc.step.id, detail=event.to_dict())
@@ -179,8 +187,8 @@ class Watch:
         window.upsert(new_item("reminder", event.message, id="instant-stuck"))
         if event.level == "replan":
             await self._replan(window, n, event)
-        state["pause"] = event.to_dict() if event.level == "pause" else None
-        update["stuck"] = state
+        if event.level == "pause":
+            update["stuck"] = {"pause": event.to_dict()}
 
     async def _replan(self, window: ContextWindow, n: int, event: StuckEvent) -> None:
         """The second strike: ask the user when someone can answer now, else ask the model

@@ -199,6 +199,7 @@ class Orchestrator:
             last_stage=str(state.get("last_stage", "")),
         )
         spent = time.perf_counter() - began
+        before = int(getattr(self.main, "replies", 0) or 0)
         decision = await self.main.decide(request)
         began = time.perf_counter()
         plan, changed = apply_plan(state.get("dev_plan") or [], decision.dev_plan)
@@ -218,6 +219,7 @@ class Orchestrator:
             lines.append(f"re-plan requested: {replan}")
         history = delta(state, add_history(history_of(state), iteration, title, lines, milestone))
         update |= {
+            "main_replies": self._replies(state, before),  # a resumed scripted MAIN skips these
             "dev_plan": plan,
             "history": history,
             "last_decision": {"next_agent": decision.next_agent, "reason": decision.reason},
@@ -327,6 +329,7 @@ class Orchestrator:
             last_stage="FINISH_REVIEW",
         )
         spent = time.perf_counter() - began
+        before = int(getattr(self.main, "replies", 0) or 0)
         decision = await self.main.decide(request)
         began = time.perf_counter()
         accepted = decision.next_agent == "FINISH"
@@ -340,6 +343,7 @@ class Orchestrator:
             "finish_check": {"size": fc.size, "downgraded": list(fc.downgraded), "accepted": accepted},
             "stage_changes": [f"iteration {state['iteration']}: FINISH_CHECK -> {decision.next_agent}"],
             "last_stage": "FINISH_CHECK",
+            "main_replies": self._replies(state, before),
         }
         self.render(update, state, final=accepted)
         if accepted:
@@ -380,6 +384,13 @@ class Orchestrator:
         return update
 
     # == helpers ====================================================================
+    def _replies(self, state: Mapping[str, Any], before: int) -> int:
+        """MAIN replies the run has read, this decision's included (1 for a policy that
+        does not count them)."""
+        now = getattr(self.main, "replies", None)
+        spent = now - before if isinstance(now, int) else 1
+        return int(state.get("main_replies") or 0) + spent
+
     def summaries(self) -> Any:
         from tether.orchestrator.summaries import SummaryStore
 
