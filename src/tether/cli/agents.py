@@ -326,8 +326,14 @@ def _report(
         from tether.runtime import FailureReport
 
         console.print(f"[yellow]PAUSED[/] {rid} after a failure:")
-        console.print(FailureReport.from_dict(decision).render(), highlight=False, markup=False)
-        console.print(f"  continue with: tether resume {rid} --decision retry|skip|abort")
+        report = FailureReport.from_dict(decision)
+        console.print(report.render(), highlight=False, markup=False)
+        choices = "|".join(str(o) for o in report.options if str(o) != "takeover") or "abort"
+        console.print(f"  continue with: tether resume {rid} --decision {choices}")
+        if "takeover" in {str(o) for o in report.options}:
+            console.print(
+                f"  or, if you did it by hand: tether decide {rid} takeover --note '<what you did>'"
+            )
     elif status == "PAUSED":
         console.print(f"[yellow]PAUSED[/] {rid}: {escape(message or 'paused')}")
         console.print(f"  continue with: tether resume {rid}")
