@@ -193,3 +193,24 @@ async def test_a_resumed_scripted_main_makes_the_same_decisions(tmp_path):
         "MAIN -> REVIEW (the sub-loop fixed it; review the change)",
         "MAIN -> FINISH (reviewed)",
     ]
+
+
+def test_main_prompt_over_its_limit_cuts_the_history_then_refuses(tmp_path):
+    from tether.orchestrator.blackboard import Blackboard
+    from tether.orchestrator.prompts import PromptOverLimit, build_main_prompt
+    from tether.orchestrator.summaries import SummaryStore
+
+    board = Blackboard(tmp_path)
+    entries = "\n\n".join(f"## iteration {i}: DEV\n- " + ("change " * 60) for i in range(1, 40))
+    board.write("project_history.md", f"# Project history\n\n{entries}\n")
+    store = SummaryStore(board)
+    state = {"task": "fix it", "iteration": 40, "dev_plan": [], "latest": {}}
+    full, _ = build_main_prompt(store, state, PromptConfig(max_prompt_bytes=1_000_000))
+    limit = len(full.encode()) - 10  # the usual window no longer fits
+    small, level = build_main_prompt(store, state, PromptConfig(max_prompt_bytes=limit))
+    assert level == 1 and len(small.encode()) <= limit < len(full.encode())
+    with pytest.raises(PromptOverLimit, match="TETHER_ORCH_MAX_PROMPT_BYTES"):
+        build_main_prompt(store, {**state, "task": "x" * 5000}, PromptConfig(max_prompt_bytes=2000))
+    from tether.runtime.failures import FailureKind, classify
+
+    assert classify(PromptOverLimit("too big")) is FailureKind.DATA
