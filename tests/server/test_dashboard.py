@@ -149,7 +149,7 @@ async def test_failed_step_skip_in_the_recovery_panel_continues_the_run(served, 
 
 
 async def test_takeover_in_the_recovery_panel_needs_a_note_and_continues(served, browser):
-    """"I did it by hand": the note is asked for, then recorded; the step counts as done."""
+    """ "I did it by hand": the note is asked for, then recorded; the step counts as done."""
     base, _app, client = served
     rid = new_id("ui-takeover")
     await client.post("/api/runs", json={"workflow": "failing", "runId": rid})
