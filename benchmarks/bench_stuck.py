@@ -135,9 +135,9 @@ async def main_calls_saved(rep: Report, root: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20 healthy runs, 1 repetition")
-    parser.add_argument("--runs", type=int, default=200, help="healthy runs (default 200)")
+    parser.add_argument("--runs", type=int, default=None, help="healthy runs (default 200; 20 with --quick)")
     args = parser.parse_args()
-    runs = 20 if args.quick else args.runs
+    runs = args.runs or (20 if args.quick else 200)
     rep = Report("bench_stuck", "stuck detection: iterations to detection, false positives; sub-loop savings")
     for _ in rep.runs(1 if args.quick else 3):
         with tempfile.TemporaryDirectory() as tmp:
