@@ -228,7 +228,12 @@ async def test_kill_9_mid_run_then_resume(tmp_path):
             "echo two >> steps.txt",
         ]
         model = ScriptedModel([execute("echo three >> steps.txt"), {"action": "done", "message": "counted"}])
-        result = await AgentLoop(model, LocalSession(cwd=tmp_path), store).resume("crashy")
+        loop = AgentLoop(model, LocalSession(cwd=tmp_path), store)
+        paused = await loop.resume("crashy")  # it died inside a command that changes the host
+        assert paused.status is RunStatus.PAUSED and paused.report is not None
+        assert "kill -9 $PPID" in paused.report.error and paused.report.error_type == "SideEffectCut"
+        assert model.calls == []  # nobody asked the model: the run waits for a person
+        result = await loop.resume("crashy", decision="takeover", note="that command killed the agent")
     assert result.status is RunStatus.COMPLETED
     assert (tmp_path / "steps.txt").read_text().split() == ["one", "two", "three"]
     assert any("echo two" in str(m["content"]) for m in model.calls[0])  # the resumed model saw the history

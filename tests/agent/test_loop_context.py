@@ -136,7 +136,12 @@ async def test_read_artifact_after_kill_9_and_resume_then_delete(backend, tmp_pa
                 {"action": "done", "message": "read"},
             ]
         )
-        result = await AgentLoop(model, LocalSession(cwd=tmp_path), store).resume(run_id)
+        loop = AgentLoop(model, LocalSession(cwd=tmp_path), store)
+        paused = await loop.resume(run_id)  # it died inside `kill -9 $PPID`, which changes the host
+        assert paused.status is RunStatus.PAUSED and "kill -9 $PPID" in (
+            paused.report.error if paused.report else ""
+        )
+        result = await loop.resume(run_id, decision="takeover", note="that command stopped the agent")
     assert result.status is RunStatus.COMPLETED
     seen = [str(m.get("content")) for m in model.calls[1]]
     lines = next(c for c in seen if c.startswith(f"artifact {artifact_id}, lines"))

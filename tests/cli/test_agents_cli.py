@@ -58,6 +58,7 @@ def test_deploy_pauses_on_a_question_then_on_a_failure_and_is_continued(tmp_path
     assert second.returncode == EXIT_PAUSED, second.stdout + second.stderr
     assert "$ cat build.txt" in second.stdout and "ScriptExhausted" in second.stdout
     assert "tether resume d1 --decision retry|skip|abort" in second.stdout
+    assert "tether decide d1 takeover --note" in second.stdout
 
     done = write_script(tmp_path, "3.json", [{"action": "done", "message": "up on port 8080"}])
     third = tether(
@@ -142,3 +143,32 @@ def test_workflow_runs_resume_by_run_id_and_old_runs_need_the_workflow(tmp_path)
     asyncio.run(old_run())
     old = runner.invoke(app, ["resume", "old", "--store", url])
     assert old.exit_code == 1 and "tether resume module:workflow old" in old.output
+
+
+def test_decide_takeover_hands_a_stuck_deploy_back_with_a_note(tmp_path):
+    """A deploy stuck on the same failing command pauses with a report; `tether decide RUN
+    takeover --note` records what the person did and the agent continues from it."""
+    app_dir = tmp_path / "app"
+    app_dir.mkdir()
+    stuck = write_script(tmp_path, "s.json", [{"action": "execute", "command": "cat settings.ini"}] * 6)
+    first = tether(
+        tmp_path, "deploy", str(app_dir), "--script", stuck, "--run-id", "st1", "--log-dir", "logs"
+    )
+    assert first.returncode == EXIT_PAUSED, first.stdout + first.stderr
+    assert "AgentStuck" in first.stdout and "cat settings.ini" in first.stdout
+    assert "[takeover] do the stuck part by hand" in first.stdout
+    refused = tether(tmp_path, "decide", "st1", "takeover")
+    assert refused.returncode == 2 and "takeover needs --note" in refused.stdout + refused.stderr
+    rest = write_script(tmp_path, "r.json", [{"action": "done", "message": "settings written by a person"}])
+    note = "wrote settings.ini by hand"
+    done = tether(tmp_path, "decide", "st1", "takeover", "--note", note, "--script", rest)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "COMPLETED st1" in done.stdout
+
+    async def history() -> list:
+        async with open_store(f"sqlite:///{tmp_path}/cli.db") as store:
+            cp = await store.load("st1")
+        assert cp is not None
+        return [h for h in cp.state["execution_history"] if h.get("status") == "takeover"]
+
+    assert [h["note"] for h in asyncio.run(history())] == [note]

@@ -27,8 +27,8 @@ def test_orchestrate_demo_fixes_the_sample_bug_with_a_live_view(tmp_path):
     # the run records what started it, so its id alone continues it
     by_id = runner.invoke(app, ["resume", "demo1", "--store", store])
     assert by_id.exit_code == 0 and "COMPLETED demo1" in by_id.output, by_id.output
-    refused = runner.invoke(app, ["resume", "demo1", "--store", store, "--decision", "retry"])
-    assert refused.exit_code == 2 and "takes --answer only" in refused.output
+    refused = runner.invoke(app, ["resume", "demo1", "--store", store, "--script", "x.json"])
+    assert refused.exit_code == 2 and "not --script" in refused.output
 
 
 def test_orchestrate_refuses_unknown_roles_and_missing_agents(tmp_path):

@@ -119,7 +119,7 @@ def test_user_data_is_printed_as_written_and_exit_codes_tell_statuses_apart(url)
     assert failed.returncode == 4, failed.stderr  # PAUSED: waits for a decision
     assert "closing tag '[/red]' in [bold]user data[/bold]" in failed.stdout
     assert "[retry]" in failed.stdout and "render [x]" in failed.stdout
-    assert "continue with: tether resume m1 --decision retry|skip|abort" in failed.stdout
+    assert "continue with: tether resume m1 --decision retry|skip|takeover|abort" in failed.stdout
     report = json.loads(tether("report", "m1", "--store", url, "--json").stdout)
     assert report["item_id"] == "render [x]"
     aborted = tether("resume", "tests.cli._flows:markup_plan", "m1", "--decision", "abort", "--store", url)

@@ -1,10 +1,13 @@
 """The orchestrator in a child process that SIGKILLs itself inside the sub-loop.
 
-    python -m tests.orchestrator._crash_flow DB_URL WORKDIR RUN_ID start|resume LOG [CRASH]
+    python -m tests.orchestrator._crash_flow DB_URL WORKDIR RUN_ID start|resume|retry LOG [CRASH]
 
 DEV's fix depends on the sub-loop round (round 1 changes nothing, round 2 fixes the bug),
 so a resumed process behaves as the killed one would have. CRASH=dev2 kills the process
-in the middle of round 2's DEV; CRASH=test1 in the middle of round 1's TEST.
+in the middle of round 2's DEV; CRASH=test1 in the middle of round 1's TEST; CRASH=after-dev1
+once round 1's DEV report is on the blackboard, before the checkpoint records it. ``retry``
+resumes with that decision (DEV is not idempotent: a crash inside it pauses the run).
+A PAUSED run prints its report's error on a second line.
 Every role call appends ``start:ROLE:ROUND`` and ``end:ROLE:ROUND`` to LOG.
 """
 
@@ -59,9 +62,24 @@ async def main(url: str, workdir: str, run_id: str, mode: str, log: str, crash: 
             "FINISH_REVIEW": logged("FINISH_REVIEW", finish_review_role, log, crash),
         }
     )
-    orch = Orchestrator(workdir, store, main=ScriptedMain(rule_main), runners=runners)
-    result = await (orch.start(run_id, "fix the median") if mode == "start" else orch.resume(run_id))
+
+    def on_event(event) -> None:
+        detail = event.detail
+        if (
+            crash == "after-dev1"
+            and detail.get("stage") == "SUBLOOP_DEV"
+            and detail.get("subloop_round") == 1
+        ):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    orch = Orchestrator(workdir, store, main=ScriptedMain(rule_main), runners=runners, on_event=on_event)
+    if mode == "start":
+        result = await orch.start(run_id, "fix the median")
+    else:
+        result = await orch.resume(run_id, decision="retry" if mode == "retry" else None)
     print(result.status.value)
+    if result.report is not None and result.status.value == "PAUSED":
+        print(result.report.error)
     await store.aclose()
 
 

@@ -71,7 +71,7 @@ async def test_a_non_idempotent_step_cut_by_a_crash_pauses_instead_of_running_ag
     report = runtime_state(cp.state)["failure_report"]
     assert report["item_id"] == "charge"
     assert "step 'charge' may have partly run; retry, skip or inspect" in report["error"]
-    assert report["options"] == ["retry", "skip", "abort"]
+    assert report["options"] == ["retry", "skip", "takeover", "abort"]
     assert [e for e in runtime_state(cp.state)["event_log"] if e["kind"] == "interrupted"][-1][
         "step"
     ] == "charge"

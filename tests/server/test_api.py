@@ -203,7 +203,7 @@ async def test_failure_report_and_skip_decision_continue_the_run(api):
     f = (await client.get(f"/api/runs/{rid}/failure")).json()
     assert f["pending"] and f["report"]["item_id"] == "fetch" and f["report"]["kind"] == "data"
     assert "Select the dataset" in f["text"] and "test-data" in f["text"]
-    assert [o["decision"] for o in f["options"]] == ["retry", "skip", "abort"]
+    assert [o["decision"] for o in f["options"]] == ["retry", "skip", "takeover", "abort"]
     bad = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "replan"})
     assert bad.status_code == 409 and bad.json()["type"].endswith("/replan-unavailable")
     assert "no replanner is registered for workflow 'failing'" in bad.json()["detail"]
@@ -385,7 +385,7 @@ async def test_replan_decision_runs_the_new_steps_when_the_server_has_a_replanne
         await client.post("/api/runs", json={"workflow": "failing", "runId": rid})
         await wait_status(client, rid, "PAUSED")
         f = (await client.get(f"/api/runs/{rid}/failure")).json()
-        assert [o["decision"] for o in f["options"]] == ["retry", "skip", "replan", "abort"]
+        assert [o["decision"] for o in f["options"]] == ["retry", "skip", "replan", "takeover", "abort"]
         assert "[replan]" in f["text"]
         r = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "replan"})
         assert r.status_code == 202, r.text
@@ -416,3 +416,24 @@ async def test_snapshot_cache_stays_within_its_bound():
     assert cache.size <= 3000 and "c" not in {k[0] for k in cache._items}
     big = await cache.fetch("e", 1, "v", lambda: body(2000))
     assert len(big.body) == 2000 and cache.get("e", 1, "v") is None
+
+
+async def test_takeover_decision_records_the_note_and_continues(api):
+    """takeover: a person did the failed step by hand; the note is required, recorded in the
+    event log and the history, and the run goes on from the next step."""
+    client, app = api
+    rid = new_id("takeover")
+    await client.post("/api/runs", json={"workflow": "failing", "runId": rid})
+    await wait_status(client, rid, "PAUSED")
+    bare = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "takeover"})
+    assert bare.status_code in (400, 422) and "takeover needs a note" in bare.text
+    note = "fetched the dataset by hand into /data/test-data"
+    r = await client.post(f"/api/runs/{rid}/failure/decision", json={"decision": "takeover", "note": note})
+    assert r.status_code == 202
+    snap = await wait_status(client, rid, "COMPLETED")
+    state = snap["stateData"]
+    taken = [h for h in snap["executionHistory"] if h.get("status") == "takeover"]
+    assert [(h["node"], h["note"]) for h in taken] == [("fetch", note)]
+    log = runtime_state(state)["event_log"]
+    assert any(e["kind"] == "takeover" and e["detail"]["note"] == note for e in log)
+    assert runtime_state(state)["todo"]["fetch"]["status"] == "done"

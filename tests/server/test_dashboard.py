@@ -130,7 +130,7 @@ async def test_failed_step_skip_in_the_recovery_panel_continues_the_run(served, 
     text = await panel.inner_text()
     assert "Select the dataset" in text and "test-data" in text
     buttons = panel.locator("button[data-decision]")
-    assert await buttons.count() == 4
+    assert await buttons.count() == 5
     assert await panel.locator("button[data-decision=replan]").is_disabled()  # no re-planner configured
     editable = await page.locator("#state-edit").is_enabled()
     assert editable  # paused: the state editor is on
@@ -146,3 +146,32 @@ async def test_failed_step_skip_in_the_recovery_panel_continues_the_run(served, 
     row = page.locator(f"tr[data-run='{rid}']")
     await row.wait_for()
     assert "COMPLETED" in await row.inner_text()
+
+
+async def test_takeover_in_the_recovery_panel_needs_a_note_and_continues(served, browser):
+    """ "I did it by hand": the note is asked for, then recorded; the step counts as done."""
+    base, _app, client = served
+    rid = new_id("ui-takeover")
+    await client.post("/api/runs", json={"workflow": "failing", "runId": rid})
+    await wait_status(client, rid, "PAUSED")
+    page = await browser.new_page(viewport={"width": 1366, "height": 900})
+    alerts: list[str] = []
+
+    async def on_dialog(d):
+        alerts.append(d.message)
+        await d.dismiss()
+
+    page.on("dialog", on_dialog)
+    await page.goto(f"{base}/ui/runs/{rid}")
+    panel = page.get_by_test_id("failure-recovery")
+    await panel.wait_for(state="visible")
+    await panel.locator("button[data-decision=takeover]").click()
+    await expect(page.locator("#status")).to_have_class("badge PAUSED")
+    assert alerts and "what you did by hand" in alerts[0]
+    await page.get_by_test_id("failure-note").fill("copied test-data from the backup")
+    await panel.locator("button[data-decision=takeover]").click()
+    await expect(page.locator("#status")).to_have_class("badge COMPLETED")
+    assert await page.locator("[data-todo=fetch]").get_attribute("data-status") == "done"
+    snap = (await client.get(f"/api/runs/{rid}/snapshot")).json()
+    taken = [h for h in snap["executionHistory"] if h.get("status") == "takeover"]
+    assert [h["note"] for h in taken] == ["copied test-data from the backup"]

@@ -46,6 +46,9 @@ class AgentAction(BaseModel):
     end: int | None = Field(default=None, ge=1)
     """``read_artifact``: last line (or byte), inclusive; default the end."""
     unit: Literal["lines", "bytes"] = "lines"
+    probe: str | None = None
+    """``execute`` only: a command exiting 0 when this command's effect is in place and 1
+    when it is not; run instead of asking a person if a crash cuts the command."""
 
     @model_validator(mode="after")
     def _required_fields(self) -> AgentAction:

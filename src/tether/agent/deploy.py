@@ -207,7 +207,7 @@ class AsyncDeploymentAgent:
         loop = self._loop(session, self._config())
         if answer is not None:
             await self.store.update_state(run_id, {"answer": answer})
-        result = await loop.runner().resume(run_id, decision=decision)
+        result = await loop.resume(run_id, decision=decision)  # a command a crash cut is probed
         cp = await self.store.load(run_id)
         header = dict(cp.state.get("log_header") or {}) if cp is not None else {}
         return await self._finish(loop, result, header={**header, "resumed": True})

@@ -14,7 +14,6 @@ log of changes), ``command_history``, ``user_interactions``, ``actions`` (append
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,21 +23,26 @@ from tether.agent.actions import AgentAction
 from tether.agent.approvals import decide_approval
 from tether.agent.asking import Asker
 from tether.agent.calls import CallLog
-from tether.agent.config import SYSTEM_PROMPT, LoopConfig, artifact_store_for
+from tether.agent.config import SYSTEM_PROMPT, LoopConfig
 from tether.agent.decide import Turn
+from tether.agent.effects import Inflight, SideEffects, settle_cut
 from tether.agent.interaction import UserInteractionHandler
 from tether.agent.prompt import load_window, new_window, remind
+from tether.agent.reads import read_artifact
+from tether.agent.resources import RunResources
 from tether.agent.runlog import run_log
-from tether.context import ContextItem, ContextWindow, InMemoryArtifactStore, new_item
-from tether.context.artifacts import ArtifactNotFound, ArtifactStore
+from tether.agent.stuck import StuckConfig
+from tether.agent.watch import Watch, log_context_events, safe_emit
+from tether.context import ContextWindow
+from tether.context.artifacts import ArtifactStore
 from tether.context.policy import ContextEvent, ContextPolicy
 from tether.context.recovery import call_with_recovery, is_prompt_too_long
 from tether.context.trim import trim_output
 from tether.errors import ToolError
 from tether.models.base import ChatModel, ModelReply
 from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
+from tether.runtime.control import amend_pending_report
 from tether.state import default_registry
-from tether.state.reserved import runtime_update
 from tether.stores.base import CheckpointStore
 from tether.tools.base import Session
 from tether.tools.guard import GuardedSession
@@ -48,6 +52,9 @@ from tether.tools.redact import default_redactor
 __all__ = ["SYSTEM_PROMPT", "AgentLoop", "LoopConfig"]
 
 logger = logging.getLogger(__name__)
+
+APPENDED = ("command_history", "user_interactions", "actions", "context_log", "prompt_log", "stuck_log")
+"""The state keys an iteration appends to (a checkpoint stores only what it added)."""
 
 
 class AgentLoop:
@@ -72,6 +79,8 @@ class AgentLoop:
         interaction: UserInteractionHandler | None = None,
         artifacts: ArtifactStore | None = None,
         on_event: Callable[[Event], None] | None = None,
+        stuck: StuckConfig | None = None,
+        effects: SideEffects | None = None,
     ) -> None:
         self.model = model
         self.store = store
@@ -83,11 +92,10 @@ class AgentLoop:
         self.session: Session | GuardedSession = (
             session if policy is None else GuardedSession(session, policy, confirm=self.asker.confirm)
         )
-        self._artifacts = artifacts
-        self._run_artifacts: dict[str, ArtifactStore] = {}
-        self._policies: dict[str, ContextPolicy] = {}
-        """Per run: its monitor remembers which thresholds were crossed (warn once)."""
+        self.runs = RunResources(self.config, store, artifacts)  # per run: compression policy, artefacts
         self.on_event = on_event
+        self.watch = Watch(stuck or StuckConfig(), self.asker, self._emit)  # stuck detection
+        self.effects = Inflight(effects or SideEffects())  # commands that change the host; probes
         self.prompt_sizes: list[int] = []
         """Prompt tokens sent at each iteration of this process (for measurements)."""
         self.calls = CallLog(model, redact=self.redact)  # prompt records, schema, streaming
@@ -97,12 +105,13 @@ class AgentLoop:
         """One step that loops (``goto`` itself) until the agent finishes or the iteration
         limit stops it; the iteration number is the state's ``iteration``."""
         step = Step(id="iteration", name="Iteration", fn=self._iterate, phase="agent")
+        effect = Step(id="effect", name="Command", fn=self._effect, phase="agent", idempotent=False)
         # a safety bound: the loop itself stops at max_iterations
-        return Workflow([step], name="agent", max_routed=2 * self.config.max_iterations + 10)
+        return Workflow([step, effect], name="agent", max_routed=4 * self.config.max_iterations + 10)
 
     def runner(self) -> Runner:
         reducers = default_registry()
-        for key in ("command_history", "user_interactions", "actions", "context_log", "prompt_log"):
+        for key in APPENDED:
             reducers.register(key, "append")
         return Runner(self.workflow(), self.store, reducers=reducers, on_event=self.on_event)
 
@@ -113,13 +122,14 @@ class AgentLoop:
         state.update(context_meta=window.meta_state(), context_log=window.take_journal())
         return await self.runner().start(run_id, state)
 
-    async def resume(self, run_id: str) -> RunResult:
-        return await self.runner().resume(run_id)
+    async def resume(self, run_id: str, *, decision: str | None = None, note: str | None = None) -> RunResult:
+        """Continue a run (``note``: a takeover's what-I-did); a command a crash cut is probed or named."""
+        if note is not None:
+            await amend_pending_report(self.store, run_id, note=note)
+        return await settle_cut(self, await self.runner().resume(run_id, decision=decision))
 
     async def approve(self, run_id: str, approved: bool = True) -> RunResult:
-        """Decide the approval a paused run waits on (``pending_approval``), then resume it.
-        Approved: the command runs when the model proposes it again; refused: the model is
-        told so and adapts."""
+        """Decide the approval a paused run waits on, then resume (refused: the model adapts)."""
         await decide_approval(self.store, run_id, approved)
         return await self.resume(run_id)
 
@@ -137,16 +147,34 @@ class AgentLoop:
         n = int(sc.get("iteration", 0)) + 1
         update = await self._iteration(sc, n)
         update["iteration"] = n
+        if update.get("inflight"):  # a command that changes the host runs in a step of its own
+            sc.goto("effect", reason=f"iteration {n}: a command with side effects")
+        else:
+            self._next(sc, n)
+        return update
+
+    def _next(self, sc: StepContext, n: int) -> None:
         if sc.finish_requested is None:
             if n >= self.config.max_iterations and not sc.pause_requested:
                 sc.finish("FAILED", f"stopped after {n} iterations without the agent saying done")
             else:  # the next iteration (after a pause: once the answer is in)
                 sc.goto("iteration", reason=f"iteration {n + 1}")
+
+    async def _effect(self, sc: StepContext) -> Mapping[str, Any]:
+        """Run the command ``inflight`` names; not idempotent: a crash in here is never re-run blindly."""
+        n, window = int(sc.get("iteration", 0)), load_window(sc.state)
+        update: dict[str, object] = {"inflight": None}
+        if inflight := sc.get("inflight"):
+            action, turn = self.effects.turn(sc, n, dict(inflight), self.redact)
+            self._apply(sc, window, turn or await self._run(sc, window, n, action), update)
+            await self.watch.after(sc, window, n, action, update)
+        update.update(context_meta=window.meta_state(), context_log=window.take_journal())
+        self._next(sc, n)
         return update
 
     async def _iteration(self, sc: StepContext, n: int) -> dict[str, object]:
         window = load_window(sc.state)
-        update: dict[str, object] = {}
+        update = self.watch.before(sc, window)  # a stuck run pauses here, with a report
         if sc.get("pending_question"):
             self._take_answer(sc, window, update)
             if sc.pause_requested:
@@ -160,17 +188,19 @@ class AgentLoop:
             archive=self.artifacts_for(sc.run_id),
         )
         update["prompt_log"] = [self.calls.record(sc.run_id, sc.state, window, reply, iteration=n)]
-        self._context_events(sc, events)
+        log_context_events(sc, events, self._emit)
         if reply.usage is not None and reply.usage.prompt_tokens:
             window.observe_provider_usage(int(reply.usage.prompt_tokens))
         turn = pure.decide(
             reply.text, sc.state, self.config, interactive=self.interaction is not None, redact=self.redact
         )
         self._apply(sc, window, turn, update)
-        if turn.action is not None:
+        if turn.action is not None and self.effects.declares(turn.action.command or ""):
+            update["inflight"] = self.effects.record(sc.run_id, n, turn.action, self.redact)
+        elif turn.action is not None:
             self._apply(sc, window, await self._run(sc, window, turn.iteration, turn.action), update)
-        update["context_meta"] = window.meta_state()
-        update["context_log"] = window.take_journal()
+            await self.watch.after(sc, window, turn.iteration, turn.action, update)
+        update.update(context_meta=window.meta_state(), context_log=window.take_journal())
         return update
 
     def _apply(self, sc: StepContext, window: ContextWindow, turn: Turn, update: dict[str, object]) -> None:
@@ -197,33 +227,16 @@ class AgentLoop:
 
     def policy_for(self, run_id: str) -> ContextPolicy:
         """The run's compression policy (its monitor keeps which thresholds are armed)."""
-        if run_id not in self._policies:
-            archive = self.artifacts_for(run_id)
-            self._policies[run_id] = ContextPolicy(thresholds=self.config.thresholds, archive=archive,
-                phase_compression=self.config.phase_compression,
-                checkpoint_compression=self.config.checkpoint_compression)  # fmt: skip
-        return self._policies[run_id]
+        return self.runs.policy(run_id)
 
     def artifacts_for(self, run_id: str) -> ArtifactStore:
         """Where the run's trimmed outputs and archives go (see ``artifact_store_for``)."""
-        if self._artifacts is not None:
-            return self._artifacts
-        if run_id not in self._run_artifacts:  # kept: an in-memory one lives as long as the loop
-            self._run_artifacts[run_id] = artifact_store_for(self.config, self.store, run_id)
-        return self._run_artifacts[run_id]
+        return self.runs.artifacts(run_id)
 
     @property
     def artifacts(self) -> ArtifactStore | None:
         """The artefact store given at construction (None: one per run, see artifacts_for)."""
-        return self._artifacts
-
-    def _context_events(self, sc: StepContext, events: list[ContextEvent]) -> None:
-        for event in events:
-            self._emit(event.kind, sc, **event.detail())
-        if events:
-            now = dt.datetime.now(dt.UTC).isoformat()
-            logged = [{"kind": e.kind, "step": sc.step.id, "detail": e.detail(), "ts": now} for e in events]
-            sc.state.merge(runtime_update(event_log=logged))
+        return self.runs.shared_artifacts
 
     # == the tools ==================================================================
     async def _run(self, sc: StepContext, window: ContextWindow, n: int, action: AgentAction) -> Turn:
@@ -231,7 +244,8 @@ class AgentLoop:
             return await self._execute(sc, window, n, action)
         if action.action_type == "ask_user":
             return await self.asker.ask(n, action)
-        return Turn(iteration=n, items=(self._read_artifact(sc.run_id, window, n, action),))
+        item = read_artifact(self.artifacts_for(sc.run_id), window, n, action, self.config.output_tokens)
+        return Turn(iteration=n, items=(item,))
 
     async def _execute(self, sc: StepContext, window: ContextWindow, n: int, action: AgentAction) -> Turn:
         command = action.command or ""
@@ -270,19 +284,6 @@ class AgentLoop:
             turn = dataclasses.replace(turn, update={**turn.update, "approvals": sorted(guard.approvals)})
         return turn
 
-    def _read_artifact(self, run_id: str, window: ContextWindow, n: int, action: AgentAction) -> ContextItem:
-        """A slice of a stored output, by lines or bytes, trimmed like any output."""
-        aid = action.artifact_id or ""
-        try:
-            part, where = pure.artifact_slice(self.artifacts_for(run_id).get(aid), action)
-        except ArtifactNotFound:
-            body = f"no artifact {aid!r} for this run"
-        else:
-            limit, scratch = self.config.output_tokens, InMemoryArtifactStore()
-            preview = trim_output(part, max_tokens=limit, tokenizer=window.tokenizer, store=scratch).text
-            body = f"artifact {aid}, {where}:\n{preview}"
-        return new_item("tool_result", body, id=f"result-{n}", tool_call_id=f"it{n}")
-
     def _take_answer(self, sc: StepContext, window: ContextWindow, update: dict[str, object]) -> None:
         question = dict(sc.get("pending_question"))
         value = sc.get("answer")
@@ -295,5 +296,4 @@ class AgentLoop:
         )
 
     def _emit(self, kind: str, sc: StepContext, **detail: object) -> None:
-        if self.on_event is not None:
-            self.on_event(Event(kind=kind, run_id=sc.run_id, step=sc.step.id, detail=detail))
+        safe_emit(self.on_event, Event(kind=kind, run_id=sc.run_id, step=sc.step.id, detail=detail))

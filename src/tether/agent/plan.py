@@ -339,8 +339,11 @@ class PlanOrchestrator:
         else:
             result = await loop.resume(ctx.run_id)
         message = str(result.state.get("final_output") or "")
-        if result.status is not RunStatus.COMPLETED:
-            return StepResult.failed(f"{message or 'no message'} ({result.status})")
+        if (
+            result.status is not RunStatus.COMPLETED
+        ):  # the nested run's report says why (a command a crash cut…)
+            why = f": {result.report.error}" if result.report is not None else ""
+            return StepResult.failed(f"{message or 'no message'} ({result.status}{why})")
         raw = result.state.get("step_outputs")
         if raw:
             structured = parse_step_outputs(raw, fallback_summary=message or "Step completed")

@@ -63,8 +63,8 @@ def _console() -> Any:
 
 
 def _check_decision(decision: str | None) -> None:
-    if decision is not None and decision not in {"retry", "skip", "abort", "replan"}:
-        raise typer.BadParameter("--decision must be retry, skip, replan or abort")
+    if decision is not None and decision not in {"retry", "skip", "abort", "replan", "takeover"}:
+        raise typer.BadParameter("--decision must be retry, skip, replan, takeover or abort")
 
 
 def _replies(script: str | None) -> list[Any] | None:
@@ -335,8 +335,14 @@ def _report(
         from tether.runtime import FailureReport
 
         console.print(f"[yellow]PAUSED[/] {rid} after a failure:")
-        console.print(FailureReport.from_dict(decision).render(), highlight=False, markup=False)
-        console.print(f"  continue with: tether resume {rid} --decision retry|skip|abort")
+        report = FailureReport.from_dict(decision)
+        console.print(report.render(), highlight=False, markup=False)
+        choices = "|".join(str(o) for o in report.options if str(o) != "takeover") or "abort"
+        console.print(f"  continue with: tether resume {rid} --decision {choices}")
+        if "takeover" in {str(o) for o in report.options}:
+            console.print(
+                f"  or, if you did it by hand: tether decide {rid} takeover --note '<what you did>'"
+            )
     elif status == "PAUSED":
         console.print(f"[yellow]PAUSED[/] {rid}: {escape(message or 'paused')}")
         console.print(f"  continue with: tether resume {rid}")
@@ -556,6 +562,40 @@ def approve(
     console.print(f"  continue with: tether resume {escape(run_id)}")
 
 
+# == decide ===========================================================================
+def decide(
+    run_id: Annotated[str, typer.Argument(help="The paused run (a deploy, a plan or an orchestrate run).")],
+    decision: Annotated[str, typer.Argument(help="retry, skip, replan, takeover or abort.")],
+    note: Annotated[
+        str | None,
+        typer.Option(help="What you did by hand (required for takeover); kept in the run's log."),
+    ] = None,
+    store: StoreOpt = None,
+    script: ScriptOpt = None,
+) -> None:
+    """Decide on the failure report a paused run waits on, then continue it.
+
+    `takeover` says you did the failed step (or the command a crash cut) by hand: the step
+    counts as done, your --note is recorded in the run's event log and history, and the
+    agent reads it as the step's result. The report's own suggestions name the decision
+    each applies (`tether status RUN` shows them).
+    """
+    _check_decision(decision)
+    if decision == "takeover" and not (note or "").strip():
+        raise typer.BadParameter("takeover needs --note: what did you do by hand?")
+    if note:
+        from tether.cli._common import on_store
+
+        async def record(st: Any) -> bool:
+            from tether.runtime.control import amend_pending_report
+
+            return await amend_pending_report(st, run_id, note=note)
+
+        if not on_store(store, record):
+            raise typer.BadParameter(f"run {run_id!r} is not paused on a failure report: nothing to decide")
+    resume_run_id(run_id, store=store, script=script, decision=decision)
+
+
 # == resume ===========================================================================
 def resume_run_id(
     run_id: str,
@@ -604,8 +644,8 @@ def resume_run_id(
             origin, store=store, replies=_replies(script), resume=run_id, answer=answer, decision=decision
         )
     elif kind == "orchestrate":
-        if decision is not None or script is not None:
-            raise typer.BadParameter("an orchestrate run takes --answer only (MAIN's question)")
+        if script is not None:
+            raise typer.BadParameter("an orchestrate run takes --answer or --decision, not --script")
         from tether.cli.orchestrate import orchestrate
 
         orchestrate(
@@ -614,7 +654,10 @@ def resume_run_id(
             main=str(origin.get("main", "rules")),
             agent=[f"{role}={spec}" for role, spec in dict(origin.get("agents") or {}).items()],
             answer=answer,
+            decision=decision,
             max_iterations=int(origin.get("max_iterations", 30)),
+            setting=[f"{k}={json.dumps(v)}" for k, v in dict(origin.get("config") or {}).items()],
+            env=list(origin.get("env") or []),
             store=store,
         )
     elif kind == "workflow":

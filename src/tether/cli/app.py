@@ -333,6 +333,7 @@ def report(
 app.command()(agents.deploy)
 app.command()(agents.plan)
 app.command()(agents.approve)
+app.command()(agents.decide)
 
 
 def _register_rekey() -> None:

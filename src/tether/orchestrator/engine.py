@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.agent.watch import safe_emit
 from tether.errors import ConfigError
 from tether.orchestrator import stages
 from tether.orchestrator.blackboard import Blackboard
@@ -40,6 +41,7 @@ from tether.orchestrator.prompts import (
 )
 from tether.orchestrator.roles import MainPolicy, MainRequest, RoleRequest, RoleRunner
 from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
+from tether.runtime.control import amend_pending_report
 from tether.state import default_registry
 from tether.stores.base import CheckpointStore
 
@@ -108,12 +110,12 @@ class Orchestrator:
         steps = [
             Step(id="main", fn=self._main_step, max_visits=rounds + 1),
             Step(id="test", fn=self._test_step, max_visits=rounds),
-            Step(id="dev", fn=self._dev_step, max_visits=rounds),
+            Step(id="dev", fn=self._dev_step, max_visits=rounds, idempotent=False),  # DEV edits files
             Step(id="review", fn=self._review_step, max_visits=rounds),
             Step(id="finish_review", fn=self._finish_review_step, max_visits=rounds),
             Step(id="finish_check", fn=self._finish_check_step, max_visits=rounds),
             Step(id="user", fn=self._user_step),
-            Step(id="subloop_dev", fn=self._subloop_dev_step),
+            Step(id="subloop_dev", fn=self._subloop_dev_step, idempotent=False),
             Step(id="subloop_test", fn=self._subloop_test_step),
         ]
         return Workflow(
@@ -156,8 +158,14 @@ class Orchestrator:
             inputs["_origin"] = dict(origin)
         return await self.runner().start(run_id, inputs)
 
-    async def resume(self, run_id: str) -> RunResult:
-        return await self.runner().resume(run_id)
+    async def resume(self, run_id: str, *, decision: str | None = None, note: str | None = None) -> RunResult:
+        """Continue a run; ``decision`` (and a takeover's ``note``) answers a pending report,
+        and a DEV stage a crash cut is probed before anything runs it again (``effects.py``)."""
+        from tether.orchestrator.effects import settle
+
+        if note is not None:
+            await amend_pending_report(self.store, run_id, note=note)
+        return await settle(self, await self.runner().resume(run_id, decision=decision))
 
     async def answer(self, run_id: str, text: str) -> RunResult:
         """Answer the question MAIN asked the user (a paused run), then continue."""
@@ -191,6 +199,7 @@ class Orchestrator:
             last_stage=str(state.get("last_stage", "")),
         )
         spent = time.perf_counter() - began
+        before = int(getattr(self.main, "replies", 0) or 0)
         decision = await self.main.decide(request)
         began = time.perf_counter()
         plan, changed = apply_plan(state.get("dev_plan") or [], decision.dev_plan)
@@ -210,6 +219,7 @@ class Orchestrator:
             lines.append(f"re-plan requested: {replan}")
         history = delta(state, add_history(history_of(state), iteration, title, lines, milestone))
         update |= {
+            "main_replies": self._replies(state, before),  # a resumed scripted MAIN skips these
             "dev_plan": plan,
             "history": history,
             "last_decision": {"next_agent": decision.next_agent, "reason": decision.reason},
@@ -319,6 +329,7 @@ class Orchestrator:
             last_stage="FINISH_REVIEW",
         )
         spent = time.perf_counter() - began
+        before = int(getattr(self.main, "replies", 0) or 0)
         decision = await self.main.decide(request)
         began = time.perf_counter()
         accepted = decision.next_agent == "FINISH"
@@ -332,6 +343,7 @@ class Orchestrator:
             "finish_check": {"size": fc.size, "downgraded": list(fc.downgraded), "accepted": accepted},
             "stage_changes": [f"iteration {state['iteration']}: FINISH_CHECK -> {decision.next_agent}"],
             "last_stage": "FINISH_CHECK",
+            "main_replies": self._replies(state, before),
         }
         self.render(update, state, final=accepted)
         if accepted:
@@ -372,6 +384,13 @@ class Orchestrator:
         return update
 
     # == helpers ====================================================================
+    def _replies(self, state: Mapping[str, Any], before: int) -> int:
+        """MAIN replies the run has read, this decision's included (1 for a policy that
+        does not count them)."""
+        now = getattr(self.main, "replies", None)
+        spent = now - before if isinstance(now, int) else 1
+        return int(state.get("main_replies") or 0) + spent
+
     def summaries(self) -> Any:
         from tether.orchestrator.summaries import SummaryStore
 
@@ -469,12 +488,11 @@ class Orchestrator:
             self.summaries().flush(every=1 if final else 5)
 
     def emit(self, sc: StepContext, stage: str, **detail: Any) -> None:
-        if self.on_event is not None:
-            self.on_event(
-                Event(
-                    kind="orchestrator", run_id=sc.run_id, step=sc.step.id, detail={"stage": stage, **detail}
-                )
-            )
+        """Tell the subscriber; what it raises is logged, never the stage's failure."""
+        event = Event(
+            kind="orchestrator", run_id=sc.run_id, step=sc.step.id, detail={"stage": stage, **detail}
+        )
+        safe_emit(self.on_event, event)
 
 
 # == plan (pure) ================================================================

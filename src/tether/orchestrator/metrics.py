@@ -36,6 +36,8 @@ THRESHOLDS: tuple[Threshold, ...] = (
 )
 MIN_SAMPLES = 3
 """Rates are judged only once this many samples exist (one failed sub-loop is not a trend)."""
+CACHE_WARMUP_ROUNDS = 5
+"""MAIN rounds before the cache hit rate is judged: the first rounds miss by nature."""
 
 
 def empty_metrics() -> dict[str, Any]:
@@ -73,7 +75,7 @@ def check_thresholds(m: Mapping[str, Any]) -> list[Threshold]:
         "main_prompt_bytes": bool(sizes) and sizes[-1] > 200_000,
         "subloop_success_rate": m["subloop_entries"] >= MIN_SAMPLES and r["subloop_success_rate"] < 0.70,
         "extraction_failure_rate": m["extractions"] >= MIN_SAMPLES and r["extraction_failure_rate"] > 0.05,
-        "cache_hit_rate": lookups >= 10 and r["cache_hit_rate"] < 0.60,
+        "cache_hit_rate": len(sizes) >= CACHE_WARMUP_ROUNDS and lookups >= 10 and r["cache_hit_rate"] < 0.60,
         "subloop_trigger_rate": m["test_runs"] >= MIN_SAMPLES and r["subloop_trigger_rate"] > 0.50,
     }
     return [t for t in THRESHOLDS if past[t.name]]

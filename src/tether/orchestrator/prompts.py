@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +18,13 @@ from tether.context.history import build_history_window, parse_history
 from tether.context.tokens import HeuristicTokenizer
 from tether.orchestrator.blackboard import Blackboard
 from tether.orchestrator.summaries import SummaryStore, inject_report
+from tether.runtime.failures import DataError
 
 __all__ = [
     "ROLE_INSTRUCTIONS",
     "FinishCheckPrompt",
     "PromptConfig",
+    "PromptOverLimit",
     "build_finish_check_prompt",
     "build_main_prompt",
     "build_role_prompt",
@@ -67,6 +69,11 @@ class PromptConfig:
     history_max_tokens: int = 4_000
     include_milestones: bool = True
     finish_check_max_bytes: int = 150_000
+
+
+class PromptOverLimit(DataError):
+    """MAIN's prompt does not fit its limit even at its smallest: the run pauses with a
+    report saying what to shorten or which limit to raise."""
 
 
 def render_plan(plan: Sequence[Mapping[str, Any]]) -> str:
@@ -126,8 +133,11 @@ def build_main_prompt(
     replan: str = "",
 ) -> tuple[str, int]:
     """MAIN's prompt and the level used. ``level=None``: the configured level, dropped to 1
-    past 80% of the limit; level 3 is full injection (every report whole, all history)."""
+    past 80% of the limit, then the smallest history window (the last entry, no milestones)
+    past the limit itself; still over it, :class:`PromptOverLimit` (a DATA failure: the run
+    pauses with a report). Level 3 is full injection (every report whole, all history)."""
     requested = config.level if level is None else level
+    history_config = config
 
     def build(lvl: int) -> str:
         iteration = int(state.get("iteration", 0))
@@ -137,7 +147,7 @@ def build_main_prompt(
             f"## Task\n{state.get('task', '')}",
             f"## dev_plan ({plan_counts(plan)})\n{render_plan(plan)}",
             f"## Latest reports (level {lvl})\n" + _reports(store, state.get("latest") or {}, lvl),
-            "## Project history\n" + history_text(store.board, config, full=lvl == 3),
+            "## Project history\n" + history_text(store.board, history_config, full=lvl == 3),
         ]
         if replan:
             sections.append(f"## RE-PLAN REQUIRED\n{replan}")
@@ -158,6 +168,19 @@ def build_main_prompt(
             requested,
         )
         prompt, used = build(1), 1
+    if level is None and len(prompt.encode()) > limit:
+        history_config = replace(
+            config, history_last_n=1, history_min_recent=1, history_max_tokens=300, include_milestones=False
+        )
+        prompt, used = build(1), 1
+        logger.warning("orchestrator: MAIN prompt over %d bytes: history cut to its last entry", limit)
+        if len(prompt.encode()) > limit:
+            raise PromptOverLimit(
+                f"MAIN's prompt is {len(prompt.encode())} bytes, over its limit of {limit} even with "
+                "every report at level 1 and the history cut to its last entry: the task or the "
+                "dev_plan is too large. Raise the limit (TETHER_ORCH_MAX_PROMPT_BYTES or --max-prompt-bytes) "
+                "or shorten the task and the dev_plan, then retry"
+            )
     logger.info("orchestrator: prompt_size stage=MAIN size=%d level=%d", len(prompt.encode()), used)
     return prompt, used
 

@@ -286,6 +286,8 @@ class ModelMain:
     def __init__(self, model: ChatModel, *, retries: int = 2) -> None:
         self.model = model
         self.retries = retries
+        self.replies = 0
+        """Model replies read by this process (a resumed scripted MAIN skips those a run recorded)."""
 
     async def decide(self, request: MainRequest) -> MainDecision:
         messages: list[dict[str, Any]] = [
@@ -295,6 +297,7 @@ class ModelMain:
         for attempt in range(self.retries + 1):
             started = time.monotonic()
             reply = await self.model.complete(messages, json_mode=True)
+            self.replies += 1
             logger.debug("MAIN replied in %.1fs: %s", time.monotonic() - started, reply.text[:500])
             try:
                 data = json.loads(reply.text)

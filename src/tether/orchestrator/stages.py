@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from tether.context.reports import extract_verdict_fast, validate_report
 from tether.errors import SubLoopLocked
+from tether.orchestrator.effects import taken_over
 from tether.orchestrator.history import add_line, delta, history_of, mark_milestone
 from tether.orchestrator.roles import RoleOutput
 from tether.orchestrator.subloop import STATE_FILE, SubLoopLock, SubLoopResult, SubLoopState, should_enter
+from tether.runtime.report import takeover_note
 
 if TYPE_CHECKING:
     from tether.orchestrator.engine import Orchestrator
@@ -48,7 +50,11 @@ async def run_stage(orch: Orchestrator, sc: StepContext, role: str) -> dict[str,
     path = orch.board.report_path(role, iteration)
     request = orch.role_request(sc, role, prompt, path, timeout=orch.config.stage_timeout)
     spent = time.perf_counter() - began
-    output = await _run_role(orch, request, orch.config.stage_timeout)
+    note = takeover_note(sc.state, sc.step.id)  # a person (or a probe) settled a DEV a crash cut
+    if note is not None:
+        output = taken_over(path, role, iteration, note)
+    else:
+        output = await _run_role(orch, request, orch.config.stage_timeout)
     began = time.perf_counter()
     update = record_report(orch, sc, role, output, path)
     verdict = update["verdicts"][role]
@@ -185,7 +191,11 @@ async def subloop_dev_step(orch: Orchestrator, sc: StepContext) -> dict[str, Any
         )
         path = orch.board.report_path("DEV", subloop=k)
         request = orch.role_request(sc, "DEV", prompt, path, subloop_round=k, timeout=left)
-        update = record_report(orch, sc, "DEV", await _run_role(orch, request, left), path, subloop=k)
+        note = takeover_note(sc.state, sc.step.id)
+        output = taken_over(path, "DEV", st.iteration, note) if note is not None else None
+        update = record_report(
+            orch, sc, "DEV", output or await _run_role(orch, request, left), path, subloop=k
+        )
     except Exception as exc:  # any error in the sub-loop returns to MAIN
         return exit_subloop(orch, sc, st, success=False, condition=_failure("DEV", k, exc))
     st.dev_report, st.stage = orch.board.relative(path), "test"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from tether.errors import RunNotFound, RunNotPaused, VersionConflict, WrongRunStatus
 from tether.runtime.lease import lease_is_dead, live_status
@@ -19,7 +20,7 @@ from tether.state import RunStatus
 from tether.state.reserved import runtime_get, runtime_update, upgrade_context
 from tether.stores.base import CheckpointStore
 
-__all__ = ["PauseOutcome", "pause_run", "record_pause_reason"]
+__all__ = ["PauseOutcome", "amend_pending_report", "pause_run", "record_pause_reason"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,4 +94,36 @@ async def record_pause_reason(store: CheckpointStore, run_id: str, reason: str) 
             return False
         except VersionConflict:
             continue  # the runner's last commit landed in between: read it again
+    return False
+
+
+async def amend_pending_report(store: CheckpointStore, run_id: str, **fields: Any) -> bool:
+    """Change fields of the failure report a PAUSED run waits on (its ``pending_decision``
+    and ``failure_report``): a takeover's ``note`` before the decision is applied, or the
+    details an agent adds after the runner paused it (the command a cut step may have run,
+    its own ``suggestions`` as dicts). False when no report is waiting, the run is not
+    PAUSED, or another writer kept changing it."""
+    for _ in range(5):
+        ctx = await store.load_context(run_id)
+        if ctx is None:
+            raise RunNotFound(run_id)
+        pending = runtime_get(ctx, "pending_decision")
+        if not isinstance(pending, dict) or not lease_is_dead(runtime_get(ctx, "lease")):
+            return False
+        upgrade_context(ctx)
+        amended = {**pending, **fields}
+        ctx.merge(runtime_update(pending_decision=amended, failure_report=amended))
+        try:
+            await store.commit(
+                ctx,
+                node_id=ctx.node_id,
+                status=RunStatus.PAUSED,
+                metadata={"report_amended": sorted(fields)},
+                _require_status=RunStatus.PAUSED,
+            )
+            return True
+        except RunNotPaused:
+            return False
+        except VersionConflict:
+            continue
     return False

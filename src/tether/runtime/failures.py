@@ -29,11 +29,13 @@ __all__ = [
     "Classifier",
     "DataError",
     "FailureKind",
+    "GaveUp",
     "LogicError",
     "PermissionDenied",
     "Rule",
     "TransientError",
     "classify",
+    "finish_kind",
 ]
 
 
@@ -81,6 +83,11 @@ class LogicError(StepFailure):
 
 class PermissionDenied(StepFailure):
     kind = FailureKind.PERMISSION
+
+
+class GaveUp(LogicError):
+    """A step ended its run FAILED in its own words (``StepContext.finish("FAILED", …)``):
+    the exception its failure report is written from."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,8 +175,15 @@ class Classifier:
             for rule in self.rules:
                 if code in rule.exit_codes:
                     return rule.kind
+        # words last, and only where the type says little: an unknown failure (RuntimeError,
+        # OSError, no type match) is refined by its message, but a ValueError stays DATA
+        # whatever it says ("… not allowed by the schema" is bad data, not a permission);
+        # rules a user added apply to any message
+        typed = best is not None and best[1] is not FailureKind.SYSTEM
         text = str(exc)
         for rule in self.rules:
+            if typed and rule in _DEFAULT_RULES:
+                continue
             if rule.pattern and re.search(rule.pattern, text, re.IGNORECASE):
                 return rule.kind
         return best[1] if best is not None else FailureKind.SYSTEM
@@ -188,3 +202,12 @@ _DEFAULT = Classifier()
 def classify(exc: BaseException) -> FailureKind:
     """Classify with the default table."""
     return _DEFAULT.classify(exc)
+
+
+def finish_kind(message: str) -> FailureKind:
+    """The class of a run a step ended FAILED in its own words (no exception): the default
+    table's message patterns, else LOGIC (the goal was not reached)."""
+    for rule in _DEFAULT_RULES:
+        if rule.pattern and re.search(rule.pattern, message, re.IGNORECASE):
+            return rule.kind
+    return FailureKind.LOGIC

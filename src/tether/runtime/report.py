@@ -17,7 +17,10 @@ __all__ = [
     "DecisionHandler",
     "FailureReport",
     "PolicyDecisions",
+    "Suggestion",
     "possible_causes",
+    "suggestions_of",
+    "takeover_note",
 ]
 
 
@@ -28,6 +31,8 @@ class Decision(enum.StrEnum):
     SKIP = "skip"
     REPLAN = "replan"
     ABORT = "abort"
+    TAKEOVER = "takeover"
+    """A person did the step by hand: it counts as done, with their note of what they did."""
 
 
 _OPTIONS = {
@@ -35,6 +40,7 @@ _OPTIONS = {
     Decision.SKIP: "mark the item skipped and continue with the next one",
     Decision.REPLAN: "ask the re-planner for new remaining steps",
     Decision.ABORT: "stop the run (status CANCELLED)",
+    Decision.TAKEOVER: "you did the step by hand: mark it done (with a note of what you did) and continue",
 }
 
 _CAUSES = {
@@ -67,6 +73,39 @@ def possible_causes(kind: FailureKind) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Suggestion:
+    """An option a failing step offers in its own words ("search again", "choose by hand"):
+    a label for people and the decision that applies it."""
+
+    label: str
+    decision: Decision
+    detail: str = ""
+    """What choosing it does, or what a person should do first."""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"label": self.label, "decision": str(self.decision), "detail": self.detail}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Suggestion:
+        return cls(
+            label=str(data["label"]), decision=Decision(data["decision"]), detail=str(data.get("detail", ""))
+        )
+
+
+def suggestions_of(exc: BaseException) -> list[Suggestion]:
+    """The suggestions an exception carries (a ``suggestions`` attribute of Suggestion
+    objects or their dicts); a step raises such an exception to offer its own options."""
+    raw = getattr(exc, "suggestions", None) or ()
+    out: list[Suggestion] = []
+    for item in raw:
+        if isinstance(item, Suggestion):
+            out.append(item)
+        elif isinstance(item, dict) and "label" in item and "decision" in item:
+            out.append(Suggestion.from_dict(item))
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FailureReport:
     """Where, why, what was rolled back and what can be done next."""
 
@@ -87,6 +126,10 @@ class FailureReport:
     """Compensations that themselves failed: never hidden."""
     restored_version: int | None = None
     options: list[Decision] = field(default_factory=list)
+    suggestions: list[Suggestion] = field(default_factory=list)
+    """The step's own options, each applying one of ``options``."""
+    note: str = ""
+    """What the person deciding said (for ``takeover``: what they did by hand)."""
     timestamp: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,6 +137,7 @@ class FailureReport:
         data = asdict(self)
         data["kind"] = str(self.kind)
         data["options"] = [str(o) for o in self.options]
+        data["suggestions"] = [s.to_dict() for s in self.suggestions]
         return data
 
     @classmethod
@@ -101,7 +145,9 @@ class FailureReport:
         fields = dict(data)
         fields["kind"] = FailureKind(fields["kind"])
         fields["options"] = [Decision(o) for o in fields.get("options", [])]
-        return cls(**fields)
+        fields["suggestions"] = [Suggestion.from_dict(x) for x in fields.get("suggestions") or []]
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in fields.items() if k in known})
 
     def render(self) -> str:
         """The failure report template as plain text."""
@@ -127,6 +173,12 @@ class FailureReport:
                 *(f"   • {r}" for r in self.rollback_failures),
             ]
         lines += ["", "💡 Options", *(f"   [{o}] {_OPTIONS[o]}" for o in self.options)]
+        if self.suggestions:
+            lines += ["", "🧭 Suggested by the step"]
+            lines += [
+                f"   [{s.decision}] {s.label}" + (f": {s.detail}" if s.detail else "")
+                for s in self.suggestions
+            ]
         return "\n".join(lines)
 
 
@@ -159,3 +211,15 @@ class CallbackDecisions:
         if inspect.isawaitable(result):
             result = await result
         return None if result is None else Decision(result)
+
+
+def takeover_note(state: Any, step_id: str) -> str | None:
+    """The note of a ``takeover`` decision on ``step_id`` when it is the run's latest
+    history entry, else None. A step that loops (it routes to itself, or is queued again)
+    runs once more after a takeover: it reads this to continue from what the person did
+    instead of doing the work again."""
+    history = state.get("execution_history") or []
+    last = history[-1] if history else None
+    if isinstance(last, dict) and last.get("node") == step_id and last.get("status") == "takeover":
+        return str(last.get("note") or "")
+    return None

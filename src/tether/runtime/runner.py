@@ -29,15 +29,16 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from tether.errors import RunExists, RunInProgress, RunNotFound, RunNotPaused, StoreError, VersionConflict
 from tether.runtime.attempts import StepTimeout, attempt_step
 from tether.runtime.drive import Drive, RunResult, Stop, interrupt, outside_status, store_failed
 from tether.runtime.events import Event
-from tether.runtime.failures import Classifier, DataError, FailureKind
+from tether.runtime.failures import Classifier, DataError, FailureKind, GaveUp, finish_kind
 from tether.runtime.lease import ACTIVE_DRIVES, HOST, check_lease, new_lease
-from tether.runtime.report import Decision, DecisionHandler, FailureReport, possible_causes
+from tether.runtime.report import Decision, DecisionHandler, FailureReport, possible_causes, suggestions_of
 from tether.runtime.workflow import Phase, RetryPolicy, Step, StepContext, Workflow
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus, default_registry
 from tether.state.reserved import (
@@ -345,7 +346,7 @@ class Runner:
             attempts=attempt,
             possible_causes=["the process was killed, crashed or lost its machine during the step"],
             restored_version=ctx.version,
-            options=[Decision.RETRY, Decision.SKIP, Decision.ABORT],
+            options=[Decision.RETRY, Decision.SKIP, Decision.TAKEOVER, Decision.ABORT],
         )
         self._log(run, "side_effect_cut", step.id, attempt=attempt)
         ctx.merge(runtime_update(failure_report=report.to_dict(), pending_decision=report.to_dict()))
@@ -359,7 +360,13 @@ class Runner:
             ctx.merge(runtime_update(todo=self._todos(rest, "skipped")))
         ctx.put("final_output", message)
         self._emit("finish_requested", ctx.run_id, step.id, status=status, message=message)
-        raise Stop(RunStatus(status))
+        report = None
+        if status == "FAILED":  # every FAILED end comes with a report, even without an exception
+            report = replace(
+                self._report(run, step, GaveUp(message), finish_kind(message), 1, [], []), options=[]
+            )
+            ctx.merge(runtime_update(failure_report=report.to_dict()))
+        raise Stop(RunStatus(status), report)
 
     # == commits, and what stops a drive from outside ================================
     async def _commit(
@@ -473,7 +480,8 @@ class Runner:
     ) -> FailureReport:
         ctx = run.ctx
         pos, total = run.workflow.position(step.id)
-        options = [Decision.RETRY, Decision.SKIP, *([Decision.REPLAN] if self.replan else []), Decision.ABORT]
+        options = [Decision.RETRY, Decision.SKIP, *([Decision.REPLAN] if self.replan else [])]
+        options += [Decision.TAKEOVER, Decision.ABORT]
         return FailureReport(
             run_id=ctx.run_id,
             item_id=step.id,
@@ -490,6 +498,7 @@ class Runner:
             rollback_failures=failures,
             restored_version=ctx.version,
             options=[] if failures else options,
+            suggestions=[] if failures else [s for s in suggestions_of(exc) if s.decision in options],
         )
 
     async def _decide(self, report: FailureReport) -> Decision | None:
@@ -509,9 +518,18 @@ class Runner:
             if self.replan is None or not await self._replan(run, report):
                 raise Stop(RunStatus.FAILED, report)
             return
+        if choice is Decision.TAKEOVER and step is not None:  # a person did it: done, with their note
+            note = self.redact(report.note)
+            self._log(run, "takeover", step.id, note=note)
+            done = {"node": step.id, "name": step.title, "status": "takeover", "note": note}
+            ctx.merge_trusted(
+                {**runtime_update(todo=self._todos([step], "done")), "execution_history": [done]}
+            )
+            ctx.mark_executed(step.id)  # a routed step still queued runs next and reads takeover_note()
         status = "skipped" if choice is Decision.SKIP else "pending"
         if step is not None:
-            ctx.merge(runtime_update(todo=self._todos([step], status)))
+            if choice is not Decision.TAKEOVER:
+                ctx.merge(runtime_update(todo=self._todos([step], status)))
             run.settled_cache = None
         await self._commit(run, node_id=ctx.node_id, metadata={"decision": str(choice)})
 

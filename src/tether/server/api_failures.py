@@ -1,5 +1,6 @@
-"""A run's failure: the report (text and JSON), the options, and the decision the run
-then takes in a server task (retry, skip, replan or abort)."""
+"""A run's failure: the report (text and JSON), the options and the step's own suggestions,
+and the decision the run then takes in a server task (retry, skip, replan, takeover with a
+note of what a person did by hand, or abort)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict
 
-from tether.errors import RunNotFound
+from tether.errors import ConfigError, RunNotFound
 from tether.runtime import Decision, FailureReport
+from tether.runtime.control import amend_pending_report
 from tether.runtime.report import _OPTIONS
 from tether.server.api_runs import Accepted
 from tether.server.auth import check_run
@@ -36,6 +38,9 @@ class FailureView(BaseModel):
 class DecisionBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     decision: Decision
+    note: str | None = None
+    """What the person deciding says; required for ``takeover`` (what they did by hand).
+    Recorded in the run's event log and its execution history."""
 
 
 @router.get("/{run_id}/failure", response_model=FailureView, summary="The run's last failure report")
@@ -72,7 +77,12 @@ async def failure(run_id: str, request: Request, token: Reader, store: Store, ex
     response_model=Accepted,
     summary="Decide on a pending failure; the run continues in a server task",
 )
-async def decide(run_id: str, body: DecisionBody, token: Operator, executor: Exec) -> Response:
+async def decide(run_id: str, body: DecisionBody, token: Operator, store: Store, executor: Exec) -> Response:
     check_run(token, run_id)
+    note = (body.note or "").strip()
+    if body.decision is Decision.TAKEOVER and not note:
+        raise ConfigError("takeover needs a note: say what you did by hand, the run continues from it")
+    if note and not await amend_pending_report(store, run_id, note=note):
+        raise ConfigError(f"run {run_id!r} is not paused on a failure report: nothing to decide")
     await executor.resume(run_id, decision=str(body.decision))
     return json_response({"runId": run_id, "status": "RUNNING"}, 202)

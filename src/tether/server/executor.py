@@ -129,7 +129,7 @@ class Executor:
         if not offered:
             return []
         can = self.can_replan(run_id, state)
-        order = ["retry", "skip", "replan", "abort"]
+        order = ["retry", "skip", "replan", "takeover", "abort"]
         allowed = {str(o) for o in offered} - {"replan"} | ({"replan"} if can else set())
         return [o for o in order if o in allowed]
 

@@ -267,6 +267,20 @@ function runPage() {
       b.disabled = !offered.has(b.dataset.decision) || snap.executing;
       b.title = opt ? opt.description : "not offered for this failure";
     }
+    // the step's own options: a label, and the decision each applies
+    const list = $("failure-suggestions"); clear(list);
+    for (const s of (f.report && f.report.suggestions) || []) {
+      const button = node("button", { type: "button", "data-suggestion": s.decision }, s.label);
+      button.disabled = !offered.has(s.decision) || snap.executing;
+      button.addEventListener("click", () => decide(s.decision));
+      list.append(node("li", {}, button, s.detail ? node("span", { class: "muted" }, " " + s.detail) : ""));
+    }
+  }
+
+  function decide(decision) {
+    const note = $("failure-note").value.trim();
+    if (decision === "takeover" && !note) { alert("Say what you did by hand first (the note)."); return; }
+    act(() => api("POST", base + "/failure/decision", note ? { decision, note } : { decision }));
   }
 
   async function renderTimeline() {
@@ -368,7 +382,7 @@ function runPage() {
   $("resume").addEventListener("click", () => act(() => api("POST", base + "/resume")));
   $("cancel").addEventListener("click", () => { if (confirm("Cancel this run?")) act(() => api("POST", base + "/cancel")); });
   for (const b of document.querySelectorAll("#failure-actions button")) {
-    b.addEventListener("click", () => act(() => api("POST", base + "/failure/decision", { decision: b.dataset.decision })));
+    b.addEventListener("click", () => decide(b.dataset.decision));
   }
   $("diff").addEventListener("click", showDiff);
   $("save-state").addEventListener("click", async () => {
