@@ -23,6 +23,7 @@ from typing import Any, cast
 from langgraph.checkpoint.base import WRITES_IDX_MAP, Checkpoint, CheckpointTuple
 
 from tether.errors import ConfigError, RunNotFound, VersionConflict
+from tether.integrations.langgraph._handout import copied, gc_paused
 from tether.integrations.langgraph._layout import (
     EMPTY,
     LIST,
@@ -30,6 +31,7 @@ from tether.integrations.langgraph._layout import (
     REF,
     VALUE,
     before_put,
+    check_prefix,
     chunks_extend,
     decode_channels,
     extends,
@@ -38,6 +40,7 @@ from tether.integrations.langgraph._layout import (
     record_of,
     resolve_writes,
     run_index_key,
+    scratch_key,
     sort_writes,
     thread_index_key,
 )
@@ -88,14 +91,19 @@ def _wkey(entry: list[Any]) -> str:
     return f"{entry[0]}|{entry[1]}|{entry[2]}"
 
 
+FRESH, PRIVATE, LENT = 0, 1, 2
+
+
 class _Ns:
     """What this process knows of one namespace run: its latest context, decoded."""
 
     __slots__ = (
         "buffer",
         "ctx",
+        "given",
         "key",
         "ns",
+        "owner",
         "pos",
         "recent",
         "since",
@@ -118,6 +126,13 @@ class _Ns:
         """Channel values at the context's version (the objects LangGraph handed over)."""
         self.snaps: dict[str, list[Any]] = {}
         """For list channels, the items as stored: a copy, so in-place edits show."""
+        self.owner = FRESH
+        """Who may hold ``values``: nobody yet (FRESH, just decoded), LangGraph's loop, which
+        put them (PRIVATE), or a caller they were handed to as they are (LENT: they may have
+        been edited since, so the next caller gets them decoded again from the stored bytes)."""
+        self.given: dict[str, list[Any]] = {}
+        """For list channels, the items last handed out (copies of ``values``'): the next put
+        of a graph that read them extends them, which is an append as well."""
         self.pos: dict[str, int] = {}
         """Checkpoint id -> its (last) entry in ``ix``."""
         self.buffer: list[Batch] = []
@@ -131,7 +146,7 @@ class _Ns:
 
     def forget(self) -> None:
         self.ctx, self.view, self.version, self.values, self.snaps, self.pos = None, None, 0, {}, {}, {}
-        self.recent = {}
+        self.recent, self.given, self.owner = {}, {}, FRESH
 
 
 class Threads:
@@ -153,6 +168,7 @@ class Threads:
         prefix: str = "lg",
         inline: bool = False,
     ) -> None:
+        check_prefix(prefix)
         self.store: CheckpointStore = store
         self.inline = inline
         self.prefix = prefix
@@ -241,9 +257,9 @@ class Threads:
                     lock = self._locks[key] = BlockingLock() if self.inline else asyncio.Lock()
         return lock
 
-    def _adopt(self, n: _Ns, view: Any, version: int, values: dict[str, Any]) -> None:
+    def _adopt(self, n: _Ns, view: Any, version: int, values: dict[str, Any], owner: int = FRESH) -> None:
         meta = view.get("m") or {}
-        n.view, n.version, n.values = view, version, values
+        n.view, n.version, n.values, n.owner, n.given = view, version, values, owner, {}
         n.ctx = view if isinstance(view, ExecutionContext) else None
         n.snaps = {ch: list(v) for ch, v in values.items() if type(v) is list and meta[ch][1] == LIST}
         n.pos = {e[0]: i for i, e in enumerate(view.get("ix") or [])}
@@ -260,18 +276,22 @@ class Threads:
             if cp is None:
                 n.forget()
                 return False
-            self._adopt(n, cp.state, cp.version, decode_channels(cp.state, None, self._loads))
+            with gc_paused():
+                values = decode_channels(cp.state, None, self._loads)
+            self._adopt(n, cp.state, cp.version, values)
             return True
         ctx = await self.store.load_context(n.key, reducers=REDUCERS)
         if ctx is None:
             n.forget()
             return False
         if n.view is not None and n.version == ctx.version:
-            values, snaps = n.values, n.snaps
-            self._adopt(n, ctx, ctx.version, values)
-            n.snaps = snaps
+            values, snaps, given = n.values, n.snaps, n.given
+            self._adopt(n, ctx, ctx.version, values, n.owner)
+            n.snaps, n.given = snaps, given
         else:
-            self._adopt(n, ctx, ctx.version, decode_channels(ctx, None, self._loads))
+            with gc_paused():
+                values = decode_channels(ctx, None, self._loads)
+            self._adopt(n, ctx, ctx.version, values)
         return True
 
     async def _fresh(self, n: _Ns) -> bool:
@@ -416,6 +436,10 @@ class Threads:
             value = given[ch]
             if type(value) is list:
                 old = snaps.get(ch) if ent is not None and ent[1] == LIST else None
+                if old is not None and not extends(value, old, equal=equal):
+                    handed = n.given.get(ch)  # a graph that read the state extends its copy
+                    if handed is not None and len(handed) == len(old) and extends(value, handed):
+                        old = handed
                 if old is not None and extends(value, old, equal=equal):
                     if note is not None:
                         note["n"][ch] = len(chunks)
@@ -468,7 +492,8 @@ class Threads:
         await self.store.commit(ctx)
         position = len(ix)
         self._committed(n, ctx)
-        n.values, n.snaps = values, snaps
+        n.values, n.snaps, n.owner = values, snaps, PRIVATE
+        n.given = {ch: items for ch, items in n.given.items() if ch not in update}  # still copies
         n.pos[cid] = position
         n.recent = refs if len(refs) <= _RECENT else dict(list(refs.items())[-_RECENT:])
         return taken
@@ -720,12 +745,14 @@ class Threads:
             record = record_of(ctx, self._loads)
             versions = record["channel_versions"]
             meta = ctx.get("m") or {}
-            values = {ch: v for ch, v in n.values.items() if ch in versions and meta[ch][0] == versions[ch]}
+            values = self._hand_out(n, versions, meta)
             pending = resolve_writes(ctx.get("w") or [], ctx)
         else:
             state, pending = await self._state_of(n.key, ix, i)
             record = record_of(state, self._loads)
-            values = decode_channels(state, record["channel_versions"], self._loads, self._prefixes(n, state))
+            known = None if n.owner == LENT else copied(self._prefixes(n, state))
+            with gc_paused():
+                values = decode_channels(state, record["channel_versions"], self._loads, known)
         record["channel_values"] = values
         writes = [e for e in pending if e[0] == cid] + late
         conf = {"thread_id": n.thread_id, "checkpoint_ns": n.ns}
@@ -736,6 +763,22 @@ class Threads:
             parent_config={"configurable": {**conf, "checkpoint_id": entry[2]}} if entry[2] else None,
             pending_writes=[(e[1], e[3], self._loads((e[4], e[5]))) for e in sort_writes(writes)],
         )
+
+    def _hand_out(self, n: _Ns, versions: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
+        """The latest checkpoint's channel values, the caller's own: the decoded values
+        themselves the first time (nobody holds them yet), else a copy of them, or, once
+        they were handed out as they are, decoded again from the stored bytes."""
+        if n.owner == LENT:
+            with gc_paused():
+                values = decode_channels(n.view, versions, self._loads)
+        else:
+            values = {ch: v for ch, v in n.values.items() if ch in versions and meta[ch][0] == versions[ch]}
+            if n.owner == FRESH:
+                n.owner = LENT
+            else:
+                values = copied(values)
+        n.given = {ch: list(v) for ch, v in values.items() if type(v) is list and ch in n.snaps}
+        return values
 
     @staticmethod
     def _prefixes(n: _Ns, state: Any) -> dict[str, list[Any]]:
@@ -882,7 +925,7 @@ class Threads:
         }
         for thread_id, ns in sorted(places):
             n = self._ns(str(thread_id), str(ns))
-            scratch = self._ns(n.thread_id, n.ns, key=n.key + "~rw")
+            scratch = self._ns(n.thread_id, n.ns, key=scratch_key(n.key, self.prefix))
             info = await self.store.get_run(scratch.key)
             if info is not None and info.status == RunStatus.PAUSED:
                 await self._swap_back(n, scratch)  # a rebuild that stopped after its copy
