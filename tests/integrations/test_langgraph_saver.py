@@ -59,7 +59,7 @@ def test_the_latest_checkpoint_is_served_after_one_small_read(tmp_path: Path) ->
         cfg = {"configurable": {"thread_id": "warm"}}
         graph.invoke(FIRST_INPUT, cfg)
         calls: list[str] = []
-        twin = saver._threads.store.twin  # type: ignore[attr-defined]  # a sync saver's own connection
+        twin = saver.inline_store.twin  # type: ignore[union-attr]  # a sync saver's own connection
         assert twin is not None
         for store in (saver.store, twin):  # either may serve a read: every call counts
             for name in ("get_run", "load", "load_context", "_read", "_read_chain"):
@@ -324,7 +324,7 @@ def test_a_sync_saver_redoes_a_call_its_connection_lost_on_the_async_store(tmp_p
 
     cfg: Any = {"configurable": {"thread_id": "lost", "checkpoint_ns": ""}}
     with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db", flush_delay=None) as saver:
-        twin = saver._threads.store.twin  # type: ignore[attr-defined]
+        twin = saver.inline_store.twin  # type: ignore[union-attr]
         real_commit, real_get_run = twin.commit, twin.get_run
         failed: list[str] = []
 
