@@ -5,6 +5,7 @@ its public constructor). Checked on the source, for every module of ``src/tether
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -17,6 +18,7 @@ KNOWN = {
 }
 
 
+@functools.cache
 def _modules() -> list[tuple[str, ast.Module]]:
     return [(str(p.relative_to(SRC)), ast.parse(p.read_text(), str(p))) for p in sorted(SRC.rglob("*.py"))]
 
@@ -43,9 +45,13 @@ def _own_attributes(tree: ast.Module) -> set[str]:
         if any(isinstance(b, ast.Name) and b.id in foreign for b in cls.bases):
             continue
         for node in ast.walk(cls):
-            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-                if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
-                    names.add(node.attr)
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("self", "cls")
+            ):
+                names.add(node.attr)
             if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets
             ):
