@@ -13,7 +13,6 @@ shared).
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -42,6 +41,11 @@ def _url(name: str, tmp: Any) -> str:
     return url
 
 
+def _prefix() -> str:
+    # not uuid.uuid4(): some tests replace it with a fixed sequence and count its calls
+    return f"lgs{os.urandom(5).hex()}"
+
+
 def _threads(saver: Any) -> set[str]:
     return {str(t.config["configurable"]["thread_id"]) for t in saver.list(None)}
 
@@ -50,7 +54,7 @@ def _threads(saver: Any) -> set[str]:
 def _tether_sync(name: str, tmp: Any) -> Iterator[Any]:
     from tether.integrations.langgraph import TetherSaver
 
-    with TetherSaver.from_url(_url(name, tmp), prefix=f"lgs{uuid.uuid4().hex[:10]}") as saver:
+    with TetherSaver.from_url(_url(name, tmp), prefix=_prefix()) as saver:
         try:
             yield saver
         finally:
@@ -63,7 +67,7 @@ def _tether_sync(name: str, tmp: Any) -> Iterator[Any]:
 async def _tether_async(name: str, tmp: Any) -> AsyncIterator[Any]:
     from tether.integrations.langgraph import TetherSaver
 
-    async with TetherSaver.from_url(_url(name, tmp), prefix=f"lgs{uuid.uuid4().hex[:10]}") as saver:
+    async with TetherSaver.from_url(_url(name, tmp), prefix=_prefix()) as saver:
         try:
             yield saver
         finally:

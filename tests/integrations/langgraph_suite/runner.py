@@ -45,10 +45,15 @@ REFERENCE = {"sync": "sqlite", "async": "sqlite_aio"}
 TETHER = ("tether_sqlite", "tether_postgres", "tether_redis")
 TEST_PACKAGES = {"pytest_mock": "pytest-mock", "syrupy": "syrupy", "Crypto": "pycryptodome"}
 
-QUICK_FILES = ("test_time_travel.py", "test_subgraph_persistence.py", "test_interrupt_state.py")
+QUICK_FILES = (
+    "test_time_travel.py",
+    "test_subgraph_persistence.py",
+    "test_subgraph_persistence_async.py",
+    "test_interrupt_state.py",
+)
 QUICK_SAVERS = ("sqlite", "sqlite_aio", "tether_sqlite")
-"""The subset the normal test run takes: three files on time travel, nested subgraph
-persistence and interrupts, on SqliteSaver and TetherSaver over SQLite."""
+"""The subset the normal test run takes: the files on time travel, nested subgraph
+persistence (sync and async) and interrupts, on SqliteSaver and TetherSaver over SQLite."""
 
 FLAKY: dict[str, str] = {}
 """Tests (node id without parameters) that fail now and then on LangGraph's own savers,

@@ -24,6 +24,7 @@ from tether.integrations.langgraph._pending import PendingWrites
 from tether.integrations.langgraph._space import (
     FRESH,
     LENT,
+    PRIVATE,
     Space,
 )
 from tether.integrations.langgraph._spaces import Spaces
@@ -81,17 +82,19 @@ class Reads:
 
     def hand_out(self, n: Space, versions: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
         """The latest checkpoint's channel values, the caller's own: the decoded values
-        themselves the first time (nobody holds them yet), else a copy of them, or, once
-        they were handed out as they are, decoded again from the stored bytes."""
+        themselves the first time (nobody holds them yet: a cold read costs one decode),
+        else a copy of what the saver keeps. Values once handed out as they are may have
+        been edited since: the saver decodes its own again from the stored bytes first."""
         if n.owner == LENT:
             with gc_paused():
-                values = decode_channels(n.view, versions, self.spaces.loads)
+                self.spaces.adopt(
+                    n, n.view, n.version, decode_channels(n.view, None, self.spaces.loads), PRIVATE
+                )
+        values = {ch: v for ch, v in n.values.items() if ch in versions and meta[ch][0] == versions[ch]}
+        if n.owner == FRESH:
+            n.owner = LENT
         else:
-            values = {ch: v for ch, v in n.values.items() if ch in versions and meta[ch][0] == versions[ch]}
-            if n.owner == FRESH:
-                n.owner = LENT
-            else:
-                values = copied(values)
+            values = copied(values)
         n.given = {ch: list(v) for ch, v in values.items() if type(v) is list and ch in n.snaps}
         return values
 

@@ -124,15 +124,21 @@ class Spaces:
     async def load(self, n: Space, *, writable: bool = True) -> bool:
         """Read the latest state. A read needs only the lean ``load``; a write needs an
         ExecutionContext, and keeps the values already decoded when nothing changed (they
-        are the objects LangGraph holds, which is how appends are recognised)."""
+        are the objects LangGraph holds, which is how appends are recognised).
+
+        The garbage collector is paused for the whole read (the rows, the chain replay and
+        its integrity check in the store, then the decoding): everything it allocates stays
+        alive, and on a large state the passes it triggers cost as much as the read."""
+        with gc_paused():
+            return await self._load(n, writable)
+
+    async def _load(self, n: Space, writable: bool) -> bool:
         if not writable:
             cp = await self.store.load(n.key)
             if cp is None:
                 n.forget()
                 return False
-            with gc_paused():
-                values = decode_channels(cp.state, None, self.loads)
-            self.adopt(n, cp.state, cp.version, values)
+            self.adopt(n, cp.state, cp.version, decode_channels(cp.state, None, self.loads))
             return True
         ctx = await self.store.load_context(n.key, reducers=REDUCERS)
         if ctx is None:
@@ -143,9 +149,7 @@ class Spaces:
             self.adopt(n, ctx, ctx.version, values, n.owner)
             n.snaps, n.given = snaps, given
         else:
-            with gc_paused():
-                values = decode_channels(ctx, None, self.loads)
-            self.adopt(n, ctx, ctx.version, values)
+            self.adopt(n, ctx, ctx.version, decode_channels(ctx, None, self.loads))
         return True
 
     async def fresh(self, n: Space) -> bool:
