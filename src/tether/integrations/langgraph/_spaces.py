@@ -126,11 +126,15 @@ class Spaces:
         ExecutionContext, and keeps the values already decoded when nothing changed (they
         are the objects LangGraph holds, which is how appends are recognised).
 
-        The garbage collector is paused for the whole read (the rows, the chain replay and
-        its integrity check in the store, then the decoding): everything it allocates stays
-        alive, and on a large state the passes it triggers cost as much as the read."""
-        with gc_paused():
-            return await self._load(n, writable)
+        The garbage collector is paused while the state is built: everything that
+        allocates stays alive, and on a large state the passes it triggers cost as much as
+        the read. Inline (where no await suspends) that is the whole read: the rows, the
+        chain replay and its integrity check in the store, then the decoding; on an event
+        loop only the decoding, so that other tasks never run with it paused."""
+        if self.inline:
+            with gc_paused():
+                return await self._load(n, writable)
+        return await self._load(n, writable)
 
     async def _load(self, n: Space, writable: bool) -> bool:
         if not writable:
@@ -138,7 +142,9 @@ class Spaces:
             if cp is None:
                 n.forget()
                 return False
-            self.adopt(n, cp.state, cp.version, decode_channels(cp.state, None, self.loads))
+            with gc_paused():
+                values = decode_channels(cp.state, None, self.loads)
+            self.adopt(n, cp.state, cp.version, values)
             return True
         ctx = await self.store.load_context(n.key, reducers=REDUCERS)
         if ctx is None:
@@ -149,7 +155,9 @@ class Spaces:
             self.adopt(n, ctx, ctx.version, values, n.owner)
             n.snaps, n.given = snaps, given
         else:
-            self.adopt(n, ctx, ctx.version, decode_channels(ctx, None, self.loads))
+            with gc_paused():
+                values = decode_channels(ctx, None, self.loads)
+            self.adopt(n, ctx, ctx.version, values)
         return True
 
     async def fresh(self, n: Space) -> bool:
