@@ -55,9 +55,15 @@ QUICK_SAVERS = ("sqlite", "sqlite_aio", "tether_sqlite")
 """The subset the normal test run takes: the files on time travel, nested subgraph
 persistence (sync and async) and interrupts, on SqliteSaver and TetherSaver over SQLite."""
 
-FLAKY: dict[str, str] = {}
+FLAKY: dict[str, str] = {
+    "tests/test_pregel_async.py::test_imp_nested": (
+        "asserts one interleaving of two concurrent tasks' stream events; failed 3 of 30 runs "
+        "on LangGraph's savers (InMemorySaver 2 of 15, AsyncSqliteSaver 1 of 15, 3 durabilities "
+        "x 5 runs, langgraph 1.2.24), 8 of 15 on TetherSaver sqlite"
+    ),
+}
 """Tests (node id without parameters) that fail now and then on LangGraph's own savers,
-with the rate measured; see ``--flaky-runs``."""
+with the rate measured (``--files ... -k NAME --savers memory,sqlite_aio,...`` repeated)."""
 
 
 @dataclass
