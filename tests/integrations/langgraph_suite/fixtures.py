@@ -46,8 +46,22 @@ def _prefix() -> str:
     return f"lgs{os.urandom(5).hex()}"
 
 
-def _threads(saver: Any) -> set[str]:
-    return {str(t.config["configurable"]["thread_id"]) for t in saver.list(None)}
+def _recording(saver: Any) -> set[str]:
+    """The thread ids the test puts checkpoints in, to delete them afterwards (listing every
+    thread would scan the whole shared store)."""
+    threads: set[str] = set()
+    put, aput = saver.put, saver.aput
+
+    def put_recorded(config: Any, *args: Any, **kwargs: Any) -> Any:
+        threads.add(str(config["configurable"]["thread_id"]))
+        return put(config, *args, **kwargs)
+
+    async def aput_recorded(config: Any, *args: Any, **kwargs: Any) -> Any:
+        threads.add(str(config["configurable"]["thread_id"]))
+        return await aput(config, *args, **kwargs)
+
+    saver.put, saver.aput = put_recorded, aput_recorded
+    return threads
 
 
 @contextmanager
@@ -55,11 +69,12 @@ def _tether_sync(name: str, tmp: Any) -> Iterator[Any]:
     from tether.integrations.langgraph import TetherSaver
 
     with TetherSaver.from_url(_url(name, tmp), prefix=_prefix()) as saver:
+        threads = _recording(saver)
         try:
             yield saver
         finally:
             if name != "tether_sqlite":
-                for thread in _threads(saver):
+                for thread in threads:
                     saver.delete_thread(thread)
 
 
@@ -68,11 +83,12 @@ async def _tether_async(name: str, tmp: Any) -> AsyncIterator[Any]:
     from tether.integrations.langgraph import TetherSaver
 
     async with TetherSaver.from_url(_url(name, tmp), prefix=_prefix()) as saver:
+        threads = _recording(saver)
         try:
             yield saver
         finally:
             if name != "tether_sqlite":
-                for thread in {str(t.config["configurable"]["thread_id"]) async for t in saver.alist(None)}:
+                for thread in threads:
                     await saver.adelete_thread(thread)
 
 
