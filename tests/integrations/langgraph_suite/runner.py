@@ -12,8 +12,11 @@ each TetherSaver variant (same test, same other parameters). Tests known to be f
 LangGraph's own savers are listed in ``FLAKY`` with the rate measured, and a failure of
 one of them is reported, not counted.
 
-    scripts/langgraph-suite                       # every file, every saver (~an hour on 2 cores)
+    scripts/langgraph-suite                       # every file, every saver
     scripts/langgraph-suite --quick               # the quick subset the pytest suite runs
+
+On a busy 2-core host, every file with SqliteSaver and TetherSaver over SQLite (about
+1,300 tests) took 16 minutes; PostgreSQL and Redis add about as much each.
     scripts/langgraph-suite -k interrupt --savers sqlite,tether_sqlite
 """
 
