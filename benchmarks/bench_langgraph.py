@@ -1,47 +1,42 @@
 #!/usr/bin/env python
-"""A LangGraph graph on TetherSaver beside LangGraph's own savers.
+"""A LangGraph graph on TetherSaver beside LangGraph's own savers, on realistic chats.
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_langgraph.py                 # 1 MB and 10 MB, every saver
-    .venv/bin/python benchmarks/bench_langgraph.py --sizes 1MB --steps 50
-    .venv/bin/python benchmarks/bench_langgraph.py --quick         # 1 MB: a minute or two
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_langgraph.py            # 1 MB and 10 MB, 3 runs
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_langgraph.py --quick    # 1 MB, 1 run, 20 steps
 
-Each saver runs the graph ``--runs`` times (3), interleaved with the others; the last
-lines print each target for each TetherSaver backend with PASS or FAIL.
+The messages: the harness corpus (``corpus.messages``, seed 7): a chat in rotation of user
+prose, an assistant message with a tool call, the tool's result (JSON rows, log lines or
+code) and an assistant answer, 80 to 6,000 characters each, as LangChain messages; 1 MB
+or 10 MB of them are the thread's state before the steps. The graph: one node that
+appends an ``AIMessage`` of ~1 KB of seeded prose (``add_messages``) and loops ``--steps``
+times. For each saver, per run:
 
-The graph: one node that appends a ~1 KB AIMessage (``add_messages``) and loops
-``--steps`` times, on a thread whose state already holds 1 MB or 10 MB of such
-messages (written once, untimed, by ``update_state``; ``--seed input`` passes it as graph
-input instead, which every saver then also stores as the input channel). For each saver:
+- step: wall time of the ``invoke`` / steps (every checkpoint and pending write included,
+  LangGraph's default durability);
+- get_state: ``graph.get_state`` at the end with the saver that ran the graph (warm), and
+  in a new process with a freshly opened saver (cold);
+- stored: payload bytes the thread holds at the end / the final state's size.
 
-- step: wall time of the 100-step ``invoke`` / steps (every checkpoint and pending write
-  included, LangGraph's default durability);
-- get_state: ``graph.get_state`` at the end, with the saver that ran the graph (warm) and
-  with a freshly opened one (cold: what a new process pays); old: ``get_state`` of the
-  checkpoint before the steps (time travel), warm;
-- stored: payload bytes the thread holds in the database at the end / the final state's
-  size (its messages serialised once by LangGraph's serializer).
+Beside each line, in the same run: the graph with no checkpointer plus one raw 1 KB durable
+write on the saver's backend (the base), and the floor: LangGraph with a checkpointer that
+keeps references in memory and stores nothing, plus serialising what a delta saver must
+store each step and one raw durable write of those bytes on the backend. No saver that
+stores each step durably can be faster than its floor.
 
-Baseline, measured in the same run: the same graph with no checkpointer, plus one raw
-1 KB durable write on the saver's backend (SQLite: an INSERT and COMMIT in WAL mode with
-synchronous=FULL, as tether's SQLite store runs; PostgreSQL and MariaDB: an autocommitted
-INSERT; Redis: an RPUSH). The targets: step <= 1.5x the baseline, cold get_state <=
-SqliteSaver's, stored <= 2x the final state.
-
-Floors, beside them: "LangGraph alone" is a saver that keeps every checkpoint by
-reference in memory and stores nothing (what LangGraph itself adds to a step once a
-checkpointer is set); "floor <backend>" also serialises what a delta saver must store
-each step (the items a list channel gained, the other changed channels, the checkpoint
-record, the metadata, the task's writes) and makes one raw durable write of those bytes
-on the backend. No saver that stores a step durably can be faster than its floor.
+Targets (per run; met when they hold in two of three runs): a 10 MB step <= 1.5x the base
+on SQLite, PostgreSQL and Redis; a 1 MB step <= 1.5x its floor and <= 0.2x SqliteSaver's
+step; cold get_state <= 1.1x SqliteSaver's at 1 MB and 10 MB.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
+import random
 import sqlite3
 import statistics
 import subprocess
@@ -61,15 +56,49 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import Report, corpus
+
 KB, MB = 1024, 1024 * 1024
+SEED = 7
+MESSAGE_MODEL = (
+    "messages: harness corpus.messages(seed=7) as LangChain messages (user prose; assistant "
+    "with a tool call; tool results of JSON rows, log lines or code; assistant answers; 80-6,000 "
+    "characters each); each step appends a ~1 KB AIMessage of seeded prose"
+)
 PG = os.environ.get("TETHER_TEST_POSTGRESQL_URL", "postgresql://127.0.0.1:5432/test")
 REDIS = os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 MYSQL = os.environ.get("TETHER_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 STEP_TARGET, STORED_TARGET = 1.5, 2.0
 
 
+def chat(total_bytes: int) -> list[Any]:
+    """The corpus chat of about ``total_bytes``, as LangChain messages with fixed ids."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+
+    out: list[Any] = []
+    for i, m in enumerate(corpus.messages(SEED, total_bytes)):
+        if m["role"] == "user":
+            out.append(HumanMessage(content=m["content"], id=f"m-{i}"))
+        elif m["role"] == "tool":
+            out.append(
+                ToolMessage(content=m["content"], tool_call_id=m["tool_call_id"], name=m["name"], id=f"m-{i}")
+            )
+        else:
+            calls = [
+                {"id": c["id"], "name": c["function"]["name"], "args": json.loads(c["function"]["arguments"])}
+                for c in m.get("tool_calls", [])
+            ]
+            out.append(AIMessage(content=m["content"], tool_calls=calls, id=f"m-{i}"))
+    return out
+
+
+_PROSE = [corpus.prose(random.Random(SEED + i), KB) for i in range(64)]
+
+
 def message(i: int) -> AIMessage:
-    return AIMessage(content=f"{i:08d} " + "m" * (KB - 80), id=f"m-{i}")
+    """The ~1 KB answer a step appends (seeded prose, varied from step to step)."""
+    return AIMessage(content=_PROSE[i % len(_PROSE)], id=f"m-{i}")
 
 
 class State(TypedDict, total=False):
@@ -473,12 +502,10 @@ def cold_read(name: str, thread: str, tmp: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="1 MB only, 3 reads: a minute or two")
+    ap.add_argument("--quick", action="store_true", help="1 MB, 1 run, 20 steps: checks the script works")
     ap.add_argument("--sizes", default=None, help="default 1MB,10MB (1MB with --quick)")
-    ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument(
-        "--runs", type=int, default=3, help="graph runs per saver (a target counts when met in most)"
-    )
+    ap.add_argument("--steps", type=int, default=None, help="steps per graph run (100; 20 with --quick)")
+    ap.add_argument("--runs", type=int, default=None, help="runs (3; 1 with --quick)")
     ap.add_argument("--only", default="", help="comma-separated saver name parts (e.g. tether,sqlitesaver)")
     ap.add_argument(
         "--reads", type=int, default=None, help="get_state repetitions (median); 5, 3 with --quick"
@@ -497,107 +524,92 @@ def main() -> None:
         return
     args.sizes = args.sizes or ("1MB" if args.quick else "1MB,10MB")
     args.reads = args.reads or (3 if args.quick else 5)
+    args.steps = args.steps or (20 if args.quick else 100)
+    args.runs = args.runs or (1 if args.quick else 3)
     only = {o.strip().lower() for o in args.only.split(",") if o.strip()} or None
+    rep = Report(
+        "bench_langgraph",
+        "a LangGraph graph step and get_state on TetherSaver, LangGraph's savers and floors",
+    )
+    print(f"# {MESSAGE_MODEL}")
+    chats = {size: chat(int(size.upper().removesuffix("MB")) * MB) for size in args.sizes.split(",")}
+    for size, initial in chats.items():
+        print(
+            f"# {size}: {len(initial)} messages, {len(JsonPlusSerializer().dumps_typed(initial)[1]):,} bytes serialised"
+        )
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         raw = RawWrites(tmp)
         try:
-            verdicts = [
-                line for size in args.sizes.split(",") for line in run_size(args, size, tmp, raw, only)
-            ]
+            for _ in rep.runs(args.runs):
+                for size, initial in chats.items():
+                    run_size(rep, args, size, initial, tmp, raw, only)
         finally:
             raw.close()
-    print("\nTargets (TetherSaver; per step: met in most runs):")
-    for line in verdicts:
-        print(line)
+    rep.finish()
 
 
 def run_size(
-    args: argparse.Namespace, size: str, tmp: Path, raw: RawWrites, only: set[str] | None
-) -> list[str]:
-    mb = int(size.upper().removesuffix("MB"))
-    initial = [message(i) for i in range(mb * MB // KB)]
+    rep: Report,
+    args: argparse.Namespace,
+    size: str,
+    initial: list[Any],
+    tmp: Path,
+    raw: RawWrites,
+    only: set[str] | None,
+) -> None:
+    """One run at one size: every saver in turn beside its base and floor, then the cold reads."""
     chosen = subjects(tmp, only, raw)
-    runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in chosen}
-    bares: list[float] = []
-    for _ in range(args.runs):  # subjects interleaved run by run, each beside its own baseline
-        bare = no_checkpointer_step(initial, args.steps)
-        bares.append(bare)
-        for s in chosen:
-            if runs[s.name] is None:
-                continue
-            try:
-                r = run_subject(s, initial, args.steps, args.reads, args.seed, raw)
-            except Exception as exc:  # a server not running: say so, go on
-                print(f"{s.name:28} failed: {type(exc).__name__}: {str(exc)[:120]}")
-                runs[s.name] = None  # type: ignore[assignment]
-                continue
-            r["x"] = r["step"] / (bare + r["raw"])
-            runs[s.name].append(r)
+    bare = no_checkpointer_step(initial, args.steps)
     rows: dict[str, dict[str, Any]] = {}
-    for name, rs in runs.items():
-        if rs:
-            row = dict(rs[-1])
-            for k in ("raw", "step", "warm", "old", "x"):
-                row[k] = statistics.median(r[k] for r in rs)
-            row["xs"] = [r["x"] for r in rs]
-            rows[name] = row
+    for s in chosen:
+        try:
+            rows[s.name] = run_subject(s, initial, args.steps, args.reads, args.seed, raw)
+        except Exception as exc:  # a server not running: say so, go on
+            print(f"  {s.name}: failed: {type(exc).__name__}: {str(exc)[:120]}")
     cold_reads(chosen, rows, args.reads, tmp)
     for s in chosen:  # the servers are shared: leave no threads behind
-        if runs[s.name]:
+        if s.name in rows and not s.floor:
             with s.open() as saver:
-                for r in runs[s.name]:
-                    saver.delete_thread(r["thread"])
-    print(
-        f"\n{size}: {len(initial)} messages, {args.steps} steps, {args.runs} runs (medians); no checkpointer "
-        f"{statistics.median(bares) * 1e3:.2f} ms/step; x base = step / (no checkpointer + one raw write "
-        "on the saver's backend)"
-    )
-    print(
-        f"{'saver':28} {'raw ms':>7} {'step ms':>8} {'x base':>7} {'runs':>16} {'warm ms':>8} {'cold ms':>8} "
-        f"{'old ms':>7} {'stored/state':>13} {'setup/state':>12} {'steps/appended':>15}"
-    )
-    for s in chosen:
-        if s.name not in rows:
-            continue
-        r = rows[s.name]
-        xs = "/".join(f"{x:.2f}" for x in r["xs"])
-        cold = f"{r['cold'] * 1e3:8.2f}" if "cold" in r else f"{'-':>8}"
-        print(
-            f"{s.name:28} {r['raw'] * 1e3:7.2f} {r['step'] * 1e3:8.2f} {r['x']:7.2f} {xs:>16} "
-            f"{r['warm'] * 1e3:8.2f} {cold} {r['old'] * 1e3:7.2f} {r['stored']:13.2f} "
-            f"{r['setup']:12.2f} {r['steps_bytes']:15.2f}"
-        )
-    return verdicts(size, rows)
-
-
-def verdicts(size: str, rows: dict[str, dict[str, Any]]) -> list[str]:
-    """One line per target and TetherSaver backend, ending in PASS or FAIL."""
-    out = []
+                saver.delete_thread(rows[s.name]["thread"])
+    rep.section(f"{size}, {len(initial)} messages, {args.steps} steps")
+    rep.line(f"{size} no checkpointer: step", bare * 1e3, "ms")
+    alone = rows.get("LangGraph alone")
+    if alone:
+        rep.line(f"{size} LangGraph alone (stores nothing): step", alone["step"] * 1e3, "ms")
     ref = rows.get("SqliteSaver")
-    for name, r in rows.items():
-        if not name.startswith("TetherSaver"):
+    for s in chosen:
+        r = rows.get(s.name)
+        if r is None or s.floor:
             continue
-        met = sum(x <= STEP_TARGET for x in r["xs"])
-        ok = met * 2 > len(r["xs"])
-        backend = name.split()[-1].replace("postgresql", "postgres")
+        backend = s.backend
         floor = rows.get(f"floor {backend}")
-        beside = f"; its floor {floor['x']:.2f}x" if floor else ""
-        out.append(
-            f"  {size} {name}: step {r['x']:.2f}x base (runs {'/'.join(f'{x:.2f}' for x in r['xs'])}; "
-            f"met {met} of {len(r['xs'])}{beside}), target <= {STEP_TARGET}x: {'PASS' if ok else 'FAIL'}"
+        base = bare + r["raw"]
+        beside = f"base {base * 1e3:.2f} ms" + (f", floor {floor['step'] * 1e3:.2f} ms" if floor else "")
+        rep.line(f"{size} {s.name}: step", r["step"] * 1e3, "ms", note=beside)
+        cold = r.get("cold")
+        ref_cold = ref.get("cold") if ref else None
+        rep.line(
+            f"{size} {s.name}: get_state warm / cold",
+            r["warm"] * 1e3,
+            "ms",
+            note=(f"cold {cold * 1e3:.1f} ms" if cold else "cold -")
+            + (f", SqliteSaver cold {ref_cold * 1e3:.1f} ms" if ref_cold else ""),
         )
-        if ref is not None:
-            ratio = r["cold"] / ref["cold"]
-            out.append(
-                f"  {size} {name}: cold get_state {r['cold'] * 1e3:.1f} ms = {ratio:.2f}x SqliteSaver's, "
-                f"target <= 1x: {'PASS' if ratio <= 1 else 'FAIL'}"
+        rep.line(f"{size} {s.name}: stored / final state", r["stored"], "x")
+        if not s.name.startswith("TetherSaver") or backend == "mysql":
+            continue
+        if size.upper() == "10MB":
+            rep.target(
+                f"{size} {s.name}: step / (no checkpointer + raw 1 KB write)", r["step"] / base, goal=1.5
             )
-        out.append(
-            f"  {size} {name}: stored {r['stored']:.2f}x the final state, target <= {STORED_TARGET}x: "
-            f"{'PASS' if r['stored'] <= STORED_TARGET else 'FAIL'}"
-        )
-    return out
+        if size.upper() == "1MB":
+            if floor:
+                rep.target(f"{size} {s.name}: step / its floor", r["step"] / floor["step"], goal=1.5)
+            if ref:
+                rep.target(f"{size} {s.name}: step / SqliteSaver's", r["step"] / ref["step"], goal=0.2)
+        if cold and ref_cold:
+            rep.target(f"{size} {s.name}: cold get_state / SqliteSaver's", cold / ref_cold, goal=1.1)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ if __name__ == "__main__":
     url, thread, point, stall = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4])
     with TetherSaver.from_url(url) as saver:
         store = saver.store
-        twin = saver._threads.store.twin  # type: ignore[attr-defined]  # commits go through it
+        twin = saver.inline_store.twin  # type: ignore[union-attr]  # commits go through it
         key = ns_key(thread, "")
         real_delete, real_commit = store.delete, twin.commit
         deleted = False

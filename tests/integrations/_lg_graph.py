@@ -74,7 +74,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def kill_when_stalled(module: str, *args: str, stall: Path) -> None:
     """Run ``python -m module args`` and SIGKILL it once it has written ``stall``."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}  # this checkout
     child = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=env)
     try:
         deadline = time.monotonic() + 60

@@ -58,7 +58,7 @@ async def test_the_conformance_suite_passes_on_a_saver_opened_for_sync_graphs(
     @checkpointer_test(name=f"TetherSaver[{backend}, sync]")
     async def factory():  # type: ignore[no-untyped-def]
         with TetherSaver.from_url(url, prefix=prefix) as saver:
-            assert saver._threads.store.twin is not None  # type: ignore[attr-defined]
+            assert saver.inline_store is not None and saver.inline_store.twin is not None
             yield saver
 
     report = await validate(factory, progress=ProgressCallbacks(on_test_result=on_result))

@@ -52,13 +52,14 @@ def test_a_growing_message_list_is_stored_as_appends(tmp_path: Path) -> None:
 
 
 def test_the_latest_checkpoint_is_served_after_one_small_read(tmp_path: Path) -> None:
-    """A warm get_tuple asks the store only for the run record, and decodes nothing."""
+    """A warm get_tuple asks the store only for the run record (it hands out a copy of the
+    values it keeps, decoding nothing)."""
     with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db") as saver:
         graph = build(pause_at=99).compile(checkpointer=saver)
         cfg = {"configurable": {"thread_id": "warm"}}
         graph.invoke(FIRST_INPUT, cfg)
         calls: list[str] = []
-        twin = saver._threads.store.twin  # type: ignore[attr-defined]  # a sync saver's own connection
+        twin = saver.inline_store.twin  # type: ignore[union-attr]  # a sync saver's own connection
         assert twin is not None
         for store in (saver.store, twin):  # either may serve a read: every call counts
             for name in ("get_run", "load", "load_context", "_read", "_read_chain"):
@@ -73,10 +74,11 @@ def test_the_latest_checkpoint_is_served_after_one_small_read(tmp_path: Path) ->
         second = saver.get_tuple(cfg)
     assert calls == ["get_run", "get_run"]
     assert first is not None and second is not None
-    assert (
-        first.checkpoint["channel_values"]["messages"][-1]
-        is second.checkpoint["channel_values"]["messages"][-1]
+    mine, theirs = (
+        first.checkpoint["channel_values"]["messages"],
+        second.checkpoint["channel_values"]["messages"],
     )
+    assert mine == theirs and not any(a is b for a, b in zip(mine, theirs, strict=True))  # each its own
     assert first.checkpoint["channel_values"]["turn"] == 6
 
 
@@ -192,9 +194,11 @@ def test_an_old_checkpoint_is_read_in_one_load_and_a_message_is_stored_once(tmp_
         fresh = [_comparable(t) for t in cold.list(cfg)]
     assert warm == fresh == expected
     assert read_for_tuple == 1 and tup is not None and tup.pending_writes and newest is not None
-    # the older list is a prefix of the latest one held in memory: sliced, not decoded again
+    # the older list is a prefix of the latest one held in memory: copied from it, not
+    # decoded again (no load but the one above), and the caller's own
     older, now = tup.checkpoint["channel_values"]["messages"], newest.checkpoint["channel_values"]["messages"]
-    assert 0 < len(older) < len(now) and all(a is b for a, b in zip(older, now, strict=False))
+    assert 0 < len(older) < len(now) and older == now[: len(older)]
+    assert not any(a is b for a, b in zip(older, now, strict=False))
     assert latest is not None
     kinds = {(e[3], e[4]) for e in latest.state["w"]}
     assert ("messages", "@c") in kinds and ("log", "@c") in kinds
@@ -320,7 +324,7 @@ def test_a_sync_saver_redoes_a_call_its_connection_lost_on_the_async_store(tmp_p
 
     cfg: Any = {"configurable": {"thread_id": "lost", "checkpoint_ns": ""}}
     with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db", flush_delay=None) as saver:
-        twin = saver._threads.store.twin  # type: ignore[attr-defined]
+        twin = saver.inline_store.twin  # type: ignore[union-attr]
         real_commit, real_get_run = twin.commit, twin.get_run
         failed: list[str] = []
 

@@ -41,7 +41,9 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tether.errors import ConfigError
 from tether.state.reducers import ReducerRegistry
+from tether.state.values import RUN_ID_MAX_LENGTH
 
 __all__ = [
     "EMPTY",
@@ -58,8 +60,10 @@ __all__ = [
     "record_of",
     "resolve_writes",
     "run_index_key",
+    "scratch_key",
     "sort_writes",
     "thread_index_key",
+    "check_prefix",
 ]
 
 VALUE, LIST, EMPTY = 0, 1, 2
@@ -77,7 +81,21 @@ REDUCERS = (
     .register("ow", "merge")
 )
 
-_MAX_KEY = 180  # MySQL keys a run id in VARCHAR(191)
+_MAX_KEY = RUN_ID_MAX_LENGTH
+"""A key longer than a run id may be is hashed: a thread id of any length, nested under
+any number of subgraph namespaces, maps to a run id every backend accepts."""
+_MAX_PREFIX = 32
+_SCRATCH = "~rw"
+
+
+def check_prefix(prefix: str) -> None:
+    """Raise :class:`ConfigError` unless every key made with ``prefix`` fits a run id,
+    hashed keys and scratch runs included."""
+    if type(prefix) is not str or not prefix or len(prefix) > _MAX_PREFIX or "\x00" in prefix:
+        raise ConfigError(
+            f"TetherSaver prefix must be 1 to {_MAX_PREFIX} characters without NUL, got {prefix!r}: "
+            "run ids start with it, and a hashed key must still fit a run id"
+        )
 
 
 def _key(prefix: str, *parts: str) -> str:
@@ -90,6 +108,14 @@ def _key(prefix: str, *parts: str) -> str:
 def ns_key(thread_id: str, ns: str, prefix: str = "lg") -> str:
     """The tether run id of one namespace of a thread (unambiguous; hashed when long)."""
     return _key(prefix, thread_id, ns)
+
+
+def scratch_key(key: str, prefix: str = "lg") -> str:
+    """The scratch run ``delete_for_runs`` rebuilds namespace ``key`` in (hashed when long)."""
+    raw = key + _SCRATCH
+    if len(raw) <= _MAX_KEY:
+        return raw
+    return prefix + "#" + hashlib.sha256(raw.encode()).hexdigest() + _SCRATCH
 
 
 def thread_index_key(thread_id: str, prefix: str = "lg") -> str:

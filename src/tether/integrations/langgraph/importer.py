@@ -18,7 +18,7 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from tether.errors import ConfigError
-from tether.integrations.langgraph._core import Threads
+from tether.integrations.langgraph._threads import Threads
 from tether.integrations.langgraph.saver import TetherSaver
 
 __all__ = ["ImportReport", "import_langgraph"]

@@ -31,14 +31,12 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from tether.errors import ConfigError, StoreUnavailable
-from tether.integrations.langgraph._core import Threads
-from tether.state import ExecutionContext, ReducerRegistry, RunStatus
-from tether.state.model import Checkpoint as StoredCheckpoint
-from tether.state.model import RunInfo
+from tether.errors import ConfigError
+from tether.integrations.langgraph._inline import InlineStore
+from tether.integrations.langgraph._threads import Threads
 from tether.stores import CheckpointStore, ExpiryPolicy, create_store
 from tether.stores.blocking import blocking_twin, run_inline
-from tether.sync import LoopThread, SyncStore, open_store_sync
+from tether.sync import open_store_sync
 
 __all__ = ["TetherSaver"]
 
@@ -93,14 +91,24 @@ class TetherSaver(BaseCheckpointSaver[str]):
         flush_delay: float | None = 0.02,
         prefix: str = "lg",
         loop: asyncio.AbstractEventLoop | None = None,
+        inline: InlineStore | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self.store = store
+        self.inline_store = inline
+        """Set for a saver serving sync graphs: its work runs in the callers' threads on this
+        store (``with TetherSaver.from_url(...)`` opens one); ``loop`` is then the store's
+        own loop thread, where the calls the inline store cannot make go."""
         self._threads = Threads(
-            store, self.serde, cache_size=cache_size, flush_delay=flush_delay, prefix=prefix
+            store if inline is None else inline,
+            self.serde,
+            cache_size=cache_size,
+            flush_delay=flush_delay,
+            prefix=prefix,
+            inline=inline is not None,
+            home_loop=loop if inline is not None else None,
         )
         self._loop = loop
-        self._sync_store: SyncStore | None = None
 
     @classmethod
     def from_url(
@@ -368,6 +376,7 @@ class _SaverOpener:
     ) -> None:
         self.url, self.serde, self.saver_options, self.options = url, serde, saver, options
         self._saver: TetherSaver | None = None
+        self._inline: InlineStore | None = None
 
     async def __aenter__(self) -> TetherSaver:
         store = create_store(self.url, **self.options)
@@ -396,90 +405,23 @@ class _SaverOpener:
         except BaseException:
             sync_store.close()
             raise
-        saver = TetherSaver(
-            sync_store.store, serde=self.serde, loop=sync_store.runner.loop, **self.saver_options
+        self._inline = InlineStore(sync_store, twin)
+        self._saver = TetherSaver(
+            sync_store.store,
+            serde=self.serde,
+            loop=sync_store.runner.loop,
+            inline=self._inline,
+            **self.saver_options,
         )
-        saver._sync_store = sync_store
-        saver._threads.store = _InlineStore(sync_store.store, twin, sync_store.runner)  # type: ignore[assignment]
-        saver._threads.inline = True
-        saver._threads.home_loop = sync_store.runner.loop
-        self._saver = saver
-        return saver
+        return self._saver
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         saver, self._saver = self._saver, None
-        if saver is not None and saver._sync_store is not None:
+        inline, self._inline = self._inline, None
+        if saver is not None and inline is not None:
             try:
                 saver.flush()
             finally:
-                inline = saver._threads.store
-                try:
-                    if isinstance(inline, _InlineStore):
-                        inline.close()
-                finally:
-                    saver._sync_store.close()
-
-
-class _InlineStore:
-    """The store calls of a saver that runs in its callers' threads, as coroutines that never
-    suspend: a graph step's (commit, load, load_context, get_run) on the store's blocking
-    twin when it has one, the others (and a twin's call that failed for a transient cause,
-    which the async store retries) run on the store's loop thread, the caller waiting."""
-
-    def __init__(self, store: CheckpointStore, twin: CheckpointStore | None, runner: LoopThread) -> None:
-        self.store, self.twin, self.runner = store, twin, runner
-
-    def close(self) -> None:
-        if self.twin is not None:
-            twin, self.twin = self.twin, None
-            run_inline(twin.aclose())
-
-    async def commit(self, ctx: ExecutionContext, **options: Any) -> int:
-        if self.twin is not None:
-            try:
-                return await self.twin.commit(ctx, **options)
-            except StoreUnavailable:
-                pass  # the context kept its changes and their write id: the retry is safe
-        return self.runner.run(self.store.commit(ctx, **options))
-
-    async def load(self, run_id: str, version: int | None = None) -> StoredCheckpoint | None:
-        if self.twin is not None:
-            try:
-                return await self.twin.load(run_id, version)
-            except StoreUnavailable:
-                pass
-        return self.runner.run(self.store.load(run_id, version))
-
-    async def load_context(
-        self, run_id: str, version: int | None = None, *, reducers: ReducerRegistry | None = None
-    ) -> ExecutionContext | None:
-        if self.twin is not None:
-            try:
-                return await self.twin.load_context(run_id, version, reducers=reducers)
-            except StoreUnavailable:
-                pass
-        return self.runner.run(self.store.load_context(run_id, version, reducers=reducers))
-
-    async def get_run(self, run_id: str) -> RunInfo | None:
-        if self.twin is not None:
-            try:
-                return await self.twin.get_run(run_id)
-            except StoreUnavailable:
-                pass
-        return self.runner.run(self.store.get_run(run_id))
-
-    async def delete(self, run_id: str) -> bool:
-        return self.runner.run(self.store.delete(run_id))
-
-    async def prune(self, run_id: str, *, keep: int) -> int:
-        return self.runner.run(self.store.prune(run_id, keep=keep))
-
-    async def set_status(self, run_id: str, status: RunStatus | str) -> None:
-        self.runner.run(self.store.set_status(run_id, status))
-
-    async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
-    ) -> builtins.list[RunInfo]:
-        return self.runner.run(self.store.list_runs(status=status, limit=limit, offset=offset))
+                inline.close()

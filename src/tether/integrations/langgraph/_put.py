@@ -1,0 +1,243 @@
+"""``put``: one checkpoint as one atomic commit of what changed (see ``_layout``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from tether.errors import RunNotFound, VersionConflict
+from tether.integrations.langgraph._layout import (
+    EMPTY,
+    LIST,
+    REF,
+    VALUE,
+    decode_channels,
+    extends,
+    resolve_writes,
+    run_index_key,
+)
+from tether.integrations.langgraph._pending import PendingWrites
+from tether.integrations.langgraph._reads import Reads
+from tether.integrations.langgraph._space import (
+    DROP_WRITE_BYTES,
+    DROP_WRITES,
+    NOTE_BYTES,
+    PLAIN,
+    PRIVATE,
+    RECENT,
+    Batch,
+    Space,
+    write_size,
+)
+from tether.integrations.langgraph._spaces import Spaces
+from tether.state import ExecutionContext
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Puts"]
+
+
+class Puts:
+    """Stores checkpoints: appends for lists that grew, the channels LangGraph bumped, the
+    record and index entry, the writes waiting for it, and a note of what it replaced."""
+
+    def __init__(self, spaces: Spaces, pending: PendingWrites, reads: Reads) -> None:
+        self.spaces, self.pending, self.reads = spaces, pending, reads
+
+    async def put(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+        parent_id: str | None,
+        new_versions: Mapping[str, Any],
+        *,
+        equal: bool = False,
+    ) -> None:
+        """Store a checkpoint; ``equal``: detect appends by equality (values decoded afresh)."""
+        n = self.spaces.space(thread_id, ns)
+
+        async def work() -> None:
+            self.pending.stored(
+                n, await self.put_once(n, checkpoint, metadata, parent_id, new_versions, equal)
+            )
+
+        await self.pending.retrying(n, work, absorb=True)
+
+    async def put_once(
+        self,
+        n: Space,
+        checkpoint: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+        parent_id: str | None,
+        new_versions: Mapping[str, Any],
+        equal: bool,
+    ) -> list[Batch]:
+        """Returns the buffered batches of writes the commit stored. Writes for this
+        checkpoint or a later one (a graph whose puts lag behind its tasks) wait for a later
+        put, whose appended chunks they may then refer to instead of holding the same bytes
+        again."""
+        cid = str(checkpoint["id"])
+        n.since = None  # this put stores what waits (what it leaves waits again, see _stored)
+        ctx = await self.spaces.ctx_for_write(n)
+        taken = self.pending.taken(n, stored_only=True)
+        ix: list[Any] = ctx.get("ix") or []
+        values, snaps = dict(n.values), dict(n.snaps)
+        # What this put changes, as it was: checkpoint ``ix[-1]`` is then read from this
+        # version alone (see ``p`` in ``_layout``).
+        note: dict[str, Any] | None = (
+            {"id": ix[-1][0], "cp": ctx.get("cp"), "m": {}, "n": {}, "c": {}} if ix else None
+        )
+        noted = 0
+        if parent_id is not None and ix and parent_id != ix[-1][0] and parent_id in n.pos:
+            values, snaps = await self.fork(n, ctx, ix, parent_id)
+            note = None
+            n.recent = {}
+        meta: dict[str, Any] = ctx.get("m") or {}
+        versions: Mapping[str, Any] = checkpoint["channel_versions"]
+        given: Mapping[str, Any] = checkpoint["channel_values"]
+        update: dict[str, Any] = {}
+        refs = dict(n.recent)
+        ref_channels = {k[0] for k in refs}
+        # channels that pending writes refer to by chunk: those must be made whole first
+        # when the channel's chunks are replaced (see ``_unref``)
+        referred = {e[3] for e in ctx.get("w") or () if e[4] == REF}
+        for ch in [*versions, *(c for c, e in meta.items() if e is not None and c not in versions)]:
+            ent = meta.get(ch)
+            ver = versions.get(ch)
+            if ch in versions and ch not in new_versions and ent is not None and ent[0] == ver:
+                continue  # unchanged: the stored value is this version's
+            key = "c:" + ch
+            chunks = ctx.get(key) or []
+            if note is not None:
+                note["m"][ch] = ent
+            if ch not in versions or ch not in given:
+                if ent is not None and ent[1] != EMPTY:
+                    refs = self.replaced(ctx, ch, refs, ref_channels, referred)
+                    ctx.put_trusted(key, [])
+                    noted += self.note_chunks(note, ch, chunks)
+                update[ch] = None if ch not in versions else [ver, EMPTY]
+                values.pop(ch, None)
+                snaps.pop(ch, None)
+                continue
+            value = given[ch]
+            if type(value) is list:
+                old = snaps.get(ch) if ent is not None and ent[1] == LIST else None
+                if old is not None and not extends(value, old, equal=equal):
+                    handed = n.given.get(ch)  # a graph that read the state extends its copy
+                    if handed is not None and len(handed) == len(old) and extends(value, handed):
+                        old = handed
+                if old is not None and extends(value, old, equal=equal):
+                    if note is not None:
+                        note["n"][ch] = len(chunks)
+                    if len(value) > len(old):
+                        t, b = self.spaces.dumps(value[len(old) :])
+                        refs[ch, b] = (t, len(chunks))
+                        ref_channels.add(ch)
+                        ctx.merge_trusted({key: [[t, b]]}, PLAIN)
+                elif chunks:
+                    refs = self.replaced(ctx, ch, refs, ref_channels, referred)
+                    ctx.put_trusted(key, [self.spaces.dumps(value)])
+                    noted += self.note_chunks(note, ch, chunks)
+                else:  # a first value is an append to nothing: growth, not a rewrite
+                    ctx.merge_trusted({key: [self.spaces.dumps(value)]}, PLAIN)
+                    if note is not None:
+                        note["n"][ch] = 0
+                snaps[ch], kind = list(value), LIST
+            else:
+                refs = self.replaced(ctx, ch, refs, ref_channels, referred)
+                ctx.put_trusted(key, [self.spaces.dumps(value)])
+                noted += self.note_chunks(note, ch, chunks)
+                snaps.pop(ch, None)
+                kind = VALUE
+            values[ch] = value
+            update[ch] = [ver, kind]
+        for batch in taken:  # writes waiting for this checkpoint: one commit for both
+            self.pending.apply_writes(n, ctx, batch, refs)
+        record = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "channel_versions")}
+        own: dict[str, Any] = {"cp": self.spaces.dumps(record)}
+        if update:
+            own["m"] = update
+        if ix:
+            own["p"] = note if noted <= NOTE_BYTES else None
+        own["ix"] = [[cid, ctx.version + 1, parent_id, *self.spaces.dumps(dict(metadata))]]
+        ctx.merge_trusted(own, PLAIN)
+        pending: list[Any] = ctx.get("w") or []
+        # The previous checkpoint's writes stay in this version too: those that waited for
+        # this put are stored only here (see ``_state_of``).
+        previous = ix[-1][0] if ix else None
+        kept = [e for e in pending if e[0] in (cid, previous) or e[0] not in n.pos]
+        dead = len(pending) - len(kept)
+        # Reads pick writes by checkpoint id, so older ones may stay a while: dropping them
+        # rewrites the live ones, so it waits until they are worth it.
+        if dead >= DROP_WRITES or (dead and sum(map(write_size, pending)) > DROP_WRITE_BYTES):
+            ctx.put_trusted("w", kept)
+        run_id = metadata.get("run_id")
+        if run_id is not None and str(run_id) != ctx.get("r"):
+            await self.spaces.index_add(
+                run_index_key(str(run_id), self.spaces.prefix), [n.thread_id, n.ns], {}
+            )
+            ctx.put("r", str(run_id))
+        await self.spaces.store.commit(ctx)
+        position = len(ix)
+        self.spaces.committed(n, ctx)
+        n.values, n.snaps, n.owner = values, snaps, PRIVATE
+        n.given = {ch: items for ch, items in n.given.items() if ch not in update}  # still copies
+        n.pos[cid] = position
+        n.recent = refs if len(refs) <= RECENT else dict(list(refs.items())[-RECENT:])
+        return taken
+
+    async def fork(
+        self, n: Space, ctx: ExecutionContext, ix: list[Any], parent_id: str
+    ) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+        """Put the parent checkpoint's channels back in ``ctx`` (the next save is a full one):
+        a put whose parent is an older checkpoint starts a branch from it."""
+        try:
+            parent, _ = await self.reads.state_of(n.key, ix, n.pos[parent_id])
+        except RunNotFound:  # pruned by another process meanwhile: reload and redo
+            raise VersionConflict(n.key, expected=ctx.version, actual=None) from None
+        self.unref(ctx)  # the chunks they refer to are replaced
+        base = {k: v for k, v in parent.items() if k.startswith("c:") or k == "m"}
+        for key in ("t", "r", "ix", "ow", "w", "cp"):
+            if key in ctx:
+                base[key] = ctx.get(key)
+        ctx.restore(base)
+        values = decode_channels(base, None, self.spaces.loads)
+        meta = base.get("m") or {}
+        return values, {ch: list(v) for ch, v in values.items() if type(v) is list and meta[ch][1] == LIST}
+
+    def unref(self, ctx: ExecutionContext, channel: str | None = None) -> None:
+        """Make the writes that refer to ``channel``'s chunks (or any) whole, before those
+        chunks are replaced."""
+        pending = ctx.get("w") or []
+        if any(e[4] == REF and (channel is None or e[3] == channel) for e in pending):
+            ctx.put("w", resolve_writes(pending, ctx, channel))
+
+    def replaced(
+        self,
+        ctx: ExecutionContext,
+        channel: str,
+        refs: dict[tuple[str, bytes], tuple[str, int]],
+        ref_channels: set[str],
+        referred: set[str],
+    ) -> dict[tuple[str, bytes], tuple[str, int]]:
+        """``channel``'s chunks are about to be replaced: the writes that refer to them are
+        made whole, and ``refs`` (returned) forgets them. ``ref_channels``: the channels in
+        ``refs``; ``referred``: the channels pending writes refer to (both kept up to date)."""
+        if channel in referred:
+            self.unref(ctx, channel)
+            referred.discard(channel)
+        if channel not in ref_channels:
+            return refs
+        ref_channels.discard(channel)
+        return {k: r for k, r in refs.items() if k[0] != channel}
+
+    @staticmethod
+    def note_chunks(note: dict[str, Any] | None, channel: str, chunks: list[Any]) -> int:
+        """Keep a replaced value's chunks in the put's note; returns their size."""
+        if note is None or not chunks:
+            return 0
+        note["c"][channel] = chunks
+        return sum(len(c[1]) for c in chunks)
