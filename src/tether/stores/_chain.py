@@ -25,6 +25,7 @@ import ormsgpack
 
 from tether.errors import (
     CheckpointCorrupt,
+    LeaseLost,
     RunExpired,
     RunNotFound,
     RunNotPaused,
@@ -62,6 +63,7 @@ __all__ = [
     "full_payload",
     "known_kept",
     "lone_full",
+    "next_fence",
 ]
 
 STATUS_OF: dict[Any, RunStatus] = {s.value: s for s in RunStatus}
@@ -106,6 +108,17 @@ class Write:
     ``sealed``, empty payload). The backend checks that row holds a delta or a segment and
     none up to the new one is full, and raises :class:`StaleSeal` (changing nothing)
     otherwise."""
+    fence: int = 0
+    """A lease holder's write: the token it holds, accepted only while it is the run's
+    current one (:class:`LeaseLost` otherwise, checked with the version). 0: a write of no
+    holder (a plain store user, a CLI edit), which fencing leaves alone. With ``take``, the
+    backend sets it to the token it stored."""
+    take: bool = False
+    """This write takes a new lease on the run: the backend stores a token greater than any
+    the run had (:func:`next_fence`) in the same atomic write and sets ``fence`` to it."""
+    lease_until: float | None = None
+    """With a holder's write, the lease deadline to store in the run record: None leaves it,
+    0 clears it (the holder released the run)."""
 
     def chain_after(self, prev: ChainStats, version: int) -> ChainStats:
         """The run's chain statistics once this write is version ``version``."""
@@ -134,17 +147,30 @@ class RunHead(Protocol):
     def status(self) -> RunStatus: ...
 
 
+def next_fence(current: int, now: float) -> int:
+    """The token a new lease takes after ``current``: greater than every token issued before,
+    also when the stored one was lost (a Redis that keeps nothing on disk, a run deleted and
+    started again), since it is at least the time of the take in milliseconds."""
+    return max(current + 1, int(now * 1000))
+
+
 def check_write(
-    w: Write, info: RunHead | None, *, expired: bool = False, write_id: str | None = None
+    w: Write,
+    info: RunHead | None,
+    *,
+    expired: bool = False,
+    write_id: str | None = None,
+    fence: int = 0,
 ) -> bool:
     """Judge ``w`` against the run record it would follow (``info``, None when absent),
     inside the backend's atomic section: True when this very write already landed (its
     reply was lost; ``write_id`` is the one stored with the run), False to go ahead.
 
-    Raises RunExpired / RunNotFound when the writer's run is gone, VersionConflict when
-    ``expected_version`` does not match, RunNotPaused when ``require_status`` does not.
-    ``expired``: the record found is past its expiry (the backend drops it if this
-    returns False)."""
+    Raises RunExpired / RunNotFound when the writer's run is gone, LeaseLost when the
+    writer holds a lease token that is not the run's current one (``fence``),
+    VersionConflict when ``expected_version`` does not match, RunNotPaused when
+    ``require_status`` does not. ``expired``: the record found is past its expiry (the
+    backend drops it if this returns False)."""
     if expired:
         if w.expected_version:  # the writer's run is gone, not taken by another writer
             raise RunExpired(w.run_id)
@@ -152,6 +178,8 @@ def check_write(
     current = info.version if info else 0
     if info is not None and w.write_id and write_id == w.write_id:
         return True
+    if w.fence and not w.take and w.fence != fence:
+        raise LeaseLost(w.run_id, held=w.fence, current=fence)
     if info is None and w.expected_version:
         raise RunNotFound(w.run_id)  # deleted (or expired and purged) under the writer
     if w.expected_version is not None and w.expected_version != current:

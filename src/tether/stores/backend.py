@@ -75,7 +75,11 @@ class Backend(Protocol):
         """Store ``w`` as the run's next version and update the run record, atomically,
         after :func:`~tether.stores._chain.check_write` passed on the record it follows
         (if that says the write already landed, return the stored version and change
-        nothing). Returns the new version and the run's chain statistics after it."""
+        nothing). Returns the new version and the run's chain statistics after it.
+
+        Fencing, in the same atomic write: ``w.fence`` (a lease holder's token) must be the
+        run's current token; ``w.take`` stores :func:`~tether.stores._chain.next_fence` of it
+        and sets ``w.fence`` to that; ``w.lease_until`` sets (0: clears) the lease deadline."""
         ...
 
     async def read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
@@ -103,6 +107,11 @@ class Backend(Protocol):
 
     async def set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
         """Change the run's status; RunNotFound when absent."""
+
+    async def renew_lease(self, run_id: str, fence: int, until: float) -> None:
+        """Move the run's lease deadline to ``until`` (a heartbeat of its holder), atomically
+        only while ``fence`` is the run's current lease token; :class:`LeaseLost` otherwise
+        (also when the run is gone). No new version."""
 
     async def is_expired(self, run_id: str) -> bool:
         """Whether ``run_id`` is stored but past its expiry, asked after a read found

@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from types import MethodType
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -37,6 +38,7 @@ __all__ = [
     "CheckpointStore",
     "CompactionPolicy",
     "ExpiryPolicy",
+    "Fence",
     "RetryPolicy",
     "StaleSeal",
     "StoredRow",
@@ -55,6 +57,24 @@ STORE_OPTIONS = ("codec", "expiry", "compaction", "retry")
 def split_store_options(options: dict[str, Any]) -> dict[str, Any]:
     """Take a store's own options out of ``options``; the rest are its backend's."""
     return {k: options.pop(k) for k in STORE_OPTIONS if k in options}
+
+
+@dataclass(slots=True)
+class Fence:
+    """A lease holder's side of fencing, passed to each of its writes (``commit(fence=)``).
+
+    Its first write takes a new lease: the store records a token greater than any the run
+    had, in the same atomic write, and ``token`` becomes it. Every later write, and every
+    renewal, is accepted only while ``token`` is still the run's current one: a holder that
+    stalled while another took the run over gets :class:`~tether.errors.LeaseLost` and
+    writes nothing.
+    """
+
+    token: int = 0
+    """The lease token held; 0 until a write takes one."""
+    until: float | None = None
+    """The lease deadline the next write stores in the run record (then None again): a
+    POSIX time to extend it, 0 to release the lease, None to leave it."""
 
 
 class BackendSettings:
@@ -246,6 +266,7 @@ class CheckpointStore(RunOperations):
         status: RunStatus = RunStatus.RUNNING,
         metadata: Mapping[str, Any] | None = None,
         _require_status: RunStatus | None = None,
+        fence: Fence | None = None,
     ) -> int:
         """Checkpoint a context: store what changed since its last checkpoint.
 
@@ -258,6 +279,10 @@ class CheckpointStore(RunOperations):
         first, with its write id: if it landed, the backend answers with its version and
         stores nothing; else they land now. What was recorded since follows at the next
         version, in the same call.
+
+        ``fence``: the write of a lease holder (see :class:`Fence`): it takes the lease when
+        the fence holds no token yet, else it lands only while the token is the run's
+        current one (:class:`~tether.errors.LeaseLost`, nothing written).
         """
         meta = dict(metadata) if metadata else {}
         meta_dated = bool(meta) and check_value(meta, key="metadata")
@@ -286,6 +311,8 @@ class CheckpointStore(RunOperations):
             )
             tail = known.tail if not changes.write_id else None  # a retry: the rows are not known
             write = plan.write
+            if fence is not None:
+                write.fence, write.take, write.lease_until = fence.token, not fence.token, fence.until
             try:
                 version, chain = await self._write_retried(write)
             except StaleSeal:
@@ -297,6 +324,8 @@ class CheckpointStore(RunOperations):
             ctx.restore_changes(changes._replace(write_id=write_id))
             raise
         ctx.saved(version, datetimes=plan.walked)
+        if fence is not None:
+            fence.token, fence.until = write.fence, None
         remember(
             self._chains_seen, changes.run_id, engine.after(plan, version, chain, tail, known.tail_bytes)
         )
@@ -305,9 +334,22 @@ class CheckpointStore(RunOperations):
             logger.debug("checkpoint %s v%d %s %dB", *args, extra={"run_id": ctx.run_id})
         if changes.followed:
             return await self.commit(
-                ctx, node_id=node_id, status=final, metadata=metadata, _require_status=_require_status
+                ctx,
+                node_id=node_id,
+                status=final,
+                metadata=metadata,
+                _require_status=_require_status,
+                fence=fence,
             )
         return version
+
+    async def renew_lease(self, run_id: str, token: int, until: float) -> None:
+        """A lease holder's heartbeat: the run's lease deadline becomes ``until`` (POSIX
+        time), only while ``token`` is the run's current lease token (else
+        :class:`~tether.errors.LeaseLost`). No new version; retried when the store is
+        unavailable (a renewal that landed twice changes nothing)."""
+        check_run_id(run_id)
+        await self._retried(lambda: self._backend.renew_lease(run_id, token, until))
 
     async def _known_for(self, changes: Changes) -> Known:
         """What the run record says of the chain ``changes`` follow (nothing kept of it)."""

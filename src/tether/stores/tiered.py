@@ -154,6 +154,13 @@ class TieredBackend:
         else:
             await self._cache(run_id, "status", self.cache.mirror_status(info, token))
 
+    async def renew_lease(self, run_id: str, fence: int, until: float) -> None:
+        """SQL decides (its token is the authority), then the copy follows. No writer's lease
+        on the copy: a renewal changes no row, and a copy that misses it reads as an older
+        deadline, which a renewal a third of a lease later corrects."""
+        await self.sql.renew_lease(run_id, fence, until)
+        await self._cache(run_id, "renew", self.cache.renew(run_id, fence, until))
+
     async def delete(self, run_id: str) -> bool:
         token = await self._lease(run_id)
         deleted = await self.sql.delete(run_id)

@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 from tether.errors import (
     CheckpointCorrupt,
     ConfigError,
+    LeaseLost,
     RunExpired,
     RunNotFound,
     RunNotPaused,
@@ -162,6 +163,10 @@ class RedisBackend:
             raise await self._gone(w.run_id)
         if tag == b"stale":
             raise StaleSeal(w.run_id)
+        if tag == b"fenced":
+            raise LeaseLost(w.run_id, held=w.fence, current=int(reply[1]))
+        if w.take:
+            w.fence = int(reply[8])
         version, chain = int(reply[1]), chain_stats(reply[2:7])
         ks.hint(w.run_id, (chain.base_version, version, versions(reply[7])) if reply[7] else None)
         return version, chain
@@ -179,6 +184,13 @@ class RedisBackend:
             )
         if not done:
             raise await self._gone(run_id)
+
+    async def renew_lease(self, run_id: str, fence: int, until: float) -> None:
+        ks = self.keyspace
+        with ks.errors():
+            reply = await ks.scripts.renew(ks.keys(run_id), fence=fence, until=until)
+        if int(reply[0]) != 1:
+            raise LeaseLost(run_id, held=fence, current=int(reply[1]) if int(reply[0]) == 0 else 0)
 
     async def _gone(self, run_id: str) -> RunNotFound:
         """The error for a write to a run that is not there: expired, or never stored."""

@@ -1,23 +1,29 @@
 -- One save, atomically: check, append the row, update the run record, set the TTLs.
 -- KEYS: run rows hist full index gen
--- ARGV (built by name in scripts.py, Scripts.write; the write id last: 18 in write mode,
---       24 in mirror mode)
+-- ARGV (built by name in scripts.py, Scripts.write; the write id last: 21 in write mode,
+--       27 in mirror mode)
 --   1 mode (write|mirror) 2 run_id 3 expected ('' = any) 4 require_status 5 kind
 --   6 payload 7 member tail 8 status 9 node_set 10 node 11 created_at 12 expires_ms
 --   13 expires_at 14 growth 15 rewrite 16 indexed 17 seal_from (a segment write: the
 --   payload goes to that row, which must hold a delta or a segment, no row up to the
---   new one may be full, and they become sealed); mirror: 18 token, 19..23 chain
+--   new one may be full, and they become sealed) 18 fence (the writer's lease token, '0'
+--   for none; mirror: the token SQL stored) 19 take ('1': store a new token) 20 lease
+--   deadline ('' unchanged, '0' cleared); mirror: 21 token, 22..26 chain
 local run, rows, hist, full = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local mode = ARGV[1]
 local info = read_run(run)
 local current = tonumber(info['version']) or 0
 local epoch = ''
-local wid = ARGV[18] or ''
-if mode == 'mirror' then wid = ARGV[24] or '' end
+local wid = ARGV[21] or ''
+if mode == 'mirror' then wid = ARGV[27] or '' end
+local fence = info['fence'] or '0'
 if mode ~= 'mirror' and wid ~= '' and info['wid'] == wid then
   -- this very write landed and its reply was lost: answer as the write did
   return {'ok', current, info['base_version'], info['base_bytes'], info['growth_bytes'],
-    info['rewrite_bytes'], info['chain_len'], info['carriers'] or ''}
+    info['rewrite_bytes'], info['chain_len'], info['carriers'] or '', fence}
+end
+if mode ~= 'mirror' and ARGV[18] ~= '0' and ARGV[19] ~= '1' and ARGV[18] ~= fence then
+  return {'fenced', fence}  -- a holder whose lease was taken over: nothing is written
 end
 if mode == 'mirror' then
   redis.call('HDEL', run, 'lease:' .. ARGV[18])
@@ -95,6 +101,20 @@ if ARGV[9] == '1' then redis.call('HSET', run, 'node_id', ARGV[10])
 else redis.call('HDEL', run, 'node_id') end
 if ARGV[13] == '' then redis.call('HDEL', run, 'expires_at')
 else redis.call('HSET', run, 'expires_at', ARGV[13]) end
+if mode == 'mirror' then
+  if ARGV[18] ~= '0' then fence = ARGV[18] end  -- the token SQL holds
+elseif ARGV[19] == '1' then
+  do  -- past every token before, also those a restart without persistence forgot
+    local t = redis.call('TIME')
+    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    fence = string.format('%.0f', math.max((tonumber(fence) or 0) + 1, now_ms))
+  end
+end
+redis.call('HSET', run, 'fence', fence)
+if (ARGV[19] == '1' or ARGV[18] ~= '0') and ARGV[20] ~= '' then
+  if ARGV[20] == '0' then redis.call('HDEL', run, 'lease_until')
+  else redis.call('HSET', run, 'lease_until', ARGV[20]) end
+end
 set_ttl({run, rows, hist, full}, ARGV[12])
 if ARGV[16] == '1' then redis.call('ZADD', KEYS[5], ARGV[11], ARGV[2]) end
-return {'ok', v, bv, bb, gb, rb, len, cs}
+return {'ok', v, bv, bb, gb, rb, len, cs, fence}

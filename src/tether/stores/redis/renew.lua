@@ -1,0 +1,8 @@
+-- KEYS: run.  ARGV: fence until mode (renew|mirror).  A lease holder's heartbeat: the
+-- run's lease deadline moves to ``until`` only while ``fence`` is its current token.
+-- -> {1} renewed, {0, current token} taken over, {-1} no run (a tiered copy: nothing to do).
+local h = redis.call('HMGET', KEYS[1], 'version', 'fence')
+if not h[1] then return {-1} end
+if (h[2] or '0') ~= ARGV[1] then return {0, h[2] or '0'} end
+redis.call('HSET', KEYS[1], 'lease_until', ARGV[2])
+return {1}
