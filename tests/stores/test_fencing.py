@@ -16,7 +16,9 @@ from tether.stores.base import Fence
 REDUCERS = default_registry().register("items", "append")
 
 
-async def _taken(store: CheckpointStore, run_id: str, *, until: float | None = None) -> tuple[ExecutionContext, Fence]:
+async def _taken(
+    store: CheckpointStore, run_id: str, *, until: float | None = None
+) -> tuple[ExecutionContext, Fence]:
     """A holder that took the run's lease (a resume), from the latest checkpoint."""
     ctx = await store.load_context(run_id, reducers=REDUCERS)
     assert ctx is not None

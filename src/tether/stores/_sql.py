@@ -524,7 +524,8 @@ class SqlBackend(abc.ABC):
     async def renew_lease(self, run_id: str, fence: int, until: float) -> None:
         changed = await self._in_tx(
             lambda tx: tx.run(
-                "UPDATE tether_runs SET lease_until = ? WHERE run_id = ? AND fence = ?", (until, run_id, fence)
+                "UPDATE tether_runs SET lease_until = ? WHERE run_id = ? AND fence = ?",
+                (until, run_id, fence),
             ),
             write=True,
         )

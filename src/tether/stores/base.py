@@ -151,6 +151,21 @@ class CheckpointStore(RunOperations):
     """The URL the store was opened from, without credentials (``open_store`` sets it): what
     names its database for things kept beside it, such as an agent's artefacts."""
 
+    _opened_from: tuple[str, dict[str, Any]] | None = None
+
+    def opened_from(self) -> tuple[str, dict[str, Any]] | None:
+        """The URL (credentials included) and plain options this store was opened from, for
+        a helper process that opens the same database (the lease heartbeat sidecar); None
+        when another process cannot open it (an in-memory store, one built without a URL).
+        Secret: never log it."""
+        return self._opened_from
+
+    def remember_url(self, url: str, options: Mapping[str, Any]) -> None:
+        """Record what :meth:`opened_from` answers (``create_store`` calls it). Options that
+        are not plain values (a codec, a client) are left out: a renewal needs none."""
+        plain = (str, int, float, bool, type(None))
+        self._opened_from = (url, {k: v for k, v in options.items() if isinstance(v, plain)})
+
     @property
     def backend(self) -> Backend:
         return self._backend

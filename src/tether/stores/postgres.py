@@ -291,6 +291,7 @@ class PostgresBackend(SqlBackend):
             )
         held = w.fence and not w.take  # (a holder's write to a new run: the general path refuses it)
         if w.expected_version == 0 and w.kind == "full" and w.require_status is None and not held:
+            taken = next_fence(0, w.created_at) if w.take else 0
             params = {
                 "run": w.run_id,
                 "status": str(w.status),
@@ -300,7 +301,7 @@ class PostgresBackend(SqlBackend):
                 "expires": w.expires_at,
                 "payload": w.payload,
                 "wid": w.write_id or None,
-                "fence": next_fence(0, w.created_at) if w.take else 0,
+                "fence": taken,
                 "until": (w.lease_until or None) if w.take else None,
             }
             async with self._guard() as conn:
@@ -308,7 +309,7 @@ class PostgresBackend(SqlBackend):
                 created = await cur.fetchone()
             if created is not None:
                 if w.take:
-                    w.fence = params["fence"]
+                    w.fence = taken
                 return 1, chain_stats(1, len(w.payload), 0, 0, 0)
         if w.expected_version:
             params = {

@@ -51,6 +51,11 @@ def _flag(value: bool) -> str:
     return "1" if value else "0"
 
 
+def _deadline(until: float | None) -> str:
+    """A write's lease deadline for ``write.lua``: "" leaves it, "0" clears it."""
+    return "" if until is None else ("0" if not until else repr(until))
+
+
 def _opt(value: Any) -> Any:
     return "" if value is None else value
 
@@ -105,7 +110,9 @@ class Scripts:
             "seal_from": row.seal_from or "",
             "fence": str(row.fence),
             "take": _flag(row.take),
-            "lease_until": "" if row.lease_until is None else ("0" if not row.lease_until else repr(row.lease_until)),
+            "lease_until": ""
+            if row.lease_until is None
+            else ("0" if not row.lease_until else repr(row.lease_until)),
         }
         if mirror is not None:
             token, chain = mirror

@@ -16,14 +16,14 @@ local current = tonumber(info['version']) or 0
 local epoch = ''
 local wid = ARGV[21] or ''
 if mode == 'mirror' then wid = ARGV[27] or '' end
-local fence = info['fence'] or '0'
+local token = info['fence'] or '0'
 if mode ~= 'mirror' and wid ~= '' and info['wid'] == wid then
   -- this very write landed and its reply was lost: answer as the write did
   return {'ok', current, info['base_version'], info['base_bytes'], info['growth_bytes'],
-    info['rewrite_bytes'], info['chain_len'], info['carriers'] or '', fence}
+    info['rewrite_bytes'], info['chain_len'], info['carriers'] or '', token}
 end
-if mode ~= 'mirror' and ARGV[18] ~= '0' and ARGV[19] ~= '1' and ARGV[18] ~= fence then
-  return {'fenced', fence}  -- a holder whose lease was taken over: nothing is written
+if mode ~= 'mirror' and ARGV[18] ~= '0' and ARGV[19] ~= '1' and ARGV[18] ~= token then
+  return {'fenced', token}  -- a holder whose lease was taken over: nothing is written
 end
 if mode == 'mirror' then
   redis.call('HDEL', run, 'lease:' .. ARGV[18])
@@ -102,19 +102,19 @@ else redis.call('HDEL', run, 'node_id') end
 if ARGV[13] == '' then redis.call('HDEL', run, 'expires_at')
 else redis.call('HSET', run, 'expires_at', ARGV[13]) end
 if mode == 'mirror' then
-  if ARGV[18] ~= '0' then fence = ARGV[18] end  -- the token SQL holds
+  if ARGV[18] ~= '0' then token = ARGV[18] end  -- the token SQL holds
 elseif ARGV[19] == '1' then
   do  -- past every token before, also those a restart without persistence forgot
     local t = redis.call('TIME')
     local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    fence = string.format('%.0f', math.max((tonumber(fence) or 0) + 1, now_ms))
+    token = string.format('%.0f', math.max((tonumber(token) or 0) + 1, now_ms))
   end
 end
-redis.call('HSET', run, 'fence', fence)
+redis.call('HSET', run, 'fence', token)
 if (ARGV[19] == '1' or ARGV[18] ~= '0') and ARGV[20] ~= '' then
   if ARGV[20] == '0' then redis.call('HDEL', run, 'lease_until')
   else redis.call('HSET', run, 'lease_until', ARGV[20]) end
 end
 set_ttl({run, rows, hist, full}, ARGV[12])
 if ARGV[16] == '1' then redis.call('ZADD', KEYS[5], ARGV[11], ARGV[2]) end
-return {'ok', v, bv, bb, gb, rb, len, cs, fence}
+return {'ok', v, bv, bb, gb, rb, len, cs, token}
