@@ -89,6 +89,13 @@ class Renewer:
         self.loop.close()
 
 
+def _preload() -> None:
+    try:
+        import tether.stores.registry  # noqa: F401
+    except Exception:  # reported by the renewal that needs it
+        pass
+
+
 def main() -> None:
     lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
     threading.Thread(target=_read, args=(lines,), daemon=True).start()
@@ -96,6 +103,8 @@ def main() -> None:
     if first is None:
         return
     parent = int(first["parent"])
+    # the first renewal is due a third of a lease from now: import the stores meanwhile
+    threading.Thread(target=_preload, daemon=True).start()
     held: dict[str, dict[str, Any]] = {}
     renewer: Renewer | None = None
     try:

@@ -217,23 +217,27 @@ class Runner:
         ctx = run.ctx
         cut = [sid for sid, t in runtime_get(ctx, "todo", {}).items() if t.get("status") == "running"]
         for sid in cut:
-            run.record(
-                "interrupted", sid, log=True, publish=False, reason="its process stopped during the step"
-            )
+            reason = "its process stopped during the step"
+            run.record("interrupted", sid, log=True, publish=False, reason=reason)
+        if not cut:  # no step had recorded its start: the one after this node was cut
+            reason = "its process stopped"
+            run.record("interrupted", None, log=True, publish=False, reason=reason, after=ctx.node_id)
+            settled, skipped = self._settled(run)
+            route = runtime_get(ctx, ROUTE)
+            nxt = run.workflow.next_step(settled, skipped, hint=0, route=route)
+            cut = [nxt.id] if nxt is not None else []
+            run.settled_cache = None
+        for sid in cut:
             run.record(
                 "side_effects_unconfirmed",
                 sid,
                 log=True,
                 token=token,
                 reason=(
-                    f"the runner holding lease token {token} stopped during this step; side effects it "
-                    "ran after its last checkpoint, or runs if it wakes before its next write is refused, "
-                    "are unconfirmed: check them before relying on this step's outcome"
+                    f"the runner holding lease token {token} stopped in this step (or before it); side "
+                    "effects it ran after its last checkpoint, or runs if it wakes before its next write "
+                    "is refused, are unconfirmed: check them before relying on this step's outcome"
                 ),
-            )
-        if not cut:  # no step had recorded its start: the one after this node was cut
-            run.record(
-                "interrupted", None, log=True, publish=False, reason="its process stopped", after=ctx.node_id
             )
 
     def _new_run(self, ctx: ExecutionContext) -> Drive:

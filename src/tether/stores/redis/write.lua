@@ -26,7 +26,7 @@ if mode ~= 'mirror' and ARGV[18] ~= '0' and ARGV[19] ~= '1' and ARGV[18] ~= toke
   return {'fenced', token}  -- a holder whose lease was taken over: nothing is written
 end
 if mode == 'mirror' then
-  redis.call('HDEL', run, 'lease:' .. ARGV[18])
+  redis.call('HDEL', run, 'lease:' .. ARGV[21])
   epoch = server_epoch()
   if tonumber(ARGV[3]) ~= current or (current > 0 and info['epoch'] ~= epoch) then
     drop(KEYS)
@@ -44,7 +44,7 @@ if current == 0 and kind ~= 'full' then return {'missing', 0} end
 local v = current + 1
 local bv, bb, gb, rb, len
 if mode == 'mirror' then
-  bv, bb, gb, rb, len = ARGV[19], ARGV[20], ARGV[21], ARGV[22], ARGV[23]
+  bv, bb, gb, rb, len = ARGV[22], ARGV[23], ARGV[24], ARGV[25], ARGV[26]
 elseif kind == 'full' then
   bv, bb, gb, rb, len = v, #payload, 0, 0, 0
 else
