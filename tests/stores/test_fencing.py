@@ -126,6 +126,9 @@ async def test_release_clears_the_deadline_and_keeps_the_token(store):
     await store.commit(ctx, status=RunStatus.COMPLETED, fence=fence)
     info = await store.get_run(run_id)
     assert info.lease_until is None and info.fence == fence.token
+    with pytest.raises(LeaseLost):  # a late heartbeat does not revive a released lease
+        await store.renew_lease(run_id, fence.token, time.time() + 30)
+    assert (await store.get_run(run_id)).lease_until is None
 
 
 async def test_tokens_increase_across_take_overs_and_a_reopened_store(make_store, backend):

@@ -524,7 +524,8 @@ class SqlBackend(abc.ABC):
     async def renew_lease(self, run_id: str, fence: int, until: float) -> None:
         changed = await self._in_tx(
             lambda tx: tx.run(
-                "UPDATE tether_runs SET lease_until = ? WHERE run_id = ? AND fence = ?",
+                "UPDATE tether_runs SET lease_until = ? "
+                "WHERE run_id = ? AND fence = ? AND lease_until IS NOT NULL",
                 (until, run_id, fence),
             ),
             write=True,
@@ -532,7 +533,7 @@ class SqlBackend(abc.ABC):
         if changed:
             return
         rows = await self._query("SELECT fence, lease_until FROM tether_runs WHERE run_id = ?", (run_id,))
-        if not rows or int(rows[0][0]) != fence:
+        if not rows or int(rows[0][0]) != fence or rows[0][1] is None:  # (None: released)
             raise LeaseLost(run_id, held=fence, current=int(rows[0][0]) if rows else 0)
         # (MySQL counts a row whose value did not change as unchanged: the lease is this one's)
 

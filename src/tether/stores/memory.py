@@ -192,7 +192,7 @@ class MemoryBackend:
     async def renew_lease(self, run_id: str, fence: int, until: float) -> None:
         with self._lock:
             run = self._live(run_id)
-            if run is None or run.fence != fence:
+            if run is None or run.fence != fence or run.lease_until is None:  # (None: released)
                 raise LeaseLost(run_id, held=fence, current=run.fence if run else 0)
             run.lease_until, run.made = until, None
 
