@@ -52,7 +52,9 @@ LEASE_TTL = 30.0
 class Subject:
     """One run committed step after step, with or without a lease token."""
 
-    def __init__(self, store: CheckpointStore, name: str, state_bytes: int, seed: int, *, fenced: bool) -> None:
+    def __init__(
+        self, store: CheckpointStore, name: str, state_bytes: int, seed: int, *, fenced: bool
+    ) -> None:
         self.store = store
         self.rng = random.Random(seed)
         self.ctx = ExecutionContext(
@@ -122,7 +124,9 @@ async def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backends", default=",".join(URLS), help="comma-separated: " + ", ".join(URLS))
     parser.add_argument("--quick", action="store_true", help="one short run: checks the script works")
     parser.add_argument("--state-kb", type=int, default=100, help="each run's state to start with (KB)")

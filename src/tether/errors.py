@@ -261,11 +261,14 @@ class LeaseLost(TetherError):
     """
 
     def __init__(self, run_id: str, *, held: int, current: int) -> None:
+        if current:
+            what = f"was taken over (the run's token is now {current}); another runner executes it now"
+        else:
+            what = "ended: the run is gone (deleted, or expired) or its lease was released"
         super().__init__(
-            f"run {run_id!r}: this process's lease (token {held}) was taken over (the run's token "
-            f"is now {current}); another runner executes the run now, so this one stopped without "
-            "recording anything. Nothing to do here; if this happens often, make the lease longer "
-            "than the stalls of this process (lease_ttl) or keep its heartbeat running"
+            f"run {run_id!r}: this process's lease (token {held}) {what}, so this process stopped "
+            "without recording anything. Nothing to do here; if it happens often, make the lease "
+            "longer than this process's stalls (lease_ttl) and keep its heartbeat running"
         )
         self.run_id = run_id
         self.held = held

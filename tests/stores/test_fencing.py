@@ -134,7 +134,7 @@ async def test_release_clears_the_deadline_and_keeps_the_token(store):
 async def test_tokens_increase_across_take_overs_and_a_reopened_store(make_store, backend):
     """Every take-over gets a greater token, also from a store opened again."""
     if backend == "memory":
-        pytest.skip("a memory store keeps nothing once closed")  # (named: it would, but it is one process)
+        pytest.skip("a memory store lives in one process: there is nothing to reopen")
     run_id = new_id()
     tokens = []
     async with make_store() as store:
