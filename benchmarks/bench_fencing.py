@@ -33,7 +33,8 @@ from harness import Report, ainterleave, corpus
 
 from tether.state.context import ExecutionContext
 from tether.state.reducers import default_registry
-from tether.stores.base import CheckpointStore, Fence
+from tether.stores.base import CheckpointStore
+from tether.stores.fencing import Fence
 from tether.stores.registry import create_store
 
 URLS: dict[str, str] = {

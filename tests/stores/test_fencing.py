@@ -11,7 +11,7 @@ from tests.stores.conftest import new_id
 from tether.errors import LeaseLost, VersionConflict
 from tether.state import ExecutionContext, RunStatus, default_registry
 from tether.stores import CheckpointStore
-from tether.stores.base import Fence
+from tether.stores.fencing import Fence
 
 REDUCERS = default_registry().register("items", "append")
 

@@ -38,7 +38,8 @@ from tether.runtime.report import FailureReport
 from tether.runtime.workflow import Workflow
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus
 from tether.state.reserved import runtime_get, runtime_update
-from tether.stores.base import CheckpointStore, Fence
+from tether.stores.base import CheckpointStore
+from tether.stores.fencing import Fence
 
 __all__ = ["Drive", "DriveSettings", "RunResult", "Stop", "reason_of"]
 

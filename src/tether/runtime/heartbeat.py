@@ -17,6 +17,8 @@ is renewed by a task on the runner's event loop instead, which a blocked loop st
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import json
 import logging
 import os
@@ -89,6 +91,20 @@ class _Sidecar:
                     self._proc = None
         return False
 
+    def close(self) -> None:
+        """At exit: close the pipe (the sidecar exits on it) and reap the process."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if proc.stdin is not None:
+                proc.stdin.close()
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
     def hold(self, run_id: str, token: int, ttl: float, url: str, options: dict[str, Any]) -> Beat | None:
         hold = {"hold": run_id, "token": token, "ttl": ttl, "url": url, "options": options}
         if not self.send(hold):
@@ -119,6 +135,7 @@ def _sidecar() -> _Sidecar:
     sidecar = _SIDECARS.get(pid)
     if sidecar is None:
         sidecar = _SIDECARS[pid] = _Sidecar()
+        atexit.register(sidecar.close)
     return sidecar
 
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Backend",
+    "BackendSettings",
     "Capabilities",
     "InlineLatest",
     "LatestCache",
@@ -182,6 +183,19 @@ class InlineLatest(Protocol):
         """``(version, payload)`` of the latest chain, read at once (``[]``: nothing
         stored), or None when :meth:`Backend.read_chain` must be awaited for it."""
         ...
+
+
+class BackendSettings:
+    """For a store whose backend has settings worth reading on the store (``store.path``,
+    ``store.checkpoint_bytes``, ``store.prefix``…): unknown public attributes are the
+    backend's. Not on :class:`CheckpointStore` itself: a class with ``__getattr__`` reads
+    every attribute the slow way, its own ones on the commit path too."""
+
+    def __getattr__(self, name: str) -> Any:
+        backend = self.__dict__.get("_backend")
+        if name.startswith("_") or backend is None:  # (not yet set, while unpickling)
+            raise AttributeError(name)
+        return getattr(backend, name)
 
 
 HINTS_MAX = 4096

@@ -14,7 +14,6 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from types import MethodType
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -27,18 +26,17 @@ from tether.state.values import check_run_id, check_value
 from tether.stores._chain import ChainEngine, Known, Plan, StaleSeal, Write, known_kept
 from tether.stores._retry import RetryPolicy, retry_call
 from tether.stores.backend import Backend, Capabilities, InlineLatest, LatestCache, StoredRow, remember
+from tether.stores.fencing import Fence, LeaseOperations, arm, landed
 from tether.stores.policies import CompactionPolicy, ExpiryPolicy
 from tether.stores.runs import RunOperations
 
 __all__ = [
     "STORE_OPTIONS",
     "Backend",
-    "BackendSettings",
     "Capabilities",
     "CheckpointStore",
     "CompactionPolicy",
     "ExpiryPolicy",
-    "Fence",
     "RetryPolicy",
     "StaleSeal",
     "StoredRow",
@@ -59,38 +57,7 @@ def split_store_options(options: dict[str, Any]) -> dict[str, Any]:
     return {k: options.pop(k) for k in STORE_OPTIONS if k in options}
 
 
-@dataclass(slots=True)
-class Fence:
-    """A lease holder's side of fencing, passed to each of its writes (``commit(fence=)``).
-
-    Its first write takes a new lease: the store records a token greater than any the run
-    had, in the same atomic write, and ``token`` becomes it. Every later write, and every
-    renewal, is accepted only while ``token`` is still the run's current one: a holder that
-    stalled while another took the run over gets :class:`~tether.errors.LeaseLost` and
-    writes nothing.
-    """
-
-    token: int = 0
-    """The lease token held; 0 until a write takes one."""
-    until: float | None = None
-    """The lease deadline the next write stores in the run record (then None again): a
-    POSIX time to extend it, 0 to release the lease, None to leave it."""
-
-
-class BackendSettings:
-    """For a store whose backend has settings worth reading on the store (``store.path``,
-    ``store.checkpoint_bytes``, ``store.prefix``…): unknown public attributes are the
-    backend's. Not on :class:`CheckpointStore` itself: a class with ``__getattr__`` reads
-    every attribute the slow way, its own ones on the commit path too."""
-
-    def __getattr__(self, name: str) -> Any:
-        backend = self.__dict__.get("_backend")
-        if name.startswith("_") or backend is None:  # (not yet set, while unpickling)
-            raise AttributeError(name)
-        return getattr(backend, name)
-
-
-class CheckpointStore(RunOperations):
+class CheckpointStore(RunOperations, LeaseOperations):
     """Durable, versioned checkpoints of runs, on a :class:`Backend`. Async; one instance
     per event loop.
 
@@ -150,21 +117,6 @@ class CheckpointStore(RunOperations):
     public_url: str | None = None
     """The URL the store was opened from, without credentials (``open_store`` sets it): what
     names its database for things kept beside it, such as an agent's artefacts."""
-
-    _opened_from: tuple[str, dict[str, Any]] | None = None
-
-    def opened_from(self) -> tuple[str, dict[str, Any]] | None:
-        """The URL (credentials included) and plain options this store was opened from, for
-        a helper process that opens the same database (the lease heartbeat sidecar); None
-        when another process cannot open it (an in-memory store, one built without a URL).
-        Secret: never log it."""
-        return self._opened_from
-
-    def remember_url(self, url: str, options: Mapping[str, Any]) -> None:
-        """Record what :meth:`opened_from` answers (``create_store`` calls it). Options that
-        are not plain values (a codec, a client) are left out: a renewal needs none."""
-        plain = (str, int, float, bool, type(None))
-        self._opened_from = (url, {k: v for k, v in options.items() if isinstance(v, plain)})
 
     @property
     def backend(self) -> Backend:
@@ -295,9 +247,7 @@ class CheckpointStore(RunOperations):
         stores nothing; else they land now. What was recorded since follows at the next
         version, in the same call.
 
-        ``fence``: the write of a lease holder (see :class:`Fence`): it takes the lease when
-        the fence holds no token yet, else it lands only while the token is the run's
-        current one (:class:`~tether.errors.LeaseLost`, nothing written).
+        ``fence``: a lease holder's write (see :class:`Fence`): a take, or fenced by its token.
         """
         meta = dict(metadata) if metadata else {}
         meta_dated = bool(meta) and check_value(meta, key="metadata")
@@ -326,8 +276,7 @@ class CheckpointStore(RunOperations):
             )
             tail = known.tail if not changes.write_id else None  # a retry: the rows are not known
             write = plan.write
-            if fence is not None:
-                write.fence, write.take, write.lease_until = fence.token, not fence.token, fence.until
+            arm(fence, write)
             try:
                 version, chain = await self._write_retried(write)
             except StaleSeal:
@@ -339,8 +288,7 @@ class CheckpointStore(RunOperations):
             ctx.restore_changes(changes._replace(write_id=write_id))
             raise
         ctx.saved(version, datetimes=plan.walked)
-        if fence is not None:
-            fence.token, fence.until = write.fence, None
+        landed(fence, write)
         remember(
             self._chains_seen, changes.run_id, engine.after(plan, version, chain, tail, known.tail_bytes)
         )
@@ -357,14 +305,6 @@ class CheckpointStore(RunOperations):
                 fence=fence,
             )
         return version
-
-    async def renew_lease(self, run_id: str, token: int, until: float) -> None:
-        """A lease holder's heartbeat: the run's lease deadline becomes ``until`` (POSIX
-        time), only while ``token`` is the run's current lease token (else
-        :class:`~tether.errors.LeaseLost`). No new version; retried when the store is
-        unavailable (a renewal that landed twice changes nothing)."""
-        check_run_id(run_id)
-        await self._retried(lambda: self._backend.renew_lease(run_id, token, until))
 
     async def _known_for(self, changes: Changes) -> Known:
         """What the run record says of the chain ``changes`` follow (nothing kept of it)."""

@@ -36,8 +36,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tether.errors import ConfigError, RunNotFound, RunNotPaused, StoreError, VersionConflict
 from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
 from tether.stores._chain import Write
-from tether.stores.backend import Backend, Capabilities, StoredRow
-from tether.stores.base import BackendSettings, CheckpointStore, split_store_options
+from tether.stores.backend import Backend, BackendSettings, Capabilities, StoredRow
+from tether.stores.base import CheckpointStore, split_store_options
 from tether.stores.redis import RedisBackend, RedisCache, RedisStore
 
 __all__ = ["TieredBackend", "TieredStore"]

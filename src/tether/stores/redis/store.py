@@ -34,8 +34,8 @@ from tether.errors import (
 )
 from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
 from tether.stores._chain import StaleSeal, Write
-from tether.stores.backend import Capabilities, StoredRow
-from tether.stores.base import BackendSettings, CheckpointStore, split_store_options
+from tether.stores.backend import BackendSettings, Capabilities, StoredRow
+from tether.stores.base import CheckpointStore, split_store_options
 from tether.stores.redis.keyspace import Chain, Keyspace
 from tether.stores.redis.records import chain_stats, checkpoint_info, run_info, stored_row, versions
 
