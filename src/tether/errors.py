@@ -19,6 +19,7 @@ Split by who is at fault, so callers can decide what to do without parsing messa
       + DecryptionError      encrypted with another key, or tampered with
     + RunExists              a run with that id is already stored
   x RunInProgress            another live runner holds the run's lease
+  x LeaseLost                a holder's write refused: another runner took its lease over
   x ModelError               a model call failed
     + ModelUnavailable       network, 5xx, rate limit after retries: transient
     + ModelOutputError       unparsable or invalid reply: fed back to the model
@@ -51,6 +52,7 @@ __all__ = [
     "ContextError",
     "DecryptionError",
     "InvalidStateValue",
+    "LeaseLost",
     "ApprovalRequired",
     "CommandRefused",
     "CommandTimeout",
@@ -246,6 +248,31 @@ class RunInProgress(TetherError):
         )
         self.run_id = run_id
         self.owner = owner
+
+
+class LeaseLost(TetherError):
+    """A lease holder's write was refused: the run's lease token is no longer the one it
+    holds (it stalled past its lease, and another runner took the run over).
+
+    Checked inside the store's atomic write, so nothing of the refused write landed. The
+    holder must stop at once without writing anything more: the run is the new holder's.
+    ``held`` is the token this holder had, ``current`` the run's token now (0 when the run
+    is gone).
+    """
+
+    def __init__(self, run_id: str, *, held: int, current: int) -> None:
+        if current:
+            what = f"was taken over (the run's token is now {current}); another runner executes it now"
+        else:
+            what = "ended: the run is gone (deleted, or expired) or its lease was released"
+        super().__init__(
+            f"run {run_id!r}: this process's lease (token {held}) {what}, so this process stopped "
+            "without recording anything. Nothing to do here; if it happens often, make the lease "
+            "longer than this process's stalls (lease_ttl) and keep its heartbeat running"
+        )
+        self.run_id = run_id
+        self.held = held
+        self.current = current
 
 
 class ModelError(TetherError):

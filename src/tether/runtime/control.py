@@ -62,8 +62,9 @@ async def _runner_stopped(store: CheckpointStore, run_id: str, wait: float) -> b
     """Whether the live runner released the run within ``wait`` seconds."""
     deadline = time.monotonic() + wait
     while True:
-        cp = await store.load(run_id)
-        if cp is None or lease_is_dead(runtime_get(cp.state, "lease")):
+        cp, info = await store.load(run_id), await store.get_run(run_id)
+        until = info.lease_until if info else None  # (renewed by the runner's heartbeat)
+        if cp is None or lease_is_dead(runtime_get(cp.state, "lease"), until=until):
             return True
         if time.monotonic() >= deadline:
             return False
@@ -77,7 +78,8 @@ async def record_pause_reason(store: CheckpointStore, run_id: str, reason: str) 
         ctx = await store.load_context(run_id)
         if ctx is None:
             raise RunNotFound(run_id)
-        if not lease_is_dead(runtime_get(ctx, "lease")):
+        info = await store.get_run(run_id)
+        if not lease_is_dead(runtime_get(ctx, "lease"), until=info.lease_until if info else None):
             return False  # resumed meanwhile: the runner's state is not ours to write
         upgrade_context(ctx)  # a run stored by an earlier tether: its keys move first
         ctx.merge(runtime_update(pause_reason=reason))

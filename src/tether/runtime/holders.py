@@ -59,18 +59,23 @@ class Holder:
         }
 
 
-def holder_of(lease: Any, *, now: float | None = None) -> Holder | None:
-    """The holder a lease names, or None when no live process holds it."""
+def holder_of(lease: Any, *, now: float | None = None, until: float | None = None) -> Holder | None:
+    """The holder a lease names, or None when no live process holds it. ``until``: the
+    deadline a heartbeat renewed in the run record (``RunInfo.lease_until``), later than the
+    one the lease itself was written with."""
     at = time.time() if now is None else now
-    if lease_is_dead(lease, now=at):
+    if lease_is_dead(lease, now=at, until=until):
         return None
     renewed = lease.get("renewed_at")
+    expires = float(lease.get("expires_at", 0))
+    if isinstance(renewed, int | float) and until is not None and until > expires:
+        renewed = until - (expires - renewed)  # a heartbeat renewed it for the same length
     return Holder(
         owner=str(lease.get("owner", "")),
         host=str(lease.get("host", "")),
         pid=int(lease.get("pid", 0)),
         age=max(0.0, at - float(renewed)) if isinstance(renewed, int | float) else None,
-        expires_in=max(0.0, float(lease.get("expires_at", 0)) - at),
+        expires_in=max(0.0, max(expires, until or 0.0) - at),
     )
 
 
@@ -84,7 +89,7 @@ async def held_by(store: CheckpointStore, info: RunInfo) -> tuple[RunStatus, Hol
         cp = await store.load(info.run_id)
     except CheckpointCorrupt:
         return info.status, None  # unreadable here: as stored, holder unknown
-    holder = None if cp is None else holder_of(runtime_get(cp.state, "lease"))
+    holder = None if cp is None else holder_of(runtime_get(cp.state, "lease"), until=info.lease_until)
     return (RunStatus.RUNNING if holder is not None else RunStatus.INTERRUPTED), holder
 
 

@@ -1,10 +1,16 @@
 """Leases: which process executes a run now, and whether that process is still alive.
 
-A lease lives in the run's state (the runtime's ``lease``: owner, host, pid, expires_at), so it is
-written in the same atomic commit as the step it covers. A lease is *dead* when its time
-ran out (its holder stopped renewing it) or when it names this host and a pid that no
-longer exists (a crash, a SIGKILL). A RUNNING run whose lease is dead is shown as
-INTERRUPTED: nobody executes it, and ``resume`` takes it over.
+A lease has two halves. Who holds it lives in the run's state (the runtime's ``lease``:
+owner, host, pid, expires_at, drive), written in the same atomic commit as the step it
+covers. Its fencing token and its renewed deadline live in the run record
+(``RunInfo.fence``, ``RunInfo.lease_until``): the token is taken with the lease and checked
+inside every write of the holder (see ``runtime/drive.py``), the deadline moves with each
+heartbeat (``runtime/heartbeat.py``) without a new version.
+
+A lease is *dead* when its time ran out (its holder stopped renewing it: a crash, a
+SIGSTOP, a lost machine) or when it names this host and a pid that no longer exists (a
+SIGKILL). A RUNNING run whose lease is dead is shown as INTERRUPTED: nobody executes it,
+and ``resume`` takes it over with a new token, which fences the old holder out.
 """
 
 from __future__ import annotations
@@ -56,11 +62,14 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def lease_is_dead(lease: Any, *, now: float | None = None) -> bool:
-    """No live process holds this lease (None or malformed counts as dead)."""
+def lease_is_dead(lease: Any, *, now: float | None = None, until: float | None = None) -> bool:
+    """No live process holds this lease (None or malformed counts as dead). ``until``: the
+    deadline its heartbeats renewed in the run record (``RunInfo.lease_until``), which
+    outlives the one written in the state when a step runs long."""
     if not isinstance(lease, dict):
         return True
-    if lease.get("expires_at", 0) <= (time.time() if now is None else now):
+    deadline = max(float(lease.get("expires_at", 0) or 0), until or 0.0)
+    if deadline <= (time.time() if now is None else now):
         return True  # its holder stopped renewing it
     if lease.get("host") != HOST:
         return False
@@ -70,11 +79,12 @@ def lease_is_dead(lease: Any, *, now: float | None = None) -> bool:
     return not pid_alive(pid)
 
 
-def check_lease(run_id: str, lease: Any, *, owner: str, force: bool) -> None:
-    """Raise :class:`RunInProgress` unless the run may be taken over by ``owner``."""
-    if force or lease_is_dead(lease):
+def check_lease(run_id: str, lease: Any, *, owner: str, force: bool, until: float | None = None) -> None:
+    """Raise :class:`RunInProgress` unless the run may be taken over by ``owner``
+    (``until``: the renewed deadline, as :func:`lease_is_dead` takes it)."""
+    if force or lease_is_dead(lease, until=until):
         return
-    left = lease.get("expires_at", 0) - time.time()
+    left = max(float(lease.get("expires_at", 0) or 0), until or 0.0) - time.time()
     raise RunInProgress(run_id, str(lease.get("owner")), f" (lease expires in {left:.0f}s)")
 
 
@@ -87,7 +97,7 @@ async def live_status(store: CheckpointStore, info: RunInfo) -> RunStatus:
         cp = await store.load(info.run_id)
     except CheckpointCorrupt:
         return info.status  # unreadable here (damaged, or written by a newer tether): as stored
-    if cp is None or lease_is_dead(runtime_get(cp.state, "lease")):
+    if cp is None or lease_is_dead(runtime_get(cp.state, "lease"), until=info.lease_until):
         return RunStatus.INTERRUPTED
     return RunStatus.RUNNING
 

@@ -13,11 +13,16 @@ for a decision instead. A live lease held by another runner makes ``start``/``re
 raise :class:`RunInProgress`; a lease whose process is gone (same host) or whose time
 ran out is taken over.
 
-Every exit from a drive leaves the run consistent (see ``runtime/stops.py``): a step
+Every exit from a drive leaves the run consistent (see ``runtime/drive.py``): a step
 value the state refuses is a DATA failure with a report; cancellation, Ctrl-C and
 errors of the runner's own hooks commit INTERRUPTED; a PAUSED or CANCELLED status stored
 by another process is adopted at the next step boundary; a store that fails a commit
-pauses the run. The lease is released in every case.
+pauses the run. The lease is released in every case, but one: a runner whose lease was
+taken over (it stalled past it) gets :class:`~tether.errors.LeaseLost` from ``start`` /
+``resume`` and writes nothing more, since the run is another runner's now.
+
+Every write of a drive carries its lease's fencing token, and a heartbeat renews the lease
+while a step runs (``runtime/heartbeat.py``), so a step may last far longer than the lease.
 """
 
 from __future__ import annotations
@@ -32,12 +37,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from tether.errors import RunExists, RunInProgress, RunNotFound, RunNotPaused, StoreError, VersionConflict
+from tether.errors import LeaseLost, RunExists, RunInProgress, RunNotFound, RunNotPaused, VersionConflict
 from tether.runtime.attempts import StepTimeout, attempt_step
-from tether.runtime.drive import Drive, RunResult, Stop, interrupt, outside_status, store_failed
+from tether.runtime.drive import Drive, DriveSettings, RunResult, Stop
 from tether.runtime.events import Event
 from tether.runtime.failures import Classifier, DataError, FailureKind, GaveUp, finish_kind
-from tether.runtime.lease import ACTIVE_DRIVES, HOST, check_lease, new_lease
+from tether.runtime.lease import HOST, check_lease
 from tether.runtime.report import Decision, DecisionHandler, FailureReport, possible_causes, suggestions_of
 from tether.runtime.workflow import Phase, RetryPolicy, Step, StepContext, Workflow
 from tether.state import ExecutionContext, ReducerRegistry, RunStatus, default_registry
@@ -99,6 +104,11 @@ class Runner:
             the execution history, the event log, pause reasons); default: the process's
             :func:`~tether.tools.redact.default_redactor`, so a database URL's password
             in an exception never reaches the checkpoint.
+        lease_ttl: seconds a lease lasts without renewal: how long a run whose process
+            stopped (SIGSTOP, a lost machine) waits before another runner may take it over.
+            Steps may run far longer: a heartbeat renews the lease every third of it.
+        heartbeat: renew the lease while steps run (a sidecar process; see
+            ``runtime/heartbeat.py``); False only for tests of lease expiry.
     """
 
     def __init__(
@@ -118,6 +128,7 @@ class Runner:
         lease_ttl: float = 600.0,
         store_wait: float = 30.0,
         redact: Callable[[str], str] | None = None,
+        heartbeat: bool = True,
     ) -> None:
         self.workflow = workflow
         self.store = store
@@ -133,6 +144,7 @@ class Runner:
         self.lease_ttl = lease_ttl
         self.store_wait = store_wait
         self.redact: Callable[[str], str] = redact or default_redactor()
+        self.heartbeat = heartbeat
         self.owner = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     # == entry points ===============================================================
@@ -144,18 +156,18 @@ class Runner:
         ctx.merge(
             runtime_update(
                 todo=self._todos(self.workflow.steps, "pending"),
-                lease=self._lease(run),
+                lease=run.lease(),
                 failure_report=None,
                 pending_decision=None,
                 pause_reason=None,
             )
         )
         try:
-            await self.store.commit(ctx, status=RunStatus.RUNNING)
+            await run.take(require=None)
         except VersionConflict as exc:
             info = await self.store.get_run(run_id)
             raise RunExists(run_id, info.status if info else None) from exc
-        self._emit("run_started", run_id, steps=len(self.workflow), workflow=self.workflow.name)
+        run.record("run_started", steps=len(self.workflow), workflow=self.workflow.name)
         return await self._drive(run)
 
     async def run(
@@ -185,33 +197,69 @@ class Runner:
         finished = info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
         if finished or (info.status is RunStatus.FAILED and decision is None):
             return RunResult(run_id=run_id, status=info.status, version=ctx.version, state=ctx.state_view())
-        check_lease(run_id, runtime_get(ctx, "lease"), owner=self.owner, force=force)
+        check_lease(run_id, runtime_get(ctx, "lease"), owner=self.owner, force=force, until=info.lease_until)
         upgrade_context(ctx)  # a run stored by an earlier tether keeps its keys at the top
         run = self._new_run(ctx)
-        ctx.merge(runtime_update(lease=self._lease(run), pause_reason=None))
-        if info.status is RunStatus.RUNNING:  # its process died without a word: say so
-            cut = [sid for sid, t in runtime_get(ctx, "todo", {}).items() if t.get("status") == "running"]
-            for sid in cut:
-                self._log(run, "interrupted", sid, reason="its process stopped during the step")
-            if not cut:  # no step had recorded its start: the one after this node was cut
-                self._log(run, "interrupted", None, reason="its process stopped", after=ctx.node_id)
+        ctx.merge(runtime_update(lease=run.lease(), pause_reason=None))
+        if info.status is RunStatus.RUNNING:  # its holder stopped without a word: say so
+            self._taken_over(run, info.fence)
         try:
-            await self.store.commit(
-                ctx, status=RunStatus.RUNNING, metadata={"resumed": True}, _require_status=info.status
-            )
+            await run.take(require=info.status, metadata={"resumed": True})
         except (VersionConflict, RunNotPaused) as exc:
             raise RunInProgress(run_id, "another runner", " (it resumed first)") from exc
-        executed = ctx.executed_node_ids
-        self._emit("run_resumed", run_id, version=ctx.version, executed=executed, workflow=self.workflow.name)
+        run.record(
+            "run_resumed", version=ctx.version, executed=ctx.executed_node_ids, workflow=self.workflow.name
+        )
         return await self._drive(run, decision=decision)
 
+    def _taken_over(self, run: Drive, token: int) -> None:
+        """Record, in the take-over's commit, what the previous holder left unfinished. Its
+        process may be dead, or only stalled (SIGSTOP, a long pause): then it may go on with
+        its step when it wakes, and what it does until its next write (refused by its old
+        token) is unconfirmed. It cannot write that down itself, so the new holder does."""
+        ctx = run.ctx
+        cut = [sid for sid, t in runtime_get(ctx, "todo", {}).items() if t.get("status") == "running"]
+        for sid in cut:
+            reason = "its process stopped during the step"
+            run.record("interrupted", sid, log=True, publish=False, reason=reason)
+        if not cut:  # no step had recorded its start: the one after this node was cut
+            reason = "its process stopped"
+            run.record("interrupted", None, log=True, publish=False, reason=reason, after=ctx.node_id)
+            settled, skipped = self._settled(run)
+            route = runtime_get(ctx, ROUTE)
+            nxt = run.workflow.next_step(settled, skipped, hint=0, route=route)
+            cut = [nxt.id] if nxt is not None else []
+            run.settled_cache = None
+        for sid in cut:
+            run.record(
+                "side_effects_unconfirmed",
+                sid,
+                log=True,
+                token=token,
+                reason=(
+                    f"the runner holding lease token {token} stopped in this step (or before it); side "
+                    "effects it ran after its last checkpoint, or runs if it wakes before its next write "
+                    "is refused, are unconfirmed: check them before relying on this step's outcome"
+                ),
+            )
+
     def _new_run(self, ctx: ExecutionContext) -> Drive:
-        return Drive(ctx, self.workflow, token=uuid.uuid4().hex[:12])
+        settings = DriveSettings(
+            store=self.store,
+            reducers=self.reducers,
+            owner=self.owner,
+            lease_ttl=self.lease_ttl,
+            store_wait=self.store_wait,
+            redact=self.redact,
+            on_event=self.on_event,
+            heartbeat=self.heartbeat,
+        )
+        return Drive(ctx, self.workflow, settings, uuid.uuid4().hex[:12])
 
     # == the loop ===================================================================
     async def _drive(self, run: Drive, *, decision: Decision | str | None = None) -> RunResult:
-        """Run steps until the run ends; whatever ends it, the run is left consistent."""
-        ACTIVE_DRIVES.add(run.token)
+        """Run steps until the run ends; whatever ends it, the run is left consistent (a
+        lease taken over leaves it to its new holder, untouched)."""
         try:
             try:
                 pending = runtime_get(run.ctx, "pending_decision")
@@ -226,11 +274,14 @@ class Runner:
             except Stop as stopped:
                 stop = stopped
             return await self._finish(run, stop)
+        except LeaseLost as exc:  # another runner holds the run: write nothing more
+            run.lost(exc)
+            raise
         except BaseException as exc:  # cancelled, Ctrl-C, an error in a hook: not stranded
-            await asyncio.shield(interrupt(self, run, exc))
+            await asyncio.shield(run.interrupt(exc))
             raise
         finally:
-            ACTIVE_DRIVES.discard(run.token)
+            run.end()
 
     async def _steps(self, run: Drive) -> None:
         while True:
@@ -259,13 +310,13 @@ class Runner:
             if not step.idempotent:
                 raise self._cut_side_effect(run, step, int(item.get("attempts", 1)))
             first = int(item.get("attempts", 0)) + 1
-        self._emit("step_started", ctx.run_id, step.id, name=step.title)
+        run.record("step_started", step.id, name=step.title)
         sc = StepContext(run_id=ctx.run_id, step=step, state=ctx, workflow=run.workflow)
         began = time.monotonic()
 
         async def mark(attempt: int) -> None:  # the attempt is on record before it runs
             ctx.merge_trusted(runtime_update(todo=self._todos([step], "running", attempt)))
-            await self._commit(run, node_id=ctx.node_id, metadata={"attempt": attempt, "step": step.id})
+            await run.commit(node_id=ctx.node_id, metadata={"attempt": attempt, "step": step.id})
 
         try:
             update = await attempt_step(
@@ -275,9 +326,7 @@ class Runner:
                 first=first,
                 transient=lambda exc: self._transient(step, exc),
                 mark=mark,
-                on_retry=lambda n, exc: self._emit(
-                    "step_retry", ctx.run_id, step.id, attempt=n - 1, error=self.redact(repr(exc))
-                ),
+                on_retry=lambda n, exc: self._retrying(run, step, n, exc),
             )
             if update is not None and not isinstance(update, Mapping):
                 raise StepReturnError(
@@ -290,6 +339,8 @@ class Runner:
                     "its own bookkeeping; rename the key"
                 )
             ctx.merge(dict(update or {}))  # refused values fail here, as the step's failure
+        except LeaseLost:
+            raise  # not the step's failure: the run is another runner's now
         except Exception as exc:
             await self._fail(run, step, exc, sc, start_version)
             return
@@ -311,19 +362,22 @@ class Runner:
         sc.leave_route()  # a routed step leaves the queue in the checkpoint that records it done
         lease = runtime_get(ctx, "lease")
         if not isinstance(lease, dict) or lease.get("expires_at", 0) - time.time() < self.lease_ttl / 2:
-            ctx.merge_trusted(runtime_update(lease=self._lease(run)))
+            ctx.merge_trusted(runtime_update(lease=run.lease()))
         if run.settled_cache is not None:
             run.settled_cache[0].add(step.id)
-        version = await self._commit(run, node_id=step.id, metadata={"node_name": step.title})
+        version = await run.commit(node_id=step.id, metadata={"node_name": step.title})
         run.step = None
-        self._emit("step_done", ctx.run_id, step.id, version=version, attempts=sc.attempt)
+        run.record("step_done", step.id, version=version, attempts=sc.attempt)
         await self._after_checkpoint(run, step, version)
         if sc.finish_requested is not None:
             await self._finish_early(run, step, *sc.finish_requested)
         if sc.pause_requested or step.pause_after:
             reason = sc.pause_requested or f"review after {step.title}"
-            self._emit("pause_requested", ctx.run_id, step.id, reason=reason)
+            run.record("pause_requested", step.id, reason=reason)
             raise Stop(RunStatus.PAUSED, reason=reason)
+
+    def _retrying(self, run: Drive, step: Step, attempt: int, exc: BaseException) -> None:
+        run.record("step_retry", step.id, attempt=attempt - 1, error=self.redact(repr(exc)))
 
     def _transient(self, step: Step, exc: BaseException) -> bool:
         return step.on_error is None and self.classifier.classify(exc) is FailureKind.TRANSIENT
@@ -348,7 +402,7 @@ class Runner:
             restored_version=ctx.version,
             options=[Decision.RETRY, Decision.SKIP, Decision.TAKEOVER, Decision.ABORT],
         )
-        self._log(run, "side_effect_cut", step.id, attempt=attempt)
+        run.record("side_effect_cut", step.id, log=True, publish=False, attempt=attempt)
         ctx.merge(runtime_update(failure_report=report.to_dict(), pending_decision=report.to_dict()))
         return Stop(RunStatus.PAUSED, report, reason=_waiting(report))
 
@@ -359,7 +413,7 @@ class Runner:
         if rest:
             ctx.merge(runtime_update(todo=self._todos(rest, "skipped")))
         ctx.put("final_output", message)
-        self._emit("finish_requested", ctx.run_id, step.id, status=status, message=message)
+        run.record("finish_requested", step.id, status=status, message=message)
         report = None
         if status == "FAILED":  # every FAILED end comes with a report, even without an exception
             report = replace(
@@ -367,26 +421,6 @@ class Runner:
             )
             ctx.merge(runtime_update(failure_report=report.to_dict()))
         raise Stop(RunStatus(status), report)
-
-    # == commits, and what stops a drive from outside ================================
-    async def _commit(
-        self,
-        run: Drive,
-        *,
-        node_id: str | None = None,
-        status: RunStatus = RunStatus.RUNNING,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> int:
-        """Every commit of a live run requires it to be RUNNING still: a PAUSED or
-        CANCELLED status another process stored is adopted here, never overwritten."""
-        try:
-            return await self.store.commit(
-                run.ctx, node_id=node_id, status=status, metadata=metadata, _require_status=RunStatus.RUNNING
-            )
-        except (RunNotPaused, VersionConflict) as exc:
-            raise await outside_status(self, run, exc, node_id, metadata) from exc
-        except StoreError as exc:
-            raise Stop(RunStatus.PAUSED, store_error=exc) from exc
 
     # == failures ===================================================================
     async def _fail(
@@ -396,9 +430,9 @@ class Runner:
         kind = self.classifier.classify(exc)
         logger.info("step %s failed (%s): %r", step.id, kind, exc, extra={"run_id": ctx.run_id})
         shown = self.redact(repr(exc))
-        self._emit("step_failed", ctx.run_id, step.id, failure=str(kind), error=shown, attempts=sc.attempt)
+        run.record("step_failed", step.id, failure=str(kind), error=shown, attempts=sc.attempt)
         events: list[dict[str, Any]] = []
-        rolled, failures = await self._compensate(ctx, step, sc, events)
+        rolled, failures = await self._compensate(run, step, sc, events)
         rolled.append(await self._restore(run, step, start_version, events))
         report = self._report(run, step, exc, kind, sc.attempt, rolled, failures)
         ctx.merge(
@@ -432,8 +466,10 @@ class Runner:
         await self._apply_decision(run, report, choice)
 
     async def _compensate(
-        self, ctx: ExecutionContext, step: Step, sc: StepContext, events: list[dict[str, Any]]
+        self, run: Drive, step: Step, sc: StepContext, events: list[dict[str, Any]]
     ) -> tuple[list[str], list[str]]:
+        """Run the step's compensations, newest first; their events go into ``events`` (the
+        run's log gets them with the failure, after the state is restored)."""
         rolled: list[str] = []
         failures: list[str] = []
         for comp in reversed(sc.compensations):
@@ -443,12 +479,10 @@ class Runner:
             except Exception as exc:
                 shown = self.redact(repr(exc))
                 failures.append(f"{label} FAILED: {shown}")
-                events.append(_record(ctx.run_id, "rollback_failed", step.id, action=label, error=shown))
-                self._emit("rollback_failed", ctx.run_id, step.id, action=label, error=shown)
+                events.append(run.record("rollback_failed", step.id, action=label, error=shown).to_dict())
                 continue
             rolled.append(label)
-            events.append(_record(ctx.run_id, "rollback_action", step.id, action=label))
-            self._emit("rollback_action", ctx.run_id, step.id, action=label)
+            events.append(run.record("rollback_action", step.id, action=label).to_dict())
         return rolled, failures
 
     async def _restore(self, run: Drive, step: Step, start_version: int, events: list[dict[str, Any]]) -> str:
@@ -464,8 +498,7 @@ class Runner:
         after = ctx.node_id or "start"
         label = f"state restored to version {target} (as after '{after}')"
         run.settled_cache = None
-        events.append(_record(ctx.run_id, "state_restored", step.id, version=target))
-        self._emit("state_restored", ctx.run_id, step.id, version=target)
+        events.append(run.record("state_restored", step.id, version=target).to_dict())
         return label
 
     def _report(
@@ -509,8 +542,7 @@ class Runner:
     async def _apply_decision(self, run: Drive, report: FailureReport, choice: Decision) -> None:
         ctx = run.ctx
         step = run.workflow.get(report.item_id)
-        self._log(run, "decision", report.item_id, decision=str(choice))
-        self._emit("decision", ctx.run_id, report.item_id, decision=str(choice))
+        run.record("decision", report.item_id, log=True, decision=str(choice))
         ctx.merge(runtime_update(pending_decision=None))
         if choice is Decision.ABORT:
             raise Stop(RunStatus.CANCELLED, report)
@@ -520,7 +552,7 @@ class Runner:
             return
         if choice is Decision.TAKEOVER and step is not None:  # a person did it: done, with their note
             note = self.redact(report.note)
-            self._log(run, "takeover", step.id, note=note)
+            run.record("takeover", step.id, log=True, publish=False, note=note)
             done = {"node": step.id, "name": step.title, "status": "takeover", "note": note}
             ctx.merge_trusted(
                 {**runtime_update(todo=self._todos([step], "done")), "execution_history": [done]}
@@ -531,7 +563,7 @@ class Runner:
             if choice is not Decision.TAKEOVER:
                 ctx.merge(runtime_update(todo=self._todos([step], status)))
             run.settled_cache = None
-        await self._commit(run, node_id=ctx.node_id, metadata={"decision": str(choice)})
+        await run.commit(node_id=ctx.node_id, metadata={"decision": str(choice)})
 
     async def _replan(self, run: Drive, report: FailureReport) -> bool:
         assert self.replan is not None
@@ -546,10 +578,10 @@ class Runner:
         )
         run.hint = 0
         run.settled_cache = None
-        self._log(run, "replanned", report.item_id, steps=[s.id for s in steps])
+        run.record("replanned", report.item_id, log=True, publish=False, steps=[s.id for s in steps])
         ctx.merge(runtime_update(pending_decision=None))
-        await self._commit(run, node_id=ctx.node_id, metadata={"replanned": True})
-        self._emit("replanned", ctx.run_id, report.item_id, steps=[s.id for s in steps])
+        await run.commit(node_id=ctx.node_id, metadata={"replanned": True})
+        run.record("replanned", report.item_id, steps=[s.id for s in steps])
         return True
 
     # == bookkeeping ================================================================
@@ -561,13 +593,13 @@ class Runner:
         done, skipped = self._settled(run)
         if workflow.phase_settled(step.phase, done, skipped):
             phase = next(p for p in workflow.phases if p.id == step.phase)
-            self._emit("phase_done", ctx.run_id, step.id, phase=phase.id)
+            run.record("phase_done", step.id, phase=phase.id)
             if self.on_phase_complete is not None:
                 update.update(await _maybe_await(self.on_phase_complete(phase, ctx)) or {})
         if update:
             check_user_keys(update, where="a context hook's update")
             ctx.merge(update)
-            await self._commit(run, node_id=step.id, metadata={"context_hook": True})
+            await run.commit(node_id=step.id, metadata={"context_hook": True})
 
     async def _finish(self, run: Drive, stop: Stop) -> RunResult:
         """Commit the status the drive ends with, the lease released (unless another
@@ -576,19 +608,19 @@ class Runner:
             reason = stop.reason if stop.status is RunStatus.PAUSED else None
             run.ctx.merge(runtime_update(lease=None, pause_reason=reason))
             try:
-                await self._commit(run, status=stop.status)
+                await run.commit(status=stop.status)
                 break
             except Stop as outside:
                 stop = outside
         if stop.store_error is not None:
-            return await store_failed(self, run, stop.store_error)
+            return await run.store_failed(stop.store_error)
         ctx, status = run.ctx, stop.status
         kind = {
             RunStatus.COMPLETED: "completed",
             RunStatus.PAUSED: "paused",
             RunStatus.CANCELLED: "cancelled",
         }
-        self._emit(kind.get(status, "failed"), ctx.run_id, version=ctx.version, reason=stop.reason)
+        run.record(kind.get(status, "failed"), version=ctx.version, reason=stop.reason)
         return RunResult(
             run_id=ctx.run_id, status=status, version=ctx.version, state=ctx.state_view(), report=stop.report
         )
@@ -597,28 +629,6 @@ class Runner:
         return {
             s.id: {"name": s.title, "phase": s.phase, "status": status, "attempts": attempts} for s in steps
         }
-
-    def _lease(self, run: Drive) -> dict[str, Any]:
-        return {**new_lease(self.owner, self.lease_ttl), "drive": run.token}
-
-    def _event(self, run: Drive, kind: str, step: str | None = None, **detail: Any) -> Event:
-        return Event(kind=kind, run_id=run.ctx.run_id, step=step, detail=detail)
-
-    def _log(self, run: Drive, kind: str, step: str | None = None, **detail: Any) -> None:
-        """Append to the run's event log (checkpointed with its next commit)."""
-        run.ctx.merge_trusted(runtime_update(event_log=[_record(run.ctx.run_id, kind, step, **detail)]))
-
-    def _emit(self, event: str, run_id: str, step: str | None = None, **detail: Any) -> None:
-        if self.on_event is None:
-            return
-        try:
-            self.on_event(Event(kind=event, run_id=run_id, step=step, detail=detail))
-        except Exception:  # a broken progress view must not strand the run
-            logger.warning("on_event subscriber failed on %r; skipped", event, exc_info=True)
-
-
-def _record(run_id: str, kind: str, step: str | None = None, **detail: Any) -> dict[str, Any]:
-    return Event(kind=kind, run_id=run_id, step=step, detail=detail).to_dict()
 
 
 def _waiting(report: FailureReport) -> str:

@@ -174,7 +174,7 @@ class Executor:
             allowed = self.options(run_id, cp.state, pending.get("options") or [])
             if decision not in allowed:
                 raise ConfigError(f"{decision!r} is not offered here; choose one of {allowed}")
-        self._check_lease(run_id, runtime_get(cp.state, "lease"))
+        self._check_lease(run_id, runtime_get(cp.state, "lease"), until=info.lease_until)
         if self.dispatcher is not None and isinstance(cp.state.get(WORKFLOW_KEY), str):
             queue = cp.state.get(QUEUE_KEY)
             await self.dispatcher.enqueue(
@@ -347,6 +347,7 @@ class Executor:
             )
         return None
 
-    def _check_lease(self, run_id: str, lease: Any) -> None:
-        """Refuse a run that another live process is executing (its lease is fresh)."""
-        check_lease(run_id, lease, owner=self.owner, force=False)
+    def _check_lease(self, run_id: str, lease: Any, *, until: float | None = None) -> None:
+        """Refuse a run that another live process is executing (its lease is fresh, or a
+        heartbeat renewed it until ``until``)."""
+        check_lease(run_id, lease, owner=self.owner, force=False, until=until)

@@ -216,6 +216,10 @@ class RunInfo:
     updated_at: dt.datetime
     expires_at: dt.datetime | None
     chain: ChainStats = field(default_factory=ChainStats)
+    fence: int = 0
+    """The token of the run's latest lease (0: never leased): only its holder may write."""
+    lease_until: float | None = None
+    """The latest lease's deadline as its holder last renewed it (POSIX time; None: released)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

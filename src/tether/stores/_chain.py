@@ -19,16 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import ormsgpack
 
 from tether.errors import (
     CheckpointCorrupt,
-    RunExpired,
-    RunNotFound,
-    RunNotPaused,
-    VersionConflict,
 )
 from tether.state.context import Changes
 from tether.state.model import (
@@ -42,6 +38,7 @@ from tether.state.model import (
 )
 from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
 from tether.state.values import check_value
+from tether.stores._checks import RunHead, check_write, next_fence
 from tether.stores._segment import apply_ops, apply_segment, pack_segment, segment_length, split_segment
 from tether.stores.policies import CompactionPolicy
 
@@ -62,6 +59,7 @@ __all__ = [
     "full_payload",
     "known_kept",
     "lone_full",
+    "next_fence",
 ]
 
 STATUS_OF: dict[Any, RunStatus] = {s.value: s for s in RunStatus}
@@ -106,6 +104,17 @@ class Write:
     ``sealed``, empty payload). The backend checks that row holds a delta or a segment and
     none up to the new one is full, and raises :class:`StaleSeal` (changing nothing)
     otherwise."""
+    fence: int = 0
+    """A lease holder's write: the token it holds, accepted only while it is the run's
+    current one (:class:`LeaseLost` otherwise, checked with the version). 0: a write of no
+    holder (a plain store user, a CLI edit), which fencing leaves alone. With ``take``, the
+    backend sets it to the token it stored."""
+    take: bool = False
+    """This write takes a new lease on the run: the backend stores a token greater than any
+    the run had (:func:`next_fence`) in the same atomic write and sets ``fence`` to it."""
+    lease_until: float | None = None
+    """With a holder's write, the lease deadline to store in the run record: None leaves it,
+    0 clears it (the holder released the run)."""
 
     def chain_after(self, prev: ChainStats, version: int) -> ChainStats:
         """The run's chain statistics once this write is version ``version``."""
@@ -123,44 +132,6 @@ class Write:
 class StaleSeal(Exception):
     """A segment write found other rows than those it packs (another process pruned the
     run meanwhile): the save is retried as a plain delta. Internal."""
-
-
-class RunHead(Protocol):
-    """What :func:`check_write` reads of a run record (a ``RunInfo``, or a backend's own)."""
-
-    @property
-    def version(self) -> int: ...
-    @property
-    def status(self) -> RunStatus: ...
-
-
-def check_write(
-    w: Write, info: RunHead | None, *, expired: bool = False, write_id: str | None = None
-) -> bool:
-    """Judge ``w`` against the run record it would follow (``info``, None when absent),
-    inside the backend's atomic section: True when this very write already landed (its
-    reply was lost; ``write_id`` is the one stored with the run), False to go ahead.
-
-    Raises RunExpired / RunNotFound when the writer's run is gone, VersionConflict when
-    ``expected_version`` does not match, RunNotPaused when ``require_status`` does not.
-    ``expired``: the record found is past its expiry (the backend drops it if this
-    returns False)."""
-    if expired:
-        if w.expected_version:  # the writer's run is gone, not taken by another writer
-            raise RunExpired(w.run_id)
-        info = None
-    current = info.version if info else 0
-    if info is not None and w.write_id and write_id == w.write_id:
-        return True
-    if info is None and w.expected_version:
-        raise RunNotFound(w.run_id)  # deleted (or expired and purged) under the writer
-    if w.expected_version is not None and w.expected_version != current:
-        raise VersionConflict(w.run_id, expected=w.expected_version, actual=current)
-    if w.require_status is not None and (info is None or info.status is not w.require_status):
-        raise RunNotPaused(w.run_id, str(info.status) if info else "missing")
-    if info is None and w.kind != "full":
-        raise RunNotFound(w.run_id)
-    return False
 
 
 Carrier = tuple[bytes, int, int]

@@ -22,12 +22,11 @@ import abc
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
-from tether.errors import CheckpointCorrupt, RunExpired, RunNotFound, VersionConflict
+from tether.errors import CheckpointCorrupt, LeaseLost, RunExpired, RunNotFound, VersionConflict
 from tether.state.model import NO_CHAIN, ChainStats, CheckpointInfo, RunInfo, RunStatus, chain_stats
-from tether.stores._chain import StaleSeal, Write, check_write
+from tether.stores._chain import StaleSeal, Write, check_write, next_fence
 from tether.stores._sql_chain import (
     CHAIN_SQL,
     ChainHint,
@@ -37,106 +36,23 @@ from tether.stores._sql_chain import (
     hinted_query,
     skips_sealed,
 )
-from tether.stores.backend import Capabilities, StoredRow
+from tether.stores._sql_schema import Dialect, Tx
+from tether.stores.backend import BackendSettings, Capabilities, StoredRow
 from tether.stores.backend import remember as _hint
 from tether.stores.backend import utc as _utc
-from tether.stores.base import BackendSettings, CheckpointStore
+from tether.stores.base import CheckpointStore
 
 __all__ = ["Dialect", "SqlBackend", "SqlStore", "Tx"]
 
 T = TypeVar("T")
 
 
-class Tx(Protocol):
-    """One open transaction; SQL uses ``?`` placeholders (translated per dialect)."""
-
-    async def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Execute; returns the affected row count."""
-        ...
-
-    async def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
-
-    async def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None: ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Dialect:
-    """What differs between SQL engines, and nothing more."""
-
-    text_key: str
-    """Type for run ids (indexed)."""
-    text: str
-    real: str
-    bigint: str
-    blob: str
-    lock: str
-    """Suffix that locks selected rows for the transaction (``FOR UPDATE``)."""
-    table_suffix: str = ""
-    inline_indexes: bool = False
-    """MySQL has no CREATE INDEX IF NOT EXISTS: declare indexes inside CREATE TABLE."""
-    migrate_lock: str = ""
-    """Statement that serialises concurrent ``setup()`` calls from several processes."""
-    schema_exists: str = ""
-    """Query giving a row when ``tether_schema`` exists, where ``CREATE TABLE IF NOT EXISTS``
-    of an existing table makes the driver log a warning (MySQL) on every start."""
-    extra: tuple[str, ...] = ()
-    """Engine-specific statements of the first schema version (e.g. column compression)."""
-
-    def migrations(self) -> list[list[str]]:
-        """Schema versions; position + 1 is the version. Append, never edit."""
-        d = self
-        run_idx = (
-            ", INDEX tether_runs_updated (updated_at), INDEX tether_runs_expires (expires_at)"
-            if d.inline_indexes
-            else ""
-        )
-        separate_idx = (
-            []
-            if d.inline_indexes
-            else [
-                "CREATE INDEX IF NOT EXISTS tether_runs_updated ON tether_runs (updated_at)",
-                "CREATE INDEX IF NOT EXISTS tether_runs_expires ON tether_runs (expires_at)",
-            ]
-        )
-        return [
-            [
-                f"""CREATE TABLE IF NOT EXISTS tether_runs (
-                    run_id {d.text_key} PRIMARY KEY,
-                    status {d.text_key} NOT NULL,
-                    version {d.bigint} NOT NULL,
-                    node_id {d.text},
-                    base_version {d.bigint} NOT NULL,
-                    base_bytes {d.bigint} NOT NULL,
-                    growth_bytes {d.bigint} NOT NULL,
-                    rewrite_bytes {d.bigint} NOT NULL,
-                    chain_len {d.bigint} NOT NULL,
-                    created_at {d.real} NOT NULL,
-                    updated_at {d.real} NOT NULL,
-                    expires_at {d.real}{run_idx}
-                ){d.table_suffix}""",
-                f"""CREATE TABLE IF NOT EXISTS tether_checkpoints (
-                    run_id {d.text_key} NOT NULL,
-                    version {d.bigint} NOT NULL,
-                    kind {d.text_key} NOT NULL,
-                    node_id {d.text},
-                    status {d.text_key} NOT NULL,
-                    created_at {d.real} NOT NULL,
-                    nbytes {d.bigint} NOT NULL,
-                    payload {d.blob} NOT NULL,
-                    PRIMARY KEY (run_id, version)
-                ){d.table_suffix}""",
-                *separate_idx,
-                *d.extra,
-            ],
-            # the id of the run's latest write: a retry after a lost reply recognises its own
-            [f"ALTER TABLE tether_runs ADD COLUMN write_id {d.text_key}"],
-        ]
-
-
 _RUN_COLS = (
     "run_id, status, version, node_id, base_version, base_bytes, growth_bytes, "
-    "rewrite_bytes, chain_len, created_at, updated_at, expires_at"
+    "rewrite_bytes, chain_len, created_at, updated_at, expires_at, fence, lease_until"
 )
+_C = 14
+"""Where a checkpoint's columns start in a row that selects ``_RUN_COLS`` first."""
 
 
 _RUN_COLS_R = ", ".join(f"r.{c.strip()}" for c in _RUN_COLS.split(","))
@@ -160,6 +76,8 @@ def _run_info(row: Sequence[Any]) -> RunInfo:
             rewrite_bytes=int(row[7]),
             length=int(row[8]),
         ),
+        fence=int(row[12]),
+        lease_until=None if row[13] is None else float(row[13]),
     )
 
 
@@ -170,6 +88,7 @@ class _Head(NamedTuple):
     version: int
     status: RunStatus
     chain: ChainStats
+    fence: int
 
 
 def _head(row: Sequence[Any]) -> _Head:
@@ -177,6 +96,7 @@ def _head(row: Sequence[Any]) -> _Head:
         int(row[2]),
         _STATUS_OF[row[1]],
         chain_stats(int(row[4]), int(row[5]), int(row[6]), int(row[7]), int(row[8])),
+        int(row[12]),
     )
 
 
@@ -276,9 +196,17 @@ class SqlBackend(abc.ABC):
             row = None
         info = None if row is None else _head(row)
         current = info.version if info else 0
-        if check_write(w, info, write_id=None if row is None else row[12]):
+        fence = info.fence if info else 0
+        if check_write(w, info, write_id=None if row is None else row[_C], fence=fence):
             assert info is not None
+            if w.take:
+                w.fence = fence
             return current, info.chain  # this very write landed; its reply was lost
+        if w.take:
+            fence = w.fence = next_fence(fence, w.created_at)
+        until = row[13] if row is not None else None
+        if (w.take or w.fence) and w.lease_until is not None:
+            until = w.lease_until or None
         version = current + 1
         chain = w.chain_after(info.chain if info else NO_CHAIN, version)
         kind, payload = w.kind, w.payload
@@ -299,7 +227,7 @@ class SqlBackend(abc.ABC):
         )
         if info is None:
             await tx.run(
-                f"INSERT INTO tether_runs ({_RUN_COLS}, write_id) VALUES ({', '.join('?' * 13)})",
+                f"INSERT INTO tether_runs ({_RUN_COLS}, write_id) VALUES ({', '.join('?' * 15)})",
                 (
                     w.run_id,
                     str(w.status),
@@ -309,6 +237,8 @@ class SqlBackend(abc.ABC):
                     w.created_at,
                     w.created_at,
                     w.expires_at,
+                    fence,
+                    until,
                     w.write_id or None,
                 ),
             )
@@ -316,7 +246,7 @@ class SqlBackend(abc.ABC):
             await tx.run(
                 "UPDATE tether_runs SET status = ?, version = ?, node_id = ?, base_version = ?, "
                 "base_bytes = ?, growth_bytes = ?, rewrite_bytes = ?, chain_len = ?, updated_at = ?, "
-                "expires_at = ?, write_id = ? WHERE run_id = ?",
+                "expires_at = ?, fence = ?, lease_until = ?, write_id = ? WHERE run_id = ?",
                 (
                     str(w.status),
                     version,
@@ -324,6 +254,8 @@ class SqlBackend(abc.ABC):
                     *stats,
                     w.created_at,
                     w.expires_at,
+                    fence,
+                    until,
                     w.write_id or None,
                     w.run_id,
                 ),
@@ -390,18 +322,18 @@ class SqlBackend(abc.ABC):
             return None, []
         info = _run_info(rows[0])
         target = info.version if version is None else version
-        if rows[0][12] is None or int(rows[-1][12]) != target:
+        if rows[0][_C] is None or int(rows[-1][_C]) != target:
             return info, []
         status_of = _STATUS_OF
         return info, [
             StoredRow(
                 run_id=run_id,
-                version=int(r[12]),
-                kind=r[13],
-                node_id=r[14],
-                status=status_of[r[15]],
-                created_at=float(r[16]),
-                payload=r[17],
+                version=int(r[_C]),
+                kind=r[_C + 1],
+                node_id=r[_C + 2],
+                status=status_of[r[_C + 3]],
+                created_at=float(r[_C + 4]),
+                payload=r[_C + 5],
             )
             for r in rows
         ]
@@ -498,6 +430,22 @@ class SqlBackend(abc.ABC):
 
         await self._in_tx(change, write=True)
 
+    async def renew_lease(self, run_id: str, fence: int, until: float) -> None:
+        changed = await self._in_tx(
+            lambda tx: tx.run(
+                "UPDATE tether_runs SET lease_until = ? "
+                "WHERE run_id = ? AND fence = ? AND lease_until IS NOT NULL",
+                (until, run_id, fence),
+            ),
+            write=True,
+        )
+        if changed:
+            return
+        rows = await self._query("SELECT fence, lease_until FROM tether_runs WHERE run_id = ?", (run_id,))
+        if not rows or int(rows[0][0]) != fence or rows[0][1] is None:  # (None: released)
+            raise LeaseLost(run_id, held=fence, current=int(rows[0][0]) if rows else 0)
+        # (MySQL counts a row whose value did not change as unchanged: the lease is this one's)
+
     async def delete(self, run_id: str) -> bool:
         _hint(self._chains, run_id, None)
         return await self._in_tx(lambda tx: self._drop(tx, run_id), write=True) > 0
@@ -548,9 +496,11 @@ class SqlBackend(abc.ABC):
         if not rows or _expired(rows[0][11], time.time()):
             return None, []
         return _run_info(rows[0]), [
-            StoredRow(run_id, int(r[12]), r[13], r[14], _STATUS_OF[r[15]], float(r[16]), r[17])
+            StoredRow(
+                run_id, int(r[_C]), r[_C + 1], r[_C + 2], _STATUS_OF[r[_C + 3]], float(r[_C + 4]), r[_C + 5]
+            )
             for r in rows
-            if r[12] is not None
+            if r[_C] is not None
         ]
 
     async def rewrite_rows(self, run_id: str, payloads: Mapping[int, bytes], expected_version: int) -> bool:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Backend",
+    "BackendSettings",
     "Capabilities",
     "InlineLatest",
     "LatestCache",
@@ -75,7 +76,11 @@ class Backend(Protocol):
         """Store ``w`` as the run's next version and update the run record, atomically,
         after :func:`~tether.stores._chain.check_write` passed on the record it follows
         (if that says the write already landed, return the stored version and change
-        nothing). Returns the new version and the run's chain statistics after it."""
+        nothing). Returns the new version and the run's chain statistics after it.
+
+        Fencing, in the same atomic write: ``w.fence`` (a lease holder's token) must be the
+        run's current token; ``w.take`` stores :func:`~tether.stores._chain.next_fence` of it
+        and sets ``w.fence`` to that; ``w.lease_until`` sets (0: clears) the lease deadline."""
         ...
 
     async def read(self, run_id: str, version: int | None) -> tuple[RunInfo | None, list[StoredRow]]:
@@ -103,6 +108,11 @@ class Backend(Protocol):
 
     async def set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:
         """Change the run's status; RunNotFound when absent."""
+
+    async def renew_lease(self, run_id: str, fence: int, until: float) -> None:
+        """Move the run's lease deadline to ``until`` (a heartbeat of its holder), atomically
+        only while ``fence`` is the run's current lease token; :class:`LeaseLost` otherwise
+        (also when the run is gone). No new version."""
 
     async def is_expired(self, run_id: str) -> bool:
         """Whether ``run_id`` is stored but past its expiry, asked after a read found
@@ -173,6 +183,19 @@ class InlineLatest(Protocol):
         """``(version, payload)`` of the latest chain, read at once (``[]``: nothing
         stored), or None when :meth:`Backend.read_chain` must be awaited for it."""
         ...
+
+
+class BackendSettings:
+    """For a store whose backend has settings worth reading on the store (``store.path``,
+    ``store.checkpoint_bytes``, ``store.prefix``…): unknown public attributes are the
+    backend's. Not on :class:`CheckpointStore` itself: a class with ``__getattr__`` reads
+    every attribute the slow way, its own ones on the commit path too."""
+
+    def __getattr__(self, name: str) -> Any:
+        backend = self.__dict__.get("_backend")
+        if name.startswith("_") or backend is None:  # (not yet set, while unpickling)
+            raise AttributeError(name)
+        return getattr(backend, name)
 
 
 HINTS_MAX = 4096

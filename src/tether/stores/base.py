@@ -26,13 +26,13 @@ from tether.state.values import check_run_id, check_value
 from tether.stores._chain import ChainEngine, Known, Plan, StaleSeal, Write, known_kept
 from tether.stores._retry import RetryPolicy, retry_call
 from tether.stores.backend import Backend, Capabilities, InlineLatest, LatestCache, StoredRow, remember
+from tether.stores.fencing import Fence, LeaseOperations, arm, landed
 from tether.stores.policies import CompactionPolicy, ExpiryPolicy
 from tether.stores.runs import RunOperations
 
 __all__ = [
     "STORE_OPTIONS",
     "Backend",
-    "BackendSettings",
     "Capabilities",
     "CheckpointStore",
     "CompactionPolicy",
@@ -57,20 +57,7 @@ def split_store_options(options: dict[str, Any]) -> dict[str, Any]:
     return {k: options.pop(k) for k in STORE_OPTIONS if k in options}
 
 
-class BackendSettings:
-    """For a store whose backend has settings worth reading on the store (``store.path``,
-    ``store.checkpoint_bytes``, ``store.prefix``…): unknown public attributes are the
-    backend's. Not on :class:`CheckpointStore` itself: a class with ``__getattr__`` reads
-    every attribute the slow way, its own ones on the commit path too."""
-
-    def __getattr__(self, name: str) -> Any:
-        backend = self.__dict__.get("_backend")
-        if name.startswith("_") or backend is None:  # (not yet set, while unpickling)
-            raise AttributeError(name)
-        return getattr(backend, name)
-
-
-class CheckpointStore(RunOperations):
+class CheckpointStore(RunOperations, LeaseOperations):
     """Durable, versioned checkpoints of runs, on a :class:`Backend`. Async; one instance
     per event loop.
 
@@ -246,6 +233,7 @@ class CheckpointStore(RunOperations):
         status: RunStatus = RunStatus.RUNNING,
         metadata: Mapping[str, Any] | None = None,
         _require_status: RunStatus | None = None,
+        fence: Fence | None = None,
     ) -> int:
         """Checkpoint a context: store what changed since its last checkpoint.
 
@@ -258,6 +246,8 @@ class CheckpointStore(RunOperations):
         first, with its write id: if it landed, the backend answers with its version and
         stores nothing; else they land now. What was recorded since follows at the next
         version, in the same call.
+
+        ``fence``: a lease holder's write (see :class:`Fence`): a take, or fenced by its token.
         """
         meta = dict(metadata) if metadata else {}
         meta_dated = bool(meta) and check_value(meta, key="metadata")
@@ -286,6 +276,7 @@ class CheckpointStore(RunOperations):
             )
             tail = known.tail if not changes.write_id else None  # a retry: the rows are not known
             write = plan.write
+            arm(fence, write)
             try:
                 version, chain = await self._write_retried(write)
             except StaleSeal:
@@ -297,6 +288,7 @@ class CheckpointStore(RunOperations):
             ctx.restore_changes(changes._replace(write_id=write_id))
             raise
         ctx.saved(version, datetimes=plan.walked)
+        landed(fence, write)
         remember(
             self._chains_seen, changes.run_id, engine.after(plan, version, chain, tail, known.tail_bytes)
         )
@@ -305,7 +297,12 @@ class CheckpointStore(RunOperations):
             logger.debug("checkpoint %s v%d %s %dB", *args, extra={"run_id": ctx.run_id})
         if changes.followed:
             return await self.commit(
-                ctx, node_id=node_id, status=final, metadata=metadata, _require_status=_require_status
+                ctx,
+                node_id=node_id,
+                status=final,
+                metadata=metadata,
+                _require_status=_require_status,
+                fence=fence,
             )
         return version
 

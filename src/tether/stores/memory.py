@@ -13,9 +13,9 @@ from time import time as _now
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl
 
-from tether.errors import ConfigError, RunExpired, RunNotFound
+from tether.errors import ConfigError, LeaseLost, RunExpired, RunNotFound
 from tether.state.model import NO_CHAIN, ChainStats, CheckpointInfo, RunInfo, RunStatus
-from tether.stores._chain import Write, check_write
+from tether.stores._chain import Write, check_write, next_fence
 from tether.stores.backend import Capabilities, StoredRow, utc
 from tether.stores.base import CheckpointStore
 
@@ -39,6 +39,8 @@ class MemoryRun:
     write_id: str = ""
     rows: dict[int, StoredRow] = field(default_factory=dict)
     made: RunInfo | None = None
+    fence: int = 0
+    lease_until: float | None = None
 
     @property
     def info(self) -> RunInfo:
@@ -52,6 +54,8 @@ class MemoryRun:
                 updated_at=utc(self.updated_at),
                 expires_at=None if self.expires_at is None else utc(self.expires_at),
                 chain=self.chain,
+                fence=self.fence,
+                lease_until=self.lease_until,
             )
         return self.made
 
@@ -100,8 +104,11 @@ class MemoryBackend:
                 if w.expected_version:  # gone under its writer
                     raise RunExpired(w.run_id)
                 del self._runs[w.run_id]  # the id starts again from scratch
-            if check_write(w, run, write_id=run.write_id if run else None):  # no RunInfo built
+            fence = run.fence if run else 0
+            if check_write(w, run, write_id=run.write_id if run else None, fence=fence):  # no RunInfo built
                 assert run is not None
+                if w.take:
+                    w.fence = run.fence
                 return run.version, run.chain
             version = (run.version if run else 0) + 1
             chain = w.chain_after(run.chain if run else NO_CHAIN, version)
@@ -113,6 +120,10 @@ class MemoryBackend:
                 run.version, run.status, run.node_id, run.chain = version, w.status, w.node_id, chain
                 run.updated_at, run.expires_at, run.made = w.created_at, w.expires_at, None
             run.write_id = w.write_id
+            if w.take:
+                run.fence = w.fence = next_fence(fence, w.created_at)
+            if (w.take or w.fence) and w.lease_until is not None:
+                run.lease_until = w.lease_until or None
             kind, payload = w.kind, w.payload
             if kind == "segment":
                 run.rows[w.seal_from] = run.rows[w.seal_from]._replace(kind="segment", payload=payload)
@@ -177,6 +188,13 @@ class MemoryBackend:
             if run is None:
                 raise RunNotFound(run_id) if run_id not in self._runs else RunExpired(run_id)
             run.status, run.updated_at, run.expires_at, run.made = status, _now(), expires_at, None
+
+    async def renew_lease(self, run_id: str, fence: int, until: float) -> None:
+        with self._lock:
+            run = self._live(run_id)
+            if run is None or run.fence != fence or run.lease_until is None:  # (None: released)
+                raise LeaseLost(run_id, held=fence, current=run.fence if run else 0)
+            run.lease_until, run.made = until, None
 
     async def is_expired(self, run_id: str) -> bool:
         with self._lock:

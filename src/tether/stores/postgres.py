@@ -22,7 +22,7 @@ from tether.errors import (
     VersionConflict,
 )
 from tether.state.model import ChainStats, chain_stats
-from tether.stores._chain import Write
+from tether.stores._chain import Write, next_fence
 from tether.stores._sql import Dialect, SqlBackend, SqlStore, Tx
 from tether.stores.base import split_store_options
 
@@ -50,15 +50,22 @@ _DIALECT = Dialect(
 
 _CUR = """
 WITH cur AS (
-    SELECT version, base_version, base_bytes, growth_bytes, rewrite_bytes, chain_len
+    SELECT version, base_version, base_bytes, growth_bytes, rewrite_bytes, chain_len, fence, lease_until
     FROM tether_runs
     WHERE run_id = %(run)s AND version = %(expected)s
       AND (expires_at IS NULL OR expires_at > %(now)s)
       AND (%(require)s::text IS NULL OR status = %(require)s::text)
+      AND (%(fence)s::bigint = 0 OR %(take)s OR fence = %(fence)s::bigint)
     FOR UPDATE
 )"""
-"""The run row at the expected version, live and in the required status, locked: what
-both one-statement writes start from (no row: the general transaction says why)."""
+"""The run row at the expected version, live, in the required status and (for a lease
+holder's write) still under the writer's lease token, locked: what both one-statement
+writes start from (no row: the general transaction says why)."""
+
+_LEASE_SET = """
+    fence = CASE WHEN %(take)s THEN GREATEST(cur.fence + 1, %(floor)s::bigint) ELSE cur.fence END,
+    lease_until = CASE WHEN %(set_until)s THEN %(until)s::double precision ELSE cur.lease_until END,"""
+"""A take stores the next token; a holder's write may set or clear the lease's deadline."""
 
 _FAST_WRITE = (
     _CUR
@@ -70,7 +77,9 @@ _FAST_WRITE = (
 )
 UPDATE tether_runs AS r SET
     status = %(status)s, version = ins.version, node_id = %(node)s,
-    updated_at = %(created)s, expires_at = %(expires)s,
+    updated_at = %(created)s, expires_at = %(expires)s,"""
+    + _LEASE_SET
+    + """
     base_version = CASE WHEN %(full)s THEN ins.version ELSE cur.base_version END,
     base_bytes = CASE WHEN %(full)s THEN %(nbytes)s::bigint ELSE cur.base_bytes END,
     growth_bytes = CASE WHEN %(full)s THEN 0 ELSE cur.growth_bytes + %(growth)s::bigint END,
@@ -79,15 +88,16 @@ UPDATE tether_runs AS r SET
     write_id = %(wid)s
 FROM cur, ins
 WHERE r.run_id = %(run)s
-RETURNING r.version, r.base_version, r.base_bytes, r.growth_bytes, r.rewrite_bytes, r.chain_len
+RETURNING r.version, r.base_version, r.base_bytes, r.growth_bytes, r.rewrite_bytes, r.chain_len, r.fence
 """
 )
 _FAST_CREATE = """
 WITH run AS (
     INSERT INTO tether_runs (run_id, status, version, node_id, base_version, base_bytes, growth_bytes,
-                             rewrite_bytes, chain_len, created_at, updated_at, expires_at, write_id)
+                             rewrite_bytes, chain_len, created_at, updated_at, expires_at, write_id,
+                             fence, lease_until)
     VALUES (%(run)s, %(status)s, 1, %(node)s, 1, %(nbytes)s, 0, 0, 0, %(created)s, %(created)s, %(expires)s,
-            %(wid)s)
+            %(wid)s, %(fence)s, %(until)s)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING version
 ), ins AS (
@@ -127,14 +137,16 @@ _FAST_SEAL = (
 )
 UPDATE tether_runs AS r SET
     status = %(status)s, version = ins.version, node_id = %(node)s,
-    updated_at = %(created)s, expires_at = %(expires)s,
+    updated_at = %(created)s, expires_at = %(expires)s,"""
+    + _LEASE_SET
+    + """
     growth_bytes = cur.growth_bytes + %(growth)s::bigint,
     rewrite_bytes = cur.rewrite_bytes + %(rewrite)s::bigint,
     chain_len = cur.chain_len + 1,
     write_id = %(wid)s
 FROM cur, ins
 WHERE r.run_id = %(run)s
-RETURNING r.version, r.base_version, r.base_bytes, r.growth_bytes, r.rewrite_bytes, r.chain_len
+RETURNING r.version, r.base_version, r.base_bytes, r.growth_bytes, r.rewrite_bytes, r.chain_len, r.fence
 """
 )
 """A segment write (see ``Write.seal_from``) as one statement: the segment replaces its
@@ -282,7 +294,9 @@ class PostgresBackend(SqlBackend):
                 size=len(w.payload),
                 limit=MAX_PAYLOAD_BYTES,
             )
-        if w.expected_version == 0 and w.kind == "full" and w.require_status is None:
+        held = w.fence and not w.take  # (a holder's write to a new run: the general path refuses it)
+        if w.expected_version == 0 and w.kind == "full" and w.require_status is None and not held:
+            taken = next_fence(0, w.created_at) if w.take else 0
             params = {
                 "run": w.run_id,
                 "status": str(w.status),
@@ -292,11 +306,15 @@ class PostgresBackend(SqlBackend):
                 "expires": w.expires_at,
                 "payload": w.payload,
                 "wid": w.write_id or None,
+                "fence": taken,
+                "until": (w.lease_until or None) if w.take else None,
             }
             async with self._guard() as conn:
                 cur = await conn.execute(_FAST_CREATE, params)
                 created = await cur.fetchone()
             if created is not None:
+                if w.take:
+                    w.fence = taken
                 return 1, chain_stats(1, len(w.payload), 0, 0, 0)
         if w.expected_version:
             params = {
@@ -316,6 +334,11 @@ class PostgresBackend(SqlBackend):
                 "rewrite": w.rewrite_bytes,
                 "wid": w.write_id or None,
                 "from": w.seal_from,
+                "fence": w.fence,
+                "take": w.take,
+                "floor": int(w.created_at * 1000),
+                "set_until": bool(w.take or w.fence) and w.lease_until is not None,
+                "until": w.lease_until or None,
             }
             try:
                 async with self._guard() as conn:
@@ -326,6 +349,8 @@ class PostgresBackend(SqlBackend):
                     raise VersionConflict(w.run_id, expected=w.expected_version, actual=None) from exc
                 raise
             if row is not None:
+                if w.take:
+                    w.fence = int(row[6])
                 return int(row[0]), chain_stats(
                     int(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5])
                 )

@@ -52,8 +52,10 @@ def create_store(url: str, **options: Any) -> CheckpointStore:
     if target is None:
         raise ConfigError(f"unknown store scheme {scheme!r}; known: {', '.join(sorted(BACKENDS))}")
     cls = _load(target)
-    store = cls.from_url(url, **options)
+    store = cls.from_url(url, **dict(options))
     store.public_url = public_url(url)
+    if scheme.lower() != "memory":  # (a memory store lives in this process only)
+        store.remember_url(url, options)
     return store
 
 

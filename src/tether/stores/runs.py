@@ -73,6 +73,7 @@ class _Store(Protocol):
         status: RunStatus = RunStatus.RUNNING,
         metadata: Mapping[str, Any] | None = None,
         _require_status: RunStatus | None = None,
+        fence: Any = None,
     ) -> int: ...
 
 

@@ -36,8 +36,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tether.errors import ConfigError, RunNotFound, RunNotPaused, StoreError, VersionConflict
 from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
 from tether.stores._chain import Write
-from tether.stores.backend import Backend, Capabilities, StoredRow
-from tether.stores.base import BackendSettings, CheckpointStore, split_store_options
+from tether.stores.backend import Backend, BackendSettings, Capabilities, StoredRow
+from tether.stores.base import CheckpointStore, split_store_options
 from tether.stores.redis import RedisBackend, RedisCache, RedisStore
 
 __all__ = ["TieredBackend", "TieredStore"]
@@ -153,6 +153,13 @@ class TieredBackend:
             await self._cache(run_id, "drop", self.cache.invalidate(run_id, token))
         else:
             await self._cache(run_id, "status", self.cache.mirror_status(info, token))
+
+    async def renew_lease(self, run_id: str, fence: int, until: float) -> None:
+        """SQL decides (its token is the authority), then the copy follows. No writer's lease
+        on the copy: a renewal changes no row, and a copy that misses it reads as an older
+        deadline, which a renewal a third of a lease later corrects."""
+        await self.sql.renew_lease(run_id, fence, until)
+        await self._cache(run_id, "renew", self.cache.renew(run_id, fence, until))
 
     async def delete(self, run_id: str) -> bool:
         token = await self._lease(run_id)

@@ -84,10 +84,7 @@ def todo_for(steps: list[Any]) -> dict[str, Any]:
 def holder_gone(lease: Any, info: Any) -> bool:
     """Whether no live process holds ``lease``, counting the renewed deadline a heartbeat
     keeps in the run record (``RunInfo.lease_until``) on stores that keep one."""
-    until = getattr(info, "lease_until", None)
-    if until is None:
-        return lease_is_dead(lease)
-    return lease_is_dead(lease, until=until)  # type: ignore[call-arg,unused-ignore]
+    return lease_is_dead(lease, until=getattr(info, "lease_until", None))
 
 
 def crash_site(ctx: ExecutionContext) -> tuple[str | None, int]:

@@ -79,6 +79,12 @@ class RedisCache:
         with ks.errors():
             await ks.scripts.delete(ks.keys(run_id), run_id=run_id, invalidate=True, token=token, keep=keep)
 
+    async def renew(self, run_id: str, fence: int, until: float) -> None:
+        """Copy a lease renewal SQL accepted into the copy (if there is one at that token)."""
+        ks = self._ks
+        with ks.errors():
+            await ks.scripts.renew(ks.keys(run_id), fence=fence, until=until, mirror=True)
+
     def hint(self, run_id: str, chain: Hint | None) -> None:
         """Remember (None: forget) ``run_id``'s latest chain as (base, latest, carriers)."""
         self._ks.hint(run_id, chain)

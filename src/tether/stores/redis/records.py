@@ -81,7 +81,7 @@ def chain_stats(values: Sequence[Any]) -> ChainStats:
 
 def run_info(run_id: str, h: dict[bytes, bytes]) -> RunInfo:
     try:
-        node, exp = h.get(b"node_id"), h.get(b"expires_at")
+        node, exp, until = h.get(b"node_id"), h.get(b"expires_at"), h.get(b"lease_until")
         return RunInfo(
             run_id=run_id,
             status=RunStatus(h[b"status"].decode()),
@@ -91,6 +91,8 @@ def run_info(run_id: str, h: dict[bytes, bytes]) -> RunInfo:
             updated_at=_utc(float(h[b"updated_at"])),
             expires_at=None if exp is None else _utc(float(exp)),
             chain=chain_stats([h[f.encode()] for f in RUN_FIELDS[2:7]]),
+            fence=int(h.get(b"fence") or 0),
+            lease_until=None if until is None else float(until),
         )
     except (KeyError, ValueError) as exc:
         raise CheckpointCorrupt(f"damaged run record ({exc})", run_id=run_id) from exc
@@ -123,4 +125,7 @@ def hash_fields(info: RunInfo) -> list[Any]:
         fields += ["node_id", info.node_id]
     if info.expires_at is not None:
         fields += ["expires_at", repr(info.expires_at.timestamp())]
+    fields += ["fence", str(info.fence)]
+    if info.lease_until is not None:
+        fields += ["lease_until", repr(info.lease_until)]
     return fields

@@ -41,7 +41,7 @@ def source(name: str) -> str:
     """The text of ``<name>.lua``, with the prelude its script needs."""
     here = files("tether.stores.redis")
     body = here.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    if name in ("chain", "rebase", "unindex", "rewrite"):  # read-only or self-contained: no helpers
+    if name in ("chain", "rebase", "unindex", "rewrite", "renew"):  # read-only or self-contained: no helpers
         return body
     prelude = here.joinpath("prelude.lua").read_text(encoding="utf-8")
     return prelude.replace("GEN_TTL_MS", str(GEN_TTL_MS)) + body
@@ -49,6 +49,11 @@ def source(name: str) -> str:
 
 def _flag(value: bool) -> str:
     return "1" if value else "0"
+
+
+def _deadline(until: float | None) -> str:
+    """A write's lease deadline for ``write.lua``: "" leaves it, "0" clears it."""
+    return "" if until is None else ("0" if not until else repr(until))
 
 
 def _opt(value: Any) -> Any:
@@ -60,6 +65,7 @@ class Scripts:
 
     NAMES = (
         "write", "read", "status", "delete", "begin", "rebase", "warm", "unindex", "chain", "rewrite",
+        "renew",
     )  # fmt: skip
 
     def __init__(self, client: aioredis.Redis) -> None:
@@ -102,6 +108,11 @@ class Scripts:
             "rewrite": row.rewrite_bytes,
             "indexed": _flag(indexed),
             "seal_from": row.seal_from or "",
+            "fence": str(row.fence),
+            "take": _flag(row.take),
+            "lease_until": ""
+            if row.lease_until is None
+            else ("0" if not row.lease_until else repr(row.lease_until)),
         }
         if mirror is not None:
             token, chain = mirror
@@ -115,6 +126,12 @@ class Scripts:
             }
         argv["write_id"] = row.write_id
         reply: list[Any] = await self._s["write"](keys=list(keys), args=list(argv.values()))
+        return reply
+
+    async def renew(self, keys: RunKeys, *, fence: int, until: float, mirror: bool = False) -> list[Any]:
+        """``renew.lua``: move the lease deadline to ``until`` while ``fence`` is the run's token."""
+        args = [str(fence), repr(until), "mirror" if mirror else "renew"]
+        reply: list[Any] = await self._s["renew"](keys=[keys.run], args=args)
         return reply
 
     async def read(

@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 from tether.errors import (
     CheckpointCorrupt,
     ConfigError,
+    LeaseLost,
     RunExpired,
     RunNotFound,
     RunNotPaused,
@@ -33,8 +34,8 @@ from tether.errors import (
 )
 from tether.state.model import ChainStats, CheckpointInfo, RunInfo, RunStatus
 from tether.stores._chain import StaleSeal, Write
-from tether.stores.backend import Capabilities, StoredRow
-from tether.stores.base import BackendSettings, CheckpointStore, split_store_options
+from tether.stores.backend import BackendSettings, Capabilities, StoredRow
+from tether.stores.base import CheckpointStore, split_store_options
 from tether.stores.redis.keyspace import Chain, Keyspace
 from tether.stores.redis.records import chain_stats, checkpoint_info, run_info, stored_row, versions
 
@@ -162,6 +163,10 @@ class RedisBackend:
             raise await self._gone(w.run_id)
         if tag == b"stale":
             raise StaleSeal(w.run_id)
+        if tag == b"fenced":
+            raise LeaseLost(w.run_id, held=w.fence, current=int(reply[1]))
+        if w.take:
+            w.fence = int(reply[8])
         version, chain = int(reply[1]), chain_stats(reply[2:7])
         ks.hint(w.run_id, (chain.base_version, version, versions(reply[7])) if reply[7] else None)
         return version, chain
@@ -179,6 +184,13 @@ class RedisBackend:
             )
         if not done:
             raise await self._gone(run_id)
+
+    async def renew_lease(self, run_id: str, fence: int, until: float) -> None:
+        ks = self.keyspace
+        with ks.errors():
+            reply = await ks.scripts.renew(ks.keys(run_id), fence=fence, until=until)
+        if int(reply[0]) != 1:
+            raise LeaseLost(run_id, held=fence, current=int(reply[1]) if int(reply[0]) == 0 else 0)
 
     async def _gone(self, run_id: str) -> RunNotFound:
         """The error for a write to a run that is not there: expired, or never stored."""

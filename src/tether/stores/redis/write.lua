@@ -1,26 +1,32 @@
 -- One save, atomically: check, append the row, update the run record, set the TTLs.
 -- KEYS: run rows hist full index gen
--- ARGV (built by name in scripts.py, Scripts.write; the write id last: 18 in write mode,
---       24 in mirror mode)
+-- ARGV (built by name in scripts.py, Scripts.write; the write id last: 21 in write mode,
+--       27 in mirror mode)
 --   1 mode (write|mirror) 2 run_id 3 expected ('' = any) 4 require_status 5 kind
 --   6 payload 7 member tail 8 status 9 node_set 10 node 11 created_at 12 expires_ms
 --   13 expires_at 14 growth 15 rewrite 16 indexed 17 seal_from (a segment write: the
 --   payload goes to that row, which must hold a delta or a segment, no row up to the
---   new one may be full, and they become sealed); mirror: 18 token, 19..23 chain
+--   new one may be full, and they become sealed) 18 fence (the writer's lease token, '0'
+--   for none; mirror: the token SQL stored) 19 take ('1': store a new token) 20 lease
+--   deadline ('' unchanged, '0' cleared); mirror: 21 token, 22..26 chain
 local run, rows, hist, full = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local mode = ARGV[1]
 local info = read_run(run)
 local current = tonumber(info['version']) or 0
 local epoch = ''
-local wid = ARGV[18] or ''
-if mode == 'mirror' then wid = ARGV[24] or '' end
+local wid = ARGV[21] or ''
+if mode == 'mirror' then wid = ARGV[27] or '' end
+local token = info['fence'] or '0'
 if mode ~= 'mirror' and wid ~= '' and info['wid'] == wid then
   -- this very write landed and its reply was lost: answer as the write did
   return {'ok', current, info['base_version'], info['base_bytes'], info['growth_bytes'],
-    info['rewrite_bytes'], info['chain_len'], info['carriers'] or ''}
+    info['rewrite_bytes'], info['chain_len'], info['carriers'] or '', token}
+end
+if mode ~= 'mirror' and ARGV[18] ~= '0' and ARGV[19] ~= '1' and ARGV[18] ~= token then
+  return {'fenced', token}  -- a holder whose lease was taken over: nothing is written
 end
 if mode == 'mirror' then
-  redis.call('HDEL', run, 'lease:' .. ARGV[18])
+  redis.call('HDEL', run, 'lease:' .. ARGV[21])
   epoch = server_epoch()
   if tonumber(ARGV[3]) ~= current or (current > 0 and info['epoch'] ~= epoch) then
     drop(KEYS)
@@ -38,7 +44,7 @@ if current == 0 and kind ~= 'full' then return {'missing', 0} end
 local v = current + 1
 local bv, bb, gb, rb, len
 if mode == 'mirror' then
-  bv, bb, gb, rb, len = ARGV[19], ARGV[20], ARGV[21], ARGV[22], ARGV[23]
+  bv, bb, gb, rb, len = ARGV[22], ARGV[23], ARGV[24], ARGV[25], ARGV[26]
 elseif kind == 'full' then
   bv, bb, gb, rb, len = v, #payload, 0, 0, 0
 else
@@ -95,7 +101,21 @@ if ARGV[9] == '1' then redis.call('HSET', run, 'node_id', ARGV[10])
 else redis.call('HDEL', run, 'node_id') end
 if ARGV[13] == '' then redis.call('HDEL', run, 'expires_at')
 else redis.call('HSET', run, 'expires_at', ARGV[13]) end
+if mode == 'mirror' then
+  if ARGV[18] ~= '0' then token = ARGV[18] end  -- the token SQL holds
+elseif ARGV[19] == '1' then
+  do  -- past every token before, also those a restart without persistence forgot
+    local t = redis.call('TIME')
+    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    token = string.format('%.0f', math.max((tonumber(token) or 0) + 1, now_ms))
+  end
+end
+redis.call('HSET', run, 'fence', token)
+if (ARGV[19] == '1' or ARGV[18] ~= '0') and ARGV[20] ~= '' then
+  if ARGV[20] == '0' then redis.call('HDEL', run, 'lease_until')
+  else redis.call('HSET', run, 'lease_until', ARGV[20]) end
+end
 set_ttl({run, rows, hist, full}, ARGV[12])
 if ARGV[16] == '1' then redis.call('ZADD', KEYS[5], ARGV[11], ARGV[2]) end
 redis.call('PUBLISH', string.sub(KEYS[5], 1, -5) .. 'changes', v .. ':' .. ARGV[2])  -- change feed
-return {'ok', v, bv, bb, gb, rb, len, cs}
+return {'ok', v, bv, bb, gb, rb, len, cs, token}
