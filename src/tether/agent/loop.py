@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -146,7 +147,7 @@ class AgentLoop:
     async def _iterate(self, sc: StepContext) -> Mapping[str, Any]:
         n = int(sc.get("iteration", 0)) + 1
         update = await self._iteration(sc, n)
-        update["iteration"] = n
+        update["iteration"], update["iteration_at"] = n, time.time()
         if update.get("inflight"):  # a command that changes the host runs in a step of its own
             sc.goto("effect", reason=f"iteration {n}: a command with side effects")
         else:
@@ -179,7 +180,7 @@ class AgentLoop:
             self._take_answer(sc, window, update)
             if sc.pause_requested:
                 return update
-        remind(window, n, self.config.max_iterations, sc.get("last_error"))
+        remind(window, n, self.config.max_iterations, sc.get("last_error"), sc.get("iteration_at"))
         events: list[ContextEvent] = []
         reply = await call_with_recovery(
             window,

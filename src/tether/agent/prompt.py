@@ -100,21 +100,24 @@ def refresh_plan(window: ContextWindow) -> None:
     window.phase = str(number)
 
 
-def remind(window: ContextWindow, n: int, max_iterations: int, error: str | None) -> None:
+def remind(
+    window: ContextWindow, n: int, max_iterations: int, error: str | None, saved_at: float | None = None
+) -> None:
     """Refresh the plan and the instant layer: where the loop stands, the checkpoint the
-    run last saved, and the last error if any."""
+    run last saved (``saved_at``: when its iteration ended, epoch seconds; a resumed run
+    then sends the very prompt it sent before its crash), and the last error if any."""
     refresh_plan(window)
     reminder = f"Iteration {n} of {max_iterations} ({max_iterations - n} left)."
     window.upsert(new_item("reminder", reminder, id="instant-iteration"))
     if n > 1:
-        window.upsert(new_item("checkpoint", _checkpoint(window, n - 1), id="instant-checkpoint"))
+        window.upsert(new_item("checkpoint", _checkpoint(window, n - 1, saved_at), id="instant-checkpoint"))
     if error:
         window.upsert(new_item("error", f"Last error: {error}", id="instant-error"))
     elif window.get("instant-error") is not None:
         window.remove("instant-error")
 
 
-def _checkpoint(window: ContextWindow, saved: int) -> str:
+def _checkpoint(window: ContextWindow, saved: int, saved_at: float | None) -> str:
     """``version 12 saved after iteration 12; last step: `cmd` → exit 0; at 10:42 UTC``."""
     last = ""
     for item in reversed(window.items(Layer.WORKING)):
@@ -128,6 +131,7 @@ def _checkpoint(window: ContextWindow, saved: int) -> str:
             break
     result = next((i for i in reversed(window.items(Layer.WORKING)) if i.kind == "tool_result"), None)
     status = result.content.split("\n", 1)[0][:40] if result is not None else ""
-    at = dt.datetime.now(dt.UTC).strftime("%H:%M UTC")
+    when = dt.datetime.now(dt.UTC) if saved_at is None else dt.datetime.fromtimestamp(saved_at, dt.UTC)
+    at = when.strftime("%H:%M UTC")
     step = f"; last step: `{last}`" + (f" → {status}" if status else "") if last else ""
     return f"version {saved} saved after iteration {saved}{step}; at {at}"
