@@ -393,7 +393,7 @@ def install_log_redaction(redactor: Redactor | None = None) -> Redactor:
             record = previous(*args, **kwargs)
             if _installed is not None:
                 _scrub_record(record, _installed)
-                record._tether_redacted = True
+                record.tether_redacted = True  # what `extra=` would set: marks a record scrubbed once
             return record
 
         logging.setLogRecordFactory(factory)
@@ -414,9 +414,9 @@ class RedactingFilter(logging.Filter):
     library builds itself (``logging.LogRecord(...)``) instead of through the record factory."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if _installed is not None and not getattr(record, "_tether_redacted", False):
+        if _installed is not None and not getattr(record, "tether_redacted", False):
             _scrub_record(record, _installed)
-            record._tether_redacted = True
+            record.tether_redacted = True  # what `extra=` would set: marks a record scrubbed once
         return True
 
 
