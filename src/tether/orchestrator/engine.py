@@ -45,11 +45,31 @@ from tether.runtime.control import amend_pending_report
 from tether.state import default_registry
 from tether.stores.base import CheckpointStore
 
-__all__ = ["Orchestrator", "OrchestratorConfig"]
+__all__ = ["Orchestrator", "OrchestratorConfig", "initial_state"]
 
 logger = logging.getLogger("tether.orchestrator")
 
 STAGE_STEPS = {"TEST": "test", "DEV": "dev", "REVIEW": "review", "FINISH": "finish_review", "USER": "user"}
+
+
+def initial_state(task: str, *, workdir: str, dev_plan: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The state a new orchestration starts from: what :meth:`Orchestrator.start` stores, and
+    what a worker stores for a run it is asked to start (``tether submit``)."""
+    return {
+        "task": task,
+        "iteration": 0,
+        "dev_plan": list(dev_plan or []),
+        "latest": {},
+        "report_index": {},
+        "verdicts": {},
+        "history": {},
+        "stall": {"done": 0, "rounds": 0, "fail_sig": "", "repeats": 0},
+        "finish_attempts": 0,
+        "metrics": empty_metrics(),
+        "subloop": None,
+        "subloop_result": None,
+        "workdir": workdir,
+    }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,21 +159,7 @@ class Orchestrator:
         """Start a run; ``origin`` (what started it) is kept as ``_origin`` for ``tether resume``."""
         if not task.strip():
             raise ConfigError("the orchestrator needs a task: what should the agents achieve?")
-        inputs = {
-            "task": task,
-            "iteration": 0,
-            "dev_plan": list(dev_plan or []),
-            "latest": {},
-            "report_index": {},
-            "verdicts": {},
-            "history": {},
-            "stall": {"done": 0, "rounds": 0, "fail_sig": "", "repeats": 0},
-            "finish_attempts": 0,
-            "metrics": empty_metrics(),
-            "subloop": None,
-            "subloop_result": None,
-            "workdir": str(self.board.root),
-        }
+        inputs = initial_state(task, workdir=str(self.board.root), dev_plan=dev_plan)
         if origin is not None:
             inputs["_origin"] = dict(origin)
         return await self.runner().start(run_id, inputs)

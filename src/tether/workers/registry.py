@@ -144,23 +144,10 @@ def _orchestrate_demo() -> Entry:
         workdir, task = inputs.get("workdir"), inputs.get("task")
         if not isinstance(workdir, str) or not workdir:
             raise ConfigError('orchestrate-demo needs {"workdir": "/path/of/the/project"} in its input')
-        from tether.orchestrator.metrics import empty_metrics
+        from tether.orchestrator.engine import initial_state
 
-        return {  # what Orchestrator.start gives a new run
-            "task": task or "Make the test suite of this project pass (median() of an even count is wrong).",
-            "iteration": 0,
-            "dev_plan": [],
-            "latest": {},
-            "report_index": {},
-            "verdicts": {},
-            "history": {},
-            "stall": {"done": 0, "rounds": 0, "fail_sig": "", "repeats": 0},
-            "finish_attempts": 0,
-            "metrics": empty_metrics(),
-            "subloop": None,
-            "subloop_result": None,
-            "workdir": workdir,
-        }
+        default = "Make the test suite of this project pass (median() of an even count is wrong)."
+        return initial_state(str(task or default), workdir=workdir)
 
     def factory(store: CheckpointStore, state: Mapping[str, Any]) -> Runner:
         from pathlib import Path
