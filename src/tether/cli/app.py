@@ -107,6 +107,7 @@ def demo(
 
     async def resume() -> None:
         from tether.cli.progress import LiveView
+        from tether.cli.streaming import traced_events
         from tether.runtime import Runner
         from tether.stores import open_store
 
@@ -121,7 +122,7 @@ def demo(
             console.print(f"   state keys   {', '.join(sorted(k for k in ctx if not k.startswith('_')))}")
             console.print("3. resuming in this process (steps already executed are skipped):")
             view = LiveView(d.demo_workflow(), console, plain=True)
-            result = await Runner(d.demo_workflow(), s, on_event=view).resume(run_id)
+            result = await Runner(d.demo_workflow(), s, on_event=traced_events(view)).resume(run_id)
             ran = [h["node"] for h in result.state["execution_history"]]
             console.print(
                 f"4. [green]{result.status}[/]: each step ran once ({', '.join(ran)}); "
@@ -233,6 +234,7 @@ def _drive(
 
     async def go() -> Any:
         from tether.cli.progress import LiveView
+        from tether.cli.streaming import traced_events, traced_workflow
         from tether.runtime import Runner
         from tether.stores import open_store
 
@@ -244,7 +246,9 @@ def _drive(
 
                 view.seed(runtime_get(ctx, "todo", {}))
             with view:
-                return await call(Runner(wf, s, on_event=view))
+                return await call(
+                    Runner(traced_workflow(wf), s, on_event=traced_events(view, workflow=wf.name))
+                )
 
     try:
         result = _run(go)

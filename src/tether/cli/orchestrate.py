@@ -123,6 +123,7 @@ def orchestrate(
     origin.update(agents=specs, max_iterations=config.max_iterations, env=env_names)
 
     async def go() -> Any:
+        from tether.cli.streaming import traced_events
         from tether.orchestrator import Orchestrator
         from tether.orchestrator.settings import config_dict
         from tether.stores import open_store
@@ -136,7 +137,7 @@ def orchestrate(
                 main=_main_policy(main, skip=skip),
                 runners=_runners(specs, st, env_values),
                 config=config,
-                on_event=_live_view(console),
+                on_event=traced_events(_live_view(console)),
             )
             if resume_run and answer is not None:
                 return await orch.answer(resume_run, answer)
@@ -250,9 +251,10 @@ def _runners(specs: dict[str, str], store: Any, env: dict[str, str] | None = Non
 
 
 def _model(name: str) -> Any:
+    from tether.cli.streaming import traced_model
     from tether.models import LLMConfig, create_model
 
-    return create_model(LLMConfig.from_env(os.environ, **({"model": name} if name else {})))
+    return traced_model(create_model(LLMConfig.from_env(os.environ, **({"model": name} if name else {}))))
 
 
 def _main_policy(spec: str, *, skip: int = 0) -> Any:
@@ -268,7 +270,9 @@ def _main_policy(spec: str, *, skip: int = 0) -> Any:
         return ModelMain(_model(arg))
     if kind == "script" and arg:
         replies = json.loads(Path(arg).read_text(encoding="utf-8"))
-        return ModelMain(ScriptedModel(replies[skip:]))
+        from tether.cli.streaming import traced_model
+
+        return ModelMain(traced_model(ScriptedModel(replies[skip:])))
     raise ConfigError(f"--main {spec!r}: use rules, model[:NAME] or script:FILE.json")
 
 

@@ -8,9 +8,10 @@ the pieces are dropped there: the complete reply is in the run's prompt records
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DeltaPrinter", "run_tracer", "traced_model"]
+__all__ = ["DeltaPrinter", "run_tracer", "traced_events", "traced_model", "traced_workflow"]
 
 DELTA = "model_delta"
 
@@ -58,14 +59,38 @@ def _provider() -> Any:
     return _TRACING["provider"]
 
 
-def run_tracer() -> Any:
+def run_tracer(workflow: str | None = None) -> Any:
     """A RunTracer for the CLI's runs, or None when tracing is off."""
     provider = _provider()
     if provider is None:
         return None
     from tether.tracing import RunTracer
 
-    return RunTracer(provider)
+    return RunTracer(provider, workflow=workflow)
+
+
+def traced_events(on_event: Callable[[Any], None], *, workflow: str | None = None) -> Callable[[Any], None]:
+    """``on_event``, also feeding a RunTracer when the standard OTEL_* variables turn
+    tracing on (every entry point traces the way ``tether serve`` does)."""
+    traced = run_tracer(workflow)
+    if traced is None:
+        return on_event
+
+    def both(event: Any) -> None:
+        traced.on_event(event)
+        on_event(event)
+
+    return both
+
+
+def traced_workflow(workflow: Any) -> Any:
+    """``workflow`` with the chat models its steps hold traced, when tracing is on."""
+    provider = _provider()
+    if provider is not None:
+        from tether.tracing import trace_models
+
+        trace_models(workflow, provider)
+    return workflow
 
 
 def traced_model(model: Any) -> Any:
