@@ -7,13 +7,17 @@
   JSON schema (native structured outputs where the provider has them) and, when someone
   listens to the run's events, a stream of ``model_delta`` events while the reply is
   written. A model whose ``complete`` predates those keywords is called without them.
+* :func:`stream_events_to` lets whoever drives a loop's workflow without owning the loop
+  (the server's executor, a worker) receive those ``model_delta`` events too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as dt
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from tether.agent.actions import AgentAction
@@ -23,7 +27,7 @@ from tether.models.base import ChatModel, ModelReply, OutputSchema
 from tether.runtime import Event
 from tether.state import ExecutionContext
 
-__all__ = ["ACTION_SCHEMA", "DELTA_EVENT", "CallLog", "accepted_keywords", "provider_of"]
+__all__ = ["ACTION_SCHEMA", "DELTA_EVENT", "CallLog", "accepted_keywords", "provider_of", "stream_events_to"]
 
 ACTION_SCHEMA = OutputSchema.from_model(
     AgentAction,
@@ -32,6 +36,28 @@ ACTION_SCHEMA = OutputSchema.from_model(
 )
 DELTA_EVENT = "model_delta"
 """The event kind of a piece of a reply as it streams (never checkpointed)."""
+
+
+_SINK: contextvars.ContextVar[Callable[[Event], None] | None] = contextvars.ContextVar(
+    "tether_delta_sink", default=None
+)
+
+
+@contextlib.contextmanager
+def stream_events_to(sink: Callable[[Event], None]) -> Iterator[None]:
+    """Send the ``model_delta`` events of every agent loop that calls its model inside this
+    block (in this task and the tasks it starts) to ``sink`` as well as to the loop's own
+    ``on_event``.
+
+    A server runs registered workflows whose loops were built without its event bus; the
+    runner's events reach the bus, but a reply's pieces come from inside a step. Setting
+    the sink around the run's task is how they reach the API's SSE and the dashboard.
+    """
+    token = _SINK.set(sink)
+    try:
+        yield
+    finally:
+        _SINK.reset(token)
 
 
 def provider_of(model: Any) -> str:
@@ -79,19 +105,21 @@ class CallLog:
         out: dict[str, Any] = {}
         if self.structured and "schema" in self._keywords:
             out["schema"] = ACTION_SCHEMA
-        if emit is not None and "on_delta" in self._keywords:
+        sink = _SINK.get()
+        sinks = [s for s in (emit, sink if sink is not emit else None) if s is not None]
+        if sinks and "on_delta" in self._keywords:
             seq = [0]
 
             def delta(text: str) -> None:
                 seq[0] += 1
-                try:
-                    emit(
-                        Event(
-                            kind=DELTA_EVENT, run_id=run_id, step=step, detail={"seq": seq[0], "text": text}
-                        )
-                    )
-                except Exception:  # a listener's failure must not cut the model's reply
-                    pass
+                event = Event(
+                    kind=DELTA_EVENT, run_id=run_id, step=step, detail={"seq": seq[0], "text": text}
+                )
+                for listener in sinks:
+                    try:
+                        listener(event)
+                    except Exception:  # a listener's failure must not cut the model's reply
+                        pass
 
             out["on_delta"] = delta
         return out
