@@ -302,8 +302,11 @@ class Executor:
         self._tasks[run_id] = task
 
     async def _guard(self, run_id: str, work: Any) -> RunResult | None:
+        from tether.agent.calls import stream_events_to
+
         try:
-            result: RunResult = await work
+            with stream_events_to(self._on_event):  # a reply's pieces reach SSE as it is written
+                result: RunResult = await work
             return result
         except asyncio.CancelledError:
             raise
