@@ -3,9 +3,9 @@
 1. Stored bytes of the prompt records per call against the new content of that call
    (the messages that were not in the previous prompt, plus the reply): goal <= 2x.
 2. Rebuilding the prompt of call 500 of a 1,000-call run from its records: goal <= 50 ms.
-3. First streamed token seen by an SSE client of ``tether serve`` after the model sent it
-   (the dashboard reads the same stream): goal p95 <= 200 ms.
-4. ``tether eval`` on 100 transcripts of 1,000 operations with 2 workers: goal <= 60 s.
+3. Each streamed piece seen by an SSE client of ``tether serve`` after the model sent it:
+   goal p95 <= 200 ms. (On the dashboard itself, in Chromium: ``bench_stream.py``;
+   ``tether eval`` on 100 runs of 1,000 operations: ``bench_eval.py``.)
 
 Run: ``PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/bench_prompts.py`` (``--quick``:
 smaller sizes, one run).
@@ -20,7 +20,6 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from harness import Report, corpus, percentile
@@ -73,31 +72,6 @@ def simulated_calls(n: int, seed: int) -> tuple[list[dict[str, Any]], list[int]]
         window.add(call)
         window.add(result)
     return records, new_bytes
-
-
-def transcripts(path: Path, runs: int, ops: int) -> None:
-    rng = random.Random(7)
-    with path.open("w", encoding="utf-8") as out:
-        for r in range(runs):
-            messages: list[dict[str, Any]] = [
-                {"role": "system", "content": "You deploy services."},
-                {"role": "user", "content": f"Deploy service {r} to staging."},
-            ]
-            for i in range(ops):
-                cid = f"c{i}"
-                args = json.dumps({"command": f"make step-{i} PORT={8000 + i % 97}"})
-                messages.append(
-                    {"role": "assistant", "content": None,
-                     "tool_calls": [{"id": cid, "type": "function", "function": {"name": "run", "arguments": args}}]}
-                )  # fmt: skip
-                messages.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": cid,
-                        "content": corpus.tool_output(rng, rng.randrange(200, 1_200)),
-                    }
-                )
-            out.write(json.dumps({"messages": messages}) + "\n")
 
 
 async def stream_latency(deltas: int) -> list[float]:
@@ -155,9 +129,7 @@ async def stream_latency(deltas: int) -> list[float]:
 
 
 def main() -> int:
-    rep = Report(
-        "bench_prompts", "prompt records per call, rebuild of one call, streaming latency, tether eval"
-    )
+    rep = Report("bench_prompts", "prompt records per call, rebuild of one call, streaming latency")
     calls = 200 if QUICK else 1_000
     for _ in rep.runs(1 if QUICK else 3):
         rep.section(f"prompt records over {calls} calls")
@@ -179,31 +151,14 @@ def main() -> int:
             rebuild(records, calls // 2 - 1)
             times.append(time.perf_counter() - t0)
         rep.target("rebuild p50", statistics.median(times) * 1e3, goal=50, unit="ms")
+        rep.line("rebuild max of 5", max(times) * 1e3, "ms")
 
         rep.section("first streamed piece at an SSE client")
         lat = asyncio.run(stream_latency(40 if QUICK else 200))
         rep.line("pieces", len(lat))
         rep.line("p50", statistics.median(lat) * 1e3, "ms")
-        rep.target("p95", percentile(lat, 95) * 1e3, goal=200, unit="ms")
+        rep.target("every piece at the SSE client p95", percentile(lat, 95) * 1e3, goal=200, unit="ms")
 
-        runs, ops = (10, 200) if QUICK else (100, 1_000)
-        rep.section(f"tether eval on {runs} transcripts of {ops} operations, 2 workers")
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "runs.jsonl"
-            transcripts(path, runs, ops)
-            from typer.testing import CliRunner
-
-            from tether.cli.app import app
-
-            t0 = time.perf_counter()
-            out = CliRunner().invoke(app, ["eval", "--jsonl", str(path), "--json", "--workers", "2"])
-            elapsed = time.perf_counter() - t0
-            assert out.exit_code == 0, out.output
-            report = json.loads(out.output)
-            rep.line("standard token ratio", report["levels"]["standard"]["tokenRatio"], "x")
-            rep.target(
-                "eval wall time", elapsed, goal=60 if not QUICK else 60 * runs * ops / 100_000, unit="s"
-            )
     return rep.finish()
 
 

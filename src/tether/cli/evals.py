@@ -65,7 +65,7 @@ def evaluate(
         ids = run_async(lambda: _match(url, options, runs))
         jobs += [("run", rid) for rid in ids]
     for path in jsonl or ():
-        jobs += [("jsonl", (str(path), i)) for i in range(_transcripts(path))]
+        jobs += [("jsonl", (str(path), i, *span)) for i, span in enumerate(_transcripts(path))]
     if not jobs:
         raise typer.BadParameter("no run matched")
     chunks = [jobs[i::workers] for i in range(min(workers, len(jobs)))]
@@ -101,21 +101,34 @@ async def _match(url: str, options: dict[str, Any], patterns: list[str]) -> list
     return sorted(dict.fromkeys(out))
 
 
-def _transcripts(path: Path) -> int:
-    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    if not lines:
-        return 0
-    first = json.loads(lines[0])
-    return len(lines) if isinstance(first, dict) and "messages" in first else 1
+def _transcripts(path: Path) -> list[tuple[int, int]]:
+    """Where each transcript of a JSONL file is: ``(offset, length)`` of its line, or one
+    ``(0, -1)`` when every line is a message of a single transcript. Workers read only
+    their own lines (a hot path: see benchmarks/bench_eval.py)."""
+    spans: list[tuple[int, int]] = []
+    first: bytes | None = None
+    with path.open("rb") as f:
+        offset = 0
+        for line in f:
+            if line.strip():
+                if first is None:
+                    first = line
+                spans.append((offset, len(line)))
+            offset += len(line)
+    if first is None:
+        return []
+    head = json.loads(first)
+    return spans if isinstance(head, dict) and "messages" in head else [(0, -1)]
 
 
-def _load_transcript(path: str, index: int) -> list[dict[str, Any]]:
-    lines = [ln for ln in Path(path).read_text(encoding="utf-8").splitlines() if ln.strip()]
-    first = json.loads(lines[0])
-    if isinstance(first, dict) and "messages" in first:
-        messages = json.loads(lines[index])["messages"]
-        return list(messages)
-    return [json.loads(ln) for ln in lines]
+def _load_transcript(path: str, offset: int, length: int) -> list[dict[str, Any]]:
+    if length < 0:
+        text = Path(path).read_text(encoding="utf-8")
+        return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+    with open(path, "rb") as f:
+        f.seek(offset)
+        line = f.read(length)
+    return list(json.loads(line)["messages"])
 
 
 def _work(
@@ -157,7 +170,7 @@ def _work(
                     raise LookupError(f"run {ref!r} keeps no context window")
                 accuracy = token_accuracy(state.get(PROMPT_LOG_KEY) or [])
             else:
-                window = window_from_messages(_load_transcript(*ref), model=model)
+                window = window_from_messages(_load_transcript(ref[0], ref[2], ref[3]), model=model)
                 accuracy = {}
             result = evaluate_window(window, run=name, levels=levels, budgets=budgets)  # type: ignore[arg-type]
             result.accuracy = accuracy
