@@ -48,6 +48,14 @@ def evaluate(
     html_out: Annotated[
         Path | None, typer.Option("--html", help="Write an HTML report with charts here.")
     ] = None,
+    acceptance: Annotated[
+        bool,
+        typer.Option(
+            "--acceptance",
+            help="Also measure the design's acceptance metrics on the bundled suites "
+            "(task success after compression, rollback success, FINISH accuracy, MAIN calls saved).",
+        ),
+    ] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -57,8 +65,11 @@ def evaluate(
     if bad:
         raise typer.BadParameter(f"--level must be standard or deep, got {', '.join(bad)}")
     budgets = tuple(budget or ())
+    if not runs and not jsonl and not acceptance:
+        raise typer.BadParameter("name runs (ids or globs), pass --jsonl FILE or --acceptance")
     if not runs and not jsonl:
-        raise typer.BadParameter("name runs (ids or globs) or pass --jsonl FILE")
+        _acceptance_only(html_out, as_json)
+        return
     url, options = settings(store)
     jobs: list[tuple[str, Any]] = []
     if runs:
@@ -80,14 +91,89 @@ def evaluate(
     results = [r for part in parts for r in part]
     report = merge_reports(results)
     report["perRun"] = [r.to_dict() for r in results]
+    if acceptance:
+        report["acceptance"] = _measure_acceptance()
     if html_out is not None:
         html_out.write_text(render_html(report), encoding="utf-8")
     if as_json:
         print_json(report)
         return
     _table(report)
+    if acceptance:
+        _acceptance_table(report["acceptance"])
     if html_out is not None:
         console().print(f"HTML report: {html_out}")
+
+
+def _measure_acceptance() -> dict[str, Any]:
+    from tether.cli.acceptance import acceptance_report
+
+    return run_async(acceptance_report)
+
+
+def _acceptance_only(html_out: Path | None, as_json: bool) -> None:
+    report = {"acceptance": _measure_acceptance()}
+    if html_out is not None:
+        html_out.write_text(_acceptance_html(report["acceptance"]), encoding="utf-8")
+    if as_json:
+        print_json(report)
+        return
+    _acceptance_table(report["acceptance"])
+    if html_out is not None:
+        console().print(f"HTML report: {html_out}")
+
+
+_LABELS = {
+    "taskSuccessAfterStandardCompression": "task success after standard compression",
+    "rollbackSuccess": "rollback success under injected failures",
+    "finishAccuracy": "orchestrator FINISH accuracy",
+    "mainCallsSavedBySubloop": "MAIN calls saved by the sub-loop",
+}
+
+
+def _shown(name: str, value: Any) -> str:
+    if value is None:
+        return "—"
+    return str(value) if name == "mainCallsSavedBySubloop" else f"{value * 100:.1f}%"
+
+
+def _acceptance_table(acc: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    out = console()
+    table = Table(title="acceptance metrics (bundled suites, scripted models)")
+    for column in ("metric", "value", "goal", ""):
+        table.add_column(column)
+    for name, goal in acc["goals"].items():
+        verdict = "[green]MET[/]" if goal["met"] else "[red]NOT MET[/]"
+        table.add_row(_LABELS.get(name, name), _shown(name, goal["value"]), str(goal["goal"]), verdict)
+    out.print(table)
+    for failed in acc["tasks"]["failed"]:
+        out.print(
+            f"task {failed['task']}: {failed['status']} (written: {failed['written']!r})", highlight=False
+        )
+    for failed in acc["rollback"]["failed"]:
+        out.print(
+            f"rollback trial {failed['trial']} ({failed['kind']}): {failed['problem']}", highlight=False
+        )
+    orch = acc["orchestrator"]
+    out.print(
+        f"MAIN calls over {orch['tasks']} recorded tasks: {orch['mainCallsWith']} with the sub-loop, "
+        f"{orch['mainCallsWithout']} without",
+        highlight=False,
+    )
+
+
+def _acceptance_html(acc: dict[str, Any]) -> str:
+    rows = "".join(
+        f"<tr><td>{html.escape(_LABELS.get(n, n))}</td><td>{_shown(n, g['value'])}</td>"
+        f"<td>{html.escape(str(g['goal']))}</td><td>{'MET' if g['met'] else 'NOT MET'}</td></tr>"
+        for n, g in acc["goals"].items()
+    )
+    return (
+        "<h2>Acceptance metrics</h2><table><tr><th>metric</th><th>value</th><th>goal</th><th></th></tr>"
+        f"{rows}</table>"
+    )
 
 
 async def _match(url: str, options: dict[str, Any], patterns: list[str]) -> list[str]:
@@ -237,12 +323,13 @@ def render_html(report: dict[str, Any]) -> str:
         for f, a in report["tokenAccuracy"].items()
     )
     data = html.escape(json.dumps({k: v for k, v in report.items() if k != "perRun"}, indent=2))
+    extra = _acceptance_html(report["acceptance"]) if "acceptance" in report else ""
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>tether eval</title>"
         "<style>body{font-family:system-ui,sans-serif;margin:2rem;max-width:900px}"
         "table{border-collapse:collapse}td,th{padding:.3rem .6rem;border-bottom:1px solid #ddd}</style>"
         f"</head><body><h1>Facts kept by compression over {report['runs']} run(s)</h1>"
         f"{''.join(charts)}<h2>Token-count accuracy</h2><table><tr><th>family</th><th>calls</th>"
-        f"<th>accuracy</th></tr>{accuracy}</table><details><summary>numbers</summary><pre>{data}</pre>"
+        f"<th>accuracy</th></tr>{accuracy}</table>{extra}<details><summary>numbers</summary><pre>{data}</pre>"
         "</details></body></html>"
     )
