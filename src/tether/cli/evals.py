@@ -6,7 +6,8 @@ message per line for a whole file). Each run's context is compressed at the leve
 budgets asked for; the report gives, per fact category, the share kept and the token
 ratio, as a table, JSON (``--json``) or an HTML page with charts (``--html FILE``), plus
 the token-count accuracy per model family where the runs recorded the provider's counts.
-Runs are spread over ``--workers`` processes.
+Runs are spread over ``--workers`` processes. ``--acceptance`` also measures the design's
+acceptance metrics on the suites bundled with the package (see :mod:`tether.cli.acceptance`).
 """
 
 from __future__ import annotations
