@@ -33,7 +33,11 @@ from tether.workers.execute import DRAINING, RunExecutor
 from tether.workers.registry import Registry
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from celery import Celery  # type: ignore[import-untyped]
+
+    from tether.runtime import Event
 
 __all__ = ["LONG", "WorkerConfig", "create_celery_app"]
 
@@ -56,6 +60,8 @@ class WorkerConfig:
     sweep_interval: float = 2.0
     """Seconds between sweeps (0: this worker never sweeps)."""
     sweep_grace: float = 2.0
+    on_event: Callable[[Event], None] | None = None
+    """Receives every event of the runs this worker executes (``tether worker`` traces with it)."""
 
 
 def create_celery_app(
@@ -124,6 +130,7 @@ def _install_task(app: Celery, queue: str, config: WorkerConfig) -> None:
                 lease_ttl=config.lease_ttl,
                 max_crashes=config.max_crashes,
                 drain_timeout=config.drain_timeout,
+                on_event=config.on_event,
             )
         return local.loop, local.executor
 
