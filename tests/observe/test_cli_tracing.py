@@ -1,5 +1,6 @@
 """Every CLI entry point turns tracing on from the standard OTEL_* variables, as the server
-does: ``tether run`` and ``tether orchestrate`` print their spans with the console exporter."""
+does: ``tether run`` and ``tether orchestrate`` print their spans with the console exporter
+(``tether worker``: tests/workers/test_worker_tracing.py)."""
 
 from __future__ import annotations
 

@@ -94,6 +94,7 @@ def worker(
         drain_timeout=drain_timeout,
         sweep_interval=sweep_interval,
         sweep_grace=sweep_grace,
+        on_event=_tracer(),
     )
     app = create_celery_app(_broker(broker), queue=queue, config=config)
     argv = [
@@ -108,6 +109,14 @@ def worker(
         *(["--task-events"] if events else []),
     ]
     app.worker_main(argv)
+
+
+def _tracer() -> Any:
+    """A RunTracer's ``on_event`` when the standard OTEL_* variables turn tracing on."""
+    from tether.cli.streaming import run_tracer
+
+    tracer = run_tracer()
+    return None if tracer is None else tracer.on_event
 
 
 def submit(
