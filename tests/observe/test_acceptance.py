@@ -15,6 +15,7 @@ from tether.cli.acceptance import (
     orchestrator_accuracy,
     rollback_success,
     task_success,
+    token_count_accuracy,
 )
 from tether.cli.app import app
 
@@ -40,6 +41,18 @@ async def test_task_success_counts_a_kept_fact_as_success_and_a_lost_one_as_fail
     assert [f["task"] for f in result["failed"]] == ["codeword"]
     assert result["failed"][0]["status"] == "FAILED" and result["failed"][0]["written"] is None
     assert result["standardCompressions"] >= 2  # each task was compressed before its last step
+
+
+def test_token_counts_match_the_models_tokenizer_where_it_ships():
+    """OpenAI's encodings ship offline: the running count equals a count from scratch of the
+    request; the families without an offline tokenizer say so instead of guessing."""
+    result = token_count_accuracy(("gpt-4o", "gpt-4", "claude-sonnet-4-5"))
+    families = result["families"]
+    assert families["o200k"]["accuracy"] == 1.0 and families["o200k"]["ours"] > 1_000
+    assert families["cl100k"]["accuracy"] == 1.0
+    assert families["o200k"]["ours"] != families["cl100k"]["ours"]  # two tokenizers, really used
+    assert families["claude"]["accuracy"] is None and "no offline tokenizer" in families["claude"]["note"]
+    assert result["rate"] == 1.0
 
 
 async def test_rollback_success_is_complete_with_compensations_and_fails_without():
@@ -83,11 +96,16 @@ def test_eval_acceptance_cli_reports_each_goal(tmp_path):
     assert out.exit_code == 0, out.output
     goals = json.loads(out.output)["acceptance"]["goals"]
     assert set(goals) == {
+        "tokenCountAccuracy",
         "taskSuccessAfterStandardCompression",
         "rollbackSuccess",
         "finishAccuracy",
         "mainCallsSavedBySubloop",
     }
-    assert goals["rollbackSuccess"]["met"] and goals["finishAccuracy"]["met"]
+    assert (
+        goals["rollbackSuccess"]["met"]
+        and goals["finishAccuracy"]["met"]
+        and goals["tokenCountAccuracy"]["met"]
+    )
     assert 0 < goals["taskSuccessAfterStandardCompression"]["value"] <= 1
     assert "Acceptance metrics" in html.read_text()

@@ -125,6 +125,7 @@ def _acceptance_only(html_out: Path | None, as_json: bool) -> None:
 
 
 _LABELS = {
+    "tokenCountAccuracy": "token counts against the model's tokenizer (worst family)",
     "taskSuccessAfterStandardCompression": "task success after standard compression",
     "rollbackSuccess": "rollback success under injected failures",
     "finishAccuracy": "orchestrator FINISH accuracy",
@@ -149,6 +150,9 @@ def _acceptance_table(acc: dict[str, Any]) -> None:
         verdict = "[green]MET[/]" if goal["met"] else "[red]NOT MET[/]"
         table.add_row(_LABELS.get(name, name), _shown(name, goal["value"]), str(goal["goal"]), verdict)
     out.print(table)
+    for family, row in acc["tokens"]["families"].items():
+        shown = f"{row['accuracy'] * 100:.2f}%" if row["accuracy"] is not None else row["note"]
+        out.print(f"token counts, {family} ({row['model']}): {shown}", highlight=False)
     for failed in acc["tasks"]["failed"]:
         out.print(
             f"task {failed['task']}: {failed['status']} (written: {failed['written']!r})", highlight=False
