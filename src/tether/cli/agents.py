@@ -128,14 +128,16 @@ def _handler() -> Any:
 
 def _printer(console: Any) -> Any:
     """The live view: one line per iteration, command and result."""
-    from tether.cli.streaming import DeltaPrinter, run_tracer
+    from tether.cli.streaming import DeltaPrinter, ModelActivity, run_tracer
 
     streamed = DeltaPrinter(console)  # the model's reply as it is written (terminals only)
+    waiting = ModelActivity(console)  # a spinner and the seconds while the model thinks
     traced = run_tracer()  # spans when OTEL_TRACES_EXPORTER asks for them
 
     def show(event: Any) -> None:
         if traced is not None:
             traced.on_event(event)
+        waiting(event)
         if streamed(event):
             return
         d = event.detail
