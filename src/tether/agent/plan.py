@@ -75,7 +75,9 @@ ACTION_RULES = """Until then, answer every turn with ONE JSON object and nothing
   {"action": "ask_user", "question": "...", "options": ["..."], "input_type": "choice|text|confirm|secret"}
   {"action": "failed", "message": "<why this step cannot be done>"}
 Run non-interactive commands (-y, --no-input), never destructive ones; start long-running
-services in the background and verify them; when a command fails, fix the cause."""
+services in the background and verify them; when a command fails, fix the cause.
+An execute that changes the host may add "probe": a read-only command exiting 0 when its
+effect is in place and 1 when not; after a crash it decides whether the command ran."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
