@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tether.agent.experience import ExperienceRetriever, ExperienceStore, lessons_from_run
 from tether.agent.config import SYSTEM_PROMPT
+from tether.agent.experience import ExperienceRetriever, ExperienceStore, lessons_from_run
 from tether.agent.loop import AgentLoop, LoopConfig
 from tether.agent.repo import RepoContext, analyze_repo
 from tether.errors import TetherError
