@@ -30,9 +30,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tether.agent.compaction import checkpoint_compaction
 from tether.agent.loop import AgentLoop, LoopConfig
 from tether.agent.replan import PlanReplanner, ReplanRequest, ask, plan_step_from
 from tether.context.distill import step_outputs_from_commands
+from tether.context.policy import ContextPolicy
 from tether.context.summaries import ExecutionSummary, StepOutputs, SummaryManager, parse_step_outputs
 from tether.errors import ConfigError
 from tether.runtime import DataError, Event, LogicError, Runner, RunResult, Step, Workflow
@@ -284,6 +286,11 @@ class PlanOrchestrator:
     """Revises the remaining steps after a failure (the ``replan`` decision) or a step's result."""
     replan_failures: bool = False
     """Re-plan a failed step at once (a LOGIC failure) instead of pausing with its report."""
+    checkpoint_compression: bool = True
+    """After each step's checkpoint, compress what precedes it in the context window the
+    plan run's state keeps (``context_window``); each step's own agent loop follows
+    ``base_config.checkpoint_compression``."""
+    context_policy: ContextPolicy = field(default_factory=ContextPolicy)
 
     def __post_init__(self) -> None:
         if self.loop_factory is None and self.step_executor is None:
@@ -316,6 +323,9 @@ class PlanOrchestrator:
             reducers=plan_reducers(),
             on_event=self.on_event,
             replan=self._replan if self.replanner is not None else None,
+            on_checkpoint=checkpoint_compaction(self.context_policy, on_event=self.on_event)
+            if self.checkpoint_compression
+            else None,
         )
 
     async def start(self, run_id: str, *, origin: Mapping[str, Any] | None = None) -> RunResult:

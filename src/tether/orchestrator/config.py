@@ -24,6 +24,9 @@ class OrchestratorConfig:
     prompts: PromptConfig = field(default_factory=PromptConfig)
     acceptance: tuple[str, ...] = ()
     """Acceptance criteria, summarised in FINISH_CHECK."""
+    checkpoint_compression: bool = True
+    """After each stage's checkpoint, compress what precedes it in the context window the
+    run's state keeps (``context_window``), when that gains enough."""
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1 or self.subloop_max_iterations < 1 or self.stall_rounds < 1:

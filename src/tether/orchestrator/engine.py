@@ -17,7 +17,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from tether.agent.compaction import checkpoint_compaction
 from tether.agent.watch import safe_emit
+from tether.context.policy import ContextPolicy
 from tether.errors import ConfigError
 from tether.orchestrator import decisions, stages
 from tether.orchestrator.blackboard import Blackboard
@@ -90,6 +92,8 @@ class Orchestrator:
         self.overhead: list[float] = []
         """Seconds per stage spent outside the role and MAIN calls (measurements)."""
         self._summaries: SummaryStore | None = None
+        self.context_policy = ContextPolicy()
+        """Checkpoint compression of the run's context window (its monitor spans the runs)."""
         self._seen: dict[str, int] = {}
 
     # == entry points ===============================================================
@@ -131,7 +135,14 @@ class Orchestrator:
         reducers = default_registry().register("stage_changes", "append").register("warnings", "append")
         for key in ("history", "latest", "verdicts", "report_index"):  # keyed: a stage writes what it changed
             reducers = reducers.register(key, "merge")
-        return Runner(self.workflow(), self.store, reducers=reducers, on_event=self.on_event)
+        hook = checkpoint_compaction(self.context_policy, on_event=self.on_event)
+        return Runner(
+            self.workflow(),
+            self.store,
+            reducers=reducers,
+            on_event=self.on_event,
+            on_checkpoint=hook if self.config.checkpoint_compression else None,
+        )
 
     async def start(
         self,
