@@ -158,3 +158,21 @@ async def test_keep_leaves_the_plan_and_a_function_can_be_the_replanner(store, t
         ("step_done", 1, ["install postgres", "migrate"]),
         ("step_done", 2, ["migrate"]),
     ]
+
+
+async def test_retry_after_the_agent_said_failed_runs_the_step_again(store, tmp_path):
+    """The failed nested run stays as it ended; the retry is a fresh attempt (``<run>.1-2``)."""
+    model = ScriptedModel([{"action": "failed", "message": "db down"}, done("migrated once the db was up")])
+    plan = PlanOrchestrator(
+        store=store,
+        steps=[PlanStep(name="migrate", goal="run the migrations")],
+        loop_factory=lambda cfg: AgentLoop(model, LocalSession(cwd=tmp_path), store, config=cfg),
+        log_dir=None,
+    )
+    run_id = new_id()
+    paused = await plan.start(run_id)
+    assert paused.status is RunStatus.PAUSED and "db down" in paused.report.error
+    done_ = await plan.resume(run_id, decision="retry")
+    assert done_.status is RunStatus.COMPLETED and len(model.calls) == 2
+    assert (await store.get_run(f"{run_id}.1")).status is RunStatus.FAILED
+    assert done_.state["plan_steps"][0]["run_id"] == f"{run_id}.1-2"

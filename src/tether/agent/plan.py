@@ -51,6 +51,7 @@ __all__ = [
     "StepContext",
     "StepExecutor",
     "StepResult",
+    "attempt_runs",
     "nested_run_id",
     "nested_run_ids",
     "plan_reducers",
@@ -244,6 +245,15 @@ def nested_run_ids(state: Mapping[str, Any], run_id: str, steps: int = 0) -> lis
     ids = [str(e["id"]) for e in plan.get("steps") or ()] if plan else []
     ids += [f"step-{i}" for i in range(1, steps + 1)]
     return list(dict.fromkeys(nested_run_id(run_id, sid) for sid in ids))
+
+
+async def attempt_runs(store: CheckpointStore, nested: str) -> list[str]:
+    """The nested runs of one plan step, oldest first: ``<run>.3``, then ``<run>.3-2``, … (a
+    retried step whose agent ended FAILED runs again as a fresh attempt)."""
+    runs = [nested]
+    while await store.get_run(f"{nested}-{len(runs) + 1}") is not None:
+        runs.append(f"{nested}-{len(runs) + 1}")
+    return runs
 
 
 def _plan_state(revision: int, entries: list[tuple[str, PlanStep]]) -> dict[str, Any]:
@@ -488,15 +498,20 @@ class PlanOrchestrator:
         assert self.loop_factory is not None
         config = replace(self.base_config, system_prompt=step_prompt(ctx) + "\n\n" + ACTION_RULES)
         loop = self.loop_factory(config)
-        info = await self.store.get_run(ctx.run_id)
+        runs = await attempt_runs(self.store, ctx.run_id)
+        nested = runs[-1]
+        info = await self.store.get_run(nested)
+        if info is not None and info.status in (RunStatus.FAILED, RunStatus.CANCELLED):
+            nested, info = f"{ctx.run_id}-{len(runs) + 1}", None  # a retry: a fresh attempt
+        ctx.run_id = nested
         if info is None:
-            result = await loop.start(ctx.run_id, ctx.goal)
+            result = await loop.start(nested, ctx.goal)
         elif info.status is RunStatus.COMPLETED:  # finished before a crash of the plan
-            cp = await self.store.load(ctx.run_id)
+            cp = await self.store.load(nested)
             assert cp is not None
-            result = RunResult(run_id=ctx.run_id, status=info.status, version=cp.version, state=cp.state)
+            result = RunResult(run_id=nested, status=info.status, version=cp.version, state=cp.state)
         else:
-            result = await loop.resume(ctx.run_id)
+            result = await loop.resume(nested)
         message = str(result.state.get("final_output") or "")
         if (
             result.status is not RunStatus.COMPLETED

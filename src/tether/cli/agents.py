@@ -517,10 +517,13 @@ def _plan_run(
 
 async def _nested_runs(store: Any, run_id: str, count: int) -> list[str]:
     """The nested runs of a plan's steps, those of its revisions included."""
-    from tether.agent.plan import nested_run_ids
+    from tether.agent.plan import attempt_runs, nested_run_ids
 
     outer = await store.load(run_id)
-    return nested_run_ids(outer.state if outer is not None else {}, run_id, count)
+    runs = []
+    for nested in nested_run_ids(outer.state if outer is not None else {}, run_id, count):
+        runs += await attempt_runs(store, nested)
+    return runs
 
 
 async def _nested_question(store: Any, run_id: str, count: int) -> dict[str, Any] | None:
@@ -639,7 +642,7 @@ def resume_run_id(
             raise TetherError(f"run {run_id!r} not found in {url}: check the id with `tether runs`")
         origin = cp.state.get("_origin")
         parent, _, step = run_id.rpartition(".")
-        if not isinstance(origin, dict) and parent and re.fullmatch(r"\d+(r\d+)?", step):
+        if not isinstance(origin, dict) and parent and re.fullmatch(r"\d+(r\d+)?(-\d+)?", step):
             async with open_store(url, **options) as st:
                 outer = await st.load(parent)
             if outer is not None and (outer.state.get("_origin") or {}).get("kind") == "plan":
