@@ -35,6 +35,7 @@ def state_in(workdir: str) -> dict:
 
 def test_an_active_subloop_and_a_report_on_the_blackboard(tmp_path):
     (tmp_path / "reports").mkdir()
+    (tmp_path / ".tether").mkdir()
     (tmp_path / "reports" / "report_test_2.md").write_text(
         "iteration: 2\n结论：FAIL\n阻塞：assert 3 == 2.5\n"
     )
@@ -59,13 +60,32 @@ def test_a_workdir_elsewhere_shows_the_states_summary_without_text(tmp_path):
     (test,) = view["reports"]
     assert not test["available"] and test["blockers"] == ["a == b"]
     assert report_text(state, "TEST") is None
+    assert not (tmp_path / "elsewhere").exists()  # reading creates nothing
     assert orchestration_view({"messages": []}) == {"orchestration": False}
 
 
-def test_a_report_path_outside_the_blackboard_is_not_read(tmp_path):
-    (tmp_path / "secret.txt").write_text("nope")
-    state = state_in(str(tmp_path / "w"))
-    (tmp_path / "w").mkdir()
-    state["latest"]["TEST"]["path"] = "../secret.txt"
+def test_only_report_files_inside_the_blackboard_are_read(tmp_path):
+    """An edited state cannot make the server read another file: not a path outside, not a
+    symlink leading out, not a file that is not a report, not a folder without a blackboard."""
+    work = tmp_path / "w"
+    (work / "reports").mkdir(parents=True)
+    (work / ".tether").mkdir()
+    (tmp_path / "secret.md").write_text("iteration: 1\n结论：PASS\n")
+    (work / "reports" / "report_test_9.md").symlink_to(tmp_path / "secret.md")
+    (work / "reports" / "notes.md").write_text("iteration: 1\n结论：PASS\n")
+    state = state_in(str(work))
+    for path in (
+        "../secret.md",
+        "reports/../../secret.md",
+        "reports/report_test_9.md",
+        "reports/notes.md",
+        "/etc/passwd",
+    ):
+        state["latest"]["TEST"]["path"] = path
+        assert report_text(state, "TEST") is None, path
+        assert orchestration_view(state)["reports"][0]["available"] is False
+    state["workdir"] = str(tmp_path)  # no .tether: not a blackboard
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "report_test_2.md").write_text("iteration: 2\n结论：FAIL\n")
+    state["latest"]["TEST"]["path"] = "reports/report_test_2.md"
     assert report_text(state, "TEST") is None
-    assert orchestration_view(state)["reports"][0]["available"] is False

@@ -10,13 +10,13 @@ summary falls back to what the state holds, and the full text is unavailable.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tether.context.reports import read_report_summary
-from tether.errors import BlackboardPathError
-from tether.orchestrator.blackboard import ROLES, Blackboard
+from tether.orchestrator.blackboard import ROLES
 from tether.orchestrator.prompts import plan_counts
 
 __all__ = ["is_orchestration", "orchestration_view", "report_text"]
@@ -27,14 +27,29 @@ def is_orchestration(state: Mapping[str, Any]) -> bool:
     return all(k in state for k in ("task", "dev_plan", "latest", "subloop", "workdir"))
 
 
-def _board(state: Mapping[str, Any]) -> Blackboard | None:
-    workdir = Path(str(state.get("workdir") or ""))
-    if not str(state.get("workdir") or "") or not workdir.is_dir():
+REPORT_NAME = re.compile(r"reports/report_[a-z_]+?(?:_\d+)?(?:_final|_subloop_\d+)?\.md")
+"""The only files the view reads: the blackboard's reports (a state says where they are, and
+a state can be edited: nothing else of the host is served)."""
+
+
+def _root(state: Mapping[str, Any]) -> Path | None:
+    """The run's working directory when it is an orchestrator's blackboard on this machine."""
+    raw = str(state.get("workdir") or "")
+    if not raw:
         return None
-    return Blackboard(workdir)
+    root = Path(raw)
+    return root.resolve() if (root / ".tether").is_dir() and (root / "reports").is_dir() else None
 
 
-def _report(board: Blackboard | None, role: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+def _file(root: Path | None, rel: str) -> Path | None:
+    """The report ``rel`` inside ``root``'s reports folder (never a path leading elsewhere)."""
+    if root is None or not REPORT_NAME.fullmatch(rel):
+        return None
+    path = (root / rel).resolve()
+    return path if path.parent == root / "reports" and path.is_file() else None
+
+
+def _report(root: Path | None, role: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "role": role,
         "iteration": int(entry.get("iteration") or 0),
@@ -46,13 +61,8 @@ def _report(board: Blackboard | None, role: str, entry: Mapping[str, Any]) -> di
         "evidence": "",
         "available": False,
     }
-    if board is None or not out["path"]:
-        return out
-    try:
-        path = board.path(out["path"])
-    except BlackboardPathError:
-        return out
-    if not path.is_file():
+    path = _file(root, out["path"])
+    if path is None:
         return out
     summary = read_report_summary(path, agent=role)
     out |= {
@@ -69,13 +79,13 @@ def orchestration_view(state: Mapping[str, Any]) -> dict[str, Any]:
     """The orchestrator view of a run (``{"orchestration": False}`` for any other run)."""
     if not is_orchestration(state):
         return {"orchestration": False}
-    board = _board(state)
+    root = _root(state)
     plan = [
         {"id": str(t.get("id", "")), "title": str(t.get("title", "")), "status": str(t.get("status", "TODO"))}
         for t in state.get("dev_plan") or []
     ]
     latest = state.get("latest") or {}
-    reports = [_report(board, role, latest[role]) for role in ROLES if isinstance(latest.get(role), Mapping)]
+    reports = [_report(root, role, latest[role]) for role in ROLES if isinstance(latest.get(role), Mapping)]
     history = state.get("history") or {}
     milestones = [
         {
@@ -105,7 +115,7 @@ def orchestration_view(state: Mapping[str, Any]) -> dict[str, Any]:
         "subloop": subloop,
         "subloopResult": dict(state.get("subloop_result") or {}) or None,
         "milestones": milestones,
-        "workdirAvailable": board is not None,
+        "workdirAvailable": root is not None,
     }
 
 
@@ -113,14 +123,10 @@ def report_text(state: Mapping[str, Any], role: str) -> dict[str, Any] | None:
     """The full latest report of ``role`` (None when the run has none or it is not here)."""
     role = role.upper()
     entry = (state.get("latest") or {}).get(role) if is_orchestration(state) else None
-    board = _board(state)
-    if role not in ROLES or not isinstance(entry, Mapping) or board is None:
+    if role not in ROLES or not isinstance(entry, Mapping):
         return None
-    try:
-        path = board.path(str(entry.get("path") or ""))
-    except BlackboardPathError:
-        return None
-    if not path.is_file():
+    path = _file(_root(state), str(entry.get("path") or ""))
+    if path is None:
         return None
     text = path.read_text(encoding="utf-8", errors="replace")
     return {
