@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -438,12 +439,20 @@ def plan(
     max_iterations: Annotated[int, typer.Option(help="Agent turns per plan step.")] = 30,
     store: StoreOpt = None,
     log_dir: str = "./agent_logs",
+    replan_after_steps: Annotated[
+        bool,
+        typer.Option(
+            "--replan-after-steps",
+            help="After every step, let the model revise the steps left (one model call per step).",
+        ),
+    ] = False,
     as_json: ResultJsonOpt = False,
 ) -> None:
     """Run a plan of steps with the agent; each step sees the rolling summary.
 
     The plan log goes to LOG_DIR/RUN.json. A failed step pauses the plan:
-    `tether resume RUN --decision retry|skip|abort`.
+    `tether resume RUN --decision retry|skip|replan|abort` (replan: the model revises the
+    failed step and those after it; with --script, its reply comes first in the file).
     """
     try:
         spec = json.loads(Path(plan_file).read_text(encoding="utf-8"))
@@ -456,6 +465,7 @@ def plan(
         "deploy_dir": deploy_dir or spec.get("deploy_dir") or ".",
         "max_iterations": max_iterations,
         "log_dir": log_dir,
+        "replan_after_steps": replan_after_steps,
     }
     rid = run_id or f"plan-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10_000:04d}"
     _plan_run(origin, store=store, replies=_replies(script), model=model, start=rid, as_json=as_json)
@@ -501,6 +511,7 @@ def _plan_run(
     async def go() -> Any:
         from tether.agent.loop import AgentLoop, LoopConfig
         from tether.agent.plan import PlanOrchestrator
+        from tether.agent.replan import ModelReplanner
         from tether.stores import open_store
         from tether.tools import CommandPolicy, LocalSession
         from tether.tools.redact import default_redactor
@@ -530,6 +541,7 @@ def _plan_run(
                     base_config=LoopConfig(max_iterations=int(origin.get("max_iterations") or 30)),
                     log_dir=origin.get("log_dir") or "./agent_logs",
                     on_event=printer,
+                    replanner=ModelReplanner(chat, after_steps=bool(origin.get("replan_after_steps"))),
                 )
                 if resume is None:
                     result = await orchestrator.start(str(start), origin=origin)
@@ -575,10 +587,21 @@ def _plan_run(
     _exit(str(result.status))
 
 
+async def _nested_runs(store: Any, run_id: str, count: int) -> list[str]:
+    """The nested runs of a plan's steps, those of its revisions included."""
+    from tether.agent.plan import attempt_runs, nested_run_ids
+
+    outer = await store.load(run_id)
+    runs = []
+    for nested in nested_run_ids(outer.state if outer is not None else {}, run_id, count):
+        runs += await attempt_runs(store, nested)
+    return runs
+
+
 async def _nested_question(store: Any, run_id: str, count: int) -> dict[str, Any] | None:
     """The question a plan step's agent paused on, if that is why the plan paused."""
-    for i in range(1, count + 1):
-        cp = await store.load(f"{run_id}.{i}")
+    for nested in await _nested_runs(store, run_id, count):
+        cp = await store.load(nested)
         if cp is not None and cp.state.get("pending_question"):
             question: dict[str, Any] = cp.state["pending_question"]
             return question
@@ -587,10 +610,10 @@ async def _nested_question(store: Any, run_id: str, count: int) -> dict[str, Any
 
 async def _answer_nested(store: Any, run_id: str, count: int, answer: str) -> str | None:
     """Give ``answer`` to the plan step waiting on a question; the step then runs again."""
-    for i in range(1, count + 1):
-        cp = await store.load(f"{run_id}.{i}")
+    for nested in await _nested_runs(store, run_id, count):
+        cp = await store.load(nested)
         if cp is not None and cp.state.get("pending_question"):
-            await store.update_state(f"{run_id}.{i}", {"answer": answer})
+            await store.update_state(nested, {"answer": answer})
             return "retry"
     raise ConfigError(f"run {run_id!r} is not waiting on a question: continue it with --decision")
 
@@ -705,7 +728,7 @@ def resume_run_id(
             raise TetherError(f"run {run_id!r} not found in {url}: check the id with `tether runs`")
         origin = cp.state.get("_origin")
         parent, _, step = run_id.rpartition(".")
-        if not isinstance(origin, dict) and parent and step.isdigit():
+        if not isinstance(origin, dict) and parent and re.fullmatch(r"\d+(r\d+)?(-\d+)?", step):
             async with open_store(url, **options) as st:
                 outer = await st.load(parent)
             if outer is not None and (outer.state.get("_origin") or {}).get("kind") == "plan":
