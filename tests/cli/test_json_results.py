@@ -118,3 +118,12 @@ def test_a_plan_paused_on_a_question_says_so_in_json(tmp_path):
     assert code == PAUSED and paused["waits_for"] == "answer"
     assert paused["question"]["question"] == "Log level?"
     assert paused["continue_with"] == "tether resume p1 --answer ANSWER"
+
+
+def test_orchestrate_prints_one_json_object_and_the_shared_exit_code(tmp_path):
+    code, done, err = tether(
+        tmp_path, "orchestrate", "--demo", "--workdir", str(tmp_path / "proj"), "--run-id", "o1"
+    )
+    assert code == COMPLETED and done["status"] == "COMPLETED" and done["run_id"] == "o1", (done, err)
+    assert done["exit_code"] == 0 and done["continue_with"] is None and done["final_output"]
+    assert stored(tmp_path, "o1") == ("COMPLETED", done["version"])

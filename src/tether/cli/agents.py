@@ -780,6 +780,7 @@ def resume_run_id(
             setting=[f"{k}={json.dumps(v)}" for k, v in dict(origin.get("config") or {}).items()],
             env=list(origin.get("env") or []),
             store=store,
+            as_json=as_json,
         )
     elif kind == "workflow":
         if answer is not None or script is not None:
