@@ -23,7 +23,14 @@ from typing import Annotated, Any
 
 import typer
 
-from tether.cli._common import EXIT_FOR_STATUS, run_async
+from tether.cli._common import (
+    EXIT_FOR_STATUS,
+    JsonOpt,
+    ResultJsonOpt,
+    print_json,
+    progress_console,
+    run_async,
+)
 from tether.errors import ConfigError, TetherError
 
 EXIT_FAILED = EXIT_FOR_STATUS["FAILED"]
@@ -185,6 +192,7 @@ def deploy(
             "ask: no sandbox, anything not plainly safe asked; trusted: no sandbox (dangerous)."
         ),
     ] = "sandboxed",
+    as_json: ResultJsonOpt = False,
 ) -> None:
     """Deploy a project with the agent, checkpointed every iteration.
 
@@ -195,7 +203,9 @@ def deploy(
     if safety not in ("sandboxed", "ask", "trusted"):
         raise typer.BadParameter("--safety must be sandboxed, ask or trusted")
     if resume_run:
-        resume_run_id(resume_run, store=store, script=script, answer=answer, decision=decision)
+        resume_run_id(
+            resume_run, store=store, script=script, answer=answer, decision=decision, as_json=as_json
+        )
         return
     replies = _replies(script)
     target_dir = deploy_dir or (repo if Path(repo).exists() else ".")
@@ -210,7 +220,7 @@ def deploy(
         "log_dir": log_dir,
     }
     rid = run_id or f"deploy-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10_000:04d}"
-    _deploy_run(origin, store=store, replies=replies, model=model, start=rid)
+    _deploy_run(origin, store=store, replies=replies, model=model, start=rid, as_json=as_json)
 
 
 def _deploy_run(
@@ -223,9 +233,10 @@ def _deploy_run(
     resume: str | None = None,
     answer: str | None = None,
     decision: str | None = None,
+    as_json: bool = False,
 ) -> None:
     url, options = _settings(store)
-    console = _console()
+    console = progress_console() if as_json else _console()
 
     async def go() -> Any:
         from tether.agent.deploy import AsyncDeploymentAgent
@@ -288,6 +299,19 @@ def _deploy_run(
                 await chat.aclose()
 
     result, approval = _run(go)
+    if as_json:
+        print_json(
+            _agent_json(
+                result.run_id,
+                str(result.status),
+                result.message,
+                result.pending_question,
+                result.pending_decision,
+                approval,
+                log_file=str(Path(result.log_file).resolve()),
+            )
+        )
+        _exit(str(result.status))
     _report(
         console,
         result.run_id,
@@ -299,6 +323,42 @@ def _deploy_run(
     )
     console.print(f"run log: {result.log_file}")
     _exit(str(result.status))
+
+
+def _agent_json(
+    run_id: str,
+    status: str,
+    message: str,
+    question: Any,
+    decision: Any,
+    approval: dict[str, Any] | None,
+    *,
+    log_file: str | None,
+) -> dict[str, Any]:
+    """An agent command's ``--json`` result: the same facts as :func:`_report`'s lines."""
+    if status != "PAUSED":
+        waits, continue_with = None, None
+    elif approval:
+        waits, continue_with = "approval", f"tether approve {run_id} [--deny], then tether resume {run_id}"
+    elif question:
+        waits, continue_with = "answer", f"tether resume {run_id} --answer ANSWER"
+    elif decision:
+        options = [str(o) for o in (decision.get("options") or []) if str(o) != "takeover"] or ["abort"]
+        waits, continue_with = "decision", f"tether resume {run_id} --decision {'|'.join(options)}"
+    else:
+        waits, continue_with = None, f"tether resume {run_id}"
+    return {
+        "run_id": run_id,
+        "status": status,
+        "exit_code": EXIT_FOR_STATUS.get(status, 1),
+        "message": message,
+        "waits_for": waits,
+        "question": question,
+        "report": decision if waits == "decision" else None,
+        "approval": approval,
+        "continue_with": continue_with,
+        "log_file": log_file,
+    }
 
 
 def _report(
@@ -376,6 +436,7 @@ def plan(
     max_iterations: Annotated[int, typer.Option(help="Agent turns per plan step.")] = 30,
     store: StoreOpt = None,
     log_dir: str = "./agent_logs",
+    as_json: ResultJsonOpt = False,
 ) -> None:
     """Run a plan of steps with the agent; each step sees the rolling summary.
 
@@ -395,7 +456,7 @@ def plan(
         "log_dir": log_dir,
     }
     rid = run_id or f"plan-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10_000:04d}"
-    _plan_run(origin, store=store, replies=_replies(script), model=model, start=rid)
+    _plan_run(origin, store=store, replies=_replies(script), model=model, start=rid, as_json=as_json)
 
 
 def _plan_steps(spec: Any) -> list[Any]:
@@ -428,9 +489,10 @@ def _plan_run(
     resume: str | None = None,
     answer: str | None = None,
     decision: str | None = None,
+    as_json: bool = False,
 ) -> None:
     url, options = _settings(store)
-    console = _console()
+    console = progress_console() if as_json else _console()
     spec = origin["plan"]
     steps = _plan_steps(spec)
 
@@ -489,6 +551,14 @@ def _plan_run(
 
     result, question, log_file, approval = _run(go)
     pending = runtime_get(result.state, "pending_decision") if str(result.status) == "PAUSED" else None
+    if as_json:
+        message = str(result.state.get("final_output") or "")
+        found = None if question else pending
+        log = None if log_file is None else str(Path(log_file).resolve())
+        print_json(
+            _agent_json(result.run_id, str(result.status), message, question, found, approval, log_file=log)
+        )
+        _exit(str(result.status))
     _report(
         console,
         result.run_id,
@@ -538,6 +608,7 @@ def approve(
     run_id: Annotated[str, typer.Argument(help="The paused run (a deploy, or a plan: its step is found).")],
     deny: Annotated[bool, typer.Option("--deny", help="Refuse the command instead.")] = False,
     store: StoreOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Approve (or --deny) the command a paused agent run waits on.
 
@@ -553,6 +624,17 @@ def approve(
         return await decide_approval(st, run_id, approved=not deny)
 
     waiting, pending = on_store(store, go)
+    if as_json:
+        print_json(
+            {
+                "run_id": run_id,
+                "waiting_run_id": waiting,
+                "approved": not deny,
+                "command": pending.get("command"),
+                "continue_with": f"tether resume {run_id}",
+            }
+        )
+        return
     from rich.markup import escape
 
     console = _console()
@@ -572,6 +654,7 @@ def decide(
     ] = None,
     store: StoreOpt = None,
     script: ScriptOpt = None,
+    as_json: ResultJsonOpt = False,
 ) -> None:
     """Decide on the failure report a paused run waits on, then continue it.
 
@@ -593,7 +676,7 @@ def decide(
 
         if not on_store(store, record):
             raise typer.BadParameter(f"run {run_id!r} is not paused on a failure report: nothing to decide")
-    resume_run_id(run_id, store=store, script=script, decision=decision)
+    resume_run_id(run_id, store=store, script=script, decision=decision, as_json=as_json)
 
 
 # == resume ===========================================================================
@@ -606,6 +689,7 @@ def resume_run_id(
     decision: str | None = None,
     force: bool = False,
     plain: bool = False,
+    as_json: bool = False,
 ) -> None:
     """Continue any run from its recorded origin (deploy, plan, orchestrate or workflow)."""
     url, options = _settings(store)
@@ -637,11 +721,23 @@ def resume_run_id(
     kind = origin["kind"]
     if kind == "deploy":
         _deploy_run(
-            origin, store=store, replies=_replies(script), resume=run_id, answer=answer, decision=decision
+            origin,
+            store=store,
+            replies=_replies(script),
+            resume=run_id,
+            answer=answer,
+            decision=decision,
+            as_json=as_json,
         )
     elif kind == "plan":
         _plan_run(
-            origin, store=store, replies=_replies(script), resume=run_id, answer=answer, decision=decision
+            origin,
+            store=store,
+            replies=_replies(script),
+            resume=run_id,
+            answer=answer,
+            decision=decision,
+            as_json=as_json,
         )
     elif kind == "orchestrate":
         if script is not None:
@@ -666,7 +762,13 @@ def resume_run_id(
         from tether.cli.app import resume_workflow
 
         resume_workflow(
-            str(origin["workflow"]), run_id, store=store, decision=decision, force=force, plain=plain
+            str(origin["workflow"]),
+            run_id,
+            store=store,
+            decision=decision,
+            force=force,
+            plain=plain,
+            as_json=as_json,
         )
     else:
         raise typer.BadParameter(f"run {run_id!r} was started by an unknown kind {kind!r}")
