@@ -75,3 +75,25 @@ def test_the_sqlite_twin_is_a_constructor_option(tmp_path: Path) -> None:
         assert loaded is not None and loaded.state == {"n": 1}
     finally:
         run_inline(store.aclose())
+
+
+def test_a_failed_transaction_of_the_sqlite_twin_rolls_back(tmp_path: Path) -> None:
+    """A transaction body that raises leaves nothing behind, with no event loop around."""
+    from tether.stores.sqlite import SqliteBackend
+
+    backend = SqliteBackend(tmp_path / "t.db", caller_thread=True)
+
+    async def failing() -> None:
+        async with backend._tx(write=True) as tx:
+            await tx.run("CREATE TABLE t (x INTEGER)")
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run_inline(failing())
+
+    async def tables() -> list[tuple[object, ...]]:
+        async with backend._tx(write=False) as tx:
+            return await tx.all("SELECT name FROM sqlite_master WHERE name = 't'")
+
+    assert run_inline(tables()) == []
+    run_inline(backend.aclose())

@@ -293,7 +293,9 @@ class SqliteBackend(SqlBackend):
             try:
                 yield _SqliteTx(self)
             except BaseException:
-                await asyncio.shield(self._call(lambda c: c.execute("ROLLBACK")))
+                rollback = self._call(lambda c: c.execute("ROLLBACK"))
+                # (a blocking twin has no loop to shield on: its rollback runs to its end anyway)
+                await (rollback if self._pool is None else asyncio.shield(rollback))
                 raise
             await self._call(lambda c: c.execute("COMMIT"))
 
