@@ -47,7 +47,7 @@ class _Link:
 
     def __init__(self, proxy: PgProxy, client: socket.socket, server: socket.socket) -> None:
         self.proxy, self.client, self.server = proxy, client, server
-        self.prepared: set[bytes] = set()  # statement names whose SQL is a checkpoint write
+        self.prepared: set[bytes] = set()  # statement names (b"": unnamed) holding a write's SQL
         self.losing = False
         self.closed = False
 
@@ -60,15 +60,18 @@ class _Link:
                 s.close()
 
     def is_write(self, kind: bytes, body: bytes) -> bool:
+        """Whether this message executes a checkpoint write: a simple query, or the Bind of
+        a statement whose Parse carried the write's SQL (psycopg prepares a statement it
+        runs often in a round trip of its own, and then binds it by name)."""
         if kind == b"Q":
             return all(m in body for m in WRITE_MARKS)
         if kind == b"P":
             name, at = _cstring(body, 0)
             sql, _ = _cstring(body, at)
             if all(m in sql for m in WRITE_MARKS):
-                if name:
-                    self.prepared.add(name)
-                return True
+                self.prepared.add(name)
+            else:
+                self.prepared.discard(name)  # the unnamed statement now holds other SQL
         if kind == b"B":
             _portal, at = _cstring(body, 0)
             name, _ = _cstring(body, at)

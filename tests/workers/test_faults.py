@@ -29,7 +29,7 @@ from tests.workers.conftest import (
 )
 from tether.errors import RunExists
 from tether.state import RunStatus
-from tether.workers import Dispatcher, submit
+from tether.workers import submit
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def _inputs(trace: Path, **extra: Any) -> dict[str, Any]:
 
 
 async def test_a_broker_restart_mid_run_loses_no_run_and_repeats_no_step(
-    private_redis: Any, fleet_factory: Any, tmp_path: Path, queue: str
+    private_redis: Any, fleet_factory: Any, dispatchers: Any, tmp_path: Path, queue: str
 ) -> None:
     """The broker (a Redis of this test's own, appendfsync always) is killed -9 while one
     run executes and others wait in the queue, and started again on the same port: the
@@ -51,13 +51,12 @@ async def test_a_broker_restart_mid_run_loses_no_run_and_repeats_no_step(
     trace = tmp_path / "trace.log"
     async with opened(store_at) as store:
         fleet = fleet_factory(store_at, private_redis.url)
-        fleet.start(2, *FAST)
-        dispatcher = Dispatcher.from_url(private_redis.url, queue=queue)
+        fleet.start(1, *FAST, "--concurrency", "2")
+        dispatcher = dispatchers(private_redis.url)
         runs = {}
         for _ in range(4):
             inputs = _inputs(trace, delay=0.15)
             runs[await submit(store, dispatcher, "five", inputs)] = inputs
-        dispatcher.close()
         first = next(iter(runs))
         await wait_trace(trace, first, "s2")
         private_redis.kill()  # mid-run: two runs executing, two messages waiting
@@ -70,60 +69,58 @@ async def test_a_broker_restart_mid_run_loses_no_run_and_repeats_no_step(
         assert "Connection to broker lost" in fleet.logs()  # the restart was seen
 
 
-@pytest.mark.parametrize("mode", ["cut", "lose_reply"])
 async def test_a_commit_cut_or_its_reply_lost_is_stored_once(
-    mode: str, pg_proxy: Any, fleet_factory: Any, tmp_path: Path, queue: str
+    pg_proxy: Any, fleet_factory: Any, dispatchers: Any, tmp_path: Path, queue: str
 ) -> None:
-    """The worker reaches PostgreSQL through a proxy that breaks the commit of step s3:
-    ``cut`` closes the connection when half the write has reached the server (not stored);
-    ``lose_reply`` lets the server commit it and drops the reply (stored, and the worker
-    cannot tell). Either way the store's retry stores the step once and the run goes on."""
+    """The worker reaches PostgreSQL through a proxy that breaks the commit of step s3 of a
+    run: ``cut`` closes the connection when half the write has reached the server (not
+    stored); ``lose_reply`` lets the server commit it and drops the reply (stored, and the
+    worker cannot tell). Either way the store's retry stores the step once, and the run
+    goes on without running anything again."""
     direct, broker_at = store_url("postgresql"), broker_url("amqp")
     trace = tmp_path / "trace.log"
     async with opened(direct) as store:
         fleet = fleet_factory(pg_proxy.url(direct), broker_at)
         fleet.start(1, *FAST)
-        dispatcher = Dispatcher.from_url(broker_at, queue=queue)
-        inputs = _inputs(trace, delay_s3=0.3)
-        run_id = await submit(store, dispatcher, "five", inputs)
-        await wait_trace(trace, run_id, "s3")
-        pg_proxy.arm(mode)  # the next checkpoint write is s3's
-        assert await asyncio.to_thread(pg_proxy.fired.wait, 30), "no checkpoint write went through the proxy"
-        assert await wait_status(store, run_id, ENDED) is RunStatus.COMPLETED
-        assert starts(trace, run_id) == dict.fromkeys(STEPS, 1)  # nothing ran again
-        await check_once(store, run_id, inputs)
-        assert "retry 1/" in fleet.logs()  # the write failed where the worker saw it, and was retried
-        # lose_reply: the server did the write (one row updated) before the reply was dropped
-        assert pg_proxy.swallowed == ([b"UPDATE 1"] if mode == "lose_reply" else [])
-        dispatcher.close()
+        dispatcher = dispatchers(broker_at)
+        for mode in ("cut", "lose_reply"):
+            inputs = _inputs(trace, delay_s3=0.3)
+            run_id = await submit(store, dispatcher, "five", inputs)
+            await wait_trace(trace, run_id, "s3")
+            pg_proxy.arm(mode)  # the next checkpoint write is s3's
+            assert await asyncio.to_thread(pg_proxy.fired.wait, 30), f"{mode}: no write went through"
+            assert await wait_status(store, run_id, ENDED) is RunStatus.COMPLETED
+            assert starts(trace, run_id) == dict.fromkeys(STEPS, 1)  # nothing ran again
+            await check_once(store, run_id, inputs)
+            # lose_reply: the server did the write (one row updated) before the reply was dropped
+            assert pg_proxy.swallowed == ([b"UPDATE 1"] if mode == "lose_reply" else [])
+        # both writes failed where the worker saw them, and were retried
+        assert fleet.logs().count("retry 1/") == 2
 
 
 async def test_the_same_run_submitted_twice_at_once_executes_once(
-    fleet_factory: Any, tmp_path: Path, queue: str
+    fleet_factory: Any, dispatchers: Any, tmp_path: Path, queue: str
 ) -> None:
     """Two submitters store the same run id at the same moment while two more copies of its
     message are sent (a client retrying): one submit wins, the other gets RunExists, and
-    the three idle workers that receive a message execute the run once between them."""
+    the idle workers that receive a message execute the run once between them."""
     store_at, broker_at = store_url("redis"), broker_url("redis")
     trace = tmp_path / "trace.log"
     run_id = f"twice-{uuid.uuid4().hex[:8]}"
     inputs = _inputs(trace)
     fleet = fleet_factory(store_at, broker_at)
-    fleet.start(3, *FAST)
+    fleet.start(2, *FAST, "--concurrency", "2")
 
     async def submitter() -> str | RunExists:
         async with opened(store_at) as own:
-            dispatcher = Dispatcher.from_url(broker_at, queue=queue)
+            dispatcher = dispatchers(broker_at)
             try:
                 return await submit(own, dispatcher, "five", inputs, run_id=run_id)
             except RunExists as exc:
                 return exc
-            finally:
-                dispatcher.close()
 
-    resender = Dispatcher.from_url(broker_at, queue=queue)
+    resender = dispatchers(broker_at)
     outs = await asyncio.gather(submitter(), submitter(), resender.enqueue(run_id), resender.enqueue(run_id))
-    resender.close()
     assert sorted(type(o).__name__ for o in outs[:2]) == ["RunExists", "str"]
     async with opened(store_at) as store:
         assert await wait_status(store, run_id, ENDED) is RunStatus.COMPLETED
@@ -132,7 +129,7 @@ async def test_the_same_run_submitted_twice_at_once_executes_once(
 
 
 async def test_a_step_far_longer_than_the_brokers_redelivery_window_runs_once(
-    private_redis: Any, fleet_factory: Any, tmp_path: Path, queue: str
+    private_redis: Any, fleet_factory: Any, dispatchers: Any, tmp_path: Path, queue: str
 ) -> None:
     """The 2-hour step under a 1-hour visibility timeout, scaled down: the broker re-delivers
     any message unacknowledged for 1 s, and step s2 lasts 4 s (two leases: the heartbeat
@@ -142,11 +139,11 @@ async def test_a_step_far_longer_than_the_brokers_redelivery_window_runs_once(
     impatient = {"visibility_timeout": 1, "unacked_restore_interval": 0.3, "unacked_restore_throttle": 1}
     async with opened(store_at) as store:
         fleet = fleet_factory(store_at, private_redis.url, {"FLEET_TRANSPORT_OPTIONS": json.dumps(impatient)})
-        fleet.start(2, "--lease", "2", "--sweep-interval", "0.5", "--sweep-grace", "1")
-        dispatcher = Dispatcher.from_url(private_redis.url, queue=queue)
+        # two threads: the broker's copy reaches the one not executing the run
+        fleet.start(1, "--concurrency", "2", "--lease", "2", "--sweep-interval", "0.5", "--sweep-grace", "1")
+        dispatcher = dispatchers(private_redis.url)
         inputs = _inputs(trace, delay_s2=4)
         run_id = await submit(store, dispatcher, "five", inputs)
-        dispatcher.close()
         assert await wait_status(store, run_id, ENDED) is RunStatus.COMPLETED
         assert starts(trace, run_id) == dict.fromkeys(STEPS, 1)
         await check_once(store, run_id, inputs)

@@ -29,7 +29,7 @@ from tests.workers.conftest import (
 )
 from tether.state import RunStatus
 from tether.state.reserved import runtime_get
-from tether.workers import Dispatcher, submit
+from tether.workers import submit
 
 pytestmark = pytest.mark.slow
 
@@ -43,14 +43,14 @@ def _inputs(trace: Path, **extra: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("broker", "backend"), [("amqp", "postgresql"), ("redis", "redis")])
 async def test_kill9_mid_step_another_worker_continues(
-    broker: str, backend: str, fleet_factory: Any, tmp_path: Path, queue: str
+    broker: str, backend: str, fleet_factory: Any, dispatchers: Any, tmp_path: Path, queue: str
 ) -> None:
     store_at, broker_at = store_url(backend), broker_url(broker)
     trace = tmp_path / "trace.log"
     async with opened(store_at) as store:
         fleet = fleet_factory(store_at, broker_at)
         fleet.start(2, *FAST)
-        dispatcher = Dispatcher.from_url(broker_at, queue=queue)
+        dispatcher = dispatchers(broker_at)
         inputs = _inputs(trace, delay_s3=1)
         run_id = await submit(store, dispatcher, "five", inputs)
         _rid, _step, _t, pid = await wait_trace(trace, run_id, "s3")
@@ -68,18 +68,17 @@ async def test_kill9_mid_step_another_worker_continues(
         state = await check_once(store, run_id, inputs)
         kinds = [e["kind"] for e in runtime_get(state, "event_log", [])]
         assert kinds.count("interrupted") == 1  # the crash is on record
-        dispatcher.close()
 
 
 async def test_sigterm_finishes_the_step_and_hands_over_at_once(
-    fleet_factory: Any, tmp_path: Path, queue: str
+    fleet_factory: Any, dispatchers: Any, tmp_path: Path, queue: str
 ) -> None:
     store_at, broker_at = store_url("postgresql"), broker_url("amqp")
     trace = tmp_path / "trace.log"
     async with opened(store_at) as store:
         fleet = fleet_factory(store_at, broker_at)
         fleet.start(2, "--lease", "30", "--drain-timeout", "20", "--sweep-interval", "0")
-        dispatcher = Dispatcher.from_url(broker_at, queue=queue)
+        dispatcher = dispatchers(broker_at)
         inputs = _inputs(trace, delay_s3=1)
         run_id = await submit(store, dispatcher, "five", inputs)
         _rid, _step, _t, pid = await wait_trace(trace, run_id, "s3")
@@ -97,18 +96,17 @@ async def test_sigterm_finishes_the_step_and_hands_over_at_once(
         assert len(stops) == 1 and "shutting down" in stops[0]["detail"]["reason"]
         proc = next(p for p in fleet.procs if p.pid == int(pid))
         assert proc.wait(timeout=20) == 0  # a warm shutdown
-        dispatcher.close()
 
 
 async def test_duplicate_messages_execute_the_run_once(
-    fleet_factory: Any, tmp_path: Path, queue: str
+    fleet_factory: Any, dispatchers: Any, tmp_path: Path, queue: str
 ) -> None:
     store_at, broker_at = store_url("postgresql"), broker_url("amqp")
     trace = tmp_path / "trace.log"
     async with opened(store_at) as store:
         fleet = fleet_factory(store_at, broker_at)
-        fleet.start(3, *FAST)
-        dispatcher = Dispatcher.from_url(broker_at, queue=queue)
+        fleet.start(2, *FAST, "--concurrency", "2")  # four consumers racing for the copies
+        dispatcher = dispatchers(broker_at)
         inputs = _inputs(trace, delay=0.1)
         run_id = await submit(store, dispatcher, "five", inputs)
         for _ in range(3):  # the same run, submitted again at once
@@ -122,14 +120,15 @@ async def test_duplicate_messages_execute_the_run_once(
         while fleet.logs().count("message dropped") < 3 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert fleet.logs().count("message dropped") >= 3
-        dispatcher.close()
 
 
-async def test_lost_message_is_swept(fleet_factory: Any, tmp_path: Path, queue: str) -> None:
+async def test_lost_message_is_swept(
+    fleet_factory: Any, dispatchers: Any, tmp_path: Path, queue: str
+) -> None:
     store_at, broker_at = store_url("postgresql"), broker_url("amqp")
     trace = tmp_path / "trace.log"
     async with opened(store_at) as store:
-        dispatcher = Dispatcher.from_url(broker_at, queue=queue)
+        dispatcher = dispatchers(broker_at)
         inputs = _inputs(trace)
         run_id = await submit(store, dispatcher, "five", inputs)
         assert dispatcher.waiting() == 1
@@ -143,11 +142,10 @@ async def test_lost_message_is_swept(fleet_factory: Any, tmp_path: Path, queue: 
         assert "had no message; enqueued again" in fleet.logs()
         assert starts(trace, run_id) == dict.fromkeys(STEPS, 1)
         await check_once(store, run_id, inputs)
-        dispatcher.close()
 
 
 async def test_a_step_that_kills_every_worker_ends_failed(
-    fleet_factory: Any, tmp_path: Path, queue: str
+    fleet_factory: Any, dispatchers: Any, tmp_path: Path, queue: str
 ) -> None:
     store_at, broker_at = store_url("postgresql"), broker_url("amqp")
     trace = tmp_path / "trace.log"
@@ -155,7 +153,7 @@ async def test_a_step_that_kills_every_worker_ends_failed(
         fleet = fleet_factory(store_at, broker_at)
         args = [*FAST, "--max-crashes", "2"]
         fleet.start(1, *args)
-        dispatcher = Dispatcher.from_url(broker_at, queue=queue)
+        dispatcher = dispatchers(broker_at)
         inputs = _inputs(trace, crash="s2")
         run_id = await submit(store, dispatcher, "five", inputs)
         deadline = time.monotonic() + 120
@@ -175,4 +173,3 @@ async def test_a_step_that_kills_every_worker_ends_failed(
         assert starts(trace, run_id) == {"s1": 1, "s2": 2, "s3": 0, "s4": 0, "s5": 0}
         assert done_steps(cp.state) == ["s1"]
         assert lease_of(cp.state) is None
-        dispatcher.close()
