@@ -148,3 +148,40 @@ async def test_a_step_far_longer_than_the_brokers_redelivery_window_runs_once(
         assert starts(trace, run_id) == dict.fromkeys(STEPS, 1)
         await check_once(store, run_id, inputs)
         assert "message dropped: another worker holds its lease" in fleet.logs()  # it did re-deliver
+
+
+async def test_a_worker_stopped_past_its_lease_writes_nothing_when_it_wakes(
+    fleet_factory: Any, dispatchers: Any, tmp_path: Path, queue: str
+) -> None:
+    """SIGSTOP of the worker inside step s3 (a long GC, a partition): its heartbeat stops,
+    the lease runs out, the sweeper hands the run to the other worker, which completes it.
+    SIGCONT: the stopped worker finishes its s3, its commit is refused (LeaseLost), it drops
+    the run and the store is not changed by it at all."""
+    import os
+    import signal
+
+    store_at, broker_at = store_url("postgresql"), broker_url("amqp")
+    trace = tmp_path / "trace.log"
+    async with opened(store_at) as store:
+        fleet = fleet_factory(store_at, broker_at)
+        fleet.start(2, "--lease", "2", "--sweep-interval", "0.5", "--sweep-grace", "1")
+        inputs = _inputs(trace, delay_s3=0.5)
+        run_id = await submit(store, dispatchers(broker_at), "five", inputs)
+        _rid, _step, _t, pid = await wait_trace(trace, run_id, "s3")
+        os.kill(int(pid), signal.SIGSTOP)
+        try:
+            assert await wait_status(store, run_id, ENDED) is RunStatus.COMPLETED
+            final = await store.get_run(run_id)
+        finally:
+            os.kill(int(pid), signal.SIGCONT)
+        stopped = next(p for p in fleet.procs if p.pid == int(pid))
+        deadline = asyncio.get_running_loop().time() + 30
+        while "lost its lease" not in Path(stopped.log).read_text(errors="replace"):
+            assert asyncio.get_running_loop().time() < deadline, "the woken worker never noticed"
+            await asyncio.sleep(0.1)
+        after = await store.get_run(run_id)
+        assert final is not None and after is not None
+        assert (after.version, after.status) == (final.version, RunStatus.COMPLETED)  # nothing written
+        counts = starts(trace, run_id)
+        assert counts["s3"] == 2 and all(counts[s] == 1 for s in STEPS if s != "s3")
+        await check_once(store, run_id, inputs)
