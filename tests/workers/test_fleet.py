@@ -152,7 +152,7 @@ async def test_a_step_that_kills_every_worker_ends_failed(
     async with opened(store_at) as store:
         fleet = fleet_factory(store_at, broker_at)
         args = [*FAST, "--max-crashes", "2"]
-        fleet.start(1, *args)
+        fleet.start(3, *args)  # started together: each takes the message the one before it dropped
         dispatcher = dispatchers(broker_at)
         inputs = _inputs(trace, crash="s2")
         run_id = await submit(store, dispatcher, "five", inputs)
