@@ -296,13 +296,21 @@ def private_redis(tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
-def pg_proxy() -> Iterator[Any]:
-    """A proxy to the test PostgreSQL that breaks one checkpoint write when armed."""
+def fault_proxy() -> Iterator[Any]:
+    """Makes a proxy to the test PostgreSQL or Redis that breaks one checkpoint write when
+    armed; closed at the end of the test."""
     from urllib.parse import urlsplit
 
-    from tests.workers.faults import PgProxy
+    from tests.workers import faults
 
-    parts = urlsplit(store_url("postgresql"))
-    proxy = PgProxy((parts.hostname or "127.0.0.1", parts.port or 5432))
-    yield proxy
-    proxy.close()
+    made: list[Any] = []
+
+    def make(kind: str) -> Any:
+        parts = urlsplit(store_url(kind))
+        make_proxy = faults.pg_proxy if kind == "postgresql" else faults.redis_proxy
+        made.append(make_proxy((parts.hostname or "127.0.0.1", parts.port or 5432)))
+        return made[-1]
+
+    yield make
+    for proxy in made:
+        proxy.close()

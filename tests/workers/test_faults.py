@@ -69,33 +69,36 @@ async def test_a_broker_restart_mid_run_loses_no_run_and_repeats_no_step(
         assert "Connection to broker lost" in fleet.logs()  # the restart was seen
 
 
+@pytest.mark.parametrize(("backend", "broker"), [("postgresql", "amqp"), ("redis", "redis")])
 async def test_a_commit_cut_or_its_reply_lost_is_stored_once(
-    pg_proxy: Any, fleet_factory: Any, dispatchers: Any, tmp_path: Path, queue: str
+    backend: str, broker: str, fault_proxy: Any, fleet_factory: Any, dispatchers: Any, tmp_path: Path
 ) -> None:
-    """The worker reaches PostgreSQL through a proxy that breaks the commit of step s3 of a
+    """The worker reaches its store through a proxy that breaks the commit of step s3 of a
     run: ``cut`` closes the connection when half the write has reached the server (not
-    stored); ``lose_reply`` lets the server commit it and drops the reply (stored, and the
+    stored); ``lose_reply`` lets the server do it and drops the reply (stored, and the
     worker cannot tell). Either way the store's retry stores the step once, and the run
     goes on without running anything again."""
-    direct, broker_at = store_url("postgresql"), broker_url("amqp")
+    direct, broker_at = store_url(backend), broker_url(broker)
+    proxy = fault_proxy(backend)
     trace = tmp_path / "trace.log"
     async with opened(direct) as store:
-        fleet = fleet_factory(pg_proxy.url(direct), broker_at)
+        fleet = fleet_factory(proxy.url(direct), broker_at)
         fleet.start(1, *FAST)
         dispatcher = dispatchers(broker_at)
         for mode in ("cut", "lose_reply"):
             inputs = _inputs(trace, delay_s3=0.3)
             run_id = await submit(store, dispatcher, "five", inputs)
             await wait_trace(trace, run_id, "s3")
-            pg_proxy.arm(mode)  # the next checkpoint write is s3's
-            assert await asyncio.to_thread(pg_proxy.fired.wait, 30), f"{mode}: no write went through"
+            proxy.arm(mode)  # the next checkpoint write is s3's
+            assert await asyncio.to_thread(proxy.fired.wait, 30), f"{mode}: no write went through"
             assert await wait_status(store, run_id, ENDED) is RunStatus.COMPLETED
             assert starts(trace, run_id) == dict.fromkeys(STEPS, 1)  # nothing ran again
             await check_once(store, run_id, inputs)
-            # lose_reply: the server did the write (one row updated) before the reply was dropped
-            assert pg_proxy.swallowed == ([b"UPDATE 1"] if mode == "lose_reply" else [])
+            # lose_reply: the server did the write before its reply was dropped
+            done = [b"UPDATE 1"] if backend == "postgresql" else [b"*"]
+            assert proxy.swallowed == (done if mode == "lose_reply" else [])
         # both writes failed where the worker saw them, and were retried
-        assert fleet.logs().count("retry 1/") == 2
+        assert fleet.logs().count("retry 1/") == 2, fleet.logs()[-3000:]
 
 
 async def test_the_same_run_submitted_twice_at_once_executes_once(
