@@ -1,6 +1,7 @@
 """Faults around the workers, not in them: the broker restarted mid-run, the store's
 connection cut in the middle of a commit, a commit whose reply is lost, the same run
-submitted twice at once, and a broker whose redelivery window is far shorter than a step.
+submitted twice at once, a broker whose redelivery window is far shorter than a step,
+and a worker stopped (SIGSTOP) past its lease and woken again.
 
 As in test_fleet: every run ends COMPLETED, each step recorded done exactly once, the
 final state equal to a single-process run's, no lease left held; and the trace the steps
@@ -44,9 +45,9 @@ def _inputs(trace: Path, **extra: Any) -> dict[str, Any]:
 async def test_a_broker_restart_mid_run_loses_no_run_and_repeats_no_step(
     private_redis: Any, fleet_factory: Any, dispatchers: Any, tmp_path: Path, queue: str
 ) -> None:
-    """The broker (a Redis of this test's own, appendfsync always) is killed -9 while one
-    run executes and others wait in the queue, and started again on the same port: the
-    running run goes on, the waiting ones are delivered after the restart."""
+    """The broker (a Redis of this test's own, appendfsync always) is killed -9 while two
+    runs execute and two wait in the queue, and started again on the same port a second
+    later: the running runs go on, the waiting ones are delivered after the restart."""
     store_at = store_url("postgresql")
     trace = tmp_path / "trace.log"
     async with opened(store_at) as store:
@@ -60,7 +61,7 @@ async def test_a_broker_restart_mid_run_loses_no_run_and_repeats_no_step(
         first = next(iter(runs))
         await wait_trace(trace, first, "s2")
         private_redis.kill()  # mid-run: two runs executing, two messages waiting
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # the broker stays down for a second
         private_redis.start()
         for run_id, inputs in runs.items():
             assert await wait_status(store, run_id, ENDED, timeout=60) is RunStatus.COMPLETED
