@@ -56,21 +56,6 @@ def test_the_registry_knows_the_bundled_agents() -> None:
     assert Registry(bundled=False).names() == []
 
 
-async def test_deploy_analyses_on_the_worker_then_runs_the_agent_loop(
-    store: CheckpointStore, tmp_path: Path
-) -> None:
-    repo = project(tmp_path / "svc")
-    model = scripted(
-        {"action": "execute", "command": "ls"}, {"action": "done", "message": "deployed and verified"}
-    )
-    state = await run(store, "deploy", {"repo": str(repo), "model": model})
-    assert state["final_output"] == "deployed and verified"
-    assert "python" in state["goal"].lower() or str(repo) in state["goal"]
-    assert [c["command"] for c in state["command_history"]] == ["ls"]
-    assert state["log_header"]["context"]["project_type"] == "python"
-    assert len(state["prompt_log"]) == 2  # one model call per iteration
-
-
 async def test_plan_runs_each_step_with_the_agent_loop(store: CheckpointStore, tmp_path: Path) -> None:
     plan = {
         "project_name": "svc",
@@ -128,12 +113,15 @@ async def test_without_a_model_factory_a_real_model_is_a_clear_failure(
 async def test_tether_submit_runs_the_deploy_agent_on_a_worker(
     fleet_factory: Any, tmp_path: Path, queue: str
 ) -> None:
-    """`tether submit deploy --input …` with a scripted model, executed by `tether worker`."""
+    """`tether submit deploy --input …` with a scripted model, executed by `tether worker`:
+    the repository and the host are analysed on the worker (the run's first step), then the
+    agent loop runs a command and says done."""
     store_at, broker_at = store_url("postgresql"), broker_url("amqp")
     fleet = fleet_factory(store_at, broker_at)
     fleet.start(1, "--sweep-interval", "0")
     repo = project(tmp_path / "svc")
-    inputs = {"repo": str(repo), "model": scripted({"action": "done", "message": "it runs"})}
+    model = scripted({"action": "execute", "command": "ls"}, {"action": "done", "message": "it runs"})
+    inputs = {"repo": str(repo), "model": model}
     cmd = [sys.executable, "-c", "from tether.cli.app import main; main()", "submit", "deploy"]
     cmd += ["--store", store_at, "--broker", broker_at, "--queue", queue, "--input", json.dumps(inputs)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=fleet.env(), cwd=tmp_path)
@@ -144,5 +132,10 @@ async def test_tether_submit_runs_the_deploy_agent_on_a_worker(
             await wait_status(store, run_id, {RunStatus.COMPLETED, RunStatus.FAILED}) is RunStatus.COMPLETED
         )
         cp = await store.load(run_id)
-        assert cp is not None and cp.state["final_output"] == "it runs"
-        assert runtime_get(cp.state, "lease") is None
+        assert cp is not None
+        state = cp.state
+    assert state["final_output"] == "it runs" and str(repo) in state["goal"]
+    assert [c["command"] for c in state["command_history"]] == ["ls"]
+    assert state["log_header"]["context"]["project_type"] == "python"
+    assert len(state["prompt_log"]) == 2  # one model call per iteration
+    assert runtime_get(state, "lease") is None
