@@ -37,9 +37,9 @@ async def test_the_runs_page_shows_a_cli_run_and_a_worker_run_reach_completed_wi
         await page.goto(f"{base}/ui/runs")
         await expect(page.locator("#live")).to_have_text("● live")
         await page.evaluate("window.noReload = true")  # a reload would drop it
-        inputs = {"label": "ui", "delay": 0.4}
+        inputs = {"label": "ui", "delay": 0.6}
         worker_id = await submit(store, dispatchers(broker_at), "five", inputs)
-        async with cli_run(store_at, cli_id, 0.6):
+        async with cli_run(store_at, cli_id, 1.0):
             cli_row = page.locator(f'tr[data-run="{cli_id}"] .badge')
             worker_row = page.locator(f'tr[data-run="{worker_id}"] .badge')
             await expect(worker_row).to_have_text("RUNNING", timeout=30_000)
