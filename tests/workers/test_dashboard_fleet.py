@@ -1,6 +1,10 @@
 """The dashboard, open before anything starts, sees a run executed by ``tether run`` in
 another process and a run executed by a ``tether worker`` move to COMPLETED, without a
-reload (headless Chromium; the page follows the store's change feed)."""
+reload (headless Chromium; the page follows the store's change feed).
+
+The store is Redis under a prefix of this test's own: the runs page lists the 50 latest
+runs, and on a database other suites write to at the same time two runs of this test could
+be pushed off it."""
 
 from __future__ import annotations
 
@@ -26,12 +30,27 @@ async def test_the_runs_page_shows_a_cli_run_and_a_worker_run_reach_completed_wi
     dispatchers: Any,
     tmp_path: Path,
 ) -> None:
-    store_at, broker_at = store_url("postgresql"), broker_url("amqp")
+    import redis
+
+    prefix = f"fleet-ui-{uuid.uuid4().hex[:8]}:"
+    store_at, broker_at = f"{store_url('redis')}?prefix={prefix}", broker_url("amqp")
+    try:
+        await _watch(browser, fleet_factory, dispatchers, store_at, broker_at)
+    finally:
+        admin = redis.Redis.from_url(store_url("redis"))
+        try:
+            for key in admin.scan_iter(match=f"{prefix}*", count=500):
+                admin.delete(key)
+        finally:
+            admin.close()
+
+
+async def _watch(chromium: Any, fleet_factory: Any, dispatchers: Any, store_at: str, broker_at: str) -> None:
     fleet = fleet_factory(store_at, broker_at)
     fleet.start(1, "--sweep-interval", "0")
     cli_id = f"ui-cli-{uuid.uuid4().hex[:8]}"
     async with live(store_at) as (base, _app), opened(store_at) as store:
-        page = await browser.new_page()
+        page = await chromium.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         await page.goto(f"{base}/ui/runs")
