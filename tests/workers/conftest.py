@@ -254,6 +254,8 @@ async def check_once(store: CheckpointStore, run_id: str, inputs: dict[str, Any]
     cp = await store.load(run_id)
     assert cp is not None
     assert done_steps(cp.state) == STEPS  # each step recorded done exactly once, in order
+    todo = runtime_get(cp.state, "todo", {})
+    assert {sid: t.get("status") for sid, t in todo.items()} == dict.fromkeys(STEPS, "done")
     # the same inputs without the delays (they shape timing, not what a run computes)
     ref = await reference(
         store, {k: v for k, v in inputs.items() if k != "crash" and not k.startswith("delay")}
