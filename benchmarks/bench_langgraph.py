@@ -4,7 +4,11 @@
 Run from the repository root::
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_langgraph.py            # 1 MB and 10 MB, 3 runs
-    PYTHONPATH=src .venv/bin/python benchmarks/bench_langgraph.py --quick    # 1 MB, 1 run, 20 steps
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_langgraph.py --quick    # the same, 1 run, 10 steps
+
+``--quick`` measures every target (1 MB and 10 MB) in one run, on the savers the targets
+name (TetherSaver on SQLite, PostgreSQL and Redis, SqliteSaver, the floors); the full run
+adds TetherSaver on MySQL, PostgresSaver and SqliteSaver with LangGraph's DeltaChannel.
 
 The messages: the harness corpus (``corpus.messages``, seed 7): a chat in rotation of user
 prose, an assistant message with a tool call, the tool's result (JSON rows, log lines or
@@ -290,7 +294,22 @@ def floors(raw: RawWrites) -> list[Subject]:
     return [floor_of(None), *(floor_of(b) for b in ("sqlite", "postgres", "redis", "mysql"))]
 
 
-def subjects(tmp: Path, only: set[str] | None, raw: RawWrites | None) -> list[Subject]:
+QUICK_SUBJECTS = {
+    "TetherSaver sqlite",
+    "TetherSaver postgresql",
+    "TetherSaver redis",
+    "SqliteSaver",
+    "LangGraph alone",
+    "floor sqlite",
+    "floor postgres",
+    "floor redis",
+}
+"""What ``--quick`` runs: every saver a target compares, and their floors."""
+
+
+def subjects(
+    tmp: Path, only: set[str] | None, raw: RawWrites | None, names: set[str] | None = None
+) -> list[Subject]:
     t_sqlite = f"sqlite:///{tmp}/tether.db"
     lg_sqlite = str(tmp / "langgraph.db")
     out = [
@@ -311,7 +330,11 @@ def subjects(tmp: Path, only: set[str] | None, raw: RawWrites | None) -> list[Su
     ]
     if raw is not None:
         out += floors(raw)
-    return [s for s in out if only is None or any(o in s.name.lower() for o in only)]
+    return [
+        s
+        for s in out
+        if (only is None or any(o in s.name.lower() for o in only)) and (names is None or s.name in names)
+    ]
 
 
 # == measuring ========================================================================
@@ -502,9 +525,9 @@ def cold_read(name: str, thread: str, tmp: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="1 MB, 1 run, 20 steps: checks the script works")
-    ap.add_argument("--sizes", default=None, help="default 1MB,10MB (1MB with --quick)")
-    ap.add_argument("--steps", type=int, default=None, help="steps per graph run (100; 20 with --quick)")
+    ap.add_argument("--quick", action="store_true", help="1 run, 10 steps, only the savers the targets name")
+    ap.add_argument("--sizes", default="1MB,10MB", help="default 1MB,10MB")
+    ap.add_argument("--steps", type=int, default=None, help="steps per graph run (100; 10 with --quick)")
     ap.add_argument("--runs", type=int, default=None, help="runs (3; 1 with --quick)")
     ap.add_argument("--only", default="", help="comma-separated saver name parts (e.g. tether,sqlitesaver)")
     ap.add_argument(
@@ -522,9 +545,8 @@ def main() -> None:
     if args.cold_read:
         cold_read(*args.cold_read, Path(args.dir))
         return
-    args.sizes = args.sizes or ("1MB" if args.quick else "1MB,10MB")
     args.reads = args.reads or (3 if args.quick else 5)
-    args.steps = args.steps or (20 if args.quick else 100)
+    args.steps = args.steps or (10 if args.quick else 100)
     args.runs = args.runs or (1 if args.quick else 3)
     only = {o.strip().lower() for o in args.only.split(",") if o.strip()} or None
     rep = Report(
@@ -543,7 +565,7 @@ def main() -> None:
         try:
             for _ in rep.runs(args.runs):
                 for size, initial in chats.items():
-                    run_size(rep, args, size, initial, tmp, raw, only)
+                    run_size(rep, args, size, initial, tmp, raw, only, QUICK_SUBJECTS if args.quick else None)
         finally:
             raw.close()
     rep.finish()
@@ -557,9 +579,10 @@ def run_size(
     tmp: Path,
     raw: RawWrites,
     only: set[str] | None,
+    names: set[str] | None = None,
 ) -> None:
     """One run at one size: every saver in turn beside its base and floor, then the cold reads."""
-    chosen = subjects(tmp, only, raw)
+    chosen = subjects(tmp, only, raw, names)
     bare = no_checkpointer_step(initial, args.steps)
     rows: dict[str, dict[str, Any]] = {}
     for s in chosen:

@@ -262,11 +262,11 @@ class LeaseLost(TetherError):
 
     def __init__(self, run_id: str, *, held: int, current: int) -> None:
         if current:
-            what = f"was taken over (the run's token is now {current}); another runner executes it now"
+            what = f"was taken over (the run's fence is now {current}); another runner executes it now"
         else:
             what = "ended: the run is gone (deleted, or expired) or its lease was released"
         super().__init__(
-            f"run {run_id!r}: this process's lease (token {held}) {what}, so this process stopped "
+            f"run {run_id!r}: this process's lease (fence {held}) {what}, so this process stopped "
             "without recording anything. Nothing to do here; if it happens often, make the lease "
             "longer than this process's stalls (lease_ttl) and keep its heartbeat running"
         )

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -46,13 +47,39 @@ def start(url: str, run_id: str, tmp_path: Path) -> tuple[subprocess.Popen[str],
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "TETHER_TEST_MARK": str(mark), "TETHER_TEST_GO": str(go)},
+        # A suite started as a background job has SIGINT ignored, and children inherit
+        # that: give the CLI the default disposition a terminal's Ctrl-C meets.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while not mark.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the run never reached step 'b'"
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop(proc)
+            raise AssertionError(f"the run never reached step 'b': {proc.communicate()}")
         time.sleep(0.05)
     return proc, go
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    """Never leave a child behind when a test fails or times out."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[Callable[[str, str], tuple[subprocess.Popen[str], Path]]]:
+    """``start`` whose processes are killed at teardown if still running."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def go(url: str, run_id: str) -> tuple[subprocess.Popen[str], Path]:
+        proc, go_file = start(url, run_id, tmp_path)
+        procs.append(proc)
+        return proc, go_file
+
+    yield go
+    for proc in procs:
+        stop(proc)
 
 
 @pytest.fixture
@@ -60,8 +87,8 @@ def url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/cli.db"
 
 
-def test_ctrl_c_leaves_the_run_interrupted_and_says_how_to_resume(url, tmp_path):
-    proc, go = start(url, "sigint", tmp_path)
+def test_ctrl_c_leaves_the_run_interrupted_and_says_how_to_resume(url, started):
+    proc, go = started(url, "sigint")
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err)
@@ -76,8 +103,8 @@ def test_ctrl_c_leaves_the_run_interrupted_and_says_how_to_resume(url, tmp_path)
     assert "status: COMPLETED" in done.stdout
 
 
-def test_a_killed_runner_lists_as_interrupted(url, tmp_path):
-    proc, go = start(url, "sigkill", tmp_path)
+def test_a_killed_runner_lists_as_interrupted(url, started):
+    proc, go = started(url, "sigkill")
     proc.kill()
     proc.communicate(timeout=60)
     listed = json.loads(tether("runs", "--store", url, "--json").stdout)
@@ -94,8 +121,8 @@ def test_a_killed_runner_lists_as_interrupted(url, tmp_path):
 
 
 @pytest.mark.parametrize(("command", "status", "code"), [("pause", "PAUSED", 4), ("cancel", "CANCELLED", 5)])
-def test_pause_and_cancel_stop_a_live_runner_at_the_next_step_boundary(url, tmp_path, command, status, code):
-    proc, go = start(url, command, tmp_path)
+def test_pause_and_cancel_stop_a_live_runner_at_the_next_step_boundary(url, started, command, status, code):
+    proc, go = started(url, command)
     asked = tether(command, command, "--store", url)
     assert asked.returncode == 0 and "its runner stops at the next step boundary" in asked.stdout
     go.touch()

@@ -45,7 +45,8 @@ async def test_the_conformance_suite_passes_on_a_saver_opened_for_sync_graphs(
     backend: str, tmp_path: Path
 ) -> None:
     """``with TetherSaver.from_url(url)`` runs the saver in its callers' threads, with the
-    store calls of a step on a synchronous connection: the same suite passes on it."""
+    store calls of a step on the backend's blocking twin (its own constructor's synchronous
+    variant): the same suite passes on it."""
     url = require_url(backend, tmp_path)
     failures: list[str] = []
 
@@ -59,6 +60,10 @@ async def test_the_conformance_suite_passes_on_a_saver_opened_for_sync_graphs(
     async def factory():  # type: ignore[no-untyped-def]
         with TetherSaver.from_url(url, prefix=prefix) as saver:
             assert saver.inline_store is not None and saver.inline_store.twin is not None
+            twin = saver.inline_store.twin.backend
+            assert type(twin) is type(saver.store.backend)  # the backend's own class
+            if backend == "sqlite":
+                assert twin.caller_thread  # type: ignore[attr-defined]
             yield saver
 
     report = await validate(factory, progress=ProgressCallbacks(on_test_result=on_result))

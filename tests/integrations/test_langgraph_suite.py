@@ -1,8 +1,9 @@
 """LangGraph's own graph tests, a quick subset, on TetherSaver beside SqliteSaver.
 
-Four files of the installed langgraph version's test suite (time travel, nested subgraph
-persistence sync and async, interrupts), run with SqliteSaver and TetherSaver on SQLite in their
-checkpointer fixtures: every test that passes with SqliteSaver passes with TetherSaver.
+Two files of the installed langgraph version's test suite (nested subgraph persistence, sync
+and async: interrupts, resumes and state two and three levels deep), run with SqliteSaver and
+TetherSaver on SQLite in their checkpointer fixtures: every test that passes with SqliteSaver
+passes with TetherSaver.
 The whole suite, on every backend: ``scripts/langgraph-suite``. The first run downloads the
 langgraph sdist (for its tests) into ``~/.cache/tether/langgraph-suite``.
 """
@@ -27,5 +28,5 @@ def test_langgraphs_own_tests_pass_on_tethersaver_as_on_sqlitesaver() -> None:
         pytest.skip(f"could not download LangGraph's tests: {exc}")
     out = runner.run(list(runner.QUICK_FILES), list(runner.QUICK_SAVERS), echo=False)
     assert not out.regressions, runner.summary(out)
-    assert out.ran.get("tether_sqlite", 0) >= 80, out.ran  # the fixtures did take TetherSaver
+    assert out.ran.get("tether_sqlite", 0) >= 30, out.ran  # the fixtures did take TetherSaver
     assert out.ran["tether_sqlite"] == out.ran.get("sqlite", 0) + out.ran.get("sqlite_aio", 0)

@@ -15,6 +15,7 @@ from tether.orchestrator import (
     ScriptedMain,
     ScriptedRunner,
 )
+from tether.orchestrator.decisions import stall_check
 from tether.orchestrator.demo import finish_review_role, review_role
 from tether.state import RunStatus
 
@@ -148,7 +149,9 @@ def test_the_same_failing_test_three_times_is_a_stall(repo, store):
     texts = []
     for i in range(1, 4):  # plan progress every round: only the repeated failure counts
         plan = [*plan, {"id": f"n{i}", "status": "DONE"}]
-        text, stall = orch._stall({**failing, "iteration": i, "stall": stall, "dev_plan": plan})
+        text, stall = stall_check(
+            {**failing, "iteration": i, "stall": stall, "dev_plan": plan}, orch.config.stall_rounds
+        )
         texts.append(text)
     assert texts[:2] == ["", ""] and "the same TEST failure 3 times in a row" in texts[2]
 

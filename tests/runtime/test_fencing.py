@@ -30,7 +30,10 @@ HEARTBEAT_TTL = 3.0
 may wait a second for the CPU (a real lease is minutes long)."""
 
 
-@pytest.fixture(params=[b for b in BACKENDS if b != "memory"])
+OUT_OF_PROCESS = [b for b in BACKENDS if b != "memory"]
+
+
+@pytest.fixture(params=OUT_OF_PROCESS)
 def backend(request: pytest.FixtureRequest) -> str:
     """Every backend another process can open (the stores' own list)."""
     return str(request.param)
@@ -114,7 +117,15 @@ async def test_a_stalled_holder_writes_nothing_after_another_runner_took_over(ba
     assert ends.count("end:long") == 2  # both ran the step: only the second one's counts
 
 
-@pytest.mark.parametrize("kind", ["sleep", "gil"])
+HEARTBEAT_CASES = [("sqlite", "sleep")] + [
+    (b, "gil" if i % 2 == 0 else "sleep") for i, b in enumerate(OUT_OF_PROCESS)
+]
+"""Each way of starving the process on the embedded default, then one per other backend,
+alternating: the sidecar renews through the backend's own lease write, which does not
+depend on how the step starves the process (each such case runs a 9-second step)."""
+
+
+@pytest.mark.parametrize(("backend", "kind"), HEARTBEAT_CASES, indirect=["backend"])
 async def test_heartbeats_keep_a_step_three_times_the_lease_alive(backend, store, tmp_path, kind):
     """A step 3x longer than the lease that blocks the event loop (time.sleep) or holds the
     GIL in C code: the sidecar renews the lease, no one may take the run over, and it

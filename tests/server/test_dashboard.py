@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ FLAGS = [
 SHOTS = Path(__file__).resolve().parents[2] / ".artifacts" / "screenshots"
 
 pytestmark = pytest.mark.slow
+EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\u2b00-\u2bff\ufe0f]")
+"""Pictographs that render as empty boxes without an emoji font (● ▶ ✓ are ordinary glyphs)."""
 
 
 @pytest.fixture
@@ -134,6 +137,11 @@ async def test_failed_step_skip_in_the_recovery_panel_continues_the_run(served, 
     assert await panel.locator("button[data-decision=replan]").is_disabled()  # no re-planner configured
     editable = await page.locator("#state-edit").is_enabled()
     assert editable  # paused: the state editor is on
+    # buttons only where they act: Resume would do nothing on a run that waits for a decision
+    assert await page.locator("#resume").is_disabled()
+    assert "waits for a decision" in (await page.locator("#resume").get_attribute("title") or "")
+    assert await page.locator("#open-compress").is_disabled()  # no context window in this run
+    assert not EMOJI.search(await page.locator("#failure-text").inner_text())  # no emoji font needed
     await page.screenshot(path=shot("failure-recovery"), full_page=True)
     await panel.locator("button[data-decision=skip]").click()
     await expect(page.locator("#status")).to_have_class("badge COMPLETED")
@@ -141,11 +149,23 @@ async def test_failed_step_skip_in_the_recovery_panel_continues_the_run(served, 
     assert await page.locator("[data-todo=fetch]").get_attribute("data-status") == "skipped"
     assert await page.locator("[data-todo=report]").get_attribute("data-status") == "done"
     assert await page.locator("#state-edit").is_disabled()  # finished: no edits
+    for button in ("#pause", "#resume", "#cancel", "#open-compress", "#open-compress-2"):
+        assert await page.locator(button).is_disabled(), button  # nothing left to act on
     await page.screenshot(path=shot("after-skip"), full_page=True)
     await page.goto(f"{base}/ui/runs")
     row = page.locator(f"tr[data-run='{rid}']")
     await row.wait_for()
     assert "COMPLETED" in await row.inner_text()
+    names = await page.evaluate(
+        "[langGraphThread('lg:2:t10:'), langGraphThread('lg:2:t116:agent:1|search:2'), "
+        "langGraphThread('lg#0123456789abcdef'), langGraphThread('deploy-1')]"
+    )
+    assert names == [
+        "LangGraph thread t1",  # thread "t1", root namespace: the parts are length-prefixed
+        "LangGraph thread t1 › agent › search",
+        "LangGraph thread 01234567…",
+        None,
+    ]
 
 
 async def test_takeover_in_the_recovery_panel_needs_a_note_and_continues(served, browser):

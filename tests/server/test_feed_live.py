@@ -192,7 +192,7 @@ async def test_tether_runs_and_the_api_show_the_holder_of_a_cli_run(tmp_path):
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    async with serve(url) as (client, _app), cli_run(url, run_id, 5.0) as proc:
+    async with serve(url) as (client, _app), cli_run(url, run_id, 3.0) as proc:
         deadline = time.monotonic() + 60
         while True:
             listed = {r["run_id"]: r for r in json.loads(tether_runs("--json"))}

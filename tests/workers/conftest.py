@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -81,14 +80,17 @@ async def opened(url: str) -> AsyncIterator[CheckpointStore]:
 class Fleet:
     """`tether worker` subprocesses on one queue, their logs in ``tmp``."""
 
-    def __init__(self, tmp: Path, store: str, broker: str, queue: str) -> None:
+    def __init__(
+        self, tmp: Path, store: str, broker: str, queue: str, env: dict[str, str] | None = None
+    ) -> None:
         self.tmp, self.store, self.broker, self.queue = tmp, store, broker, queue
+        self.extra_env = env or {}
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(HERE)])
-        return env
+        return {**env, **self.extra_env}
 
     def start(self, n: int = 1, *args: str, wait: bool = True) -> list[subprocess.Popen[bytes]]:
         new = []
@@ -97,7 +99,7 @@ class Fleet:
             cmd = [
                 sys.executable,
                 "-c",
-                "from tether.cli.app import main; main()",
+                "from launch import main; main()",
                 "worker",
                 "--store",
                 self.store,
@@ -141,14 +143,12 @@ class Fleet:
         return "\n".join(Path(p.log).read_text(errors="replace") for p in self.procs)  # type: ignore[attr-defined]
 
     def stop(self) -> None:
+        """At the end of a test: kill -9 (its queue is deleted next; a warm shutdown is
+        tested where it matters, and waiting for one per worker costs seconds)."""
         for p in self.alive():
-            p.send_signal(signal.SIGTERM)
+            p.kill()
         for p in self.procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            p.wait()
 
 
 @pytest.fixture
@@ -160,8 +160,8 @@ def queue() -> str:
 def fleet_factory(tmp_path: Path, queue: str) -> Iterator[Any]:
     fleets: list[Fleet] = []
 
-    def make(store: str, broker: str) -> Fleet:
-        fleet = Fleet(tmp_path, store, broker, queue)
+    def make(store: str, broker: str, env: dict[str, str] | None = None) -> Fleet:
+        fleet = Fleet(tmp_path, store, broker, queue, env)
         fleets.append(fleet)
         return fleet
 
@@ -243,3 +243,76 @@ async def reference(store: CheckpointStore, inputs: dict[str, Any]) -> dict[str,
 
 def lease_of(state: dict[str, Any]) -> Any:
     return runtime_get(state, "lease")
+
+
+async def check_once(store: CheckpointStore, run_id: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    """What every fleet test asserts of a run at the end: COMPLETED, each step recorded
+    done exactly once, the state a single-process run of the same inputs ends with, and
+    no lease left held. Returns the run's final state."""
+    info = await store.get_run(run_id)
+    assert info is not None and info.status is RunStatus.COMPLETED, info
+    cp = await store.load(run_id)
+    assert cp is not None
+    assert done_steps(cp.state) == STEPS  # each step recorded done exactly once, in order
+    todo = runtime_get(cp.state, "todo", {})
+    assert {sid: t.get("status") for sid, t in todo.items()} == dict.fromkeys(STEPS, "done")
+    # the same inputs without the delays (they shape timing, not what a run computes)
+    ref = await reference(
+        store, {k: v for k, v in inputs.items() if k != "crash" and not k.startswith("delay")}
+    )
+    assert user_state(cp.state) == {
+        **user_state(ref),
+        **{k: v for k, v in inputs.items() if k.startswith("delay")},
+    }
+    assert lease_of(cp.state) is None
+    return cp.state
+
+
+@pytest.fixture
+def dispatchers(queue: str) -> Iterator[Any]:
+    """Makes Dispatchers on this test's queue and closes them at its end, failed or not."""
+    from tether.workers import Dispatcher
+
+    made: list[Dispatcher] = []
+
+    def make(url: str) -> Dispatcher:
+        made.append(Dispatcher.from_url(url, queue=queue))
+        return made[-1]
+
+    yield make
+    for dispatcher in made:
+        try:
+            dispatcher.close()
+        except Exception:  # a broker a test killed: nothing left to close
+            pass
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[Any]:
+    """A redis-server of this test's own (a broker it may kill -9 and configure)."""
+    from tests.workers.faults import RedisServer
+
+    server = RedisServer(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fault_proxy() -> Iterator[Any]:
+    """Makes a proxy to the test PostgreSQL or Redis that breaks one checkpoint write when
+    armed; closed at the end of the test."""
+    from urllib.parse import urlsplit
+
+    from tests.workers import faults
+
+    made: list[Any] = []
+
+    def make(kind: str) -> Any:
+        parts = urlsplit(store_url(kind))
+        make_proxy = faults.pg_proxy if kind == "postgresql" else faults.redis_proxy
+        made.append(make_proxy((parts.hostname or "127.0.0.1", parts.port or 5432)))
+        return made[-1]
+
+    yield make
+    for proxy in made:
+        proxy.close()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tether.agent.config import SYSTEM_PROMPT
 from tether.agent.experience import ExperienceRetriever, ExperienceStore, lessons_from_run
 from tether.agent.loop import AgentLoop, LoopConfig
 from tether.agent.repo import RepoContext, analyze_repo
@@ -47,12 +48,23 @@ __all__ = [
     "AsyncDeploymentAgent",
     "DeployResult",
     "DeploymentAgent",
+    "DEPLOY_SYSTEM_PROMPT",
     "DeploymentRequest",
     "LocalDeploymentRequest",
     "model_info",
 ]
 
 logger = logging.getLogger(__name__)
+
+PROBE_RULE = """A command that changes the host (an install, a file written, a service started) may
+carry an optional "probe": {"action": "execute", "command": "...", "reasoning": "...",
+"probe": "<a read-only command exiting 0 when the effect is in place, 1 when it is not>"},
+e.g. "systemctl is-active --quiet nginx" or "test -f /etc/app.conf". If the process dies while
+the command runs, the probe decides on resume whether it ran, so nobody has to be asked."""
+
+DEPLOY_SYSTEM_PROMPT = SYSTEM_PROMPT + "\n" + PROBE_RULE
+"""The deployment agent's system prompt: the loop's rules plus the optional ``probe`` of an
+``execute`` action (see :mod:`tether.agent.effects`), since a deploy is mostly side effects."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -215,6 +227,7 @@ class AsyncDeploymentAgent:
     # -- internals ---------------------------------------------------------------------
     def _config(self, blocks: dict[str, str] | None = None) -> LoopConfig:
         return LoopConfig(
+            system_prompt=DEPLOY_SYSTEM_PROMPT,
             model_name=self.model_name,
             max_iterations=self.max_iterations,
             budget=self.budget,

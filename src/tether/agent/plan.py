@@ -30,13 +30,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tether.agent.compaction import checkpoint_compaction
 from tether.agent.loop import AgentLoop, LoopConfig
+from tether.agent.replan import PlanReplanner, ReplanRequest, ask, plan_step_from
 from tether.context.distill import step_outputs_from_commands
+from tether.context.policy import ContextPolicy
 from tether.context.summaries import ExecutionSummary, StepOutputs, SummaryManager, parse_step_outputs
 from tether.errors import ConfigError
-from tether.runtime import DataError, Event, Runner, RunResult, Step, Workflow
+from tether.runtime import DataError, Event, LogicError, Runner, RunResult, Step, Workflow
 from tether.runtime import StepContext as RuntimeStepContext
-from tether.state import ReducerRegistry, RunStatus, default_registry, replayable
+from tether.runtime.report import FailureReport
+from tether.state import ExecutionContext, ReducerRegistry, RunStatus, default_registry, replayable
+from tether.state.reserved import runtime_get
 from tether.stores.base import CheckpointStore
 
 __all__ = [
@@ -46,6 +51,9 @@ __all__ = [
     "StepContext",
     "StepExecutor",
     "StepResult",
+    "attempt_runs",
+    "nested_run_id",
+    "nested_run_ids",
     "plan_reducers",
     "step_prompt",
 ]
@@ -75,7 +83,9 @@ ACTION_RULES = """Until then, answer every turn with ONE JSON object and nothing
   {"action": "ask_user", "question": "...", "options": ["..."], "input_type": "choice|text|confirm|secret"}
   {"action": "failed", "message": "<why this step cannot be done>"}
 Run non-interactive commands (-y, --no-input), never destructive ones; start long-running
-services in the background and verify them; when a command fails, fix the cause."""
+services in the background and verify them; when a command fails, fix the cause.
+An execute that changes the host may add "probe": a read-only command exiting 0 when its
+effect is in place and 1 when not; after a crash it decides whether the command ran."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -164,6 +174,11 @@ def step_prompt(ctx: StepContext) -> str:
     )
 
 
+def _step_summary(entry: Mapping[str, Any]) -> str:
+    outputs = entry.get("structured_outputs") or {}
+    return str(outputs.get("summary") or (entry.get("outputs") or {}).get("message") or "done")
+
+
 def _non_empty(data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v not in ({}, [], "", None)}
 
@@ -213,12 +228,56 @@ def _now() -> str:
 
 
 # == the orchestrator ================================================================
+REVISED = "plan revised after a step: continuing with the new steps"
+"""The pause reason of a success-time revision (the orchestrator continues at once)."""
+
+
+def nested_run_id(run_id: str, step_id: str) -> str:
+    """The nested agent run of a plan step: ``<run>.3`` for ``step-3``, ``<run>.3r1`` for the
+    ``step-3-r1`` a first revision added."""
+    return f"{run_id}.{step_id.removeprefix('step-').replace('-', '')}"
+
+
+def nested_run_ids(state: Mapping[str, Any], run_id: str, steps: int = 0) -> list[str]:
+    """Every plan step's nested run id, revisions included (``steps``: the original count, for
+    a run stored before plans were recorded in the state)."""
+    plan = state.get("plan") if isinstance(state.get("plan"), Mapping) else None
+    ids = [str(e["id"]) for e in plan.get("steps") or ()] if plan else []
+    ids += [f"step-{i}" for i in range(1, steps + 1)]
+    return list(dict.fromkeys(nested_run_id(run_id, sid) for sid in ids))
+
+
+async def attempt_runs(store: CheckpointStore, nested: str) -> list[str]:
+    """The nested runs of one plan step, oldest first: ``<run>.3``, then ``<run>.3-2``, … (a
+    retried step whose agent ended FAILED runs again as a fresh attempt)."""
+    runs = [nested]
+    while await store.get_run(f"{nested}-{len(runs) + 1}") is not None:
+        runs.append(f"{nested}-{len(runs) + 1}")
+    return runs
+
+
+def _plan_state(revision: int, entries: list[tuple[str, PlanStep]]) -> dict[str, Any]:
+    steps = [
+        {
+            "id": sid,
+            "name": s.name,
+            "goal": s.goal,
+            "category": s.category,
+            "success_criteria": s.success_criteria,
+        }
+        for sid, s in entries
+    ]
+    return {"revision": revision, "steps": steps}
+
+
 @dataclass(slots=True, kw_only=True)
 class PlanOrchestrator:
     """Runs a plan durably.
 
     Give either ``loop_factory`` (builds the agent loop of each step from its
-    :class:`LoopConfig`: model, session, store…) or a custom ``step_executor``.
+    :class:`LoopConfig`: model, session, store…) or a custom ``step_executor``. With a
+    ``replanner``, a failed step's report offers ``replan`` (and a successful step may revise
+    the steps after it): see :mod:`tether.agent.replan`.
     """
 
     store: CheckpointStore
@@ -233,6 +292,15 @@ class PlanOrchestrator:
     """Where the plan log goes (``<run_id>.json``); None writes none."""
     on_event: Callable[[Event], None] | None = None
     current_log_file: Path | None = None
+    replanner: PlanReplanner | None = None
+    """Revises the remaining steps after a failure (the ``replan`` decision) or a step's result."""
+    replan_failures: bool = False
+    """Re-plan a failed step at once (a LOGIC failure) instead of pausing with its report."""
+    checkpoint_compression: bool = True
+    """After each step's checkpoint, compress what precedes it in the context window the
+    plan run's state keeps (``context_window``); each step's own agent loop follows
+    ``base_config.checkpoint_compression``."""
+    context_policy: ContextPolicy = field(default_factory=ContextPolicy)
 
     def __post_init__(self) -> None:
         if self.loop_factory is None and self.step_executor is None:
@@ -240,36 +308,121 @@ class PlanOrchestrator:
         if not self.steps:
             raise ConfigError("a plan needs at least one step")
 
-    def workflow(self) -> Workflow:
-        return Workflow.plan(
-            [
-                Step(id=f"step-{i}", name=s.name, fn=self._make(i, s), phase=s.category)
-                for i, s in enumerate(self.steps, 1)
-            ],
-            name="plan",
-        )
+    def entries(self, state: Mapping[str, Any] | None = None) -> list[tuple[str, PlanStep]]:
+        """(runtime step id, step) of the plan a run follows: its latest revision, else ``steps``."""
+        plan = (state or {}).get("plan")
+        if isinstance(plan, Mapping) and plan.get("steps"):
+            return [(str(e["id"]), plan_step_from(e)) for e in plan["steps"]]
+        return [(f"step-{i}", s) for i, s in enumerate(self.steps, 1)]
 
-    def runner(self) -> Runner:
-        return Runner(self.workflow(), self.store, reducers=plan_reducers(), on_event=self.on_event)
+    def workflow(self, entries: list[tuple[str, PlanStep]] | None = None) -> Workflow:
+        entries = entries or self.entries()
+        return Workflow.plan(self._steps(entries, entries), name="plan")
+
+    def _steps(self, chosen: list[tuple[str, PlanStep]], entries: list[tuple[str, PlanStep]]) -> list[Step]:
+        position = {sid: i for i, (sid, _) in enumerate(entries, 1)}
+        return [
+            Step(id=sid, name=s.name, fn=self._make(position[sid], s, entries), phase=s.category)
+            for sid, s in chosen
+        ]
+
+    def runner(self, entries: list[tuple[str, PlanStep]] | None = None) -> Runner:
+        return Runner(
+            self.workflow(entries),
+            self.store,
+            reducers=plan_reducers(),
+            on_event=self.on_event,
+            replan=self._replan if self.replanner is not None else None,
+            on_checkpoint=checkpoint_compaction(self.context_policy, on_event=self.on_event)
+            if self.checkpoint_compression
+            else None,
+        )
 
     async def start(self, run_id: str, *, origin: Mapping[str, Any] | None = None) -> RunResult:
         """Start the plan; ``origin`` is recorded as ``_origin`` (what ``tether resume`` reads)."""
         manager = SummaryManager(self.project_name, self.deploy_dir, self.strategy)
-        inputs: dict[str, Any] = {"execution_summary": manager.to_state(), "started_at": _now()}
+        inputs: dict[str, Any] = {
+            "execution_summary": manager.to_state(),
+            "started_at": _now(),
+            "plan": _plan_state(0, self.entries()),
+        }
         if origin is not None:
             inputs["_origin"] = dict(origin)
-        result = await self.runner().start(run_id, inputs)
+        result = await self._continue(await self.runner().start(run_id, inputs))
         self.write_log(result)
         return result
 
     async def resume(self, run_id: str, *, decision: str | None = None) -> RunResult:
-        result = await self.runner().resume(run_id, decision=decision)
+        cp = await self.store.load(run_id)
+        entries = self.entries(cp.state if cp is not None else None)
+        result = await self._continue(await self.runner(entries).resume(run_id, decision=decision))
         self.write_log(result)
         return result
 
+    async def _continue(self, result: RunResult) -> RunResult:
+        """A run paused by a success-time revision goes on at once, on its revised plan."""
+        while result.status is RunStatus.PAUSED and runtime_get(result.state, "pause_reason") == REVISED:
+            runner = self.runner(self.entries(result.state))
+            result = await runner.resume(result.run_id)
+        return result
+
+    # -- re-planning ---------------------------------------------------------------
+    def _request(
+        self, state: Mapping[str, Any], entries: list[tuple[str, PlanStep]], index: int, **kw: Any
+    ) -> ReplanRequest:
+        done = [(str(e.get("step_name")), _step_summary(e)) for e in state.get("plan_steps") or ()]
+        summary = ExecutionSummary.from_dict(state.get("execution_summary") or {}).to_prompt_context()
+        start = index - 1 if kw.get("trigger") == "failure" else index
+        return ReplanRequest(
+            step=entries[index - 1][1],
+            position=index,
+            done=done,
+            remaining=[s for _, s in entries[start:]],
+            summary=summary,
+            **kw,
+        )
+
+    async def _replan(self, report: FailureReport, ctx: ExecutionContext) -> list[Step] | None:
+        """The runner's re-planner: the failed step and those after it, as the replanner revises them."""
+        assert self.replanner is not None
+        state = ctx.snapshot()
+        entries = self.entries(state)
+        ids = [sid for sid, _ in entries]
+        if report.item_id not in ids:
+            return None
+        index = ids.index(report.item_id) + 1
+        request = self._request(state, entries, index, trigger="failure", error=report.error)
+        new = await ask(self.replanner, request)
+        if not new:
+            return None
+        executed = set(ctx.executed_node_ids)
+        kept = [(sid, s) for sid, s in entries if sid in executed]
+        plan = self._revise(state, kept, new)
+        ctx.merge({"plan": plan})
+        revised = self.entries({"plan": plan})
+        logger.info("plan revised after %s failed: %d new steps", report.item_id, len(new))
+        return self._chained(revised, len(kept))
+
+    def _revise(
+        self, state: Mapping[str, Any], kept: list[tuple[str, PlanStep]], new: list[PlanStep]
+    ) -> dict[str, Any]:
+        revision = int((state.get("plan") or {}).get("revision") or 0) + 1
+        fresh = [(f"step-{len(kept) + i}-r{revision}", s) for i, s in enumerate(new, 1)]
+        return _plan_state(revision, kept + fresh)
+
+    def _chained(self, entries: list[tuple[str, PlanStep]], kept: int) -> list[Step]:
+        """The runtime steps of ``entries[kept:]``, each after the one before it."""
+        steps = self._steps(entries[kept:], entries)
+        previous = entries[kept - 1][0] if kept else None
+        chained = []
+        for step in steps:
+            chained.append(replace(step, deps=(previous,) if previous else ()))
+            previous = step.id
+        return chained
+
     # -- one step ------------------------------------------------------------------
     def step_context(
-        self, index: int, plan_step: PlanStep, state: Mapping[str, Any], run_id: str
+        self, index: int, plan_step: PlanStep, state: Mapping[str, Any], run_id: str, step_id: str = ""
     ) -> StepContext:
         """Step N's context: the rolling summary plus step N-1's outputs."""
         done = {int(e["step_id"]): e for e in state.get("plan_steps") or () if isinstance(e, Mapping)}
@@ -285,19 +438,24 @@ class PlanOrchestrator:
             goal=plan_step.goal,
             category=plan_step.category,
             success_criteria=plan_step.success_criteria,
-            run_id=f"{run_id}.{index}",
+            run_id=nested_run_id(run_id, step_id or f"step-{index}"),
             execution_summary=ExecutionSummary.from_dict(state.get("execution_summary") or {}),
             predecessor_outputs=predecessors,
         )
 
-    def _make(self, index: int, plan_step: PlanStep) -> Callable[[RuntimeStepContext], Any]:
+    def _make(
+        self, index: int, plan_step: PlanStep, entries: list[tuple[str, PlanStep]]
+    ) -> Callable[[RuntimeStepContext], Any]:
+        step_id = entries[index - 1][0]
+
         async def run_step(sc: RuntimeStepContext) -> Mapping[str, Any]:
-            state = {k: sc.get(k) for k in ("plan_steps", "execution_summary")}
-            ctx = self.step_context(index, plan_step, state, sc.run_id)
+            state = {k: sc.get(k) for k in ("plan_steps", "execution_summary", "plan")}
+            ctx = self.step_context(index, plan_step, state, sc.run_id, step_id)
             execute = self.step_executor or self._agent_step
             result = await execute(ctx)
             if not result.success:
-                raise DataError(
+                error = LogicError if self.replan_failures and self.replanner is not None else DataError
+                raise error(
                     f"plan step {plan_step.name!r} did not complete: {result.message or 'no message'}"
                 )
             ctx.structured_outputs = result.structured_outputs
@@ -313,12 +471,23 @@ class PlanOrchestrator:
             }
             update: dict[str, Any] = {"plan_steps": [entry]}
             if result.structured_outputs is not None:
-                ends = index == len(self.steps) or self.steps[index].category != plan_step.category
+                ends = index == len(entries) or entries[index][1].category != plan_step.category
                 update["execution_summary"] = summary_update(
                     plan_step,
                     result.structured_outputs,
                     phase_done=ends and self.base_config.phase_compression,
                 )
+            if self.replanner is not None and index < len(entries):
+                done_state = {**state, "plan_steps": [*(state.get("plan_steps") or []), entry]}
+                request = self._request(
+                    done_state, entries, index, trigger="step_done", outputs=entry["structured_outputs"] or {}
+                )
+                new = await ask(self.replanner, request)
+                if new:
+                    kept = entries[:index]
+                    update["plan"] = self._revise(state, kept, new)
+                    sc.pause(REVISED)
+                    logger.info("plan revised after step %d: %d new steps", index, len(new))
             logger.info("plan step %d %s done", index, plan_step.name, extra={"run_id": sc.run_id})
             return update
 
@@ -329,15 +498,20 @@ class PlanOrchestrator:
         assert self.loop_factory is not None
         config = replace(self.base_config, system_prompt=step_prompt(ctx) + "\n\n" + ACTION_RULES)
         loop = self.loop_factory(config)
-        info = await self.store.get_run(ctx.run_id)
+        runs = await attempt_runs(self.store, ctx.run_id)
+        nested = runs[-1]
+        info = await self.store.get_run(nested)
+        if info is not None and info.status in (RunStatus.FAILED, RunStatus.CANCELLED):
+            nested, info = f"{ctx.run_id}-{len(runs) + 1}", None  # a retry: a fresh attempt
+        ctx.run_id = nested
         if info is None:
-            result = await loop.start(ctx.run_id, ctx.goal)
+            result = await loop.start(nested, ctx.goal)
         elif info.status is RunStatus.COMPLETED:  # finished before a crash of the plan
-            cp = await self.store.load(ctx.run_id)
+            cp = await self.store.load(nested)
             assert cp is not None
-            result = RunResult(run_id=ctx.run_id, status=info.status, version=cp.version, state=cp.state)
+            result = RunResult(run_id=nested, status=info.status, version=cp.version, state=cp.state)
         else:
-            result = await loop.resume(ctx.run_id)
+            result = await loop.resume(nested)
         message = str(result.state.get("final_output") or "")
         if (
             result.status is not RunStatus.COMPLETED

@@ -20,6 +20,13 @@ StoreOpt = Annotated[
     str | None, typer.Option("--store", help="Store URL (default: TETHER_STORE_URL or SQLite).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+ResultJsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print the outcome as one JSON object on stdout (progress on stderr); exit codes unchanged.",
+    ),
+]
 
 STATE: dict[str, Any] = {"debug": False, "env_file": None}
 
@@ -133,6 +140,32 @@ def console() -> Any:
     if sys.stdout.isatty():
         return Console(highlight=False)
     return Console(highlight=False, width=100_000, soft_wrap=True)
+
+
+def progress_console() -> Any:
+    """Progress lines on stderr, plain: stdout carries only the ``--json`` result."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, width=100_000, soft_wrap=True, force_terminal=False)
+
+
+def result_json(run_id: str, result: Any) -> dict[str, Any]:
+    """What a command that ends or continues a run prints with ``--json``: where the run
+    stands, why it waits and the command that continues it (as ``tether status --json``),
+    plus the failure report when there is one."""
+    from tether.state.reserved import runtime_get
+
+    status = str(result.status)
+    report = getattr(result, "report", None)
+    return {
+        "run_id": run_id,
+        "status": status,
+        "version": result.version,
+        "exit_code": EXIT_FOR_STATUS.get(status, 1),
+        "pause_reason": runtime_get(result.state, "pause_reason"),
+        "continue_with": continue_hint(run_id, result.state, status),
+        "report": report.to_dict() if report is not None else None,
+    }
 
 
 def print_json(data: Any) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -23,7 +24,14 @@ from typing import Annotated, Any
 
 import typer
 
-from tether.cli._common import EXIT_FOR_STATUS, run_async
+from tether.cli._common import (
+    EXIT_FOR_STATUS,
+    JsonOpt,
+    ResultJsonOpt,
+    print_json,
+    progress_console,
+    run_async,
+)
 from tether.errors import ConfigError, TetherError
 
 EXIT_FAILED = EXIT_FOR_STATUS["FAILED"]
@@ -121,14 +129,16 @@ def _handler() -> Any:
 
 def _printer(console: Any) -> Any:
     """The live view: one line per iteration, command and result."""
-    from tether.cli.streaming import DeltaPrinter, run_tracer
+    from tether.cli.streaming import DeltaPrinter, ModelActivity, run_tracer
 
     streamed = DeltaPrinter(console)  # the model's reply as it is written (terminals only)
+    waiting = ModelActivity(console)  # a spinner and the seconds while the model thinks
     traced = run_tracer()  # spans when OTEL_TRACES_EXPORTER asks for them
 
     def show(event: Any) -> None:
         if traced is not None:
             traced.on_event(event)
+        waiting(event)
         if streamed(event):
             return
         d = event.detail
@@ -185,6 +195,7 @@ def deploy(
             "ask: no sandbox, anything not plainly safe asked; trusted: no sandbox (dangerous)."
         ),
     ] = "sandboxed",
+    as_json: ResultJsonOpt = False,
 ) -> None:
     """Deploy a project with the agent, checkpointed every iteration.
 
@@ -195,7 +206,9 @@ def deploy(
     if safety not in ("sandboxed", "ask", "trusted"):
         raise typer.BadParameter("--safety must be sandboxed, ask or trusted")
     if resume_run:
-        resume_run_id(resume_run, store=store, script=script, answer=answer, decision=decision)
+        resume_run_id(
+            resume_run, store=store, script=script, answer=answer, decision=decision, as_json=as_json
+        )
         return
     replies = _replies(script)
     target_dir = deploy_dir or (repo if Path(repo).exists() else ".")
@@ -210,7 +223,7 @@ def deploy(
         "log_dir": log_dir,
     }
     rid = run_id or f"deploy-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10_000:04d}"
-    _deploy_run(origin, store=store, replies=replies, model=model, start=rid)
+    _deploy_run(origin, store=store, replies=replies, model=model, start=rid, as_json=as_json)
 
 
 def _deploy_run(
@@ -223,9 +236,10 @@ def _deploy_run(
     resume: str | None = None,
     answer: str | None = None,
     decision: str | None = None,
+    as_json: bool = False,
 ) -> None:
     url, options = _settings(store)
-    console = _console()
+    console = progress_console() if as_json else _console()
 
     async def go() -> Any:
         from tether.agent.deploy import AsyncDeploymentAgent
@@ -288,6 +302,19 @@ def _deploy_run(
                 await chat.aclose()
 
     result, approval = _run(go)
+    if as_json:
+        print_json(
+            _agent_json(
+                result.run_id,
+                str(result.status),
+                result.message,
+                result.pending_question,
+                result.pending_decision,
+                approval,
+                log_file=str(Path(result.log_file).resolve()),
+            )
+        )
+        _exit(str(result.status))
     _report(
         console,
         result.run_id,
@@ -299,6 +326,42 @@ def _deploy_run(
     )
     console.print(f"run log: {result.log_file}")
     _exit(str(result.status))
+
+
+def _agent_json(
+    run_id: str,
+    status: str,
+    message: str,
+    question: Any,
+    decision: Any,
+    approval: dict[str, Any] | None,
+    *,
+    log_file: str | None,
+) -> dict[str, Any]:
+    """An agent command's ``--json`` result: the same facts as :func:`_report`'s lines."""
+    if status != "PAUSED":
+        waits, continue_with = None, None
+    elif approval:
+        waits, continue_with = "approval", f"tether approve {run_id} [--deny], then tether resume {run_id}"
+    elif question:
+        waits, continue_with = "answer", f"tether resume {run_id} --answer ANSWER"
+    elif decision:
+        options = [str(o) for o in (decision.get("options") or []) if str(o) != "takeover"] or ["abort"]
+        waits, continue_with = "decision", f"tether resume {run_id} --decision {'|'.join(options)}"
+    else:
+        waits, continue_with = None, f"tether resume {run_id}"
+    return {
+        "run_id": run_id,
+        "status": status,
+        "exit_code": EXIT_FOR_STATUS.get(status, 1),
+        "message": message,
+        "waits_for": waits,
+        "question": question,
+        "report": decision if waits == "decision" else None,
+        "approval": approval,
+        "continue_with": continue_with,
+        "log_file": log_file,
+    }
 
 
 def _report(
@@ -376,11 +439,20 @@ def plan(
     max_iterations: Annotated[int, typer.Option(help="Agent turns per plan step.")] = 30,
     store: StoreOpt = None,
     log_dir: str = "./agent_logs",
+    replan_after_steps: Annotated[
+        bool,
+        typer.Option(
+            "--replan-after-steps",
+            help="After every step, let the model revise the steps left (one model call per step).",
+        ),
+    ] = False,
+    as_json: ResultJsonOpt = False,
 ) -> None:
     """Run a plan of steps with the agent; each step sees the rolling summary.
 
     The plan log goes to LOG_DIR/RUN.json. A failed step pauses the plan:
-    `tether resume RUN --decision retry|skip|abort`.
+    `tether resume RUN --decision retry|skip|replan|abort` (replan: the model revises the
+    failed step and those after it; with --script, its reply comes first in the file).
     """
     try:
         spec = json.loads(Path(plan_file).read_text(encoding="utf-8"))
@@ -393,9 +465,10 @@ def plan(
         "deploy_dir": deploy_dir or spec.get("deploy_dir") or ".",
         "max_iterations": max_iterations,
         "log_dir": log_dir,
+        "replan_after_steps": replan_after_steps,
     }
     rid = run_id or f"plan-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10_000:04d}"
-    _plan_run(origin, store=store, replies=_replies(script), model=model, start=rid)
+    _plan_run(origin, store=store, replies=_replies(script), model=model, start=rid, as_json=as_json)
 
 
 def _plan_steps(spec: Any) -> list[Any]:
@@ -428,15 +501,17 @@ def _plan_run(
     resume: str | None = None,
     answer: str | None = None,
     decision: str | None = None,
+    as_json: bool = False,
 ) -> None:
     url, options = _settings(store)
-    console = _console()
+    console = progress_console() if as_json else _console()
     spec = origin["plan"]
     steps = _plan_steps(spec)
 
     async def go() -> Any:
         from tether.agent.loop import AgentLoop, LoopConfig
         from tether.agent.plan import PlanOrchestrator
+        from tether.agent.replan import ModelReplanner
         from tether.stores import open_store
         from tether.tools import CommandPolicy, LocalSession
         from tether.tools.redact import default_redactor
@@ -466,6 +541,7 @@ def _plan_run(
                     base_config=LoopConfig(max_iterations=int(origin.get("max_iterations") or 30)),
                     log_dir=origin.get("log_dir") or "./agent_logs",
                     on_event=printer,
+                    replanner=ModelReplanner(chat, after_steps=bool(origin.get("replan_after_steps"))),
                 )
                 if resume is None:
                     result = await orchestrator.start(str(start), origin=origin)
@@ -489,6 +565,14 @@ def _plan_run(
 
     result, question, log_file, approval = _run(go)
     pending = runtime_get(result.state, "pending_decision") if str(result.status) == "PAUSED" else None
+    if as_json:
+        message = str(result.state.get("final_output") or "")
+        found = None if question else pending
+        log = None if log_file is None else str(Path(log_file).resolve())
+        print_json(
+            _agent_json(result.run_id, str(result.status), message, question, found, approval, log_file=log)
+        )
+        _exit(str(result.status))
     _report(
         console,
         result.run_id,
@@ -503,10 +587,21 @@ def _plan_run(
     _exit(str(result.status))
 
 
+async def _nested_runs(store: Any, run_id: str, count: int) -> list[str]:
+    """The nested runs of a plan's steps, those of its revisions included."""
+    from tether.agent.plan import attempt_runs, nested_run_ids
+
+    outer = await store.load(run_id)
+    runs = []
+    for nested in nested_run_ids(outer.state if outer is not None else {}, run_id, count):
+        runs += await attempt_runs(store, nested)
+    return runs
+
+
 async def _nested_question(store: Any, run_id: str, count: int) -> dict[str, Any] | None:
     """The question a plan step's agent paused on, if that is why the plan paused."""
-    for i in range(1, count + 1):
-        cp = await store.load(f"{run_id}.{i}")
+    for nested in await _nested_runs(store, run_id, count):
+        cp = await store.load(nested)
         if cp is not None and cp.state.get("pending_question"):
             question: dict[str, Any] = cp.state["pending_question"]
             return question
@@ -515,10 +610,10 @@ async def _nested_question(store: Any, run_id: str, count: int) -> dict[str, Any
 
 async def _answer_nested(store: Any, run_id: str, count: int, answer: str) -> str | None:
     """Give ``answer`` to the plan step waiting on a question; the step then runs again."""
-    for i in range(1, count + 1):
-        cp = await store.load(f"{run_id}.{i}")
+    for nested in await _nested_runs(store, run_id, count):
+        cp = await store.load(nested)
         if cp is not None and cp.state.get("pending_question"):
-            await store.update_state(f"{run_id}.{i}", {"answer": answer})
+            await store.update_state(nested, {"answer": answer})
             return "retry"
     raise ConfigError(f"run {run_id!r} is not waiting on a question: continue it with --decision")
 
@@ -538,6 +633,7 @@ def approve(
     run_id: Annotated[str, typer.Argument(help="The paused run (a deploy, or a plan: its step is found).")],
     deny: Annotated[bool, typer.Option("--deny", help="Refuse the command instead.")] = False,
     store: StoreOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Approve (or --deny) the command a paused agent run waits on.
 
@@ -553,6 +649,17 @@ def approve(
         return await decide_approval(st, run_id, approved=not deny)
 
     waiting, pending = on_store(store, go)
+    if as_json:
+        print_json(
+            {
+                "run_id": run_id,
+                "waiting_run_id": waiting,
+                "approved": not deny,
+                "command": pending.get("command"),
+                "continue_with": f"tether resume {run_id}",
+            }
+        )
+        return
     from rich.markup import escape
 
     console = _console()
@@ -572,6 +679,7 @@ def decide(
     ] = None,
     store: StoreOpt = None,
     script: ScriptOpt = None,
+    as_json: ResultJsonOpt = False,
 ) -> None:
     """Decide on the failure report a paused run waits on, then continue it.
 
@@ -593,7 +701,7 @@ def decide(
 
         if not on_store(store, record):
             raise typer.BadParameter(f"run {run_id!r} is not paused on a failure report: nothing to decide")
-    resume_run_id(run_id, store=store, script=script, decision=decision)
+    resume_run_id(run_id, store=store, script=script, decision=decision, as_json=as_json)
 
 
 # == resume ===========================================================================
@@ -606,6 +714,7 @@ def resume_run_id(
     decision: str | None = None,
     force: bool = False,
     plain: bool = False,
+    as_json: bool = False,
 ) -> None:
     """Continue any run from its recorded origin (deploy, plan, orchestrate or workflow)."""
     url, options = _settings(store)
@@ -619,7 +728,7 @@ def resume_run_id(
             raise TetherError(f"run {run_id!r} not found in {url}: check the id with `tether runs`")
         origin = cp.state.get("_origin")
         parent, _, step = run_id.rpartition(".")
-        if not isinstance(origin, dict) and parent and step.isdigit():
+        if not isinstance(origin, dict) and parent and re.fullmatch(r"\d+(r\d+)?(-\d+)?", step):
             async with open_store(url, **options) as st:
                 outer = await st.load(parent)
             if outer is not None and (outer.state.get("_origin") or {}).get("kind") == "plan":
@@ -637,11 +746,23 @@ def resume_run_id(
     kind = origin["kind"]
     if kind == "deploy":
         _deploy_run(
-            origin, store=store, replies=_replies(script), resume=run_id, answer=answer, decision=decision
+            origin,
+            store=store,
+            replies=_replies(script),
+            resume=run_id,
+            answer=answer,
+            decision=decision,
+            as_json=as_json,
         )
     elif kind == "plan":
         _plan_run(
-            origin, store=store, replies=_replies(script), resume=run_id, answer=answer, decision=decision
+            origin,
+            store=store,
+            replies=_replies(script),
+            resume=run_id,
+            answer=answer,
+            decision=decision,
+            as_json=as_json,
         )
     elif kind == "orchestrate":
         if script is not None:
@@ -659,6 +780,7 @@ def resume_run_id(
             setting=[f"{k}={json.dumps(v)}" for k, v in dict(origin.get("config") or {}).items()],
             env=list(origin.get("env") or []),
             store=store,
+            as_json=as_json,
         )
     elif kind == "workflow":
         if answer is not None or script is not None:
@@ -666,7 +788,13 @@ def resume_run_id(
         from tether.cli.app import resume_workflow
 
         resume_workflow(
-            str(origin["workflow"]), run_id, store=store, decision=decision, force=force, plain=plain
+            str(origin["workflow"]),
+            run_id,
+            store=store,
+            decision=decision,
+            force=force,
+            plain=plain,
+            as_json=as_json,
         )
     else:
         raise typer.BadParameter(f"run {run_id!r} was started by an unknown kind {kind!r}")

@@ -26,10 +26,14 @@ from tether.cli._common import (
     EXIT_CTRL_C,
     EXIT_FOR_STATUS,
     STATE,
+    ResultJsonOpt,
     StoreOpt,
     console,
     continue_hint,
     on_store,
+    print_json,
+    progress_console,
+    result_json,
     run_async,
     settings,
 )
@@ -145,6 +149,7 @@ def run(
     plain: Annotated[
         bool, typer.Option(help="Print events as lines instead of a live table (always when piped).")
     ] = False,
+    as_json: ResultJsonOpt = False,
 ) -> None:
     """Start a run of a workflow with a live progress view.
 
@@ -156,7 +161,16 @@ def run(
     url, options = _settings(store)
     rid = run_id or f"{wf.name}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10_000:04d}"
     data.setdefault("_origin", {"kind": "workflow", "workflow": workflow})  # for `tether resume RUN`
-    _drive(wf, url, options, lambda r: r.start(rid, data), plain=plain, title=f"run {rid}", run_id=rid)
+    _drive(
+        wf,
+        url,
+        options,
+        lambda r: r.start(rid, data),
+        plain=plain,
+        title=f"run {rid}",
+        run_id=rid,
+        as_json=as_json,
+    )
 
 
 @app.command()
@@ -175,6 +189,7 @@ def resume(
     script: agents.ScriptOpt = None,
     force: Annotated[bool, typer.Option(help="Take over a lease even if its holder looks alive.")] = False,
     plain: bool = False,
+    as_json: ResultJsonOpt = False,
 ) -> None:
     """Continue a paused, interrupted or crashed run (a workflow, a deploy or a plan).
 
@@ -185,14 +200,28 @@ def resume(
     agents._check_decision(decision)
     if run_id is None:
         agents.resume_run_id(
-            target, store=store, script=script, answer=answer, decision=decision, force=force, plain=plain
+            target,
+            store=store,
+            script=script,
+            answer=answer,
+            decision=decision,
+            force=force,
+            plain=plain,
+            as_json=as_json,
         )
         return
-    resume_workflow(target, run_id, store=store, decision=decision, force=force, plain=plain)
+    resume_workflow(target, run_id, store=store, decision=decision, force=force, plain=plain, as_json=as_json)
 
 
 def resume_workflow(
-    workflow: str, run_id: str, *, store: str | None, decision: str | None, force: bool, plain: bool
+    workflow: str,
+    run_id: str,
+    *,
+    store: str | None,
+    decision: str | None,
+    force: bool,
+    plain: bool,
+    as_json: bool = False,
 ) -> None:
     """Resume a workflow run with the workflow found at ``module:attribute``."""
     wf = _workflow(workflow)
@@ -206,6 +235,7 @@ def resume_workflow(
         title=f"resume {run_id}",
         run_id=run_id,
         seed=True,
+        as_json=as_json,
     )
 
 
@@ -228,8 +258,9 @@ def _drive(
     title: str,
     run_id: str,
     seed: bool = False,
+    as_json: bool = False,
 ) -> None:
-    out = _console()
+    out = progress_console() if as_json else _console()
     out.print(f"{title} on {url}", markup=False)
 
     async def go() -> Any:
@@ -258,9 +289,12 @@ def _drive(
         sys.stderr.flush()
         os._exit(EXIT_CTRL_C)  # a sync step's thread cannot be stopped: do not wait for it
 
+    status = str(result.status)
+    if as_json:
+        print_json(result_json(run_id, result))
+        raise typer.Exit(EXIT_FOR_STATUS.get(status, 1))
     from tether.state.reserved import runtime_get
 
-    status = str(result.status)
     out.print(f"status: {status} at version {result.version}", markup=False)
     if result.report is not None:
         out.print(result.report.render(), markup=False)

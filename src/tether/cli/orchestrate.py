@@ -30,6 +30,8 @@ from typing import Annotated, Any
 
 import typer
 
+from tether.cli._common import EXIT_FOR_STATUS, ResultJsonOpt, print_json, progress_console
+
 __all__ = ["orchestrate"]
 
 ROLE_NAMES = ("TEST", "DEV", "REVIEW", "FINISH_REVIEW")
@@ -84,12 +86,17 @@ def orchestrate(
     store: Annotated[
         str | None, typer.Option("--store", help="Store URL (default: TETHER_STORE_URL or SQLite).")
     ] = None,
+    as_json: ResultJsonOpt = False,
 ) -> None:
-    """Run MAIN and the TEST/DEV/REVIEW agents on a task, checkpointed after every stage."""
+    """Run MAIN and the TEST/DEV/REVIEW agents on a task, checkpointed after every stage.
+
+    Exit code: 0 COMPLETED, 3 FAILED, 4 PAUSED (waits for an answer or a decision),
+    5 CANCELLED, 6 INTERRUPTED, 1 an error.
+    """
     from tether.cli.app import _console, _run, _settings
     from tether.errors import ConfigError
 
-    console = _console()
+    console = progress_console() if as_json else _console()
     url, options = _settings(store)
     root = Path(workdir)
     if demo:
@@ -150,18 +157,38 @@ def orchestrate(
     except ConfigError as exc:  # raised before the run starts (bad --agent/--main)
         raise typer.BadParameter(str(exc)) from None
     status = result.status.value
+    question = result.state.get("pending_question") if status == "PAUSED" else None
+    hint = None
+    if status == "PAUSED":
+        hint = f"--resume {result.run_id} --answer '...'" if question else f"--resume {result.run_id}"
+        if result.report is not None and not question:
+            hint = f"--resume {result.run_id} --decision {'|'.join(str(o) for o in result.report.options)}"
+    if as_json:
+        print_json(
+            {
+                "run_id": result.run_id,
+                "status": status,
+                "version": result.version,
+                "exit_code": EXIT_FOR_STATUS.get(status, 1),
+                "final_output": result.state.get("final_output"),
+                "question": question,
+                "report": result.report.to_dict() if result.report is not None and not question else None,
+                "continue_with": f"tether orchestrate {hint}" if hint else None,
+            }
+        )
+    else:
+        _print_outcome(console, result, status, question, hint)
+    if status != "COMPLETED":
+        raise typer.Exit(EXIT_FOR_STATUS.get(status, 1))
+
+
+def _print_outcome(console: Any, result: Any, status: str, question: Any, hint: str | None) -> None:
     colour = {"COMPLETED": "green", "PAUSED": "yellow"}.get(status, "red")
     console.print(f"[{colour}]{status}[/] {result.run_id}: {result.state.get('final_output') or ''}")
     if status == "PAUSED":
-        question = result.state.get("pending_question")
-        hint = f"--resume {result.run_id} --answer '...'" if question else f"--resume {result.run_id}"
         if result.report is not None and not question:
             console.print(result.report.render(), highlight=False, markup=False)
-            choices = "|".join(str(o) for o in result.report.options)
-            hint = f"--resume {result.run_id} --decision {choices}"
         console.print(f"{question or 'paused'}; continue with: tether orchestrate {hint}")
-    if status not in ("COMPLETED", "PAUSED"):
-        raise typer.Exit(3)
 
 
 def _agent_specs(items: list[str], demo: bool) -> dict[str, str]:

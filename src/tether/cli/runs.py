@@ -268,10 +268,11 @@ def pause(
     wait: Annotated[
         float, typer.Option(help="Seconds to wait for a live runner to stop, to store the reason.")
     ] = 60.0,
+    as_json: JsonOpt = False,
 ) -> None:
     """Pause a run: a live runner checkpoints the step in progress and stops there."""
     if reason is None:
-        _request(run_id, store, "PAUSED")
+        _request(run_id, store, "PAUSED", as_json)
         return
 
     async def go(s: Any) -> tuple[Any, str | None]:
@@ -283,6 +284,18 @@ def pause(
 
     outcome, hint = on_store(store, go)
     was = str(outcome.was)
+    if as_json:
+        print_json(
+            {
+                "run_id": run_id,
+                "status": "PAUSED",
+                "was": was,
+                "stopped": outcome.stopped,
+                "reason_recorded": outcome.reason_recorded,
+                "continue_with": hint if outcome.stopped else None,
+            }
+        )
+        return
     typer.echo(f"{run_id}: already PAUSED" if was == "PAUSED" else f"{run_id}: PAUSED (was {was})")
     if outcome.reason_recorded:
         typer.echo(f"reason: {reason}")
@@ -297,15 +310,15 @@ def pause(
         typer.echo(f"continue with: {hint}")
 
 
-def cancel(run_id: str, store: StoreOpt = None) -> None:
+def cancel(run_id: str, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Cancel a run for good: a live runner checkpoints the step in progress and stops there."""
-    _request(run_id, store, "CANCELLED")
+    _request(run_id, store, "CANCELLED", as_json)
 
 
-def _request(run_id: str, store: str | None, wanted: str) -> None:
+def _request(run_id: str, store: str | None, wanted: str, as_json: bool) -> None:
     from tether.state import RunStatus
 
-    async def go(s: Any) -> str:
+    async def go(s: Any) -> tuple[str, str]:
         from tether.runtime import live_status
 
         info = await s.get_run(run_id)
@@ -315,13 +328,18 @@ def _request(run_id: str, store: str | None, wanted: str) -> None:
         if shown in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED):
             raise ConfigError(f"run {run_id!r} is {shown}: there is nothing to {wanted.lower()[:-2]}e")
         if str(shown) == wanted:
-            return f"{run_id}: already {wanted}"
+            return str(shown), f"{run_id}: already {wanted}"
         await s.set_status(run_id, RunStatus(wanted))
         if shown is RunStatus.RUNNING:
-            return f"{run_id}: {wanted} requested; its runner stops at the next step boundary"
-        return f"{run_id}: {wanted}"
+            return str(shown), f"{run_id}: {wanted} requested; its runner stops at the next step boundary"
+        return str(shown), f"{run_id}: {wanted}"
 
-    typer.echo(on_store(store, go))
+    was, said = on_store(store, go)
+    if as_json:
+        requested = was == "RUNNING"  # a live runner stops at its next step boundary
+        print_json({"run_id": run_id, "status": wanted, "was": was, "requested": requested})
+        return
+    typer.echo(said)
 
 
 def update(
@@ -330,10 +348,14 @@ def update(
         str, typer.Argument(help='JSON object merged through the reducers, e.g. \'{"goal": "x"}\'')
     ],
     store: StoreOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Merge a JSON update into a PAUSED run's state."""
     patch = json_object(data, "the update")
     result = on_store(store, lambda s: s.update_state(run_id, patch))
+    if as_json:
+        print_json({"run_id": run_id, "version": result})
+        return
     typer.echo(f"{run_id}: updated, version {result}")
 
 
@@ -342,6 +364,7 @@ def rollback(
     version: int,
     store: StoreOpt = None,
     force: Annotated[bool, typer.Option(help="Even if a live runner executes it.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Make VERSION the latest state again (history stays: later versions remain readable)."""
 
@@ -356,7 +379,11 @@ def rollback(
             raise ConfigError(f"run {run_id!r} is being executed; pause it first (tether pause {run_id})")
         return int(await s.rollback(run_id, version))
 
-    typer.echo(f"{run_id}: version {version} restored as version {on_store(store, go)}")
+    restored = on_store(store, go)
+    if as_json:
+        print_json({"run_id": run_id, "restored_version": version, "version": restored})
+        return
+    typer.echo(f"{run_id}: version {version} restored as version {restored}")
 
 
 def diff(run_id: str, v1: int, v2: int, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
@@ -395,20 +422,35 @@ def diff(run_id: str, v1: int, v2: int, store: StoreOpt = None, as_json: JsonOpt
 
 
 def prune(
-    run_id: str, keep: Annotated[int, typer.Option(help="Versions to keep.")], store: StoreOpt = None
+    run_id: str,
+    keep: Annotated[int, typer.Option(help="Versions to keep.")],
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Drop all but the latest KEEP versions of a run (safe with deltas)."""
     result = on_store(store, lambda s: s.prune(run_id, keep=keep))
+    if as_json:
+        print_json({"run_id": run_id, "removed_versions": result})
+        return
     typer.echo(f"{run_id}: removed {result} versions")
 
 
-def copy(run_id: str, new_run_id: str, store: StoreOpt = None, version: int | None = None) -> None:
+def copy(
+    run_id: str,
+    new_run_id: str,
+    store: StoreOpt = None,
+    version: int | None = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Fork a run (at VERSION, default latest) into NEW_RUN_ID."""
-    on_store(store, lambda s: s.copy(run_id, new_run_id, version=version))
+    forked = on_store(store, lambda s: s.copy(run_id, new_run_id, version=version))
+    if as_json:
+        print_json({"run_id": new_run_id, "from": run_id, "from_version": version, "version": forked})
+        return
     typer.echo(f"{new_run_id}: forked from {run_id}")
 
 
-def delete(run_id: str, store: StoreOpt = None) -> None:
+def delete(run_id: str, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Delete a run, all its checkpoints and its agent artefacts."""
 
     async def go(s: Any) -> bool:
@@ -421,10 +463,13 @@ def delete(run_id: str, store: StoreOpt = None) -> None:
     result = on_store(store, go)
     if not result:
         raise fail(f"run {run_id!r} not found")
+    if as_json:
+        print_json({"run_id": run_id, "deleted": True})
+        return
     typer.echo(f"{run_id}: deleted")
 
 
-def purge(store: StoreOpt = None) -> None:
+def purge(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Delete expired runs now (SQL stores; Redis expires keys by itself), and the agent
     artefacts of runs no longer stored that nothing touched for an hour."""
 
@@ -435,6 +480,9 @@ def purge(store: StoreOpt = None) -> None:
         return runs, await sweep_artifacts(s)
 
     runs, dirs = on_store(store, go)
+    if as_json:
+        print_json({"purged_runs": runs, "artifact_dirs_removed": dirs})
+        return
     typer.echo(f"purged {runs} expired runs, removed the artefacts of {dirs} runs no longer stored")
 
 

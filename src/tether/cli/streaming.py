@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DeltaPrinter", "run_tracer", "traced_events", "traced_model", "traced_workflow"]
+__all__ = ["DeltaPrinter", "ModelActivity", "run_tracer", "traced_events", "traced_model", "traced_workflow"]
 
 DELTA = "model_delta"
 
@@ -41,6 +41,48 @@ class DeltaPrinter:
         if self.open:
             self.console.print()
             self.open = False
+
+
+class ModelActivity:
+    """A spinner with the elapsed time while the model is asked (terminals only).
+
+    An agent iteration starts with its model call (``step_started``); the next event (a
+    streamed piece, the command, the end of the step) means the model has answered, so
+    the line goes away. A model that takes a minute to answer no longer looks like a hung
+    command. Piped output gets nothing: scripts read whole lines.
+    """
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self.live = bool(getattr(console, "is_terminal", False))
+        self._status: Any = None
+        self._since = 0.0
+
+    def __call__(self, event: Any) -> None:
+        if not self.live:
+            return
+        if event.kind == "step_started":
+            self.start()
+        else:
+            self.stop()
+
+    def start(self) -> None:
+        import time
+
+        self.stop()
+        self._since = time.monotonic()
+        self._status = self.console.status(self, spinner="dots")
+        self._status.start()
+
+    def stop(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def __rich__(self) -> str:
+        import time
+
+        return f"[dim]waiting for the model · {time.monotonic() - self._since:.0f}s[/]"
 
 
 _TRACING: dict[str, Any] = {}

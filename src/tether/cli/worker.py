@@ -45,9 +45,18 @@ def _registry(workflows: list[str] | None) -> Any:
     from tether.workers import Registry
 
     try:
-        return Registry(workflows or [])
+        return Registry(workflows or [], model=_model_factory)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def _model_factory(spec: Any) -> Any:
+    """A bundled agent's model: the worker's TETHER_MODEL_* environment (as `tether deploy`
+    reads it), the run's ``model`` input (provider, model, endpoint, temperature) winning."""
+    from tether.models import LLMConfig, create_model
+
+    wanted = {k: spec.get(k) for k in ("provider", "model", "endpoint", "temperature")}
+    return create_model(LLMConfig.from_env(os.environ, **wanted))
 
 
 def worker(

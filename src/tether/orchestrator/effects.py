@@ -13,18 +13,18 @@ note becomes DEV's report) or abort.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tether.orchestrator.roles import RoleOutput
+from tether.orchestrator.blackboard import Blackboard
+from tether.orchestrator.roles import RoleOutput, RoleRunner
 from tether.runtime import RunResult
 from tether.runtime.control import amend_pending_report
 from tether.runtime.report import Decision, FailureReport, Suggestion
 from tether.state import RunStatus
 from tether.state.reserved import runtime_get
-
-if TYPE_CHECKING:
-    from tether.orchestrator.engine import Orchestrator
+from tether.stores.base import CheckpointStore
 
 __all__ = ["SIDE_EFFECT_STEPS", "settle", "taken_over"]
 
@@ -47,28 +47,34 @@ def taken_over(path: Path, role: str, iteration: int, note: str) -> RoleOutput:
     return RoleOutput(report=f"iteration: {iteration}\n\n# {role} done by a person\n\n{note}\n")
 
 
-def _where(orch: Orchestrator, state: dict[str, Any], step: str) -> tuple[str, Path, int]:
+def _where(board: Blackboard, state: dict[str, Any], step: str) -> tuple[str, Path, int]:
     iteration = int(state.get("iteration") or 0)
     if step == "subloop_dev":
         k = int((state.get("subloop") or {}).get("sub_iteration") or 1)
-        return f"DEV (sub-loop round {k})", orch.board.report_path("DEV", subloop=k), iteration
-    return "DEV", orch.board.report_path("DEV", iteration), iteration
+        return f"DEV (sub-loop round {k})", board.report_path("DEV", subloop=k), iteration
+    return "DEV", board.report_path("DEV", iteration), iteration
 
 
-async def settle(orch: Orchestrator, result: RunResult) -> RunResult:
-    """Probe a DEV stage a crash cut (see the module docstring)."""
+Resume = Callable[[str, str], Awaitable[RunResult]]
+"""Continue a run with a decision: ``resume(run_id, decision)``."""
+
+
+async def settle(
+    result: RunResult, *, board: Blackboard, store: CheckpointStore, dev: RoleRunner | None, resume: Resume
+) -> RunResult:
+    """Probe a DEV stage a crash cut (see the module docstring); ``dev`` is DEV's runner
+    (its command names what may have run), ``resume`` continues the run once settled."""
     report = result.report
     if result.status is not RunStatus.PAUSED or report is None:
         return result
     if report.item_id not in SIDE_EFFECT_STEPS or report.error_type != "Interrupted":
         return result
-    label, path, iteration = _where(orch, result.state, report.item_id)
+    label, path, iteration = _where(board, result.state, report.item_id)
     if path.exists() and _for_iteration(path, iteration):
-        note = f"{label}'s report {orch.board.relative(path)} was on the blackboard: the role had finished"
-        await amend_pending_report(orch.store, result.run_id, note=note)
-        return await orch.resume(result.run_id, decision=str(Decision.TAKEOVER))
-    runner = orch.runner_for("DEV")
-    command = getattr(runner, "command", None) or type(runner).__name__
+        note = f"{label}'s report {board.relative(path)} was on the blackboard: the role had finished"
+        await amend_pending_report(store, result.run_id, note=note)
+        return await resume(result.run_id, str(Decision.TAKEOVER))
+    command = getattr(dev, "command", None) or type(dev).__name__
     fields = {
         "error_type": "SideEffectCut",
         "error": f"{label} of iteration {iteration} may have partly edited the project: the process "
@@ -85,9 +91,9 @@ async def settle(orch: Orchestrator, result: RunResult) -> RunResult:
             Suggestion(label="stop the run", decision=Decision.ABORT).to_dict(),
         ],
     }
-    if not await amend_pending_report(orch.store, result.run_id, **fields):
+    if not await amend_pending_report(store, result.run_id, **fields):
         return result
-    cp = await orch.store.load(result.run_id)
+    cp = await store.load(result.run_id)
     if cp is None:
         return result
     data = runtime_get(cp.state, "pending_decision")

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tether.errors import ConfigError
-from tether.orchestrator.engine import OrchestratorConfig
+from tether.orchestrator.config import OrchestratorConfig
 from tether.orchestrator.prompts import PromptConfig
 
 __all__ = ["ENV_PREFIX", "config_from", "env_names"]

@@ -149,32 +149,42 @@ class FailureReport:
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in fields.items() if k in known})
 
-    def render(self) -> str:
-        """The failure report template as plain text."""
+    def render(self, *, symbols: bool = True) -> str:
+        """The failure report template as plain text.
+
+        ``symbols=False`` drops the emoji from the headings: a web page or a terminal
+        without an emoji font would show them as empty boxes.
+        """
+
+        def head(symbol: str, title: str) -> str:
+            return f"{symbol} {title}" if symbols else title
+
         lines = [
-            "⚠️ Task failed",
+            head("⚠️", "Task failed"),
             "",
-            "📍 Where",
+            head("📍", "Where"),
             f'   TODO item: "{self.item_name}" ({self.item_id})',
             f"   Phase: {self.phase} (item {self.position} of {self.total})",
             "",
-            f"❌ Why ({self.kind} failure, {self.attempts} attempt{'s' if self.attempts != 1 else ''})",
+            head(
+                "❌", f"Why ({self.kind} failure, {self.attempts} attempt{'s' if self.attempts != 1 else ''})"
+            ),
             f"   {self.error_type}: {self.error}",
             "   Possible causes:",
             *(f"   • {c}" for c in self.possible_causes),
             "",
-            "🔄 Rolled back",
+            head("🔄", "Rolled back"),
             *(f"   • {r}" for r in self.rolled_back or ["nothing needed rolling back"]),
         ]
         if self.rollback_failures:
             lines += [
                 "",
-                "‼️ Rollback problems (check by hand)",
+                head("‼️", "Rollback problems (check by hand)"),
                 *(f"   • {r}" for r in self.rollback_failures),
             ]
-        lines += ["", "💡 Options", *(f"   [{o}] {_OPTIONS[o]}" for o in self.options)]
+        lines += ["", head("💡", "Options"), *(f"   [{o}] {_OPTIONS[o]}" for o in self.options)]
         if self.suggestions:
-            lines += ["", "🧭 Suggested by the step"]
+            lines += ["", head("🧭", "Suggested by the step")]
             lines += [
                 f"   [{s.decision}] {s.label}" + (f": {s.detail}" if s.detail else "")
                 for s in self.suggestions

@@ -237,7 +237,7 @@ class Runner:
                 log=True,
                 token=token,
                 reason=(
-                    f"the runner holding lease token {token} stopped in this step (or before it); side "
+                    f"the runner holding lease fence {token} stopped in this step (or before it); side "
                     "effects it ran after its last checkpoint, or runs if it wakes before its next write "
                     "is refused, are unconfirmed: check them before relying on this step's outcome"
                 ),

@@ -159,6 +159,7 @@ def create_app(
         api_context,
         api_events,
         api_failures,
+        api_orchestrator,
         api_prompts,
         api_runs,
         api_workers,
@@ -171,6 +172,7 @@ def create_app(
         api_failures,
         api_events,
         api_prompts,
+        api_orchestrator,
         api_workers,
     ):
         app.include_router(module.router)

@@ -49,6 +49,19 @@ def check_text(text: str, what: str) -> None:
         raise InvalidStateValue(f"{what}: {_surrogate_at(text)}")
 
 
+def check_node_id(node_id: object) -> None:
+    """Raise :class:`InvalidStateValue` unless ``node_id`` is ``None`` or a str every backend
+    can store (valid Unicode, no NUL): checked before the write, so the checkpoint's changes
+    stay with the context instead of failing inside a driver with an encoding error."""
+    if node_id is None:
+        return
+    if type(node_id) is not str:
+        raise InvalidStateValue(f"node id must be a str or None, got {type(node_id).__name__}")
+    if "\x00" in node_id:
+        raise InvalidStateValue(f"node id {node_id!r} contains a NUL character; remove it")
+    check_text(node_id, "node id")
+
+
 def check_run_id(run_id: object) -> None:
     """Raise :class:`ConfigError` unless ``run_id`` is one every backend can store: a
     non-empty str of at most ``RUN_ID_MAX_LENGTH`` characters, without NUL, valid Unicode.

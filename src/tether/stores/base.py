@@ -22,7 +22,7 @@ from tether.state.context import Changes, ExecutionContext
 from tether.state.model import ChainStats, Checkpoint, CheckpointInfo, RunInfo, RunStatus
 from tether.state.reducers import ReducerRegistry
 from tether.state.serde import Codec, is_plain
-from tether.state.values import check_run_id, check_value
+from tether.state.values import check_node_id, check_run_id, check_value
 from tether.stores._chain import ChainEngine, Known, Plan, StaleSeal, Write, known_kept
 from tether.stores._retry import RetryPolicy, retry_call
 from tether.stores.backend import Backend, Capabilities, InlineLatest, LatestCache, StoredRow, remember
@@ -253,6 +253,7 @@ class CheckpointStore(RunOperations, LeaseOperations):
         meta_dated = bool(meta) and check_value(meta, key="metadata")
         now = time.time()
         node = node_id if node_id is not None else ctx.node_id
+        check_node_id(node)
         engine = self._engine
         changes = ctx.take_changes()
         write_id = changes.write_id or next(self._write_ids)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import (
@@ -25,6 +25,7 @@ from tether.state.model import ChainStats, chain_stats
 from tether.stores._chain import Write, next_fence
 from tether.stores._sql import Dialect, SqlBackend, SqlStore, Tx
 from tether.stores.base import split_store_options
+from tether.stores.blocking import BlockingLock, Ready
 
 if TYPE_CHECKING:
     import psycopg
@@ -212,6 +213,12 @@ class PostgresBackend(SqlBackend):
     One connection per store, used by one transaction at a time; give each worker
     process its own store. Pass ``conn=`` to reuse an open ``psycopg.AsyncConnection``
     (it must be in autocommit mode; the store then does not close it).
+
+    ``connect``: how to open the connection (a coroutine function of ``conninfo`` and
+    ``connect_timeout`` that returns a connection in autocommit mode), instead of
+    ``psycopg.AsyncConnection.connect``; ``lock``: what keeps the connection to one user at a time, instead of
+    an ``asyncio.Lock``. A blocking twin (:meth:`blocking_from_url`) passes both: a sync
+    psycopg connection whose calls never suspend, and a thread lock.
     """
 
     dialect = _DIALECT
@@ -222,6 +229,8 @@ class PostgresBackend(SqlBackend):
         *,
         conn: psycopg.AsyncConnection[Any] | None = None,
         connect_timeout: float = 10.0,
+        connect: Callable[[str, float], Awaitable[Any]] | None = None,
+        lock: AbstractAsyncContextManager[Any] | None = None,
     ) -> None:
         super().__init__()
         _psycopg()
@@ -229,7 +238,8 @@ class PostgresBackend(SqlBackend):
         self._conn = conn
         self._owns = conn is None
         self._timeout = connect_timeout
-        self._lock = asyncio.Lock()
+        self._connect = connect or _connect_async
+        self._lock = lock or asyncio.Lock()
 
     @property
     def conninfo(self) -> str:
@@ -242,12 +252,18 @@ class PostgresBackend(SqlBackend):
             url = "postgresql://" + url[len("postgres://") :]
         return cls(url, **options)
 
+    @classmethod
+    def blocking_from_url(cls, url: str, **options: Any) -> PostgresBackend | None:
+        """The blocking twin of ``from_url(url, **options)``: psycopg's sync connection in the
+        calling thread, behind the async connection's interface; None on a connection the
+        caller gave (``conn=``), which is async."""
+        if options.get("conn") is not None:
+            return None
+        return cls.from_url(url, connect=_connect_sync, lock=BlockingLock(), **options)
+
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
-            psycopg = _psycopg()
-            self._conn = await psycopg.AsyncConnection.connect(
-                self._conninfo, autocommit=True, connect_timeout=max(1, int(self._timeout))
-            )
+            self._conn = await self._connect(self._conninfo, self._timeout)
         return self._conn
 
     @asynccontextmanager
@@ -366,6 +382,70 @@ class PostgresBackend(SqlBackend):
         if self._owns and self._conn is not None and not self._conn.closed:
             await self._conn.close()
         self._conn = None
+
+
+async def _connect_async(conninfo: str, connect_timeout: float) -> psycopg.AsyncConnection[Any]:
+    conn: psycopg.AsyncConnection[Any] = await _psycopg().AsyncConnection.connect(
+        conninfo, autocommit=True, connect_timeout=max(1, int(connect_timeout))
+    )
+    return conn
+
+
+# == a blocking twin's connection: psycopg's sync one, behind the async interface =======
+async def _connect_sync(conninfo: str, connect_timeout: float) -> _SyncConnection:
+    """Connects in the calling thread (never suspends): a blocking twin's ``connect``."""
+    conn = _psycopg().connect(conninfo, autocommit=True, connect_timeout=max(1, int(connect_timeout)))
+    return _SyncConnection(conn)
+
+
+class _SyncCursor:
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cur.rowcount)
+
+    def fetchall(self) -> Ready:
+        return Ready(self._cur.fetchall())
+
+    def fetchone(self) -> Ready:
+        return Ready(self._cur.fetchone())
+
+
+class _SyncConnection:
+    """The parts of ``psycopg.AsyncConnection`` this backend uses, on a sync connection."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._conn.closed)
+
+    @property
+    def broken(self) -> bool:
+        return bool(getattr(self._conn, "broken", False))
+
+    def execute(self, *args: Any, **kwargs: Any) -> Ready:
+        return Ready(_SyncCursor(self._conn.execute(*args, **kwargs)))
+
+    def transaction(self) -> _SyncTransaction:
+        return _SyncTransaction(self._conn)
+
+    def close(self) -> Ready:
+        return Ready(self._conn.close())
+
+
+class _SyncTransaction:
+    def __init__(self, conn: Any) -> None:
+        self._cm = conn.transaction()
+
+    async def __aenter__(self) -> Any:
+        return self._cm.__enter__()
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return self._cm.__exit__(*exc)
 
 
 class PostgresStore(SqlStore):

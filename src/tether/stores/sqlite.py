@@ -17,6 +17,7 @@ import asyncio
 import logging
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,6 +33,7 @@ from tether.stores._sql import Dialect, SqlBackend, SqlStore, Tx
 from tether.stores._sql_chain import CHAIN_SQL, chain_of, hint_of, hinted_chain, hinted_query, skips_sealed
 from tether.stores.backend import remember as _hint
 from tether.stores.base import split_store_options
+from tether.stores.blocking import BlockingLock
 
 __all__ = ["SqliteBackend", "SqliteStore"]
 
@@ -127,6 +129,11 @@ class SqliteBackend(SqlBackend):
             with ``ON``, which made deleting a 1 MB run write as many WAL pages (263) as saving
             it did (8 with ``FAST``), doubling the checkpoint work of any run that prunes.
             ``ON`` if deleted state must not linger in free pages of the file.
+        caller_thread: True makes a blocking twin (see ``tether.stores.blocking``): every
+            statement runs in the thread that calls, on this backend's own connection, and
+            its coroutines never suspend (run them with ``run_inline``). Calls from several
+            threads take turns on a reentrant lock that every read and transaction holds
+            (the default backend lets small reads skip its lock, safe on one loop only).
     """
 
     dialect = _DIALECT
@@ -139,6 +146,7 @@ class SqliteBackend(SqlBackend):
         busy_timeout: float = 30.0,
         checkpoint_bytes: int = 0,
         secure_delete: str = "FAST",
+        caller_thread: bool = False,
     ) -> None:
         super().__init__()
         if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
@@ -156,9 +164,18 @@ class SqliteBackend(SqlBackend):
         self._synchronous = synchronous.upper()
         self._secure_delete = secure_delete
         self._busy_ms = int(busy_timeout * 1000)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sqlite")
+        self.caller_thread = caller_thread
+        self._pool: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
-        self._lock = asyncio.Lock()
+        self._conn_lock: threading.RLock | None = None
+        """A blocking twin's: held by every call, so threads take turns on the connection."""
+        self._lock: asyncio.Lock | _HeldLock
+        if caller_thread:
+            self._conn_lock = threading.RLock()
+            self._lock = _HeldLock(self._conn_lock)
+        else:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sqlite")
+            self._lock = asyncio.Lock()
         self.inline_read_bytes = 2 * 1024 * 1024
         """Chains up to this size are read without a thread hop: the hop costs about what
         reading this much does, and the decode that follows holds the loop longer anyway."""
@@ -243,6 +260,18 @@ class SqliteBackend(SqlBackend):
             _log.debug("sqlite %s: background checkpoint failed: %s", self.path, exc)
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._pool is None:  # a blocking twin: right here, in the caller's thread
+            if self._conn is None:
+                self._conn = self._connect()
+            try:
+                return fn(self._conn)
+            except TetherError:
+                raise
+            except sqlite3.IntegrityError:
+                raise
+            except sqlite3.Error as exc:
+                raise self._translate(exc) from exc
+
         def job() -> T:
             if self._conn is None:
                 self._conn = self._connect()
@@ -264,7 +293,9 @@ class SqliteBackend(SqlBackend):
             try:
                 yield _SqliteTx(self)
             except BaseException:
-                await asyncio.shield(self._call(lambda c: c.execute("ROLLBACK")))
+                rollback = self._call(lambda c: c.execute("ROLLBACK"))
+                # (a blocking twin has no loop to shield on: its rollback runs to its end anyway)
+                await (rollback if self._pool is None else asyncio.shield(rollback))
                 raise
             await self._call(lambda c: c.execute("COMMIT"))
 
@@ -291,6 +322,9 @@ class SqliteBackend(SqlBackend):
         write, since it must first notice the new WAL frames.) A run's
         chain above ``inline_read_bytes`` is read on the DB thread so the loop never
         stalls on disk."""
+        if self._conn_lock is not None:  # a blocking twin: every read takes its turn
+            with self._conn_lock:
+                return self._inline(lambda c: c.execute(sql, params).fetchall())
         if not self._lock.locked() and self._size_of(run_id) <= self.inline_read_bytes:
             # no transaction holds the connection, and a read that never awaits
             # cannot be interleaved with one: no need to take the lock
@@ -332,6 +366,12 @@ class SqliteBackend(SqlBackend):
         must read it: the chain is big (or unknown and big), a transaction holds the
         connection, or an error the general path will report. What ``read_chain`` would
         do, minus its layers: at 1 KB a load is all fixed costs."""
+        if self._conn_lock is not None:  # held: no other thread's transaction is open meanwhile
+            with self._conn_lock:
+                return self._latest_chain_inline(run_id)
+        return self._latest_chain_inline(run_id)
+
+    def _latest_chain_inline(self, run_id: str) -> list[tuple[int, bytes]] | None:
         conn = self._conn
         if conn is None or self._lock.locked():
             return None
@@ -427,6 +467,9 @@ class SqliteBackend(SqlBackend):
         await self._apply_migrations()
 
     async def aclose(self) -> None:
+        if self._pool is None:  # a blocking twin: no loop to hand the work to
+            self._close_here()
+            return
         checkpointer = self._checkpointer
         if checkpointer is not None:
             self._checkpointer = None
@@ -439,6 +482,30 @@ class SqliteBackend(SqlBackend):
             await asyncio.get_running_loop().run_in_executor(self._pool, conn.close)
             self._conn = None
         self._pool.shutdown(wait=True)
+
+    def _close_here(self) -> None:
+        checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            checkpointer.shutdown(wait=True)
+        for conn in (self._ck_conn, self._conn):
+            if conn is not None:
+                conn.close()
+        self._ck_conn = self._conn = None
+
+    @classmethod
+    def blocking_from_url(cls, url: str, **options: Any) -> SqliteBackend:
+        """The blocking twin of ``from_url(url, **options)``: ``caller_thread=True``."""
+        return cls.from_url(url, caller_thread=True, **options)
+
+
+class _HeldLock(BlockingLock):
+    """A blocking twin's transaction lock: its connection lock (reentrant), which every call
+    holds, so ``locked()`` never tells a read to wait for a transaction of another thread."""
+
+    __slots__ = ()
+
+    def locked(self) -> bool:
+        return False
 
 
 class SqliteStore(SqlStore):

@@ -6,8 +6,10 @@ the name stored in the run (``_workflow``) in its own :class:`Registry`. Entries
 ``module:attribute`` strings, so a fleet is configured by what it imports, and a
 message cannot make a worker run anything it was not told to.
 
-The bundled orchestrator is registered as ``orchestrate-demo``: MAIN decides by rules
-and the roles are the offline demo's, on the ``workdir`` the run's input names.
+The bundled agents are registered too (see :mod:`tether.workers.bundled`): ``deploy``
+(the deployment agent), ``plan`` (the plan orchestrator), ``orchestrate`` (the multi-agent
+orchestrator) and ``orchestrate-demo`` (the same, offline, with the demo's roles). Their
+input names the model; a real one is built by the registry's ``model`` factory.
 """
 
 from __future__ import annotations
@@ -97,10 +99,21 @@ def _as_workflow(obj: Any, where: str) -> Workflow:
 class Registry:
     """The workflows a worker (or a submitter) knows by name."""
 
-    def __init__(self, entries: Iterable[Entry | Workflow | str] = (), *, bundled: bool = True) -> None:
+    def __init__(
+        self,
+        entries: Iterable[Entry | Workflow | str] = (),
+        *,
+        bundled: bool = True,
+        model: Callable[[Mapping[str, Any]], Any] | None = None,
+    ) -> None:
+        """``model`` builds the chat model of a bundled agent's run from its ``model`` input
+        (``provider``, ``model``, ``endpoint``…); without it those runs need a scripted model."""
         self._entries: dict[str, Entry] = {}
         if bundled:
-            self.add_entry(_orchestrate_demo())
+            from tether.workers.bundled import bundled_entries
+
+            for entry in bundled_entries(model):
+                self.add_entry(entry)
         for item in entries:
             self.add(item)
 
@@ -133,39 +146,3 @@ class Registry:
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
-
-
-# == bundled ============================================================================
-def _orchestrate_demo() -> Entry:
-    """The multi-agent orchestrator with MAIN by rules and the offline demo roles, on the
-    ``workdir`` of the run's input (the demo's sample project is written there if absent)."""
-
-    def prepare(inputs: Mapping[str, Any]) -> dict[str, Any]:
-        workdir, task = inputs.get("workdir"), inputs.get("task")
-        if not isinstance(workdir, str) or not workdir:
-            raise ConfigError('orchestrate-demo needs {"workdir": "/path/of/the/project"} in its input')
-        from tether.orchestrator.engine import initial_state
-
-        default = "Make the test suite of this project pass (median() of an even count is wrong)."
-        return initial_state(str(task or default), workdir=workdir)
-
-    def factory(store: CheckpointStore, state: Mapping[str, Any]) -> Runner:
-        from pathlib import Path
-
-        from tether.orchestrator import Orchestrator, ScriptedMain, ScriptedRunner
-        from tether.orchestrator import demo as d
-
-        root = Path(str(state.get("workdir") or "."))
-        root.mkdir(parents=True, exist_ok=True)
-        if not (root / "stats.py").exists():
-            d.make_sample_repo(root)
-        roles = {
-            "TEST": d.run_tests_role,
-            "DEV": d.dev_role(),
-            "REVIEW": d.review_role,
-            "FINISH_REVIEW": d.finish_review_role,
-        }
-        orch = Orchestrator(root, store, main=ScriptedMain(d.rule_main), runners=ScriptedRunner(roles))
-        return orch.runner()
-
-    return Entry(name="orchestrate-demo", factory=factory, prepare=prepare)

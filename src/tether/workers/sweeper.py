@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import math
 import threading
 import time
 import uuid
@@ -46,7 +47,11 @@ class BrokerLock:
     """One holder at a time across the fleet, kept in the broker itself.
 
     RabbitMQ: an exclusive queue (``tether.sweeper.QUEUE``), which exists only while the
-    connection that declared it is open, so a holder that dies releases it at once.
+    connection that declared it is open, so a holder that dies releases it at once. The
+    connection asks for AMQP heartbeats of about ``ttl`` seconds and shows traffic at
+    every sweep, so a holder that is alive but stopped (SIGSTOP, a partition) loses the
+    lock too once the broker misses it: without that, a stopped holder would keep the
+    fleet's only sweeper, and its own runs, parked.
     Redis: a key set with NX and a time to live, renewed at every sweep.
     """
 
@@ -97,7 +102,8 @@ class BrokerLock:
                 return True  # still ours: the queue lives as long as our connection
             except Exception:
                 self.release()
-        conn: Any = kombu.Connection(self.url, heartbeat=0, connect_timeout=5)  # type: ignore[attr-defined,no-untyped-call]
+        beat = max(2, math.ceil(self.ttl))  # the broker drops a holder silent this long
+        conn: Any = kombu.Connection(self.url, heartbeat=beat, connect_timeout=5)  # type: ignore[attr-defined,no-untyped-call]
         try:
             conn.default_channel.queue_declare(queue=self.name, exclusive=True, auto_delete=True)
         except Exception:  # RESOURCE_LOCKED: another connection holds it

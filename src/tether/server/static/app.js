@@ -116,9 +116,12 @@ function runsPage() {
     const page = await api("GET", "/api/runs?" + q);
     const body = $("runs"); clear(body);
     for (const r of page.items) {
+      const thread = langGraphThread(r.runId);
+      const shown = thread ? "THREAD" : r.status;  // a LangGraph thread has no tether status
       body.append(node("tr", { "data-run": r.runId },
-        node("td", {}, node("a", { href: "/ui/runs/" + encodeURIComponent(r.runId) }, r.runId)),
-        node("td", {}, node("span", { class: "badge " + r.status }, r.status + (r.executing ? " ▶" : ""))),
+        node("td", {}, node("a", { href: "/ui/runs/" + encodeURIComponent(r.runId), title: r.runId }, thread || r.runId)),
+        node("td", {}, node("span", { class: "badge " + shown }, shown + (r.executing ? " ▶" : ""))),
+        node("td", { "data-reason": "" }, thread ? "" : whyText(r)),
         node("td", {}, r.version), node("td", {}, r.nodeId || ""),
         node("td", { "data-holder": r.holder ? r.holder.host + ":" + r.holder.pid : "" }, holderText(r.holder)),
         node("td", {}, new Date(r.updatedAt).toLocaleString())));
@@ -132,6 +135,29 @@ function runsPage() {
   const reload = throttle(load, 500);
   setupLogin(() => { load(); listen("/api/events", reload); });
   load().then(() => listen("/api/events", reload)).catch(() => {});
+}
+
+// The run id of a LangGraph thread's namespace is "lg:" + length-prefixed parts
+// ("lg:2:t10:" is thread t1 in the root namespace); a long one is hashed ("lg#…").
+function langGraphThread(runId) {
+  if (runId.startsWith("lg#")) return "LangGraph thread " + runId.slice(3, 11) + "…";
+  if (!runId.startsWith("lg:")) return null;
+  const parts = []; let rest = runId.slice(3);
+  while (rest) {
+    const colon = rest.indexOf(":"); const n = Number(rest.slice(0, colon));
+    if (colon < 1 || !Number.isInteger(n)) return null;
+    parts.push(rest.slice(colon + 1, colon + 1 + n)); rest = rest.slice(colon + 1 + n);
+  }
+  if (parts.length !== 2) return null;
+  return "LangGraph thread " + parts[0] + (parts[1] ? " › " + parts[1].split("|").map((p) => p.split(":")[0]).join(" › ") : "");
+}
+
+// Why a run waits, in a few words: what the server said, else its pause reason.
+function whyText(r) {
+  const waits = { decision: "waits for a decision", answer: "waits for an answer", approval: "waits for approval", review: "waits for a review" };
+  if (r.waitsFor && waits[r.waitsFor]) return waits[r.waitsFor];
+  if (r.status === "INTERRUPTED") return "its process stopped: resume it";
+  return r.pauseReason || "";
 }
 
 function ago(seconds) {
@@ -172,7 +198,7 @@ function runPage() {
   const runId = decodeURIComponent(location.pathname.split("/ui/runs/")[1]);
   const base = "/api/runs/" + encodeURIComponent(runId);
   let snap = null, ctx = null, preview = null, held = null;
-  text($("run-id"), runId); document.title = "tether · " + runId;
+  text($("run-id"), langGraphThread(runId) || runId); document.title = "tether · " + runId;
 
   async function act(fn) {
     text($("action-error"), "");
@@ -185,10 +211,17 @@ function runPage() {
     const badge = $("status"); badge.className = "badge " + st; text(badge, st + (snap.executing ? " ▶" : ""));
     text($("where"), `version ${snap.version} · at ${snap.currentNodeName || snap.currentNodeId || "start"} · ` +
       new Date(snap.timestamp).toLocaleString());
-    const finished = ["COMPLETED", "CANCELLED"].includes(st);
-    $("pause").disabled = finished || st === "PAUSED" || st === "FAILED";
-    $("resume").disabled = snap.executing || finished || st === "FAILED";
+    const finished = ["COMPLETED", "CANCELLED", "FAILED"].includes(st);
+    $("pause").disabled = finished || st === "PAUSED";
+    const waits = waitsFor(snap);
+    const resumable = (st === "PAUSED" || st === "INTERRUPTED") && !snap.executing && !waits;
+    $("resume").disabled = !resumable;
+    $("resume").title = waits === "decision" ? "This run waits for a decision: choose one under Recovery."
+      : waits === "answer" ? `This run waits for an answer: tether resume ${snap.conversationId} --answer TEXT`
+      : waits === "approval" ? `A command waits for approval: tether approve ${snap.conversationId}`
+      : resumable ? "Continue the run from its last checkpoint." : `Nothing to resume: the run is ${st}.`;
     $("cancel").disabled = finished;
+    compressButtons();
     const paused = st === "PAUSED" && !snap.executing;
     for (const id of ["state-edit", "edit-node", "save-state"]) $(id).disabled = !paused;
     if (!$("edit-node").value) $("edit-node").value = snap.currentNodeId || "";
@@ -196,6 +229,26 @@ function runPage() {
       : "Editing is enabled only while the run is paused.");
     text($("state-view"), JSON.stringify(snap.stateData, null, 2).slice(0, 200000));
     renderTodo((snap.stateData._tether || {}).todo || snap.stateData.todo || {});
+  }
+
+  // What a PAUSED run waits on before it can continue: a decision, an answer or an approval.
+  function waitsFor(s) {
+    if (s.status !== "PAUSED") return null;
+    const rt = s.stateData._tether || {};
+    if (rt.pending_decision) return "decision";
+    if (s.stateData.pending_approval) return "approval";
+    if (s.stateData.pending_question) return "answer";
+    return null;
+  }
+
+  // Compression is applied to a paused run only (a live one would overwrite it).
+  function compressButtons() {
+    const can = !!(ctx && ctx.hasWindow) && !!snap && snap.status === "PAUSED" && !snap.executing;
+    for (const id of ["open-compress", "open-compress-2"]) {
+      $(id).disabled = !can;
+      $(id).title = can ? "Preview a compression, then apply it."
+        : !(ctx && ctx.hasWindow) ? "This run keeps no context window." : "Pause the run to compress its context.";
+    }
   }
 
   function renderTodo(todo) {
@@ -222,7 +275,7 @@ function runPage() {
     const warn = $("context-warning");
     if (!ctx.hasWindow) {
       text($("context-numbers"), "this run keeps no context window");
-      warn.classList.add("hidden"); $("open-compress-2").disabled = true; return;
+      warn.classList.add("hidden"); compressButtons(); return;
     }
     for (const layer of ctx.layers) {
       const seg = node("div", { class: "seg l" + layer.layer, title: `${layer.name}: ${layer.tokens} tokens` });
@@ -239,7 +292,7 @@ function runPage() {
     bar.setAttribute("aria-label", `context usage ${pct}%`);
     bar.dataset.ratio = String(ctx.ratio);
     text($("context-numbers"), `${ctx.tokens} of ${ctx.budget} tokens (${pct}%)`);
-    $("open-compress-2").disabled = false;
+    compressButtons();
     if (ctx.level === "ok") { warn.classList.add("hidden"); }
     else {
       warn.className = "warning " + ctx.level;
@@ -362,8 +415,9 @@ function runPage() {
       text($("compress-summary"), `${preview.beforeTokens} → ${preview.afterTokens} tokens (${pct(preview.beforeTokens)}% → ${pct(preview.afterTokens)}%): ` +
         `${preview.summarized.length} folded into the summary, ${preview.dropped.length} dropped.`);
       const list = $("compress-items"); clear(list);
-      for (const it of preview.summarized) list.append(node("li", {}, `folded [${it.kind}] ${it.preview}`));
-      for (const it of preview.dropped) list.append(node("li", {}, `dropped [${it.kind}] ${it.preview}`));
+      const all = [...preview.summarized.map((it) => ["folded", it]), ...preview.dropped.map((it) => ["dropped", it])];
+      for (const [what, it] of all.slice(0, 40)) list.append(node("li", {}, `${what} [${it.kind}] ${it.preview}`));
+      if (all.length > 40) list.append(node("li", { class: "muted" }, `… and ${all.length - 40} more`));
       const summaryText = $("compress-summary-text");  // the text the summary would hold, read before Confirm
       text(summaryText, preview.summary || "(no summary: nothing would be folded)");
       summaryText.classList.remove("hidden");

@@ -54,6 +54,7 @@ class RedisBackend:
         allow_eviction: see the attribute.
         indexed: False leaves runs out of the run index (``list_runs`` then finds
             none), for a store whose runs are listed elsewhere.
+        owns_client: True closes ``client`` with the backend (``from_url`` sets it).
     """
 
     capabilities = Capabilities(seals=True)
@@ -65,6 +66,7 @@ class RedisBackend:
         prefix: str = "tether:",
         allow_eviction: bool = False,
         indexed: bool = True,
+        owns_client: bool = False,
     ) -> None:
         self.allow_eviction = allow_eviction
         """False: :meth:`setup` refuses a server whose ``maxmemory-policy`` may evict this
@@ -73,7 +75,7 @@ class RedisBackend:
         self.indexed = indexed
         self.keyspace = Keyspace(client, prefix)
         """The keys, scripts and reads this store shares with a :class:`RedisCache`."""
-        self._owns_client = False
+        self._owns_client = owns_client
 
     @property
     def client(self) -> aioredis.Redis:
@@ -90,6 +92,25 @@ class RedisBackend:
         ``?prefix=`` in the URL sets the key prefix. ``allow_eviction`` and ``indexed`` go
         to the backend, any other option to ``redis.asyncio.from_url``.
         """
+        return cls._on_new_client(url, prefix, options, aioredis.Redis.from_url)
+
+    @classmethod
+    def blocking_from_url(cls, url: str, *, prefix: str | None = None, **options: Any) -> RedisBackend:
+        """The blocking twin of ``from_url(url, ...)``: the same keys and options on redis-py's
+        sync client, used in the calling thread (see ``tether.stores.blocking``)."""
+        import redis
+
+        from tether.stores.redis.sync_client import SyncRedisClient
+
+        def client(url: str, **kwargs: Any) -> Any:
+            return SyncRedisClient(redis.Redis.from_url(url, **kwargs))
+
+        return cls._on_new_client(url, prefix, options, client)
+
+    @classmethod
+    def _on_new_client(
+        cls, url: str, prefix: str | None, options: dict[str, Any], new_client: Any
+    ) -> RedisBackend:
         store_opts = {k: options.pop(k) for k in ("allow_eviction", "indexed") if k in options}
         if options.pop("decode_responses", False):
             raise ConfigError("RedisStore stores bytes: do not set decode_responses")
@@ -99,12 +120,10 @@ class RedisBackend:
             store_opts["allow_eviction"] = evict.lower() in {"1", "true", "yes", "on"}
         options.setdefault("socket_connect_timeout", 5.0)
         try:
-            client = aioredis.Redis.from_url(url, decode_responses=False, **options)
+            client = new_client(url, decode_responses=False, **options)
         except ValueError as exc:
             raise ConfigError(f"bad Redis URL {url!r}: {exc}") from exc
-        backend = cls(client, prefix=prefix or query or "tether:", **store_opts)
-        backend._owns_client = True
-        return backend
+        return cls(client, prefix=prefix or query or "tether:", owns_client=True, **store_opts)
 
     async def setup(self) -> None:
         """Check the server is reachable and new enough, and preload the scripts."""

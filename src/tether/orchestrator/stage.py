@@ -1,0 +1,158 @@
+"""What a stage is given and what it gives back: the contract between the engine and the
+stage functions (``stages.py``, ``decisions.py``).
+
+The engine reads the run's state once per stage into a :class:`StageInput`, calls one stage
+function with it, and applies the :class:`StageOutcome` it returns (the state update, where
+the run goes next, the events to publish, the metrics counters to add). A stage never sees
+the engine nor the runtime's step context, so the data goes down once and comes back once,
+and a stage can be called on its own (tests, benchmarks).
+
+Also here: the helpers every stage shares (the state as an update will leave it, the
+blackboard's rendered files, a role's prompt, request and call with its time limit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.orchestrator.blackboard import Blackboard
+from tether.orchestrator.config import OrchestratorConfig
+from tether.orchestrator.history import history_of, render_history
+from tether.orchestrator.prompts import build_role_prompt, plan_counts, render_plan
+from tether.orchestrator.roles import RoleOutput, RoleRequest, RoleRunner
+from tether.orchestrator.summaries import SummaryStore
+
+__all__ = ["MERGED_KEYS", "StageInput", "StageOutcome", "overlay", "render_board", "role_prompt", "run_role"]
+
+MERGED_KEYS = ("history", "latest", "verdicts", "report_index")
+"""State keys kept with a dict-merge reducer: a stage returns only the entries it changed."""
+APPENDED_KEYS = ("stage_changes", "warnings")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageInput:
+    """What a stage reads: the state as the last checkpoint left it and where to work."""
+
+    run_id: str
+    step: str
+    """The runtime step this stage runs as (``test``, ``subloop_dev``, …)."""
+    state: Mapping[str, Any]
+    board: Blackboard
+    summaries: SummaryStore
+    config: OrchestratorConfig
+    takeover: str | None = None
+    """A person's (or a probe's) note when they settled this step after a crash cut it."""
+
+    @property
+    def iteration(self) -> int:
+        return int(self.state.get("iteration", 0) or 0)
+
+
+@dataclass(slots=True, kw_only=True)
+class StageOutcome:
+    """What changed: the update the engine commits and what it does next."""
+
+    update: dict[str, Any]
+    goto: tuple[str, str] | None = None
+    """(step, reason): the stage that runs next."""
+    finish: tuple[str, str] | None = None
+    """(status, reason): the run ends."""
+    pause: str | None = None
+    """The run pauses with this reason (``goto`` says what runs on resume)."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """``orchestrator`` events to publish: ``{"stage": ..., **detail}``."""
+    counters: dict[str, int] | None = None
+    """Metrics counters to add; None leaves the metrics as they are."""
+    main_prompt: tuple[int, int] | None = None
+    """(bytes, level) of MAIN's prompt, for the metrics."""
+    waited: float = 0.0
+    """Seconds spent in the role's or MAIN's call: the stage's time minus this is overhead."""
+
+
+def overlay(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """The state as ``update`` will leave it once committed (merged and appended keys too)."""
+    out = dict(state)
+    for key, value in update.items():
+        if key in MERGED_KEYS and isinstance(value, Mapping):
+            out[key] = {**(state.get(key) or {}), **value}
+        elif key in APPENDED_KEYS and isinstance(value, list):
+            out[key] = [*(state.get(key) or []), *value]
+        else:
+            out[key] = value
+    return out
+
+
+def combine(first: Mapping[str, Any], then: Mapping[str, Any]) -> dict[str, Any]:
+    """Two updates of one stage as one: merged keys merged, appended keys appended."""
+    out = {**first, **then}
+    for key in MERGED_KEYS:
+        if key in first and key in then:
+            out[key] = {**first[key], **then[key]}
+    for key in APPENDED_KEYS:
+        if key in first and key in then:
+            out[key] = [*first[key], *then[key]]
+    return out
+
+
+def render_board(
+    inp: StageInput,
+    update: Mapping[str, Any],
+    *,
+    history: bool = True,
+    final: bool = False,
+    state: Mapping[str, Any] | None = None,
+) -> None:
+    """Rewrite dev_plan.md (when it changed) and, with ``history``, project_history.md and
+    the summary cache, from the state being committed. Role stages skip the history: MAIN
+    renders it before reading it (a hot path: see benchmarks/README.md)."""
+    base = inp.state if state is None else state
+    plan = update.get("dev_plan", base.get("dev_plan") or [])
+    inp.board.write_if_changed("dev_plan.md", f"# dev_plan ({plan_counts(plan)})\n\n{render_plan(plan)}\n")
+    if history:
+        inp.board.write_if_changed("project_history.md", render_history(history_of(base, update)))
+        inp.summaries.flush(every=1 if final else 5)
+
+
+def role_prompt(inp: StageInput, role: str, **kw: Any) -> str:
+    """A role's prompt from the state (MAIN's reason is its instruction outside the sub-loop)."""
+    state = inp.state
+    instruction = (
+        str((state.get("last_decision") or {}).get("reason", "")) if not kw.get("subloop_round") else ""
+    )
+    return build_role_prompt(
+        inp.summaries,
+        state,
+        inp.config.prompts,
+        role=role,
+        iteration=inp.iteration,
+        instruction=instruction,
+        **kw,
+    )
+
+
+def role_request(inp: StageInput, role: str, prompt: str, path: Any, **kw: Any) -> RoleRequest:
+    return RoleRequest(
+        role=role,
+        iteration=inp.iteration,
+        prompt=prompt,
+        workdir=inp.board.root,
+        report_path=path,
+        run_id=inp.run_id,
+        **kw,
+    )
+
+
+async def run_role(runner: RoleRunner, request: RoleRequest, limit: float | None) -> tuple[RoleOutput, float]:
+    """The role's output and the seconds it took; past ``limit`` a :class:`TimeoutError`."""
+    began = time.perf_counter()
+    if limit is None:
+        return await runner.run(request), time.perf_counter() - began
+    try:
+        output = await asyncio.wait_for(runner.run(request), limit)
+    except TimeoutError as exc:
+        raise TimeoutError(f"{request.role} took longer than {limit:.0f}s") from exc
+    return output, time.perf_counter() - began
