@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import uuid
 
 import pytest
@@ -34,7 +35,10 @@ async def test_tether_worker_prints_the_spans_of_the_runs_it_executes(
             await wait_status(store, run_id, {RunStatus.COMPLETED, RunStatus.FAILED}) is RunStatus.COMPLETED
         )
         dispatcher.close()
-        fleet.stop()  # a clean shutdown flushes the spans
+        for proc in fleet.procs:  # a warm shutdown flushes the spans (fleet.stop() kills -9)
+            proc.send_signal(signal.SIGTERM)
+        for proc in fleet.procs:
+            proc.wait(timeout=60)
     found = [s for s in spans(fleet.logs()) if s["attributes"].get("gen_ai.conversation.id") == run_id]
     names = {s["name"] for s in found}
     assert any(n.startswith("invoke_workflow") for n in names), names
