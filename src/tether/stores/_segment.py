@@ -47,6 +47,8 @@ from tether.errors import CheckpointCorrupt
 from tether.state.reducers import apply_op
 from tether.state.reserved import OP as RESERVED_OP
 from tether.state.reserved import merge_part_into
+from tether.state.serde import SCHEMA_VERSION
+from tether.stores._patch import PATCH, apply_patch
 
 __all__ = ["apply_ops", "apply_segment", "pack_segment", "segment_length", "split_segment"]
 
@@ -85,7 +87,7 @@ def pack_segment(first: int, bodies: list[dict[str, Any]], level: int = 1) -> di
             ops.append(entry)
             last_of[key] = entry
     seg: dict[str, Any] = {
-        "v": SEGMENT_SCHEMA,
+        "v": SCHEMA_VERSION,
         "kind": "segment",
         "first": first,
         "n": len(bodies),
@@ -205,6 +207,8 @@ def apply_ops(state: dict[str, Any], ops: list[Any]) -> None:
             old.update(arg)
         elif op == RESERVED_OP and type(old) is dict:
             merge_part_into(old, arg)
+        elif op == PATCH:
+            state[key] = apply_patch(old, arg)
         else:
             state[key] = apply_op(old, op, arg)
 
