@@ -278,11 +278,26 @@ class SqlBackend(abc.ABC):
         )
         if packed != 1 or full is None or int(full[0]):
             raise StaleSeal(w.run_id)
-        await tx.run(
-            "UPDATE tether_checkpoints SET kind = 'sealed', payload = ?, nbytes = 0 "
+        # deleted and inserted again, not updated: a row that shrinks in place leaves its
+        # page as empty as it was (SQLite rebalances pages on a delete, not on an update)
+        rows = await tx.all(
+            "SELECT version, node_id, status, created_at FROM tether_checkpoints "
             "WHERE run_id = ? AND version > ? AND version < ? AND kind <> 'sealed'",
-            (b"", w.run_id, w.seal_from, version),
+            (w.run_id, w.seal_from, version),
         )
+        if not rows:
+            return
+        await tx.run(
+            "DELETE FROM tether_checkpoints WHERE run_id = ? AND version > ? AND version < ? "
+            "AND kind <> 'sealed'",
+            (w.run_id, w.seal_from, version),
+        )
+        for number, node, status, created in rows:
+            await tx.run(
+                "INSERT INTO tether_checkpoints (run_id, version, kind, node_id, status, created_at, "
+                "nbytes, payload) VALUES (?, ?, 'sealed', ?, ?, ?, 0, ?)",
+                (w.run_id, number, node, status, created, b""),
+            )
 
     async def _drop(self, tx: Tx, run_id: str) -> int:
         n = await tx.run("DELETE FROM tether_checkpoints WHERE run_id = ?", (run_id,))
