@@ -218,6 +218,7 @@ def floor_connection(path: Path, packed: bytes) -> sqlite3.Connection:
         con.execute(f"PRAGMA {pragma}")
     con.execute("CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v BLOB NOT NULL)")
     con.execute("INSERT OR REPLACE INTO t VALUES ('run', ?)", (packed,))
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # read from the file, as the store's rows are
     return con
 
 
@@ -236,6 +237,7 @@ async def load_vs_floor(
 ) -> None:
     packed = ormsgpack.packb(state)
     n = len(state["messages"])
+    file_bytes(path)  # both databases checkpointed: rows read from the file, not the WAL
     con = floor_connection(path.with_name(path.stem + "-floor.db"), packed)
     async with open_store(f"sqlite:///{path}") as store:
 

@@ -21,8 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import ormsgpack
-
 from tether.errors import (
     CheckpointCorrupt,
 )
@@ -39,7 +37,7 @@ from tether.state.model import (
 from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
 from tether.state.values import check_value
 from tether.stores._checks import RunHead, check_write, next_fence
-from tether.stores._patch import PATCH, Values, patch_ops
+from tether.stores._patch import Values, patch_ops
 from tether.stores._segment import apply_ops, apply_segment, pack_segment, segment_length, split_segment
 from tether.stores.policies import CompactionPolicy
 
@@ -173,14 +171,6 @@ class Plan(NamedTuple):
 _new_tuple = tuple.__new__
 """Builds a named tuple from all its fields, in order, without its Python ``__new__``."""
 
-_OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
-_SIZED = frozenset(("append", "add", PATCH))
-"""Ops whose bytes are growth, or already counted as rewrite (a patch) by ``patch_ops``."""
-
-
-def _no_default(obj: Any) -> Any:
-    return str(obj)  # sizing only: a datetime's exact bytes do not matter here
-
 
 class ChainEngine:
     """Plans, seals and replays the chains of one store (its codec and policy)."""
@@ -226,11 +216,6 @@ class ChainEngine:
                     "ops": ops,
                     "executed": list(executed),
                 }
-            )
-            rewrite += sum(
-                len(ormsgpack.packb(arg, default=_no_default, option=_OPTS))
-                for _k, op, arg in ops
-                if op not in _SIZED
             )
             rewrite = min(rewrite, len(payload))
             growth = len(payload) - rewrite

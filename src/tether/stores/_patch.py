@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import ormsgpack
+
 from tether.state.reserved import EVENT_LOG, TODO
 from tether.state.reserved import OP as RESERVED_OP
 from tether.state.serde import pack_plain, unpack_dated
@@ -43,7 +45,9 @@ Values = dict[tuple[str, ...], bytes]
 """What a store last wrote at each path of a run's state (``(key,)`` for a whole value,
 ``(key, name)`` for a dict entry, ``("_tether", "todo", step)`` for a TODO item), packed."""
 
-MIN_BYTES = 48
+_OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+
+MIN_BYTES = 32
 """Values smaller than this are written as they are: a patch could not save much."""
 MAX_BYTES = 256 * 1024
 """Values bigger than this are not kept: the memory and the diff would cost more than the
@@ -53,7 +57,9 @@ rewrite saves (a key rewritten whole at this size is better kept as a list of ap
 def patch_ops(ops: tuple[Any, ...], values: Values | None) -> tuple[list[list[Any]], Values, int]:
     """The ops to store for ``ops`` (``(key, op, arg)`` as the reducers recorded them) given
     the ``values`` known as of the previous version; the values known after them, and the
-    bytes of the ops that replace a value (the rewrite, for compaction)."""
+    bytes of the ops that replace a value (the rewrite, for compaction: everything but
+    appends, a merge's entries and the runtime's part counted by what they replace, its
+    event log being appended)."""
     known: Values = dict(values) if values else {}
     out: list[list[Any]] = []
     rewrite = 0
@@ -64,6 +70,7 @@ def patch_ops(ops: tuple[Any, ...], values: Values | None) -> tuple[list[list[An
             packed = _pack(arg)
             if packed is None:
                 out.append([key, op, arg])
+                rewrite += sized(arg)
                 continue
             known[(key,)] = packed
             p = _patch(old, arg, packed) if old is not None else False
@@ -86,6 +93,8 @@ def patch_ops(ops: tuple[Any, ...], values: Values | None) -> tuple[list[list[An
         else:
             _drop(known, key)
             out.append([key, op, arg])
+            if op != "append" and op != "add":  # (appends are growth)
+                rewrite += sized(arg)
     return out, known, rewrite
 
 
@@ -116,6 +125,7 @@ def _entries(
         packed = _pack(value)
         if packed is None:
             kept[name] = value
+            size += sized(value)
             continue
         known[path] = packed
         p = _patch(old, value, packed) if old is not None else False
@@ -128,6 +138,11 @@ def _entries(
             patches[name] = p[0]
             size += p[1]
     return kept, patches, size
+
+
+def sized(value: Any) -> int:
+    """A value's MessagePack size, for the compaction's accounting (a datetime as its text)."""
+    return len(ormsgpack.packb(value, default=str, option=_OPTS))
 
 
 def _drop(known: Values, *prefix: str) -> None:
