@@ -120,5 +120,5 @@ def test_a_capped_list_that_drops_its_oldest_items_is_patched():
     old = [[i, f"reports/report_test_{i}.md"] for i in range(20)]
     new = old[1:] + [[20, "reports/report_test_20.md"]]
     p = diff(old, new)
-    assert p == ["l", 19, [[20, "reports/report_test_20.md"]], 1]
+    assert p == [1, 19, [[20, "reports/report_test_20.md"]], 1]  # a list patch: keep 19 after a cut of 1
     assert apply_patch(copy.deepcopy(old), p) == new

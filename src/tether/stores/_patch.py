@@ -17,11 +17,14 @@ whose value did not change is left out of the write.
 
 Patch layout (``[key, "patch", p]`` in a delta's ops, ``p`` one of)::
 
-    ["s", value]                   replace
-    ["d", {name: p, ...}]          a dict: patch each named entry (create it when absent)
-    ["d", {name: p, ...}, [gone]]  … and remove the entries named in ``gone``
-    ["l", keep, items]             a list: keep its first ``keep`` items, append ``items``
-    ["l", keep, items, cut]        … after removing its first ``cut`` items (a capped list)
+    [value]                       replace (a list of one item)
+    [0, {name: p, ...}]           a dict: patch each named entry (create it when absent)
+    [0, {name: p, ...}, [gone]]   … and remove the entries named in ``gone``
+    [1, keep, items]              a list: keep its first ``keep`` items, append ``items``
+    [1, keep, items, cut]         … after removing its first ``cut`` items (a capped list)
+
+(Tags are small integers and a replacement has none: a patch is written once a version, so
+its every byte counts.)
 
 Pure: no I/O.
 """
@@ -46,6 +49,9 @@ Values = dict[tuple[str, ...], bytes]
 ``(key, name)`` for a dict entry, ``("_tether", "todo", step)`` for a TODO item), packed."""
 
 _OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+
+_DICT = 0
+_LIST = 1
 
 MIN_BYTES = 32
 """Values smaller than this are written as they are: a patch could not save much."""
@@ -88,7 +94,7 @@ def patch_ops(ops: tuple[Any, ...], values: Values | None) -> tuple[list[list[An
             if kept:
                 out.append([key, op, kept])
             if patches:
-                out.append([key, PATCH, ["d", patches]])
+                out.append([key, PATCH, [_DICT, patches]])
             rewrite += size
         else:
             _drop(known, key)
@@ -117,7 +123,7 @@ def _entries(
             if items:
                 kept[name] = items
             if item_patches:
-                patches[name] = ["d", item_patches]
+                patches[name] = [_DICT, item_patches]
             continue
         path = (*at, name)
         old = known.get(path)
@@ -173,7 +179,7 @@ def _patch(old: bytes, new: Any, packed: bytes) -> tuple[Any, int] | Literal[Fal
         return None
     base = unpack_dated(old)
     p = diff(base, new)
-    if p is None or p[0] == "s":
+    if p is None or len(p) == 1:  # a replacement: no patch
         return False
     size = len(pack_plain(p))
     if size >= len(packed) * 0.8:
@@ -197,40 +203,42 @@ def diff(old: Any, new: Any) -> Any:
                 if sub is not None:
                     changed[name] = sub
             else:
-                changed[name] = ["s", value]
+                changed[name] = [value]
         gone = [name for name in old if name not in new]
         if not changed and not gone:
             return None
-        return ["d", changed, gone] if gone else ["d", changed]
+        return [_DICT, changed, gone] if gone else [_DICT, changed]
     if type(old) is list and type(new) is list:
         n = len(old)
         if len(new) >= n and new[:n] == old:
             if len(new) == n:
                 return None
-            return ["l", n, new[n:]]
+            return [_LIST, n, new[n:]]
         if new and n:  # a window that dropped its oldest items (a capped list)?
             try:
                 cut = old.index(new[0])
             except ValueError:
                 cut = 0
             if cut and new[: n - cut] == old[cut:]:
-                return ["l", n - cut, new[n - cut :], cut]
+                return [_LIST, n - cut, new[n - cut :], cut]
         keep = 0
         for a, b in zip(old, new, strict=False):
             if type(a) is not type(b) or a != b:
                 break
             keep += 1
-        return ["l", keep, new[keep:]]
+        return [_LIST, keep, new[keep:]]
     if type(old) is type(new) and old == new:
         return None
-    return ["s", new]
+    return [new]
 
 
 def apply_patch(old: Any, p: list[Any]) -> Any:
     """The value ``p`` makes of ``old``, changing ``old`` in place where it can (a replay's
     objects are freshly decoded: nothing else holds them)."""
+    if len(p) == 1:
+        return p[0]
     tag = p[0]
-    if tag == "d":
+    if tag == _DICT:
         target = old if type(old) is dict else {}
         for name, sub in p[1].items():
             target[name] = apply_patch(target.get(name), sub)
@@ -238,13 +246,11 @@ def apply_patch(old: Any, p: list[Any]) -> Any:
             for name in p[2]:
                 target.pop(name, None)
         return target
-    if tag == "l":
+    if tag == _LIST:
         items = old if type(old) is list else []
         if len(p) > 3:
             del items[: p[3]]
         del items[p[1] :]
         items.extend(p[2])
         return items
-    if tag == "s":
-        return p[1]
     raise ValueError(f"unknown patch {tag!r}")
