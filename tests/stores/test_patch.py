@@ -122,3 +122,12 @@ def test_a_capped_list_that_drops_its_oldest_items_is_patched():
     p = diff(old, new)
     assert p == [1, 19, [[20, "reports/report_test_20.md"]], 1]  # a list patch: keep 19 after a cut of 1
     assert apply_patch(copy.deepcopy(old), p) == new
+
+
+def test_a_long_dict_of_counts_is_patched_by_the_entries_that_changed():
+    """The runtime's visits per step: one count changed and two steps added, in their order."""
+    old = {f"s{i}": 1 for i in range(1000)}
+    new = {**old, "s7": 2, "s1000": 1, "s1001": 1}
+    p = diff(old, new)
+    assert p == [0, {"s7": [2], "s1000": [1], "s1001": [1]}]
+    assert list(apply_patch(copy.deepcopy(old), p)) == list(new)
