@@ -1,157 +1,123 @@
-"""Where a 1 KB ``load()`` spends its time, beside the raw floor's parts (SQLite and memory).
+#!/usr/bin/env python
+"""Where a small ``load()`` spends its time, part by part, beside its floor's parts (SQLite).
 
-At 1 KB a load is fixed costs: the statement, the decode of the payload head, building the
-``Checkpoint`` (with its tz-aware ``datetime``). This prints each part's warm cost (best of
-5 x N calls, no collection between calls), so the gap to the floor can be read part by part
-and the least any load returning a ``Checkpoint`` could cost compared with the floor.
+    .venv/bin/python benchmarks/bench_load_parts.py                 # 1 KB and 100 KB, 3 runs
+    .venv/bin/python benchmarks/bench_load_parts.py --kb 1 --quick
 
-    .venv/bin/python benchmarks/bench_load_parts.py [--kb 1] [--number 20000]
+A run is grown by commits of corpus messages (prose, tool calls, tool results) until its
+state packs to ``--kb`` kilobytes, as a real run grows, so its latest state is a chain of
+rows (a full row, segments, the last deltas) and not one full row. Each part below is
+timed warm, as a batch of calls, and the parts are interleaved round by round:
+
+- floor: the ``SELECT`` of the state's MessagePack bytes from a one-row table of a database
+  opened with the store's settings, their decode, and both (the floor's whole load);
+- tether: the chain statement, the integrity checks of its rows (CRC-32), the decode of its
+  rows, the replay into a ``Checkpoint``, and ``SqliteStore.load`` as a whole.
+
+Target: ``SqliteStore.load`` / the floor's whole load <= 1.5x.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import random
 import statistics
 import sys
 import tempfile
-import time
-import timeit
+import zlib
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import ormsgpack
+from harness import Report, corpus, interleave
 
-from tether.state import ExecutionContext
-from tether.state.model import Checkpoint, RunStatus, make_checkpoint
-from tether.stores import create_store
-from tether.stores._sql_chain import CHAIN_SQL, chain_of
-from tether.stores.backend import utc as _utc
-
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_stores import conversation  # the store bench's chat messages
+from tether.state.context import ExecutionContext
+from tether.stores.registry import open_store
 
 
 def drive(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run a coroutine that never suspends (every 1 KB load here) without an event loop's cost."""
+    """Run a coroutine that never suspends (a small SQLite load) without an event loop."""
     try:
         coro.send(None)
     except StopIteration as done:
         return done.value
+    coro.close()
     raise RuntimeError("the load suspended")
 
 
-async def main() -> None:
+def batch(fn: Callable[[], Any], number: int) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(number):
+            fn()
+
+    return run
+
+
+async def measure(rep: Report, tmp: Path, kb: float, number: int, rounds: int) -> None:
+    size = int(kb * 1024)
+    path = tmp / f"parts-{size}.db"
+    for old in tmp.glob(path.name + "*"):  # a run of its own each time
+        old.unlink()
+    rng = random.Random(size)
+    async with open_store(f"sqlite:///{path}") as store:
+        ctx = ExecutionContext("r", {"messages": []})
+        packed, i = 0, 0
+        while packed < size:
+            msg = corpus.message(rng, i)
+            ctx.merge({"messages": [msg]})
+            await store.commit(ctx, node_id="step")
+            packed += len(ormsgpack.packb(msg))
+            i += 1
+        state = ctx.snapshot()
+    raw = ormsgpack.packb(state)
+    async with open_store(f"sqlite:///{path}") as store:
+        await store.load("r")
+        backend: Any = store.backend
+        conn = backend._conn  # the store's own connection: the floor's table sits beside its rows
+        conn.execute("CREATE TABLE IF NOT EXISTS floor (k TEXT PRIMARY KEY, v BLOB NOT NULL)")
+        conn.execute("INSERT OR REPLACE INTO floor VALUES ('k', ?)", (raw,))
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        chain = backend.latest_chain_inline("r")
+        payloads = [p for _, p in chain]
+        sql = "SELECT v FROM floor WHERE k = ?"
+        parts: dict[str, Callable[[], Any]] = {
+            "floor SELECT": lambda: conn.execute(sql, ("k",)).fetchone(),
+            "floor decode": lambda: ormsgpack.unpackb(raw),
+            "floor whole load": lambda: ormsgpack.unpackb(conn.execute(sql, ("k",)).fetchone()[0]),
+            "chain statement": lambda: backend.latest_chain_inline("r"),
+            "CRC-32 of the rows": lambda: [zlib.crc32(p) for p in payloads],
+            "decode of the rows (CRC incl.)": lambda: store.codec.decode_many(payloads),
+            "rows -> Checkpoint": lambda: store.engine.checkpoint_of("r", chain),
+            "SqliteStore.load": lambda: drive(store.load("r")),
+        }
+        t = interleave({name: batch(fn, number) for name, fn in parts.items()}, rounds=rounds)
+    us = {name: statistics.median(v) / number * 1e6 for name, v in t.items()}
+    label = f"{kb:g} KB, {len(chain)} rows:"
+    for name, value in us.items():
+        rep.line(f"{label} {name}", value, "us")
+    rep.target(
+        f"{kb:g} KB: SqliteStore.load / floor's whole load",
+        us["SqliteStore.load"] / us["floor whole load"],
+        goal=1.5,
+    )
+
+
+async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kb", type=float, default=1.0)
-    ap.add_argument("--number", type=int, default=20000)
-    ap.add_argument(
-        "--cold",
-        action="store_true",
-        help="as bench_stores.py times: a collection before each call, beside ~30 MB of live state, "
-        "the parts interleaved (median of up to 2,000 rounds)",
-    )
+    ap.add_argument("--kb", default="1,100", help="state sizes in KB, comma-separated")
+    ap.add_argument("--quick", action="store_true", help="one run, fewer calls")
+    ap.add_argument("--runs", type=int, default=0, help="repeats (default 3; 1 with --quick)")
     args = ap.parse_args()
-    heap = [conversation(random.Random(2), 10 << 20) for _ in range(3)] if args.cold else []
-
-    def warm(fn: Callable[[], Any]) -> float:
-        return min(timeit.repeat(fn, number=args.number, repeat=5)) / args.number * 1e6
-
-    def cold(fns: list[Callable[[], Any]]) -> list[float]:
-        """Each call after a collection, the parts interleaved in a new order every round
-        (timed one part after another, the cache each one meets would differ by part)."""
-        times: list[list[float]] = [[] for _ in fns]
-        order = list(range(len(fns)))
-        for _ in range(min(args.number, 2000)):
-            random.shuffle(order)
-            for i in order:
-                gc.collect()
-                t0 = time.perf_counter()
-                fns[i]()
-                times[i].append(time.perf_counter() - t0)
-        return [statistics.median(t) * 1e6 for t in times]
-
-    msgs = conversation(random.Random(1), int(args.kb * 1024))
-    raw = ormsgpack.packb({"messages": msgs})
-    ts = time.time()
-    rows: list[tuple[str, float]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        sqlite = create_store(f"sqlite:///{tmp}/t.db")
-        memory = create_store("memory://")
-        for store in (sqlite, memory):
-            await store.setup()
-            await store.commit(ExecutionContext("r", {"messages": msgs}))
-        conn = sqlite.backend._conn  # type: ignore[attr-defined]
-        conn.execute("CREATE TABLE floor (k TEXT PRIMARY KEY, v BLOB NOT NULL)")
-        conn.execute("INSERT INTO floor VALUES ('k', ?)", (raw,))
-        payload = conn.execute(CHAIN_SQL, ("r", ts)).fetchall()[0][1]
-        floor_sql = "SELECT v FROM floor WHERE k = ?"
-
-        async def floor_load() -> int:
-            return len(ormsgpack.unpackb(conn.execute(floor_sql, ("k",)).fetchone()[0])["messages"])
-
-        parts: list[tuple[str, Callable[[], Any]]] = [
-            ("floor: SELECT of the bytes", lambda: conn.execute(floor_sql, ("k",)).fetchone()),
-            ("floor: unpackb of the state", lambda: ormsgpack.unpackb(raw)),
-            ("floor: whole load (SELECT + unpackb, awaited)", lambda: drive(floor_load())),
-            (
-                "tether: chain statement (runs JOIN checkpoints)",
-                lambda: conn.execute(CHAIN_SQL, ("r", ts)).fetchall(),
-            ),
-            ("tether: Codec.decode of the payload (head + state)", lambda: sqlite.codec.decode(payload)),
-            ("tether: a datetime (UTC; made only if .timestamp is read)", lambda: _utc(ts)),
-            (
-                "tether: Checkpoint(...) alone",
-                lambda: Checkpoint(
-                    run_id="r",
-                    node_id=None,
-                    state={},
-                    executed_node_ids=[],
-                    timestamp=None,  # type: ignore[arg-type]
-                    version=1,
-                    status=RunStatus.RUNNING,
-                    metadata={},
-                ),
-            ),
-            (
-                "tether: the stores' constructor (state.model.make_checkpoint)",
-                lambda: make_checkpoint("r", None, {}, [], None, 1, RunStatus.RUNNING, {}),  # type: ignore[arg-type]
-            ),
-            (
-                "tether: payload -> Checkpoint (decode, checks, object)",
-                lambda: sqlite.engine.checkpoint_of("r", [(1, payload)]),
-            ),
-            (
-                "tether: chain statement + rows -> chain",
-                lambda: chain_of(conn.execute(CHAIN_SQL, ("r", ts)).fetchall()),
-            ),
-            ("tether: SqliteStore.load (awaited)", lambda: drive(sqlite.load("r"))),
-            ("tether: InMemoryStore.load (awaited)", lambda: drive(memory.load("r"))),
-        ]
-        if args.cold:
-            rows = list(zip([n for n, _ in parts], cold([fn for _, fn in parts]), strict=True))
-        else:
-            rows = [(name, warm(fn)) for name, fn in parts]
-        await sqlite.aclose()
-        await memory.aclose()
-    width = max(len(n) for n, _ in rows)
-    floor = dict(rows)["floor: whole load (SELECT + unpackb, awaited)"]
-    unpack = dict(rows)["floor: unpackb of the state"]
-    regime = f"cold (collection before each call, {len(heap)} x 10 MB live)" if args.cold else "warm"
-    print(f"{args.kb:g} KB state ({len(raw)} B packed), {regime}, microseconds per call:")
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value:7.2f}")
-    need = (
-        dict(rows)["tether: chain statement (runs JOIN checkpoints)"]
-        + dict(rows)["tether: payload -> Checkpoint (decode, checks, object)"]
-    )
-    print(f"SQLite: load / floor = {dict(rows)['tether: SqliteStore.load (awaited)'] / floor:.2f}x;")
-    print(f"  statement + payload -> Checkpoint alone = {need / floor:.2f}x the floor's whole load")
-    print(f"memory: load / unpackb = {dict(rows)['tether: InMemoryStore.load (awaited)'] / unpack:.2f}x")
+    rep = Report("bench_load_parts", "a small load, part by part, beside its floor")
+    with tempfile.TemporaryDirectory(prefix="tether-parts-") as tmp:
+        for _ in rep.runs(args.runs or (1 if args.quick else 3)):
+            for kb in (float(x) for x in args.kb.split(",") if x):
+                number = max(20, int((200 if args.quick else 1000) / max(1.0, kb / 10)))
+                await measure(rep, Path(tmp), kb, number, rounds=3 if args.quick else 7)
+    return rep.finish()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

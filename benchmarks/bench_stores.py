@@ -49,6 +49,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import ormsgpack
+from harness import commit, noise_probe
 
 from tether.state.context import ExecutionContext
 from tether.stores.base import CheckpointStore
@@ -78,14 +79,12 @@ APPEND_TARGET_BACKENDS = ("sqlite", "redis", "postgresql")
 LOAD_TARGET = 1.5
 ALL_SIZES = {"1KB": KB, "100KB": 100 * KB, "1MB": MB, "10MB": 10 * MB}
 FULL_REPS = {"1KB": 200, "100KB": 51, "1MB": 31, "10MB": 21}
-"""Reps per size. 10 MB: a load's spread on these 2-core VMs is wide (27-57 ms for the same
-PostgreSQL load within one process), so 11 reps put a median 1.52x the floor where 25
-interleaved reps of the same code gave 1.02x. Full runs took 884 and 956 s with 21 reps, 856 s
-with 11 (one host, 2026-11-23)."""
+"""Reps per size: a 10 MB load's spread on a shared 2-core host is wide, so few reps move
+its median by tens of percent. A full run takes about 15 minutes."""
 SECTIONS = ("latency", "append", "growth", "small")
 SMALL_MSG = 1024
 """The message size of section 3c, the small-steps growth run: a chain's load pays per row,
-so small deltas are its hard case (stop 13 measured 2.1-5.7x the floor there)."""
+so small deltas are its hard case."""
 GROWTH_TARGET = 2.0
 
 
@@ -1672,6 +1671,8 @@ def machine_facts() -> dict[str, Any]:
 
 
 async def run(cfg: Config, names: list[str], json_path: str | None) -> int:
+    probe = noise_probe()
+    print(f"commit {commit()}; CPU noise probe {probe:.1f} ms (the same loop is timed again at the end)")
     facts = machine_facts()
     print(
         f"machine: {facts['cpu_count']} CPUs ({facts['cpus_usable']} usable), Python {facts['python']}, "
@@ -1728,7 +1729,13 @@ async def run(cfg: Config, names: list[str], json_path: str | None) -> int:
     results["targets"] = report(results, cfg)
     results["seconds"] = time.perf_counter() - t0
     results["loadavg_end"] = os.getloadavg()
-    print(f"\ntotal: {results['seconds']:.0f} s; load average at end: {_loadavg()}")
+    end = noise_probe()
+    print(
+        f"\ntotal: {results['seconds']:.0f} s; load average at end: {_loadavg()}; "
+        f"CPU noise probe {end:.1f} ms (start {probe:.1f})"
+    )
+    if end > 1.3 * probe or probe > 1.3 * end:
+        print("the noise probe moved by more than 30% during the run: the host was busy, rerun it")
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps(results, indent=1, default=str, allow_nan=True))

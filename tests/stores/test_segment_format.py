@@ -123,9 +123,12 @@ def test_consecutive_appends_of_a_key_become_one_op():
         for i in range(5)
     ]  # fmt: skip
     seg = pack_segment(1, deltas)
-    assert [op[:3] for op in seg["ops"]] == [["messages", "append", [0, 1, 2, 3, 4]], ["out", "set", 0]] + [
+    names = seg["names"]  # each key and op name once; the ops give their positions
+    ops = [[names[op[0]], names[op[1]], op[2]] for op in seg["ops"]]
+    assert ops == [["messages", "append", [0, 1, 2, 3, 4]], ["out", "set", 0]] + [
         ["out", "set", i] for i in range(1, 5)
     ]
+    assert sorted(names) == ["append", "messages", "out", "set"]
     assert seg["ops"][0][4] == struct.pack("<10I", 0, 1, 1, 2, 2, 3, 3, 4, 4, 5)
     assert seg["node"] == "n" and seg["status"] == "running" and seg["meta"] == {}  # one value for all
     assert seg["executed"] == ["n0", "n1", "n2", "n3", "n4"]

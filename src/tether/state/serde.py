@@ -53,10 +53,11 @@ __all__ = [
     "state_offset",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_CHANGES = {
     1: "first layout: full and delta payloads, ops (key, op, arg)",
     2: "segment payloads: the ops of several versions in one row (stores/_segment.py)",
+    3: "patch ops: an overwrite stored as what changed in the value (stores/_patch.py)",
 }
 
 _MAGIC = b"TT"

@@ -21,8 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import ormsgpack
-
 from tether.errors import (
     CheckpointCorrupt,
 )
@@ -39,6 +37,7 @@ from tether.state.model import (
 from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
 from tether.state.values import check_value
 from tether.stores._checks import RunHead, check_write, next_fence
+from tether.stores._patch import Values, patch_ops
 from tether.stores._segment import apply_ops, apply_segment, pack_segment, segment_length, split_segment
 from tether.stores.policies import CompactionPolicy
 
@@ -150,6 +149,9 @@ class Known(NamedTuple):
     (None: not known, no segment until the next full row)."""
     tail_bytes: int = 0
     """The payload bytes of ``tail``, kept as it grows so a commit need not add them up."""
+    values: Values | None = None
+    """The packed values of the keys last overwritten, as of ``version`` (see ``_patch``):
+    what the next commit's overwrites are patched against."""
 
 
 class Plan(NamedTuple):
@@ -162,16 +164,12 @@ class Plan(NamedTuple):
     walked: bool | None = None
     """For changes that did not say whether their state holds a datetime, what a walk of
     it found (None: not walked)."""
+    values: Values | None = None
+    """The values known once the write is stored (see ``_patch``; None after a full row)."""
 
 
 _new_tuple = tuple.__new__
 """Builds a named tuple from all its fields, in order, without its Python ``__new__``."""
-
-_OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
-
-
-def _no_default(obj: Any) -> Any:
-    return str(obj)  # sizing only: a datetime's exact bytes do not matter here
 
 
 class ChainEngine:
@@ -206,7 +204,7 @@ class ChainEngine:
         # one unpacking, not a named field read at a time (each is a generic attribute lookup)
         run_id, version, ops_taken, executed, full_only, state, all_executed, datetimes = changes[:8]
         if not full_only and version > 0:
-            ops = [[k, op, arg] for k, op, arg in ops_taken]
+            ops, values, rewrite = patch_ops(ops_taken, known.values)
             payload = self.codec.encode(
                 {
                     "v": SCHEMA_VERSION,
@@ -218,11 +216,6 @@ class ChainEngine:
                     "ops": ops,
                     "executed": list(executed),
                 }
-            )
-            rewrite = sum(
-                len(ormsgpack.packb(arg, default=_no_default, option=_OPTS))
-                for _k, op, arg in ops_taken
-                if op not in ("append", "add")
             )
             rewrite = min(rewrite, len(payload))
             growth = len(payload) - rewrite
@@ -245,8 +238,8 @@ class ChainEngine:
                     seal_from, level, packed = self.seal(run_id, version, known.tail, payload)
                     if level:
                         w.kind, w.payload, w.seal_from = "segment", packed, seal_from
-                        return _new_tuple(Plan, (w, level, payload, None))
-                return _new_tuple(Plan, (w, 0, b"", None))
+                        return _new_tuple(Plan, (w, level, payload, None, values))
+                return _new_tuple(Plan, (w, 0, b"", None, values))
         walked = None
         if meta_dated or datetimes:
             dated = True
@@ -280,7 +273,7 @@ class ChainEngine:
             dated=dated,
             write_id=write_id,
         )
-        return _new_tuple(Plan, (w, 0, b"", walked))
+        return _new_tuple(Plan, (w, 0, b"", walked, None))
 
     def seal(self, run_id: str, version: int, tail: list[Carrier], payload: bytes) -> tuple[int, int, bytes]:
         """``(seal_from, level, segment)`` for a delta about to become ``version + 1``:
@@ -328,12 +321,13 @@ class ChainEngine:
         ``tail_bytes``: the payload bytes of ``tail`` when known (else added up here).
         ``tail`` is taken over: the caller keeps no other use of it."""
         write = plan.write
+        values = plan.values
         if not self.seals:  # a store that never seals needs no rows
-            return _new_tuple(Known, (version, chain, None, 0))
+            return _new_tuple(Known, (version, chain, None, 0, values))
         if write.kind == "full":
             return Known(version, chain, [])
         if tail is None:
-            return Known(version, chain, None)
+            return Known(version, chain, None, 0, values)
         rows = tail
         total = sum(len(r[0]) for r in rows) if tail_bytes is None else tail_bytes
         if write.kind == "segment":
@@ -347,9 +341,9 @@ class ChainEngine:
             rows.append((write.payload, 1, 0))
         total += len(write.payload)
         if total <= self.policy.seal_bytes:  # all of it is what last_bytes would keep
-            return Known(version, chain, rows, total)
+            return Known(version, chain, rows, total, values)
         kept = last_bytes(rows, self.policy.seal_bytes)
-        return Known(version, chain, kept, sum(len(r[0]) for r in kept))
+        return Known(version, chain, kept, sum(len(r[0]) for r in kept), values)
 
     def encode_full(self, head: dict[str, Any], state: Any, *, datetimes: bool = True) -> tuple[bytes, int]:
         """A full payload (the state its last pair) and, for a backend that asks, where the

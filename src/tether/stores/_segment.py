@@ -20,7 +20,12 @@ the objects a segment decodes to)::
     {"v": 2, "kind": "segment", "first": a, "n": count, "lv": level,
      "node": [...] | value,  "status": [...] | value,  "meta": [...] | value,
      "ts": <d array,  "executed": [ids...],  "ends": <I array,
-     "ops": [[key, op, arg, i], ...]}
+     "names": [key or op name, ...],  "ops": [[key at, op at, arg, i], ...]}
+
+``names`` (from payload schema 3) lists the keys and op names the ops use once, and each op
+gives their positions in it instead: a run whose every version overwrites a few keys stored
+each key's name and the runtime's op name (``tether.state.reserved:part``) once per version,
+a third of an orchestration's stored bytes. Segments without it (schema 2) hold the names.
 
 ``lv`` is 1 for a segment of deltas, L + 1 for one merged from segments of level L: a
 store merges the last few segments of one level into one, so a chain of N versions is
@@ -47,6 +52,8 @@ from tether.errors import CheckpointCorrupt
 from tether.state.reducers import apply_op
 from tether.state.reserved import OP as RESERVED_OP
 from tether.state.reserved import merge_part_into
+from tether.state.serde import SCHEMA_VERSION
+from tether.stores._patch import PATCH, apply_patch
 
 __all__ = ["apply_ops", "apply_segment", "pack_segment", "segment_length", "split_segment"]
 
@@ -85,7 +92,7 @@ def pack_segment(first: int, bodies: list[dict[str, Any]], level: int = 1) -> di
             ops.append(entry)
             last_of[key] = entry
     seg: dict[str, Any] = {
-        "v": SEGMENT_SCHEMA,
+        "v": SCHEMA_VERSION,
         "kind": "segment",
         "first": first,
         "n": len(bodies),
@@ -97,9 +104,13 @@ def pack_segment(first: int, bodies: list[dict[str, Any]], level: int = 1) -> di
         "executed": executed,
         "ops": ops,
     }
+    names: dict[str, int] = {}
     for entry in ops:
+        entry[0] = names.setdefault(entry[0], len(names))
+        entry[1] = names.setdefault(entry[1], len(names))
         if len(entry) == 5:
             entry[4] = _counts(entry[4])
+    seg["names"] = list(names)
     if executed:
         seg["ends"] = _counts(ends)
     return seg
@@ -156,8 +167,11 @@ def split_segment(seg: dict[str, Any]) -> list[dict[str, Any]]:
         }
         for i in range(count)
     ]
+    names = seg.get("names")
     for entry in seg["ops"]:
         key, op, arg, i = entry[0], entry[1], entry[2], entry[3]
+        if names is not None:
+            key, op = names[key], names[op]
         if len(entry) == 4:
             bodies[i]["ops"].append([key, op, arg])
             continue
@@ -179,7 +193,7 @@ def apply_segment(
             apply_ops(state, body["ops"])
             executed.extend(body["executed"])
     else:
-        apply_ops(state, seg["ops"])
+        apply_ops(state, seg["ops"], seg.get("names"))
         executed.extend(seg["executed"])
     i = count - 1
     return {
@@ -190,11 +204,14 @@ def apply_segment(
     }
 
 
-def apply_ops(state: dict[str, Any], ops: list[Any]) -> None:
+def apply_ops(state: dict[str, Any], ops: list[Any], names: list[str] | None = None) -> None:
     """Replay ``[key, op, arg, ...]`` ops in place, extending lists and dicts rather than
-    copying them (every object here is freshly decoded, so it is the caller's)."""
+    copying them (every object here is freshly decoded, so it is the caller's). ``names``:
+    a segment's table that its ops' keys and op names index."""
     for entry in ops:
         key, op, arg = entry[0], entry[1], entry[2]
+        if names is not None:
+            key, op = names[key], names[op]
         if op == "set":  # the most common op, and it needs nothing of the old value
             state[key] = arg
             continue
@@ -205,6 +222,8 @@ def apply_ops(state: dict[str, Any], ops: list[Any]) -> None:
             old.update(arg)
         elif op == RESERVED_OP and type(old) is dict:
             merge_part_into(old, arg)
+        elif op == PATCH:
+            state[key] = apply_patch(old, arg)
         else:
             state[key] = apply_op(old, op, arg)
 
@@ -222,6 +241,7 @@ def segment_length(seg: Any, *, run_id: str, version: int) -> int:
         or len(seg["ts"]) != 8 * seg["n"]
         or type(seg.get("ops")) is not list
         or type(seg.get("executed")) is not list
+        or type(seg.get("names", [])) is not list
     ):
         raise CheckpointCorrupt("segment row is damaged", run_id=run_id, version=version)
     return int(seg["n"])

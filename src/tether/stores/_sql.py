@@ -271,6 +271,27 @@ class SqlBackend(abc.ABC):
             "AND kind = 'full'",
             (w.run_id, w.seal_from, version),
         )
+        # deleted and inserted again, not updated: a row that shrinks in place leaves its
+        # page as empty as it was (SQLite rebalances pages on a delete, not on an update)
+        # (before the segment is written: the pages these rows free can hold it, so the file
+        # does not grow by the bytes it replaces)
+        rows = await tx.all(
+            "SELECT version, node_id, status, created_at FROM tether_checkpoints "
+            "WHERE run_id = ? AND version > ? AND version < ? AND kind <> 'sealed'",
+            (w.run_id, w.seal_from, version),
+        )
+        if rows:
+            await tx.run(
+                "DELETE FROM tether_checkpoints WHERE run_id = ? AND version > ? AND version < ? "
+                "AND kind <> 'sealed'",
+                (w.run_id, w.seal_from, version),
+            )
+        for number, node, status, created in rows:
+            await tx.run(
+                "INSERT INTO tether_checkpoints (run_id, version, kind, node_id, status, created_at, "
+                "nbytes, payload) VALUES (?, ?, 'sealed', ?, ?, ?, 0, ?)",
+                (w.run_id, number, node, status, created, b""),
+            )
         packed = await tx.run(
             "UPDATE tether_checkpoints SET kind = 'segment', payload = ?, nbytes = ? "
             "WHERE run_id = ? AND version = ? AND kind IN ('delta', 'segment')",
@@ -278,11 +299,6 @@ class SqlBackend(abc.ABC):
         )
         if packed != 1 or full is None or int(full[0]):
             raise StaleSeal(w.run_id)
-        await tx.run(
-            "UPDATE tether_checkpoints SET kind = 'sealed', payload = ?, nbytes = 0 "
-            "WHERE run_id = ? AND version > ? AND version < ? AND kind <> 'sealed'",
-            (b"", w.run_id, w.seal_from, version),
-        )
 
     async def _drop(self, tx: Tx, run_id: str) -> int:
         n = await tx.run("DELETE FROM tether_checkpoints WHERE run_id = ?", (run_id,))

@@ -283,7 +283,7 @@ class CheckpointStore(RunOperations, LeaseOperations):
             except StaleSeal:
                 write.kind, write.payload, write.seal_from = "delta", plan.plain, 0
                 # the rows are not what was seen: no seal until a full row
-                plan, tail = Plan(write, 0, b""), None
+                plan, tail = Plan(write, 0, b"", None, plan.values), None
                 version, chain = await self._write_retried(write)
         except BaseException:
             ctx.restore_changes(changes._replace(write_id=write_id))
