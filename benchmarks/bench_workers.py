@@ -276,7 +276,12 @@ def main() -> None:
         asyncio.run(warm_up(args.store, fleets))
         for _ in rep.runs(repeats):
             base, lines = asyncio.run(throughput(args.store, fleets, n, rounds))
-            rep.line("in-process (no Celery)", base.rate, "runs/s", note=f"{1e3 * base.cpu / base.runs:.1f} ms CPU/run")
+            rep.line(
+                "in-process (no Celery)",
+                base.rate,
+                "runs/s",
+                note=f"{1e3 * base.cpu / base.runs:.1f} ms CPU/run",
+            )
             for k, line in lines.items():
                 rep.line(
                     f"{k} worker(s)",
