@@ -290,6 +290,12 @@ def main() -> None:
                     note=f"{1e3 * line.cpu / line.runs:.1f} ms CPU/run in the workers",
                 )
             one = lines[1].rate
+            rep.line(
+                "time a run spends more on 1 worker",
+                1e3 * (1 / one - 1 / base.rate),
+                "ms",
+                note="broker round trips, Celery, the worker's read of the run",
+            )
             rep.target("1 worker / in-process", one / base.rate, goal=0.7, op=">=")
             for k in counts[1:]:
                 lin = lines[k].rate / (k * one)
