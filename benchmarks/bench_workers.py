@@ -16,7 +16,9 @@ and a line's rate is its runs over the sum of its rounds. The runs of a worker l
 PENDING before its clock starts (as ``submit()`` does before it sends); the clock runs from the
 first message sent to the last run seen COMPLETED. Beside each rate: the CPU seconds per run of
 the worker processes (in-process: of this process), which shows what Celery adds apart from
-waiting on the store.
+waiting on the store. The workers' sweepers are off here (``--sweep-interval 0``): a sweep
+looks at the shared store only while the queue is empty, once every 2 s for the whole fleet,
+and the test database holds other runs that would make it cost what a fleet's would not.
 """
 
 from __future__ import annotations
