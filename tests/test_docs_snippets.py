@@ -56,9 +56,9 @@ def unmarked_blocks() -> list[str]:
             fence = _FENCE.match(line)
             if not fence:
                 continue
-            if not inside and fence.group(1) in ("python", "bash", "sh"):
-                if not (i and _MARK.match(lines[i - 1].strip())):
-                    missing.append(f"{page.relative_to(ROOT)}:{i + 1}")
+            marked = i > 0 and _MARK.match(lines[i - 1].strip()) is not None
+            if not inside and fence.group(1) in ("python", "bash", "sh") and not marked:
+                missing.append(f"{page.relative_to(ROOT)}:{i + 1}")
             inside = not inside
     return missing
 
