@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import inspect
 import logging
+from operator import attrgetter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from tether.context.distill import distill
 from tether.context.facts import FactCache
-from tether.context.items import ContextItem, ItemCounter, Layer
+from tether.context.items import PROTECTED_KINDS, ContextItem, ItemCounter, Layer
 from tether.context.session import bound_summary, paragraph_text
 from tether.context.summarizer import (
     AsyncSummarizer,
@@ -95,6 +96,9 @@ class CompressionResult:
         return self.after_tokens / self.before_tokens if self.before_tokens else 1.0
 
 
+_SEQ = attrgetter("seq")
+
+
 def group_units(items: Iterable[ContextItem]) -> list[Unit]:
     """Items in insertion order, each tool call grouped with the result(s) that follow it.
 
@@ -104,7 +108,7 @@ def group_units(items: Iterable[ContextItem]) -> list[Unit]:
     """
     units: list[list[ContextItem]] = []
     open_calls: dict[str, list[ContextItem]] = {}
-    for item in sorted(items, key=lambda i: i.seq):
+    for item in sorted(items, key=_SEQ):
         call_id = item.tool_call_id
         if not call_id:
             units.append([item])
@@ -178,21 +182,24 @@ class _Plan:
     """One short line per decision replaced or constraint lifted, newest last (capped)."""
     phases: list[str] = field(default_factory=list)
     """One line per finished phase, oldest first (from phase compressions)."""
+    goal: str = ""
+    todos: list[ContextItem] = field(default_factory=list)
+    """TODO items other than the current-item copy, in prompt order."""
+    states: list[ContextItem] = field(default_factory=list)
+    errors: list[ContextItem] = field(default_factory=list)
     request: SummaryRequest | None = None
 
 
 def _request(
     plan: _Plan, lines: Sequence[str], archive_id: str | None, max_tokens: int, *, details: bool = False
 ) -> SummaryRequest:
-    items = plan.items
-    goal = next((i.content for i in items if i.kind == "goal"), "")
-    todos = [i for i in items if i.kind == "todo" and not i.metadata.get("current")]
+    goal, todos = plan.goal, plan.todos
     pending = next((t for t in todos if not _todo_done(t)), None)
     label = _todo_label(pending) if pending is not None else ""
     title = str(pending.metadata.get("text", "")) if pending is not None else ""
     in_progress = f"⏳ phase {label} – {_clip(title, 120)}: in progress" if label and title else ""
-    states = [i for i in items if i.kind == "state"]
-    errors = [i for i in items if i.kind == "error" and i.id in plan.keep_ids]
+    states = plan.states
+    errors = [i for i in plan.errors if i.id in plan.keep_ids]
     current = [_clip(_first_line(s.content), 200) for s in states[-1:]]
     current += [_clip(_first_line(e.text), 200) for e in errors[-1:]]
     current += [f"TODO {_clip(_first_line(t.content), 120)}" for t in todos if not _todo_done(t)]
@@ -285,11 +292,29 @@ def _plan(
     summary_budget: int | None = None,
     working_budget: int | None = None,
     facts_cache: FactCache | None = None,
+    counted: bool = False,
+    details: bool = True,
 ) -> _Plan:
-    items = [counter.counted(i) for i in items]
+    items = list(items) if counted else [counter.counted(i) for i in items]
     cost_of = {i.id: counter.cost(i) for i in items}  # once: every total below reads it
     plan = _Plan(level=level, items=items, before=counter.fmt.reply_priming + sum(cost_of.values()))
-    previous = next((i for i in items if i.id == SUMMARY_ID and not i.pinned), None)
+    previous: ContextItem | None = None
+    goal: str | None = None
+    for i in items:  # one pass for what the summary's sections read
+        kind = i.kind
+        if previous is None and i.id == SUMMARY_ID and not i.pinned:
+            previous = i
+        if kind == "todo":
+            if not i.metadata.get("current"):
+                plan.todos.append(i)
+        elif kind == "goal":
+            if goal is None:
+                goal = i.content
+        elif kind == "state":
+            plan.states.append(i)
+        elif kind == "error":
+            plan.errors.append(i)
+    plan.goal = goal or ""
     if previous is not None:
         plan.carried = [str(x) for x in previous.metadata.get("completed", [])]
         plan.history = [dict(p) for p in previous.metadata.get("history", []) if isinstance(p, dict)]
@@ -300,18 +325,16 @@ def _plan(
     ops: list[Unit] = []
     seen: set[tuple[tuple[str, str], ...]] = set()
     # the latest working-layer state is current; session-layer states are standing context
-    latest_state = max(
-        (i.seq for i in items if i.kind == "state" and i.layer is not Layer.SESSION), default=-1
-    )
+    latest_state = max((i.seq for i in plan.states if i.layer is not Layer.SESSION), default=-1)
     protected = [_protected(u) for u in units]
-    last_op_seq = max(
-        (u[-1].seq for u, p in zip(units, protected, strict=True) if u[0].kind in _OPERATION_KINDS and not p),
-        default=-1,
-    )
+    last_op_seq = -1
+    for u, p in zip(units, protected, strict=True):
+        if not p and u[0].kind in _OPERATION_KINDS and u[-1].seq > last_op_seq:
+            last_op_seq = u[-1].seq
     # newest first, so the last copy of a repeat survives
     finished: list[ContextItem] = []
     for unit, prot in zip(reversed(units), reversed(protected), strict=True):
-        key = tuple((i.kind, i.content) for i in unit)
+        key = tuple([(i.kind, i.content) for i in unit])
         if unit[0].id.startswith(PHASE_PREFIX) and not prot:  # a finished phase's line joins the summary
             finished.append(unit[0])
             plan.dropped.append(unit[0].id)
@@ -416,7 +439,7 @@ def _plan(
             "its newest operation alone is larger (trim long outputs before adding them)"
         )
     max_tokens = max(target - kept, 0)
-    plan.request = _request(plan, remaining, archive_id, max_tokens, details=True)
+    plan.request = _request(plan, remaining, archive_id, max_tokens, details=details)
     return plan
 
 
@@ -436,7 +459,11 @@ def _estimator(count: Callable[[str], int], texts: Sequence[str]) -> Callable[[s
 
 
 def _protected(unit: Unit) -> bool:
-    return any(i.protected for i in unit) or any(i.id == SUMMARY_ID and i.pinned for i in unit)
+    """Any item of the unit is protected (a pinned summary is pinned, so it is too)."""
+    for i in unit:  # a plain loop: this runs once per unit of a long window
+        if i.pinned or i.layer is Layer.SYSTEM or i.kind in PROTECTED_KINDS:
+            return True
+    return False
 
 
 def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None) -> CompressionResult:
@@ -507,6 +534,7 @@ def compress(
     summary_budget: int | None = None,
     working_budget: int | None = None,
     facts: FactCache | None = None,
+    counted: bool = False,
 ) -> CompressionResult:
     """Compress ``items`` to about ``target_ratio`` of their tokens (60% standard, 30% deep).
 
@@ -515,10 +543,13 @@ def compress(
     bounds the rolling summary: older lines are re-summarised into paragraphs to fit it.
     ``working_budget`` bounds the working layer: what it keeps in detail (recent operations
     included, the newest one excepted) fits in ``target_ratio`` of it. ``facts`` holds facts
-    mined when the items were added (:attr:`ContextWindow.facts`).
+    mined when the items were added (:attr:`ContextWindow.facts`). ``counted=True`` says
+    every item's ``tokens`` is already ``counter``'s count (a window's items are), which
+    spares a cache lookup per item.
     """
     if level == "checkpoint" and before_seq is None:
         raise ValueError("checkpoint compression needs before_seq")
+    chosen = summarizer or StructuredSummarizer()
     plan = _plan(
         items,
         level,
@@ -529,10 +560,17 @@ def compress(
         summary_budget=summary_budget,
         working_budget=working_budget,
         facts_cache=facts,
+        counted=counted,
+        details=_reads_details(chosen),
     )
     assert plan.request is not None
-    text = (summarizer or StructuredSummarizer()).summarize(plan.request)
+    text = chosen.summarize(plan.request)
     return _finish(plan, text, counter, archive_id)
+
+
+def _reads_details(summarizer: object) -> bool:
+    """The structured summariser never reads the folded text; building it costs a copy of it."""
+    return type(summarizer) is not StructuredSummarizer
 
 
 async def compress_async(
@@ -547,8 +585,10 @@ async def compress_async(
     summary_budget: int | None = None,
     working_budget: int | None = None,
     facts: FactCache | None = None,
+    counted: bool = False,
 ) -> CompressionResult:
     """:func:`compress` with a summariser that may await a model."""
+    chosen = summarizer or StructuredSummarizer()
     plan = _plan(
         items,
         level,
@@ -559,9 +599,10 @@ async def compress_async(
         summary_budget=summary_budget,
         working_budget=working_budget,
         facts_cache=facts,
+        counted=counted,
+        details=_reads_details(chosen),
     )
     assert plan.request is not None
-    chosen = summarizer or StructuredSummarizer()
     if inspect.iscoroutinefunction(chosen.summarize):
         text = await cast(AsyncSummarizer, chosen).summarize(plan.request)
     else:
@@ -582,6 +623,7 @@ def compress_phase(
     summarizer: Summarizer | None = None,
     title: str = "",
     facts: FactCache | None = None,
+    counted: bool = False,
 ) -> CompressionResult:
     """Fold a finished phase into one line: its status, item count and artefact ids.
 
@@ -590,7 +632,7 @@ def compress_phase(
     compression reads them, so the line keeps the values a later phase needs. Protected
     items of the phase (decisions, TODOs, constraints, pinned) stay as they are.
     """
-    items = [counter.counted(i) for i in items]
+    items = list(items) if counted else [counter.counted(i) for i in items]
     before = counter.total(items)
     summary_id = f"{PHASE_PREFIX}{phase}"
     previous = next((i for i in items if i.id == summary_id), None)
@@ -655,6 +697,7 @@ def fit(
     counter: ItemCounter,
     summarizer: Summarizer | None = None,
     archive_id: str | None = None,
+    counted: bool = False,
 ) -> CompressionResult:
     """The least compression that brings ``items`` under ``budget`` tokens.
 
@@ -662,7 +705,7 @@ def fit(
     then the summary's oldest lines, then unpinned protected items by priority. Pinned
     items are never touched; if they alone exceed the budget, :class:`BudgetExceeded`.
     """
-    items = [counter.counted(i) for i in items]
+    items = list(items) if counted else [counter.counted(i) for i in items]
     before = counter.total(items)
     if before <= budget:
         return CompressionResult(items=tuple(items), level="none", before_tokens=before, after_tokens=before)
@@ -681,6 +724,7 @@ def fit(
             summarizer=summarizer,
             target_ratio=min(ratio, budget / before),
             archive_id=archive_id,
+            counted=True,
         )
         if result.after_tokens <= budget:
             return result

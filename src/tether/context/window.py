@@ -166,7 +166,7 @@ class ContextWindow:
 
     # -- items -------------------------------------------------------------------------
 
-    def _store(self, item: ContextItem, *, seq: int | None = None) -> ContextItem:
+    def _store(self, item: ContextItem, *, seq: int | None = None, counted: bool = False) -> ContextItem:
         if seq is None:
             if item.seq > 0:
                 seq = item.seq
@@ -174,7 +174,7 @@ class ContextWindow:
                 self._seq += 1
                 seq = self._seq
         self._seq = max(self._seq, seq)
-        n = self.counter.tokens(item)
+        n = item.tokens if counted and item.tokens >= 0 else self.counter.tokens(item)
         if item.seq != seq or item.tokens != n:
             item = dataclasses.replace(item, seq=seq, tokens=n)
         layer_items = self._layers[item.layer]
@@ -290,8 +290,12 @@ class ContextWindow:
         """An immutable copy of the items (they are frozen, so this is cheap)."""
         return tuple(self.items())
 
-    def replace_all(self, items: Iterable[ContextItem]) -> None:
-        """Make ``items`` the whole content (how a compression result is applied)."""
+    def replace_all(self, items: Iterable[ContextItem], *, counted: bool = False) -> None:
+        """Make ``items`` the whole content (how a compression result is applied).
+
+        ``counted=True``: the items' ``tokens`` are this window's counter's counts (a
+        compression result of this window), so they are not looked up again.
+        """
         items = list(items)
         before = {i.id: i for i in self.items()} if self._journal is not None else {}
         for layer in Layer:
@@ -301,7 +305,7 @@ class ContextWindow:
         for item in sorted(items, key=lambda i: i.seq if i.seq > 0 else 1 << 62):
             if item.id in self._where:
                 raise ContextError(f"duplicate item id {item.id!r}")
-            stored = self._store(item)
+            stored = self._store(item, counted=counted)
             if self._journal is not None and before.get(stored.id) != stored:
                 self._journal.append(stored.to_dict())
         if self._journal is not None:
@@ -525,8 +529,9 @@ class ContextWindow:
             summary_budget=self.summary_budget(),
             working_budget=self.layer_budgets.get(Layer.WORKING),
             facts=self.facts,
+            counted=True,
         )
-        self.replace_all(result.items)
+        self.replace_all(result.items, counted=True)
         return self._check_session(result)
 
     def summary_budget(self) -> int:
@@ -565,9 +570,9 @@ class ContextWindow:
             title = str(todo.metadata.get("text", "")) if todo is not None else ""
         result = compress_phase(
             self.items(), phase, counter=self.counter, status=status, summarizer=summarizer,
-            title=title, facts=self.facts,
+            title=title, facts=self.facts, counted=True,
         )  # fmt: skip
-        self.replace_all(result.items)
+        self.replace_all(result.items, counted=True)
         return dataclasses.replace(result, archive_id=archive_id)
 
     def phases_done(self) -> list[str]:
@@ -600,9 +605,10 @@ class ContextWindow:
             counter=self.counter,
             summarizer=summarizer,
             archive_id=archive_id,
+            counted=True,
         )
         if result.level != "none":
-            self.replace_all(result.items)
+            self.replace_all(result.items, counted=True)
         return result
 
 
