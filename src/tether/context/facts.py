@@ -17,9 +17,9 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from tether.context.items import ContextItem
 
@@ -421,6 +421,7 @@ def _same(a: ContextItem | None, b: ContextItem | None) -> bool:
 
 _Entry = tuple[ContextItem | None, ContextItem | None, OperationFacts, dict[int, str]]
 """The call and result mined, their facts, and their summary line per length."""
+_T = TypeVar("_T")
 
 
 class FactCache:
@@ -429,12 +430,38 @@ class FactCache:
     Mining outputs is most of what a compression would cost, so a window fills this as
     tool results arrive and a compression reads it. Keyed by the items' ids and checked
     against their text, so a replaced item is mined again, never served stale facts.
+    Messages are read the same way (:meth:`message`): plans, progress, questions, rules.
     """
 
-    __slots__ = ("_ops",)
+    __slots__ = ("_messages", "_ops")
 
     def __init__(self) -> None:
         self._ops: dict[tuple[str, str], _Entry] = {}
+        self._messages: dict[str, tuple[ContextItem, Any]] = {}
+
+    def message(self, item: ContextItem, read: Callable[[ContextItem], _T]) -> _T:
+        """``read(item)``, once per message (again only when the item's text changed).
+
+        One reader per cache: the value is stored by the item's id alone.
+        """
+        hit = self._messages.get(item.id)
+        if hit is not None and _same(hit[0], item) and hit[0].role == item.role:
+            return cast(_T, hit[1])
+        value = read(item)
+        self._messages[item.id] = (item, value)
+        return value
+
+    def mined(
+        self, call: ContextItem | None, result: ContextItem | None, *, max_chars: int = 0
+    ) -> tuple[OperationFacts, str]:
+        """The pair's facts and (``max_chars`` > 0) its summary line, from one lookup."""
+        _c, _r, facts, lines = self._entry(call, result)
+        if not max_chars:
+            return facts, ""
+        text = lines.get(max_chars)
+        if text is None:
+            text = lines[max_chars] = facts.line(max_chars=max_chars)
+        return facts, text
 
     def _entry(self, call: ContextItem | None, result: ContextItem | None) -> _Entry:
         key = (call.id if call is not None else "", result.id if result is not None else "")
@@ -457,9 +484,10 @@ class FactCache:
         return text
 
     def prune(self, live: Iterable[str]) -> None:
-        """Forget operations whose items left the window."""
+        """Forget operations and messages whose items left the window."""
         keep = set(live)
         self._ops = {k: v for k, v in self._ops.items() if k[0] in keep or k[1] in keep}
+        self._messages = {k: v for k, v in self._messages.items() if k in keep}
 
     def __len__(self) -> int:
-        return len(self._ops)
+        return len(self._ops) + len(self._messages)

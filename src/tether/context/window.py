@@ -24,6 +24,7 @@ from tether.context.compress import (
     compress_phase,
     fit,
 )
+from tether.context.distill import read_message
 from tether.context.facts import FactCache
 from tether.context.items import ContextItem, ItemCounter, Layer
 from tether.context.summarizer import Summarizer, bullet
@@ -209,6 +210,8 @@ class ContextWindow:
         """Extract a finished operation's facts now, so that compression only reads them."""
         call_id = item.tool_call_id
         if not call_id:
+            if item.kind == "message":  # plans, progress, questions, rules: read once
+                self.facts.message(item, read_message)
             return
         if item.kind == "tool_call":
             self._calls[call_id] = item
