@@ -296,7 +296,7 @@ def _plan(
     details: bool = True,
 ) -> _Plan:
     items = list(items) if counted else [counter.counted(i) for i in items]
-    cost_of = {i.id: counter.cost(i) for i in items}  # once: every total below reads it
+    cost_of = counter.costs(items)  # once: every total below reads it
     plan = _Plan(level=level, items=items, before=counter.fmt.reply_priming + sum(cost_of.values()))
     previous: ContextItem | None = None
     goal: str | None = None
@@ -326,34 +326,39 @@ def _plan(
     seen: set[tuple[tuple[str, str], ...]] = set()
     # the latest working-layer state is current; session-layer states are standing context
     latest_state = max((i.seq for i in plan.states if i.layer is not Layer.SESSION), default=-1)
-    protected = [_protected(u) for u in units]
+    protected: list[bool] = []
     last_op_seq = -1
-    for u, p in zip(units, protected, strict=True):
+    for u in units:
+        p = _protected(u)
+        protected.append(p)
         if not p and u[0].kind in _OPERATION_KINDS and u[-1].seq > last_op_seq:
             last_op_seq = u[-1].seq
     # newest first, so the last copy of a repeat survives
     finished: list[ContextItem] = []
+    keep_ids, dropped = plan.keep_ids, plan.dropped
     for unit, prot in zip(reversed(units), reversed(protected), strict=True):
-        key = tuple([(i.kind, i.content) for i in unit])
-        if unit[0].id.startswith(PHASE_PREFIX) and not prot:  # a finished phase's line joins the summary
-            finished.append(unit[0])
-            plan.dropped.append(unit[0].id)
+        head = unit[0]
+        key = ((head.kind, head.content),) if len(unit) == 1 else tuple([(i.kind, i.content) for i in unit])
+        size = len(seen)
+        seen.add(key)  # one hash: added now, a repeat when the set did not grow
+        if head.id.startswith(PHASE_PREFIX) and not prot:  # a finished phase's line joins the summary
+            finished.append(head)
+            dropped.append(head.id)
         elif prot or (before_seq is not None and unit[-1].seq > before_seq):
-            plan.keep_ids.update(i.id for i in unit)
-        elif key in seen or (
-            unit[0].kind == "state" and unit[0].layer is not Layer.SESSION and unit[0].seq != latest_state
+            keep_ids.update([i.id for i in unit])
+        elif len(seen) == size or (
+            head.kind == "state" and head.layer is not Layer.SESSION and head.seq != latest_state
         ):
-            plan.dropped.extend(i.id for i in unit)
-        elif unit[0].kind == "query_result":
-            if unit[0].seq > last_op_seq:  # the current, not yet used result
-                plan.keep_ids.update(i.id for i in unit)
+            dropped.extend([i.id for i in unit])
+        elif head.kind == "query_result":
+            if head.seq > last_op_seq:  # the current, not yet used result
+                keep_ids.update([i.id for i in unit])
             else:
-                plan.dropped.extend(i.id for i in unit)
-        elif unit[0].kind in _OPERATION_KINDS:
+                dropped.extend([i.id for i in unit])
+        elif head.kind in _OPERATION_KINDS:
             ops.append(unit)
         else:  # reminders, checkpoints, current state: small and per-request
-            plan.keep_ids.update(i.id for i in unit)
-        seen.add(key)
+            keep_ids.update([i.id for i in unit])
     ops.reverse()
     plan.phases = [str(x) for x in previous.metadata.get("phases", [])] if previous is not None else []
     plan.phases += [i.content for i in sorted(finished, key=lambda i: i.seq)]
@@ -383,21 +388,23 @@ def _plan(
     plan.notes = [counter.counted(n) for n in d.notes]
     plan.fields, plan.resolutions = d.fields, d.resolutions
     _supersede(plan, previous)
-    lines = {u[0].id: d.lines.get(u[0].id, "") for u in plan.fold}
     replaced = {n.id for n in plan.notes}
     kept = counter.fmt.reply_priming + sum(counter.cost(n) for n in plan.notes)
     kept += sum(cost_of[i] for i in plan.keep_ids if i not in replaced)
     tokenize = counter.tokenizer.count
     position: dict[str, int] = {}  # a folded unit's line: its index in carried + new lines
     remaining = list(plan.carried)
+    lines: dict[str, str] = {}
     for unit in plan.fold:
-        if lines[unit[0].id]:
-            position[unit[0].id] = len(remaining)
-            remaining.append(lines[unit[0].id])
+        head_id = unit[0].id
+        line = lines[head_id] = d.lines.get(head_id, "")
+        if line:
+            position[head_id] = len(remaining)
+            remaining.append(line)
     estimate = _estimator(tokenize, remaining)
     total_lines = len(remaining)
     if summary_budget is not None:
-        overhead = tokenize(StructuredSummarizer().summarize(_request(plan, [], archive_id, 0)))
+        overhead = counter.count_text(StructuredSummarizer().summarize(_request(plan, [], archive_id, 0)))
         plan.history, remaining = bound_summary(
             plan.history, remaining, budget=summary_budget, count=estimate, overhead=overhead
         )
@@ -412,22 +419,24 @@ def _plan(
     given: set[str] = set()
     taken: set[int] = set()
     for unit in reversed(plan.fold):
-        if unit[0].id in d.absorbed:
+        head_id = unit[0].id
+        if head_id in d.absorbed:
             continue
-        line = lines[unit[0].id]
-        at = position.get(unit[0].id)
-        delta = sum(cost_of[i.id] for i in unit) - estimate(line) - 3
-        more = _working_cost(unit, cost_of)
-        if (
-            cost + delta > target * 0.98
-            or (at is not None and at < cut)
-            or (working_cap is not None and working + more > working_cap * 0.98)
-        ):
-            break  # margin: the final summary may differ a little; a line in a paragraph stays folded
+        at = position.get(head_id)
+        if at is not None and at < cut:
+            break  # a line in a paragraph stays folded
+        delta = -estimate(lines[head_id]) - 3
+        more = 0
+        for i in unit:
+            delta += cost_of[i.id]
+            if i.layer is Layer.WORKING:
+                more += cost_of[i.id]
+        if cost + delta > target * 0.98 or (working_cap is not None and working + more > working_cap * 0.98):
+            break  # margin: the final summary may differ a little
         cost += delta
         working += more
-        given.add(unit[0].id)
-        plan.keep_ids.update(i.id for i in unit)
+        given.add(head_id)
+        plan.keep_ids.update([i.id for i in unit])
         if at is not None:
             taken.add(at - cut)
     if taken:

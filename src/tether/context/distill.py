@@ -46,7 +46,15 @@ from tether.context.notes import (
 from tether.context.summaries import StepOutputs
 from tether.context.supersede import changes_plan
 
-__all__ = ["Distilled", "MessageFacts", "distill", "merge_fields", "read_message", "step_outputs_from_commands"]
+__all__ = [
+    "Distilled",
+    "MessageFacts",
+    "distill",
+    "merge_fields",
+    "message_line",
+    "read_message",
+    "step_outputs_from_commands",
+]
 
 Unit = tuple[ContextItem, ...]
 CAPS = {"configurations": 40, "artifacts": 30, "environment": 20, "issues_resolved": 10}
@@ -66,17 +74,6 @@ class Distilled:
     fields: dict[str, Any] = field(default_factory=dict)
     """Structured facts of every fold so far (StepOutputs shape)."""
     resolutions: list[str] = field(default_factory=list)
-
-
-def _call_and_result(unit: Unit) -> tuple[ContextItem | None, ContextItem | None]:
-    call = result = None
-    for i in unit:  # the first of each, as the unit holds them
-        if i.kind == "tool_call":
-            if call is None:
-                call = i
-        elif i.kind == "tool_result" and result is None:
-            result = i
-    return call, result
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,7 +177,7 @@ class _Notes:
             self.changed[item.id] = item
 
 
-def _message_line(flat: str, limit: int) -> str:
+def message_line(flat: str, limit: int) -> str:
     """:func:`flatten` of the message's one-line form (what it returns, from the cached join)."""
     return flat if len(flat) <= limit else flat[: max(limit - 1, 0)].rstrip() + "…"
 
@@ -208,7 +205,14 @@ def distill(
     for unit in units:
         head = unit[0]
         is_folded = head.id in folded
-        call, result = _call_and_result(unit)
+        call = result = None
+        for i in unit:  # the first call and the first result (inlined: once per unit of the window)
+            kind = i.kind
+            if kind == "tool_call":
+                if call is None:
+                    call = i
+            elif kind == "tool_result" and result is None:
+                result = i
         if call is not None:
             name = str(call.metadata.get("name", ""))
             args = call.metadata.get("arguments")
@@ -237,13 +241,13 @@ def distill(
         if role == "assistant" and said.question is not None:
             question = (head, said.question)
             if is_folded:
-                out.lines[head.id] = _message_line(said.flat, line_chars)
+                out.lines[head.id] = message_line(said.flat, line_chars)
             continue
         if role == "user" and said.changes and (question is None or not is_folded):
             notes.add(_statement(head))  # a changed plan or a lifted rule is a decision
             if is_folded:
                 out.absorbed.add(head.id)
-                out.lines[head.id] = _message_line(said.flat, line_chars)
+                out.lines[head.id] = message_line(said.flat, line_chars)
                 continue
         if not is_folded:
             if role == "user" and question is not None and question[0].id in folded:
@@ -276,9 +280,9 @@ def distill(
                     layer=Layer.SESSION, seq=head.seq, phase=head.phase, metadata={"source": head.id},
                 ))  # fmt: skip
                 out.absorbed.add(head.id)
-        out.lines[head.id] = _message_line(said.flat, line_chars)
+        out.lines[head.id] = message_line(said.flat, line_chars)
     out.notes = sorted(notes.changed.values(), key=lambda i: (i.seq, i.id))
-    resolved = [r for r in find_resolutions(ops) if r.unit_ids and r.unit_ids[0] in folded]
+    resolved = [r for r in find_resolutions(ops, program=cache.program) if r.unit_ids and r.unit_ids[0] in folded]
     out.fields = merge_fields(previous, [f for u, f in ops if u in folded], resolved)
     out.resolutions = [
         f"{i['issue']} → fixed by {i['resolution']}" for i in out.fields.get("issues_resolved", [])

@@ -379,16 +379,21 @@ def _program(command: str) -> str:
     return " ".join(words)
 
 
-def find_resolutions(ops: Sequence[tuple[str, OperationFacts]]) -> list[Resolution]:
+def find_resolutions(
+    ops: Sequence[tuple[str, OperationFacts]], *, program: Callable[[str], str] | None = None
+) -> list[Resolution]:
     """Failures that a later run of the same command got past, with the commands between.
 
     ``ops`` are (unit id, facts) in run order. A retry that succeeds with nothing run in
-    between resolves the failure "on retry".
+    between resolves the failure "on retry". ``program`` (default: the command without
+    ``sudo``/``env`` prefixes) is what makes two commands the same; a cache's memoised one
+    (:meth:`FactCache.program`) spares re-splitting every command.
     """
+    program = program or _program
     out: list[Resolution] = []
     open_failures: dict[str, int] = {}
     for index, (_unit, facts) in enumerate(ops):
-        key = _program(facts.command)
+        key = program(facts.command)
         if not key:
             continue
         if facts.failed:
@@ -433,11 +438,19 @@ class FactCache:
     Messages are read the same way (:meth:`message`): plans, progress, questions, rules.
     """
 
-    __slots__ = ("_messages", "_ops")
+    __slots__ = ("_messages", "_ops", "_programs")
 
     def __init__(self) -> None:
         self._ops: dict[tuple[str, str], _Entry] = {}
         self._messages: dict[str, tuple[ContextItem, Any]] = {}
+        self._programs: dict[str, str] = {}
+
+    def program(self, command: str) -> str:
+        """What a retry of ``command`` would repeat (see :func:`find_resolutions`), once per command."""
+        key = self._programs.get(command)
+        if key is None:
+            key = self._programs[command] = _program(command)
+        return key
 
     def message(self, item: ContextItem, read: Callable[[ContextItem], _T]) -> _T:
         """``read(item)``, once per message (again only when the item's text changed).
@@ -455,7 +468,10 @@ class FactCache:
         self, call: ContextItem | None, result: ContextItem | None, *, max_chars: int = 0
     ) -> tuple[OperationFacts, str]:
         """The pair's facts and (``max_chars`` > 0) its summary line, from one lookup."""
-        _c, _r, facts, lines = self._entry(call, result)
+        entry = self._ops.get((call.id if call is not None else "", result.id if result is not None else ""))
+        if entry is None or entry[0] is not call or entry[1] is not result:  # the same objects: a hit
+            entry = self._entry(call, result)
+        facts, lines = entry[2], entry[3]
         if not max_chars:
             return facts, ""
         text = lines.get(max_chars)
@@ -488,6 +504,7 @@ class FactCache:
         keep = set(live)
         self._ops = {k: v for k, v in self._ops.items() if k[0] in keep or k[1] in keep}
         self._messages = {k: v for k, v in self._messages.items() if k in keep}
+        self._programs = {}
 
     def __len__(self) -> int:
         return len(self._ops) + len(self._messages)

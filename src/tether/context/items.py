@@ -276,20 +276,25 @@ class ItemCounter:
             lines.clear()
         lines[line] = self.tokenizer.count(line)
 
-    def _count_lines(self, text: str) -> int:
-        """Exact count of a summary from its primed lines plus one count of the rest."""
+    def count_text(self, text: str) -> int:
+        """Exact count of a summary-like text from its primed lines; the other lines are
+        counted one by one and remembered, so the next summary that repeats them (its
+        headers, decisions, constraints, changed settings) costs only lookups."""
         lines = self._lines
         if lines is None:
             return self.tokenizer.count(text)
+        if len(lines) >= _MAX_LINES:
+            lines.clear()
+        count = self.tokenizer.count
         total = 0
-        missed: list[str] = []
         for part in LINE_START.split(text):
             n = lines.get(part)
             if n is None:
-                missed.append(part)
-            else:
-                total += n
-        return total + (self.tokenizer.count("".join(missed)) if missed else 0)
+                n = lines[part] = count(part)
+            total += n
+        return total
+
+    _count_lines = count_text
 
     def _arguments(self, value: object) -> str:
         if isinstance(value, str):
@@ -341,6 +346,20 @@ class ItemCounter:
             role_cost = self.tokenizer.count(role) if self.fmt.count_role else 0
             self._role_cost[role] = role_cost
         return n + self.fmt.per_message + role_cost
+
+    def costs(self, items: Iterable[ContextItem]) -> dict[str, int]:
+        """:meth:`cost` of each item by id, in one pass (what a compression reads)."""
+        per_message = self.fmt.per_message
+        role_cost = self._role_cost
+        out: dict[str, int] = {}
+        for item in items:
+            n = item.tokens if item.tokens >= 0 else self.tokens(item)
+            role = item.role if item.role is not None else _DEFAULT_ROLE.get(item.kind, "user")
+            rc = role_cost.get(role)
+            if rc is None:
+                rc = self.cost(item) - n - per_message
+            out[item.id] = n + per_message + rc
+        return out
 
     def total(self, items: Iterable[ContextItem]) -> int:
         """Prompt tokens of ``items`` as a request, reply priming included."""

@@ -24,7 +24,7 @@ from tether.context.compress import (
     compress_phase,
     fit,
 )
-from tether.context.distill import read_message
+from tether.context.distill import message_line, read_message
 from tether.context.facts import FactCache
 from tether.context.items import ContextItem, ItemCounter, Layer
 from tether.context.summarizer import Summarizer, bullet
@@ -211,7 +211,9 @@ class ContextWindow:
         call_id = item.tool_call_id
         if not call_id:
             if item.kind == "message":  # plans, progress, questions, rules: read once
-                self.facts.message(item, read_message)
+                flat = self.facts.message(item, read_message).flat
+                for n in LINE_LENGTHS:  # its summary line, counted as a summary holds it
+                    self.counter.prime(bullet(message_line(flat, n)) + "\n")
             return
         if item.kind == "tool_call":
             self._calls[call_id] = item
