@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast, get_args
 
-from tether.context.tokens import LINE_START, OPENAI_FORMAT, MessageFormat, Tokenizer, tool_call_tokens
+from tether.context.tokens import OPENAI_FORMAT, MessageFormat, Tokenizer, split_pieces, tool_call_tokens
 from tether.errors import ContextError
 
 logger = logging.getLogger(__name__)
@@ -287,7 +287,7 @@ class ItemCounter:
             lines.clear()
         count = self.tokenizer.count
         total = 0
-        for part in LINE_START.split(text):
+        for part in split_pieces(text):
             n = lines.get(part)
             if n is None:
                 n = lines[part] = count(part)
