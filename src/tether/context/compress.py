@@ -97,6 +97,7 @@ class CompressionResult:
 
 
 _SEQ = attrgetter("seq")
+_LAYER_SEQ = attrgetter("layer", "seq")
 
 
 def group_units(items: Iterable[ContextItem]) -> list[Unit]:
@@ -182,6 +183,8 @@ class _Plan:
     """One short line per decision replaced or constraint lifted, newest last (capped)."""
     phases: list[str] = field(default_factory=list)
     """One line per finished phase, oldest first (from phase compressions)."""
+    cost_of: dict[str, int] = field(default_factory=dict)
+    """Each input item's cost by id, counted once."""
     goal: str = ""
     todos: list[ContextItem] = field(default_factory=list)
     """TODO items other than the current-item copy, in prompt order."""
@@ -297,7 +300,9 @@ def _plan(
 ) -> _Plan:
     items = list(items) if counted else [counter.counted(i) for i in items]
     cost_of = counter.costs(items)  # once: every total below reads it
-    plan = _Plan(level=level, items=items, before=counter.fmt.reply_priming + sum(cost_of.values()))
+    plan = _Plan(
+        level=level, items=items, before=counter.fmt.reply_priming + sum(cost_of.values()), cost_of=cost_of
+    )
     previous: ContextItem | None = None
     goal: str | None = None
     for i in items:  # one pass for what the summary's sections read
@@ -477,7 +482,11 @@ def _protected(unit: Unit) -> bool:
 
 def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None) -> CompressionResult:
     replaced = {n.id for n in plan.notes}
-    kept = [i for i in plan.items if i.id in plan.keep_ids and i.id not in replaced] + plan.notes
+    keep_ids, cost_of = plan.keep_ids, plan.cost_of
+    kept = [i for i in plan.items if i.id in keep_ids and i.id not in replaced]
+    after = counter.fmt.reply_priming + sum([cost_of[i.id] for i in kept])
+    kept += plan.notes
+    after += sum([counter.cost(n) for n in plan.notes])
     summary_id: str | None = None
     assert plan.request is not None
     if plan.request.completed or plan.history or plan.fold or plan.carried or plan.phases:
@@ -500,9 +509,9 @@ def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None
             )
         )
         kept.append(summary)
+        after += counter.cost(summary)
         summary_id = SUMMARY_ID
-    kept.sort(key=lambda i: (i.layer, i.seq))
-    after = counter.total(kept)
+    kept.sort(key=_LAYER_SEQ)
     logger.info(
         "context %s compression: %d -> %d tokens (%.0f%%), %d folded, %d dropped",
         plan.level,

@@ -84,6 +84,11 @@ def _is_done(item: ContextItem) -> bool:
     return str(item.metadata.get("status", "")).lower() in ("done", "completed", "skipped")
 
 
+def _store_order(item: ContextItem) -> int:
+    """Stored items keep their seq; new ones (seq 0) come last, in the order given."""
+    return item.seq if item.seq > 0 else 1 << 62
+
+
 def scale_layer_budgets(budget: int) -> dict[Layer, int]:
     """The default per-layer budgets scaled so that they add up to ``budget``."""
     seed_total = sum(SEED_LAYER_BUDGETS.values())
@@ -307,12 +312,28 @@ class ContextWindow:
             self._layers[layer] = {}
         self._where.clear()
         self._totals = dict.fromkeys(Layer, 0)
-        for item in sorted(items, key=lambda i: i.seq if i.seq > 0 else 1 << 62):
-            if item.id in self._where:
-                raise ContextError(f"duplicate item id {item.id!r}")
-            stored = self._store(item, counted=counted)
-            if self._journal is not None and before.get(stored.id) != stored:
-                self._journal.append(stored.to_dict())
+        # _store inlined: in seq order no layer needs re-sorting (a hot path: every compression)
+        where, layers, totals, cost = self._where, self._layers, self._totals, self.counter.cost
+        for item in sorted(items, key=_store_order):
+            item_id = item.id
+            if item_id in where:
+                raise ContextError(f"duplicate item id {item_id!r}")
+            if item.seq > 0:
+                seq = item.seq
+            else:
+                self._seq += 1
+                seq = self._seq
+            if seq > self._seq:
+                self._seq = seq
+            n = item.tokens if counted and item.tokens >= 0 else self.counter.tokens(item)
+            if item.seq != seq or item.tokens != n:
+                item = dataclasses.replace(item, seq=seq, tokens=n)
+            layers[item.layer][item_id] = item
+            where[item_id] = item.layer
+            totals[item.layer] += cost(item)
+            self.version += 1
+            if self._journal is not None and before.get(item_id) != item:
+                self._journal.append(item.to_dict())
         if self._journal is not None:
             self._journal += [{"id": i, "removed": True} for i in before if i not in self._where]
         self._maybe_prune()
