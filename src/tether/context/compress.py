@@ -259,7 +259,7 @@ def _flat(text: str, limit: int) -> str:
 _SUPERSEDED_LINES = 12
 
 
-def _supersede(plan: _Plan, previous: ContextItem | None) -> None:
+def _supersede(plan: _Plan, previous: ContextItem | None, facts: FactCache | None) -> None:
     """Keep only the current decisions and constraints; the replaced ones become lines."""
     replaced = {n.id for n in plan.notes}
     kinds = ("decision", "constraint")
@@ -267,7 +267,7 @@ def _supersede(plan: _Plan, previous: ContextItem | None) -> None:
     candidates = kept + [n for n in plan.notes if n.kind in kinds]
     lines = [str(x) for x in previous.metadata.get("superseded", [])] if previous is not None else []
     gone: set[str] = set()
-    for s in find_superseded(candidates):
+    for s in find_superseded(candidates, facts=facts):
         gone.add(s.old_id)
         lines.append(s.line)
     if gone:
@@ -392,7 +392,7 @@ def _plan(
     d = distill(plan.fold, units, items, previous=facts, line_chars=line_chars, cache=facts_cache)
     plan.notes = [counter.counted(n) for n in d.notes]
     plan.fields, plan.resolutions = d.fields, d.resolutions
-    _supersede(plan, previous)
+    _supersede(plan, previous, facts_cache)
     replaced = {n.id for n in plan.notes}
     kept = counter.fmt.reply_priming + sum(counter.cost(n) for n in plan.notes)
     kept += sum(cost_of[i] for i in plan.keep_ids if i not in replaced)
@@ -409,10 +409,20 @@ def _plan(
     estimate = _estimator(tokenize, remaining)
     total_lines = len(remaining)
     if summary_budget is not None:
-        overhead = counter.count_text(StructuredSummarizer().summarize(_request(plan, [], archive_id, 0)))
-        plan.history, remaining = bound_summary(
-            plan.history, remaining, budget=summary_budget, count=estimate, overhead=overhead
+        head = StructuredSummarizer().summarize(_request(plan, [], archive_id, 0))
+        bound = counter.upper_bound(head)  # when even this fits, the exact count changes nothing
+        history, bounded = bound_summary(
+            plan.history, remaining, budget=summary_budget, count=estimate, overhead=bound
         )
+        if len(bounded) != len(remaining) or len(history) != len(plan.history):
+            history, bounded = bound_summary(
+                plan.history,
+                remaining,
+                budget=summary_budget,
+                count=estimate,
+                overhead=counter.count_text(head),
+            )
+        plan.history, remaining = history, bounded
     cut = total_lines - len(remaining)  # the oldest lines went into paragraphs
     summary_tokens = estimate(StructuredSummarizer().summarize(_request(plan, remaining, archive_id, 0)))
     cost = kept + counter.fmt.per_message + 1 + summary_tokens

@@ -80,7 +80,7 @@ class Distilled:
 class MessageFacts:
     """What one message says that a compression reads, read once per message.
 
-    A window reads each message when it arrives (:meth:`FactCache.message`), so a
+    A window reads each message when it arrives (:meth:`FactCache.memo`), so a
     compression of a long run reads these instead of matching every message again.
     """
 
@@ -233,7 +233,7 @@ def distill(
                 out.lines[head.id] = flatten(head.text, line_chars)
             continue
         role = head.effective_role
-        said = cache.message(head, read_message)
+        said = cache.memo(head, read_message)
         if said.updates:
             notes.progress(head, said.updates)
         if said.configs:  # "set WORKERS to 4" in a message counts like WORKERS=4 in a file
@@ -282,7 +282,9 @@ def distill(
                 out.absorbed.add(head.id)
         out.lines[head.id] = message_line(said.flat, line_chars)
     out.notes = sorted(notes.changed.values(), key=lambda i: (i.seq, i.id))
-    resolved = [r for r in find_resolutions(ops, program=cache.program) if r.unit_ids and r.unit_ids[0] in folded]
+    resolved = [
+        r for r in find_resolutions(ops, program=cache.program) if r.unit_ids and r.unit_ids[0] in folded
+    ]
     out.fields = merge_fields(previous, [f for u, f in ops if u in folded], resolved)
     out.resolutions = [
         f"{i['issue']} → fixed by {i['resolution']}" for i in out.fields.get("issues_resolved", [])

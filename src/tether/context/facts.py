@@ -435,14 +435,15 @@ class FactCache:
     Mining outputs is most of what a compression would cost, so a window fills this as
     tool results arrive and a compression reads it. Keyed by the items' ids and checked
     against their text, so a replaced item is mined again, never served stale facts.
-    Messages are read the same way (:meth:`message`): plans, progress, questions, rules.
+    Messages and decisions are read the same way (:meth:`memo`): plans, progress, questions,
+    rules, what a decision sets.
     """
 
-    __slots__ = ("_messages", "_ops", "_programs")
+    __slots__ = ("_ops", "_programs", "_reads")
 
     def __init__(self) -> None:
         self._ops: dict[tuple[str, str], _Entry] = {}
-        self._messages: dict[str, tuple[ContextItem, Any]] = {}
+        self._reads: dict[Callable[[ContextItem], Any], dict[str, tuple[ContextItem, Any]]] = {}
         self._programs: dict[str, str] = {}
 
     def program(self, command: str) -> str:
@@ -452,16 +453,21 @@ class FactCache:
             key = self._programs[command] = _program(command)
         return key
 
-    def message(self, item: ContextItem, read: Callable[[ContextItem], _T]) -> _T:
-        """``read(item)``, once per message (again only when the item's text changed).
+    def memo(self, item: ContextItem, read: Callable[[ContextItem], _T]) -> _T:
+        """``read(item)``, once per item and reader (again only when the item's text changed).
 
-        One reader per cache: the value is stored by the item's id alone.
+        ``read`` must be a pure function of the item's kind, role, content and metadata:
+        what a message says (:func:`~tether.context.distill.read_message`), what a decision
+        decides (:mod:`~tether.context.supersede`).
         """
-        hit = self._messages.get(item.id)
+        values = self._reads.get(read)
+        if values is None:
+            values = self._reads[read] = {}
+        hit = values.get(item.id)
         if hit is not None and _same(hit[0], item) and hit[0].role == item.role:
             return cast(_T, hit[1])
         value = read(item)
-        self._messages[item.id] = (item, value)
+        values[item.id] = (item, value)
         return value
 
     def mined(
@@ -503,8 +509,8 @@ class FactCache:
         """Forget operations and messages whose items left the window."""
         keep = set(live)
         self._ops = {k: v for k, v in self._ops.items() if k[0] in keep or k[1] in keep}
-        self._messages = {k: v for k, v in self._messages.items() if k in keep}
+        self._reads = {r: {k: v for k, v in values.items() if k in keep} for r, values in self._reads.items()}
         self._programs = {}
 
     def __len__(self) -> int:
-        return len(self._ops) + len(self._messages)
+        return len(self._ops) + sum(len(values) for values in self._reads.values())

@@ -11,7 +11,7 @@ import itertools
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
 from tether.context.tokens import OPENAI_FORMAT, MessageFormat, Tokenizer, split_pieces, tool_call_tokens
@@ -211,6 +211,26 @@ class ContextItem:
             raise ContextError(f"not a context item: {exc}") from exc
 
 
+def with_count(item: ContextItem, tokens: int, seq: int | None = None) -> ContextItem:
+    """``item`` with its count (and seq) set: ``dataclasses.replace`` without its field
+    introspection, which cost more than the rest of adding an item (a hot path: every add)."""
+    return ContextItem(
+        id=item.id,
+        kind=item.kind,
+        content=item.content,
+        layer=item.layer,
+        role=item.role,
+        priority=item.priority,
+        pinned=item.pinned,
+        tokens=tokens,
+        phase=item.phase,
+        todo_id=item.todo_id,
+        tool_call_id=item.tool_call_id,
+        seq=item.seq if seq is None else seq,
+        metadata=item.metadata,
+    )
+
+
 def _opt_str(value: object) -> str | None:
     return None if value is None else str(value)
 
@@ -296,6 +316,13 @@ class ItemCounter:
 
     _count_lines = count_text
 
+    def upper_bound(self, text: str) -> int:
+        """At least :meth:`count_text` of ``text``, cheaply: a byte-level BPE token is at
+        least one byte, so the UTF-8 length bounds its count (other tokenizers count)."""
+        return (
+            len(text.encode("utf-8", "surrogatepass")) if self._lines is not None else self.count_text(text)
+        )
+
     def _arguments(self, value: object) -> str:
         if isinstance(value, str):
             return value
@@ -330,7 +357,7 @@ class ItemCounter:
     def counted(self, item: ContextItem) -> ContextItem:
         """``item`` with :attr:`ContextItem.tokens` filled in (the same object if it was)."""
         n = self.tokens(item)
-        return item if item.tokens == n else replace(item, tokens=n)
+        return item if item.tokens == n else with_count(item, n)
 
     def seed(self, item: ContextItem) -> None:
         """Trust an already-counted item (a restore by the same tokenizer)."""

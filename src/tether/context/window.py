@@ -26,7 +26,7 @@ from tether.context.compress import (
 )
 from tether.context.distill import message_line, read_message
 from tether.context.facts import FactCache
-from tether.context.items import ContextItem, ItemCounter, Layer
+from tether.context.items import ContextItem, ItemCounter, Layer, with_count
 from tether.context.summarizer import Summarizer, bullet
 from tether.context.tokens import (
     ANTHROPIC_FORMAT,
@@ -182,7 +182,7 @@ class ContextWindow:
         self._seq = max(self._seq, seq)
         n = item.tokens if counted and item.tokens >= 0 else self.counter.tokens(item)
         if item.seq != seq or item.tokens != n:
-            item = dataclasses.replace(item, seq=seq, tokens=n)
+            item = with_count(item, n, seq)
         layer_items = self._layers[item.layer]
         out_of_order = bool(layer_items) and next(reversed(layer_items.values())).seq > seq
         layer_items[item.id] = item
@@ -216,7 +216,7 @@ class ContextWindow:
         call_id = item.tool_call_id
         if not call_id:
             if item.kind == "message":  # plans, progress, questions, rules: read once
-                flat = self.facts.message(item, read_message).flat
+                flat = self.facts.memo(item, read_message).flat
                 for n in LINE_LENGTHS:  # its summary line, counted as a summary holds it
                     self.counter.prime(bullet(message_line(flat, n)) + "\n")
             return
@@ -244,7 +244,7 @@ class ContextWindow:
             return stored
         n = self.counter.tokens(item)
         if item.seq != old.seq or item.tokens != n:
-            item = dataclasses.replace(item, seq=old.seq, tokens=n)
+            item = with_count(item, n, old.seq)
         self._layers[item.layer][item.id] = item  # an existing key keeps its position
         self._totals[item.layer] += self.counter.cost(item) - self.counter.cost(old)
         self.version += 1
@@ -327,7 +327,7 @@ class ContextWindow:
                 self._seq = seq
             n = item.tokens if counted and item.tokens >= 0 else self.counter.tokens(item)
             if item.seq != seq or item.tokens != n:
-                item = dataclasses.replace(item, seq=seq, tokens=n)
+                item = with_count(item, n, seq)
             layers[item.layer][item_id] = item
             where[item_id] = item.layer
             totals[item.layer] += cost(item)
