@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import inspect
 import logging
-from operator import attrgetter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Literal, cast
 
 from tether.context.distill import distill
@@ -409,8 +409,8 @@ def _plan(
     estimate = _estimator(tokenize, remaining)
     total_lines = len(remaining)
     if summary_budget is not None:
-        head = StructuredSummarizer().summarize(_request(plan, [], archive_id, 0))
-        bound = counter.upper_bound(head)  # when even this fits, the exact count changes nothing
+        frame = StructuredSummarizer().summarize(_request(plan, [], archive_id, 0))
+        bound = counter.upper_bound(frame)  # when even this fits, the exact count changes nothing
         history, bounded = bound_summary(
             plan.history, remaining, budget=summary_budget, count=estimate, overhead=bound
         )
@@ -420,7 +420,7 @@ def _plan(
                 remaining,
                 budget=summary_budget,
                 count=estimate,
-                overhead=counter.count_text(head),
+                overhead=counter.count_text(frame),
             )
         plan.history, remaining = history, bounded
     cut = total_lines - len(remaining)  # the oldest lines went into paragraphs
@@ -484,7 +484,7 @@ def _estimator(count: Callable[[str], int], texts: Sequence[str]) -> Callable[[s
 
 def _protected(unit: Unit) -> bool:
     """Any item of the unit is protected (a pinned summary is pinned, so it is too)."""
-    for i in unit:  # a plain loop: this runs once per unit of a long window
+    for i in unit:  # noqa: SIM110 - any() builds a generator per unit; this runs once per unit
         if i.pinned or i.layer is Layer.SYSTEM or i.kind in PROTECTED_KINDS:
             return True
     return False
