@@ -3,13 +3,16 @@ have served the read: tokens, scopes, namespaces and the Host guard hold on it."
 
 from __future__ import annotations
 
+import json
+import random
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.server.conftest import bearer, new_id, serve
 from tests.server.test_api import paused_run
-from tests.server.test_encodings import raw_get
+from tests.server.test_encodings import BROWSER, raw_get
 from tether.server import fastpath
 from tether.server.auth import COOKIE
 
@@ -97,3 +100,74 @@ async def test_the_host_guard_still_sees_fast_path_reads(sqlite_url, taken):
         r = await client.get(f"/api/runs/{rid}/snapshot", headers={"Host": "evil.example"})
         assert r.status_code == 400 and "host" in r.json()["type"]
         assert taken == []
+
+
+def big_notes(n_bytes: int) -> list[str]:
+    """Varied text (a repeated character would make gzip's job trivial)."""
+    rng = random.Random(7)
+    words = [
+        "deploy",
+        "build",
+        "retry",
+        "timeout",
+        "cache",
+        "token",
+        "prompt",
+        "agent",
+        "tool",
+        "result",
+        "summary",
+    ]
+    notes, size = [], 0
+    while size < n_bytes:
+        note = f"{len(notes)}: " + " ".join(rng.choices(words, k=rng.randint(5, 40)))
+        notes.append(note)
+        size += len(note) + 3
+    return notes
+
+
+async def test_a_large_body_goes_out_in_slices_and_arrives_whole(sqlite_url):
+    """A 2 MB snapshot leaves as several body messages of at most the slice size, and a
+    real uvicorn delivers it whole in every coding, with its Content-Length."""
+    from tests.server.conftest import live
+    from tether.server.deps import STREAM_CHUNK
+
+    async with live(sqlite_url) as (base, app):
+        rid = new_id("big")
+        notes = big_notes(2_000_000)
+        await paused_run(app, rid, notes=notes)
+        path = f"/api/runs/{rid}/snapshot"
+        sent: list[dict[str, Any]] = []
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(b"host", b"127.0.0.1"), (b"accept-encoding", b"identity")],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+            "state": {},
+        }
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await app(scope, receive, send)
+        bodies = [m for m in sent if m["type"] == "http.response.body"]
+        assert len(bodies) >= 4 and all(len(m["body"]) <= STREAM_CHUNK for m in bodies)
+        assert [m.get("more_body", False) for m in bodies] == [True] * (len(bodies) - 1) + [False]
+        whole = b"".join(bytes(m["body"]) for m in bodies)
+        assert int(dict(sent[0]["headers"])[b"content-length"]) == len(whole)
+        assert json.loads(whole)["stateData"]["notes"] == notes
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            for coding in ("identity", "gzip", BROWSER):
+                r = await http.get(path, headers={"Accept-Encoding": coding})
+                assert r.status_code == 200 and r.json()["stateData"]["notes"] == notes, coding

@@ -24,6 +24,7 @@ from tether.server.deps import (
     Reader,
     SnapshotCache,
     Store,
+    body_response,
     encode,
     epoch_ms,
     incarnation,
@@ -356,13 +357,13 @@ async def answer_snapshot(
             headers["Delta-Base"] = f'"{request_tag(if_none_match, from_version)}"'
             if coding != "identity":
                 headers["Content-Encoding"] = coding
-            return Response(body, status_code=226, media_type="application/json", headers=headers)
+            return body_response(body, 226, headers)
     entry = await cache.fetch(run_id, info.version, variant, build)
     body, coding = await pick_encoding(cache, entry, wanted, (run_id, info.version, variant))
     headers["ETag"] = f'"{tag}{SUFFIX.get(coding, "")}"'
     if coding != "identity":
         headers["Content-Encoding"] = coding
-    return Response(body, media_type="application/json", headers=headers)
+    return body_response(body, 200, headers)
 
 
 async def pick_encoding(
