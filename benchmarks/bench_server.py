@@ -44,6 +44,7 @@ import datetime as dt
 import json
 import os
 import random
+import signal
 import socket
 import statistics
 import subprocess
@@ -343,7 +344,9 @@ def measured(spec: dict[str, Any], server_pid: int) -> dict[str, Any]:
     server's CPU is read around the whole worker, its wall clock covers the timed reads)."""
     before = cpu_seconds(server_pid)
     result = run_worker(spec)
-    result["server_cores"] = (cpu_seconds(server_pid) - before) / result["wall"]
+    used = cpu_seconds(server_pid) - before
+    result["server_cores"] = used / result["wall"]
+    result["server_ms_per_request"] = used * 1e3 / len(result["times"])
     return result
 
 
@@ -503,13 +506,14 @@ def p50_p95(times: list[float]) -> str:
     return f"p50 {statistics.median(times) * 1e3:.1f} / p95 {percentile(times, 95) * 1e3:.1f} ms"
 
 
-def start_server(url: str, log: Path) -> tuple[subprocess.Popen[bytes], str, int]:
+def start_server(url: str, log: Path, profile: str | None) -> tuple[subprocess.Popen[bytes], str, int]:
     import httpx
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    under = ["-m", "cProfile", "-o", profile] if profile else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tether.cli.app", "serve", "--store", url, "--port", str(port)],
+        [sys.executable, *under, "-m", "tether.cli.app", "serve", "--store", url, "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=log.open("wb"),
@@ -535,6 +539,12 @@ def main() -> int:
     ap.add_argument("--events", type=int, help="events sent to the subscribers (default 30; 10 with --quick)")
     ap.add_argument("--list-runs", type=int, default=1_000, help="runs to list for the memory line")
     ap.add_argument("--only-reads", action="store_true", help="skip the update, event and memory lines")
+    ap.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="run the server under cProfile and write its stats to FILE at the end (slows it: "
+        "read the profile, not the figures; python -m pstats FILE)",
+    )
     args = ap.parse_args()
     n_runs = args.runs or (1 if args.quick else 3)
     rounds = args.rounds or (1 if args.quick else 2)
@@ -549,7 +559,7 @@ def main() -> int:
     url = f"sqlite:///{tmp}/server.db"
     big, small = asyncio.run(seed(url, args.list_runs))
     log = Path(tmp, "server.log")
-    proc, base, port = start_server(url, log)
+    proc, base, port = start_server(url, log, args.profile)
     path = f"/api/runs/{big}/snapshot"
     try:
         import httpx
@@ -563,6 +573,7 @@ def main() -> int:
                 rep.line(f"body sent, {coding}", Path(file).stat().st_size / MB, "MB")
             floor, floor_port = start_floor(bodies)
             pooled: dict[str, list[float]] = {}
+            reconnects = 0
             cores: dict[str, list[float]] = {}
             try:
                 for _ in range(rounds):
@@ -582,6 +593,7 @@ def main() -> int:
                             }
                             r = measured(spec, pid)
                             pooled.setdefault(f"{who} {coding}", []).extend(r["times"])
+                            reconnects += r["reconnects"]
                             cores.setdefault(f"{who} {coding}", []).append(r["server_cores"])
                     # one reader, the browser's codings, interleaved with the direct store read
                     pooled.setdefault("store", []).extend(asyncio.run(store_reads(url, big, 2 * reads)))
@@ -589,10 +601,21 @@ def main() -> int:
                         spec = {"job": "reads", "port": port, "path": path, "clients": 1, "reads": 2 * reads}
                         r = run_worker(spec | {"mode": coding, "expect": coding})
                         pooled.setdefault(f"one {coding}", []).extend(r["times"])
+                    spec = {
+                        "job": "reads",
+                        "port": floor_port,
+                        "path": "/zstd",
+                        "clients": 1,
+                        "reads": 2 * reads,
+                    }
+                    r = run_worker(spec | {"mode": "zstd", "expect": "zstd"})
+                    pooled.setdefault("one floor zstd", []).extend(r["times"])
                     spec = {"job": "reads", "port": port, "path": path, "clients": args.clients}
                     r = measured(spec | {"reads": reads * 10, "mode": "304"}, proc.pid)
                     pooled.setdefault("304", []).extend(r["times"])
                     cores.setdefault("304", []).append(r["server_cores"])
+                    cores.setdefault("304 ms", []).append(r["server_ms_per_request"])
+                    reconnects += r["reconnects"]
             finally:
                 stop_floor(floor)
             rep.section(f"{args.clients} readers, full body, time to the decoded body")
@@ -623,6 +646,13 @@ def main() -> int:
                 rep.line(
                     f"one reader, {coding}: p50", statistics.median(times) * 1e3, "ms", note=p50_p95(times)
                 )
+            floor_one = pooled["one floor zstd"]
+            rep.line(
+                "one reader, zstd, from the floor server: p50",
+                statistics.median(floor_one) * 1e3,
+                "ms",
+                note=p50_p95(floor_one) + "; the rest is the reader's decoding",
+            )
             rep.target(
                 "one reader (browser: zstd) p50 / store read p50",
                 statistics.median(pooled["one zstd"]) / store_p50,
@@ -630,6 +660,8 @@ def main() -> int:
             )
             rep.section(f"{args.clients} readers re-reading: 304 and the delta after one step")
             rep.line("server CPU during the 304 line", statistics.median(cores["304"]), "cores")
+            rep.line("server CPU per 304", statistics.median(cores["304 ms"]), "ms")
+            rep.line("idle connections the server closed (reader reconnected)", reconnects, "")
             rep.target(
                 f"{args.clients} readers, 304: p95", percentile(pooled["304"], 95) * 1e3, goal=20, unit="ms"
             )
@@ -645,6 +677,7 @@ def main() -> int:
             r = measured(spec | {"reads": reads * 10 * rounds, "mode": "delta"}, proc.pid)
             rep.line("delta body (226)", r["sent"] / 1000, "kB", note=r["coding"])
             rep.line("server CPU during the delta line", r["server_cores"], "cores")
+            rep.line("server CPU per delta read", r["server_ms_per_request"], "ms")
             rep.target(
                 f"{args.clients} readers, delta (226): p95",
                 percentile(r["times"], 95) * 1e3,
@@ -674,8 +707,10 @@ def main() -> int:
         print(f"# the server's log ({log}), its end:\n{log.read_text()[-3000:]}")
         raise
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        # uvicorn re-raises the signal it stopped on: SIGINT ends in a KeyboardInterrupt,
+        # which lets cProfile write its file; SIGTERM would kill the process first
+        proc.send_signal(signal.SIGINT if args.profile else signal.SIGTERM)
+        proc.wait(timeout=60)
     return rep.finish()
 
 
