@@ -595,6 +595,7 @@ def main() -> int:
                             pooled.setdefault(f"{who} {coding}", []).extend(r["times"])
                             reconnects += r["reconnects"]
                             cores.setdefault(f"{who} {coding}", []).append(r["server_cores"])
+                            cores.setdefault(f"{who} {coding} ms", []).append(r["server_ms_per_request"])
                     # one reader, the browser's codings, interleaved with the direct store read
                     pooled.setdefault("store", []).extend(asyncio.run(store_reads(url, big, 2 * reads)))
                     for coding in ("identity", "gzip", "zstd"):
@@ -628,6 +629,12 @@ def main() -> int:
                 rep.line(f"tether {coding}: p50", statistics.median(mine) * 1e3, "ms", note=p50_p95(mine))
                 rep.line(f"floor  {coding}: p50", statistics.median(bare) * 1e3, "ms", note=p50_p95(bare))
                 rep.line(f"server CPU, tether / floor, {coding}", c_mine, "cores", note=f"floor {c_bare:.2f}")
+                rep.line(
+                    f"server CPU per request, tether, {coding}",
+                    statistics.median(cores[f"tether {coding} ms"]),
+                    "ms",
+                    note=f"floor {statistics.median(cores[f'floor {coding} ms']):.2f} ms",
+                )
                 rep.target(
                     f"{args.clients} readers, {coding}: p95 / floor p95",
                     percentile(mine, 95) / percentile(bare, 95),
