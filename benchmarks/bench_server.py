@@ -31,7 +31,11 @@ Targets (ratios within one run; met when they hold in two of three runs):
 - one reader (a browser's ``Accept-Encoding``: zstd) p50 <= 1.5x a direct store read
   (``store.snapshot`` in this process, interleaved with it).
 
-Other lines: the server's CPU per line (cores), one reader in every coding, an update
+The 304 line has a floor line too (the bare server answering 304 to the same readers): what
+the clients and the host cost alone, beside the absolute 20 ms target.
+
+Other lines: the server's CPU per line (cores) and per request, one reader in every coding
+and one from the floor server (the rest of its time is the reader's decoding), an update
 while PAUSED against ``store.update_state``, events fanned out to 100 subscribers, the
 server's memory.
 """
@@ -276,8 +280,8 @@ async def floor_server(spec: dict[str, Any]) -> None:
     the service sent for that coding (and its ``Content-Encoding``), nothing else."""
     bodies = {k: Path(v).read_bytes() for k, v in spec["bodies"].items()}
     heads = {
-        k: b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n"
-        % (len(v), b"" if k == "identity" else b"content-encoding: %s\r\n" % k.encode())
+        k: b'HTTP/1.1 200 OK\r\ncontent-length: %d\r\netag: "%s"\r\n%s\r\n'
+        % (len(v), k.encode(), b"" if k == "identity" else b"content-encoding: %s\r\n" % k.encode())
         for k, v in bodies.items()
     }
 
@@ -286,6 +290,9 @@ async def floor_server(spec: dict[str, Any]) -> None:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 key = head.split(b" ", 2)[1].decode().strip("/")
+                if b"\r\nif-none-match:" in head.lower():  # the client holds it: what a 304 costs
+                    writer.write(b'HTTP/1.1 304 Not Modified\r\netag: "%s"\r\n\r\n' % key.encode())
+                    continue
                 writer.write(heads[key])
                 writer.write(bodies[key])
                 await writer.drain()
@@ -611,6 +618,9 @@ def main() -> int:
                     }
                     r = run_worker(spec | {"mode": "zstd", "expect": "zstd"})
                     pooled.setdefault("one floor zstd", []).extend(r["times"])
+                    spec = {"job": "reads", "port": floor_port, "path": "/zstd", "clients": args.clients}
+                    r = run_worker(spec | {"reads": reads * 10, "mode": "304"})
+                    pooled.setdefault("floor 304", []).extend(r["times"])
                     spec = {"job": "reads", "port": port, "path": path, "clients": args.clients}
                     r = measured(spec | {"reads": reads * 10, "mode": "304"}, proc.pid)
                     pooled.setdefault("304", []).extend(r["times"])
@@ -669,6 +679,15 @@ def main() -> int:
             rep.line("server CPU during the 304 line", statistics.median(cores["304"]), "cores")
             rep.line("server CPU per 304", statistics.median(cores["304 ms"]), "ms")
             rep.line("idle connections the server closed (reader reconnected)", reconnects, "")
+            rep.line(
+                f"floor: {args.clients} readers of a bare server's 304: p95",
+                percentile(pooled["floor 304"], 95) * 1e3,
+                "ms",
+                note=p50_p95(pooled["floor 304"]) + "; the clients' and the host's share",
+            )
+            rep.line(
+                "tether 304: p50", statistics.median(pooled["304"]) * 1e3, "ms", note=p50_p95(pooled["304"])
+            )
             rep.target(
                 f"{args.clients} readers, 304: p95", percentile(pooled["304"], 95) * 1e3, goal=20, unit="ms"
             )
