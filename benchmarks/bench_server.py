@@ -583,12 +583,15 @@ def main() -> int:
             reconnects = 0
             cores: dict[str, list[float]] = {}
             try:
-                for _ in range(rounds):
+                for turn in range(rounds):
                     for coding in ("identity", "gzip", "zstd"):
-                        for who, p, where, pid in (
+                        pair = [
                             ("tether", port, path, proc.pid),
                             ("floor", floor_port, f"/{coding}", floor.pid),
-                        ):
+                        ]
+                        if (run + turn) % 2:  # each goes first as often as the other
+                            pair.reverse()
+                        for who, p, where, pid in pair:
                             spec = {
                                 "job": "reads",
                                 "port": p,
