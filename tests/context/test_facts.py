@@ -210,3 +210,20 @@ def test_prose_configuration_and_whole_commands() -> None:
         max_chars=200
     )
     assert "TO ledger_migrator_x'" in line and "ledger_x" in line and "/srv/…/0042.sql" in line
+
+
+def test_urls_url_settings_and_tool_versions_in_an_output_are_facts():
+    """Lines the first-line fallback used to drop: an endpoint, a setting whose value is a
+    URL, and a tool's version on a line of its own."""
+    from tether.context.facts import extract_output
+
+    health = extract_output("probing\nGET http://orders.staging.local:8080/health 200 OK")
+    assert health.environment == ("http://orders.staging.local:8080/health",)
+    db = extract_output("connecting\nDATABASE_URL=postgres://orders@db-7/orders\nconnected")
+    assert db.configurations == {"DATABASE_URL": "postgres://orders@db-7/orders"}
+    runtime = extract_output("python runtime check\nPython 3.11.7\nok")
+    assert "Python 3.11.7" in runtime.details
+    assert "nginx/1.25.3" in extract_output("nginx/1.25.3\n").details[0]
+    assert extract_output("took 3.5 seconds in all, then 2.1 more\n").details == (
+        "took 3.5 seconds in all, then 2.1 more",
+    )  # prose with numbers is not a version line (the first-line fallback keeps it)

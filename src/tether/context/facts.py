@@ -49,9 +49,11 @@ _HOSTPORT = re.compile(r"\b((?:\d{1,3}(?:\.\d{1,3}){3}|localhost|[a-z][\w-]*(?:\
 _PATH = re.compile(r"(?<![\w:/.])(/(?:[\w.@+-]+/)*[\w.@+-]+/?)")
 _VERSION = re.compile(r"\b[\w-]*?\d+\.\d+(?:\.[\w]+)*(?:[-+][\w.]+)?\b")
 _NAMED_VERSION = re.compile(
-    r"^[A-Za-z][\w+.-]*(?: [A-Za-z][\w+.-]*)?[ /]v?\d+\.\d+(?:\.\d+)*(?:[-+][\w.]+)?\b"
+    r"^[A-Za-z][\w+.-]*(?: [A-Za-z][\w+.-]*)?"
+    r"(?:/v?\d+\.\d+(?:\.\d+)*| v?\d+\.\d+\.\d+(?:\.\d+)*)(?:[-+][\w.]+)?\b"
 )
-"""A tool and its version at the start of a line: ``Python 3.11.7``, ``nginx/1.25.3``, ``node v20.11.1``."""
+"""A tool and its version at the start of a line: ``Python 3.11.7``, ``nginx/1.25.3``, ``node v20.11.1``
+(three parts after a space, so "took 3.5 seconds" is not one)."""
 _HASH = re.compile(r"\b(?:sha256:)?[0-9a-f]{7,64}\b|\b[0-9a-f]{7,12}\.\.[0-9a-f]{7,12}\b")
 _ERROR = re.compile(
     r"(?i)((?-i:Error|Exception)\b|\berror\b|\bfailed\b|\bfailure\b|\bfatal\b|exception|\bdenied\b|"
