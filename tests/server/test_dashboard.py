@@ -142,6 +142,13 @@ async def test_failed_step_skip_in_the_recovery_panel_continues_the_run(served, 
     assert "waits for a decision" in (await page.locator("#resume").get_attribute("title") or "")
     assert await page.locator("#open-compress").is_disabled()  # no context window in this run
     assert not EMOJI.search(await page.locator("#failure-text").inner_text())  # no emoji font needed
+    listed = next(r for r in (await client.get("/api/runs")).json()["items"] if r["runId"] == rid)
+    assert listed["waitsFor"] == "decision"
+    runs = await browser.new_page()
+    await runs.goto(f"{base}/ui/runs")
+    why = runs.locator(f"tr[data-run='{rid}'] td[data-reason]")
+    await expect(why).to_have_text("waits for a decision")
+    await runs.close()
     await page.screenshot(path=shot("failure-recovery"), full_page=True)
     await panel.locator("button[data-decision=skip]").click()
     await expect(page.locator("#status")).to_have_class("badge COMPLETED")

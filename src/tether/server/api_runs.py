@@ -36,6 +36,7 @@ from tether.server.executor import Executor
 from tether.server.problems import PROBLEM_RESPONSES
 from tether.state import RunStatus
 from tether.state.model import ExecutionContextSnapshot, RunInfo
+from tether.state.reserved import runtime_get
 from tether.stores.base import CheckpointStore
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], responses=PROBLEM_RESPONSES)
@@ -66,6 +67,10 @@ class RunSummary(BaseModel):
     updatedAt: dt.datetime
     executing: bool
     holder: HolderView | None = Field(description="who executes it now (RUNNING runs only)")
+    waitsFor: str | None = Field(
+        default=None, description="what a PAUSED run waits on: decision, answer or approval (else null)"
+    )
+    pauseReason: str | None = Field(default=None, description="why a PAUSED run stopped, as recorded")
 
 
 class RunPage(BaseModel):
@@ -138,6 +143,26 @@ def summary(info: RunInfo, executing: bool, holder: Holder | None = None) -> dic
     }
 
 
+async def _why_paused(store: CheckpointStore, run_id: str) -> dict[str, Any]:
+    """What a paused run waits on and its recorded reason: the runs list's "why" column
+    (one load per paused run on the page; running and finished runs need none)."""
+    cp = await store.load(run_id)
+    if cp is None:
+        return {}
+    state = cp.state
+    pending = runtime_get(state, "pending_decision")
+    if state.get("pending_approval"):
+        waits = "approval"
+    elif isinstance(pending, dict) and pending.get("options"):
+        waits = "decision"
+    elif state.get("pending_question"):
+        waits = "answer"
+    else:
+        waits = None
+    reason = runtime_get(state, "pause_reason")
+    return {"waitsFor": waits, "pauseReason": reason if isinstance(reason, str) else None}
+
+
 def holder_view(holder: Holder | None) -> dict[str, Any] | None:
     if holder is None:
         return None
@@ -178,7 +203,10 @@ async def list_runs(
             shown, holder = await held_by(store, info)  # one load, RUNNING runs only
             if shown is not info.status and not executing:
                 info = replace(info, status=shown)  # a dead holder: INTERRUPTED
-            wanted.append(summary(info, executing, holder))
+            item = summary(info, executing, holder)
+            if info.status is RunStatus.PAUSED and not executing:
+                item.update(await _why_paused(store, info.run_id))
+            wanted.append(item)
             if len(wanted) > limit:
                 break
         if len(batch) < page:
