@@ -1,12 +1,24 @@
 """Celery workers: throughput of short runs with 1, 2, 4 worker processes against one process
 without Celery, and recovery after kill -9 of the worker executing a run.
 
-    PYTHONPATH=src:benchmarks python benchmarks/bench_workers.py            # full: 500 runs, 1/2/4 workers, 3 repeats
-    PYTHONPATH=src:benchmarks python benchmarks/bench_workers.py --quick    # 40 runs, 1/2 workers, 1 repeat
+    PYTHONPATH=src:benchmarks python benchmarks/bench_workers.py            # full: 500 runs a line, 1/2/4 workers, 3 repeats
+    PYTHONPATH=src:benchmarks python benchmarks/bench_workers.py --quick    # 100 runs a line, 1/2 workers, 1 repeat
 
-Store: --store (default TETHER_TEST_POSTGRESQL_URL or postgresql://127.0.0.1:5432/test);
-broker: --broker (default amqp://guest:guest@127.0.0.1:5672//). Each measurement uses its
-own queue, deleted afterwards. Every run is 5 no-op steps (the tests' ``five`` workflow).
+Store: --store (default TETHER_TEST_POSTGRESQL_URL or postgresql://127.0.0.1:5432/test, the
+realistic fleet store); broker: --broker (default amqp://guest:guest@127.0.0.1:5672//). Every
+run is 5 no-op steps (the tests' ``five`` workflow).
+
+How the throughput lines are taken, so that host noise lands on every line alike: the worker
+processes of each count (1, 2, 4; ``--concurrency 1`` each, on a queue of their own, deleted
+afterwards) are started and warmed up first, then each repeat measures its ``--runs`` runs per
+line in ``--rounds`` interleaved rounds (in-process, 1 worker, 2 workers, 4 workers, then again),
+and a line's rate is its runs over the sum of its rounds. The runs of a worker line are stored
+PENDING before its clock starts (as ``submit()`` does before it sends); the clock runs from the
+first message sent to the last run seen COMPLETED. Beside each rate: the CPU seconds per run of
+the worker processes (in-process: of this process), which shows what Celery adds apart from
+waiting on the store. The workers' sweepers are off here (``--sweep-interval 0``): a sweep
+looks at the shared store only while the queue is empty, once every 2 s for the whole fleet,
+and the test database holds other runs that would make it cost what a fleet's would not.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import Report
@@ -34,9 +47,11 @@ from flows import five  # noqa: E402
 from tether.runtime import Runner  # noqa: E402
 from tether.state import RunStatus  # noqa: E402
 from tether.stores import open_store  # noqa: E402
+from tether.stores.base import CheckpointStore  # noqa: E402
 from tether.workers import Dispatcher, Registry, store_pending  # noqa: E402
 
 LEASE = 30.0
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def spawn(store: str, broker: str, queue: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
@@ -80,52 +95,115 @@ def drop_queue(dispatcher: Dispatcher) -> None:
     dispatcher.close()
 
 
-async def in_process(store_url: str, n: int) -> float:
-    """Runs per second, one after another in this process (no broker)."""
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of processes and their children reaped so far (the
+    heartbeat sidecar counts once it exited; a live one's share is small: it only renews)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().decode().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return total / TICK
+
+
+@dataclass
+class Line:
+    """One throughput line: its runs and seconds summed over the rounds."""
+
+    runs: int = 0
+    seconds: float = 0.0
+    cpu: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.runs / self.seconds if self.seconds else float("nan")
+
+
+@dataclass
+class Fleet:
+    """``k`` worker processes consuming a queue of their own."""
+
+    k: int
+    queue: str
+    dispatcher: Dispatcher
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+
+async def in_process(store: CheckpointStore, runner: Runner, n: int, tag: str) -> tuple[float, float]:
+    """Seconds and CPU seconds for ``n`` runs one after another in this process (no broker)."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    for i in range(n):
+        await runner.start(f"bw-inproc-{tag}-{i}", {"label": str(i)})
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+async def on_fleet(store: CheckpointStore, fleet: Fleet, n: int, tag: str) -> tuple[float, float]:
+    """Seconds from the first message sent to the last of ``n`` runs COMPLETED, and the CPU
+    seconds the worker processes spent meanwhile. The runs are stored PENDING first."""
+    registry = Registry([five()], bundled=False)
+    ids = [
+        await store_pending(
+            store, "five", {"label": str(i)}, run_id=f"bw-{tag}-{i}", registry=registry, queue=fleet.queue
+        )
+        for i in range(n)
+    ]
+    pids = [p.pid for p in fleet.procs]
+    c0, t0 = cpu_seconds(pids), time.perf_counter()
+    for rid in ids:
+        fleet.dispatcher.send(rid, workflow="five")
+    left = list(ids)
+    while left:  # oldest first: one cheap read per poll while runs are still going
+        info = await store.get_run(left[0])
+        if info is not None and info.status is RunStatus.COMPLETED:
+            left.pop(0)
+            continue
+        await asyncio.sleep(0.02)
+        if time.perf_counter() - t0 > 600:
+            raise SystemExit(f"{len(left)} runs not completed after 600 s")
+    return time.perf_counter() - t0, cpu_seconds(pids) - c0
+
+
+async def throughput(
+    store_url: str, fleets: list[Fleet], n: int, rounds: int
+) -> tuple[Line, dict[int, Line]]:
+    """The in-process line and one line per fleet, measured in interleaved rounds."""
+    base, lines = Line(), {f.k: Line() for f in fleets}
+    sizes = [n // rounds + (1 if i < n % rounds else 0) for i in range(rounds)]
     async with open_store(store_url) as store:
         runner = Runner(five(), store)
-        tag = uuid.uuid4().hex[:6]
-        t0 = time.perf_counter()
-        for i in range(n):
-            await runner.start(f"bw-inproc-{tag}-{i}", {"label": str(i)})
-        return n / (time.perf_counter() - t0)
+        for size in sizes:
+            tag = uuid.uuid4().hex[:8]
+            secs, cpu = await in_process(store, runner, size, tag)
+            base.runs, base.seconds, base.cpu = base.runs + size, base.seconds + secs, base.cpu + cpu
+            for f in fleets:
+                secs, cpu = await on_fleet(store, f, size, f"{tag}-{f.k}")
+                line = lines[f.k]
+                line.runs, line.seconds, line.cpu = line.runs + size, line.seconds + secs, line.cpu + cpu
+    return base, lines
 
 
-async def with_workers(store_url: str, broker: str, n: int, k: int, tmp: Path) -> float:
-    """Runs per second with ``k`` worker processes (concurrency 1): from the first message
-    sent to the last run COMPLETED. The runs are stored PENDING first, then sent."""
-    queue = f"bench-{uuid.uuid4().hex[:8]}"
-    dispatcher = Dispatcher.from_url(broker, queue=queue)
-    procs = [
-        spawn(store_url, broker, queue, tmp / f"w{k}-{i}.log", "--sweep-interval", "0") for i in range(k)
-    ]
-    try:
-        wait_ready(procs)
-        async with open_store(store_url) as store:
-            registry = Registry([five()], bundled=False)
-            tag = uuid.uuid4().hex[:6]
-            ids = [
-                await store_pending(
-                    store, "five", {"label": str(i)}, run_id=f"bw-{tag}-{i}", registry=registry, queue=queue
-                )
-                for i in range(n)
-            ]
-            t0 = time.perf_counter()
-            for rid in ids:
-                dispatcher.send(rid, workflow="five")
-            left = list(ids)
-            while left:  # oldest first: one cheap read per poll while runs are still going
-                info = await store.get_run(left[0])
-                if info is not None and info.status is RunStatus.COMPLETED:
-                    left.pop(0)
-                    continue
-                await asyncio.sleep(0.02)
-                if time.perf_counter() - t0 > 600:
-                    raise SystemExit(f"{len(left)} runs not completed after 600 s")
-            return n / (time.perf_counter() - t0)
-    finally:
-        stop(procs)
-        drop_queue(dispatcher)
+def start_fleets(store_url: str, broker: str, counts: list[int], tmp: Path) -> list[Fleet]:
+    fleets = []
+    for k in counts:
+        queue = f"bench-{uuid.uuid4().hex[:8]}"
+        fleet = Fleet(k, queue, Dispatcher.from_url(broker, queue=queue))
+        fleet.procs = [
+            spawn(store_url, broker, queue, tmp / f"w{k}-{i}.log", "--sweep-interval", "0") for i in range(k)
+        ]
+        fleets.append(fleet)
+    for fleet in fleets:
+        wait_ready(fleet.procs)
+    return fleets
+
+
+async def warm_up(store_url: str, fleets: list[Fleet]) -> None:
+    """A few runs on every worker first: imports, store connections, the heartbeat sidecar."""
+    async with open_store(store_url) as store:
+        for f in fleets:
+            await on_fleet(store, f, 4 * f.k, f"warm-{uuid.uuid4().hex[:6]}")
 
 
 async def recovery(store_url: str, broker: str, tmp: Path, extra: list[str]) -> tuple[float, int]:
@@ -166,7 +244,11 @@ async def recovery(store_url: str, broker: str, tmp: Path, extra: list[str]) -> 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--runs", type=int, default=None)
+    ap.add_argument("--runs", type=int, default=None, help="runs per line and repeat (500; quick 100)")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds per repeat (5; quick 2)")
+    ap.add_argument("--repeats", type=int, default=None, help="repeats (3; quick 1)")
+    ap.add_argument("--workers", default=None, help="worker counts, comma-separated (1,2,4; quick 1,2)")
+    ap.add_argument("--no-recovery", action="store_true", help="skip the kill -9 measurements")
     ap.add_argument(
         "--store", default=os.environ.get("TETHER_TEST_POSTGRESQL_URL", "postgresql://127.0.0.1:5432/test")
     )
@@ -175,43 +257,71 @@ def main() -> None:
         "--redis-broker", default=os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
     )
     args = ap.parse_args()
-    n = args.runs or (40 if args.quick else 500)
-    counts = [1, 2] if args.quick else [1, 2, 4]
+    n = args.runs or (100 if args.quick else 500)
+    rounds = args.rounds or (2 if args.quick else 5)
+    repeats = args.repeats or (1 if args.quick else 3)
+    counts = [int(c) for c in (args.workers or ("1,2" if args.quick else "1,2,4")).split(",")]
+    if 1 not in counts:
+        counts.insert(0, 1)
     cores = os.cpu_count() or 1
     rep = Report(
-        "bench_workers", f"{n} runs of 5 no-op steps: Celery workers vs one process; kill -9 recovery"
+        "bench_workers",
+        f"{n} runs of 5 no-op steps a line: Celery workers (concurrency 1) vs one process; kill -9 recovery",
     )
+    rep.line("store", 0, note=args.store.split("@")[-1])
     tmp = Path(tempfile.mkdtemp(prefix="bench-workers-"))
     rep.line("lease", LEASE, "s", note="the worker default (--lease)")
     if "heartbeat" in inspect.signature(Runner.__init__).parameters:
         rep.line("heartbeat interval", LEASE / 3, "s", note="a third of the lease, from a sidecar process")
-    else:
-        rep.line("heartbeat interval", 0, "s", note="none in this build: renewed at step commits")
-    for _ in rep.runs(1 if args.quick else 3):
-        base = asyncio.run(in_process(args.store, n))
-        rep.line("in-process", base, "runs/s")
-        rates: dict[int, float] = {}
-        for k in counts:
-            rates[k] = asyncio.run(with_workers(args.store, args.broker, n, k, tmp))
-            rep.line(f"{k} worker(s)", rates[k], "runs/s")
-        rep.target("1 worker / in-process", rates[1] / base, goal=0.7, op=">=")
-        for k in counts[1:]:
-            if k <= cores:
-                rep.target(f"{k} workers / (k x 1 worker)", rates[k] / (k * rates[1]), goal=0.8, op=">=")
-            else:
+    fleets = start_fleets(args.store, args.broker, counts, tmp)
+    try:
+        asyncio.run(warm_up(args.store, fleets))
+        for _ in rep.runs(repeats):
+            base, lines = asyncio.run(throughput(args.store, fleets, n, rounds))
+            rep.line(
+                "in-process (no Celery)",
+                base.rate,
+                "runs/s",
+                note=f"{1e3 * base.cpu / base.runs:.1f} ms CPU/run",
+            )
+            for k, line in lines.items():
                 rep.line(
-                    f"{k} workers / (k x 1 worker), past the {cores} cores", rates[k] / (k * rates[1]), "x"
+                    f"{k} worker(s)",
+                    line.rate,
+                    "runs/s",
+                    note=f"{1e3 * line.cpu / line.runs:.1f} ms CPU/run in the workers",
                 )
-        took, rerun = asyncio.run(recovery(args.store, args.broker, tmp, []))
-        rep.line("kill -9 -> next commit (RabbitMQ)", took, "s")
-        rep.target("recovery (RabbitMQ) - lease", took - LEASE, goal=2.0, op="<=", unit="s")
-        rep.target("steps re-run per crash (RabbitMQ)", rerun, goal=1, op="<=", unit="")
-        took, rerun = asyncio.run(
-            recovery(args.store, args.redis_broker, tmp, ["--sweep-interval", "1", "--sweep-grace", "1"])
-        )
-        rep.line("kill -9 -> next commit (Redis broker, sweep 2 s)", took, "s")
-        rep.target("recovery (Redis broker) - lease", took - LEASE, goal=2.0, op="<=", unit="s")
-        rep.target("steps re-run per crash (Redis broker)", rerun, goal=1, op="<=", unit="")
+            one = lines[1].rate
+            rep.line(
+                "time a run spends more on 1 worker",
+                1e3 * (1 / one - 1 / base.rate),
+                "ms",
+                note="broker round trips, Celery, the worker's read of the run",
+            )
+            rep.target("1 worker / in-process", one / base.rate, goal=0.7, op=">=")
+            for k in counts[1:]:
+                lin = lines[k].rate / (k * one)
+                if k <= cores:
+                    rep.target(f"{k} workers / ({k} x 1 worker): linearity", lin, goal=0.8, op=">=")
+                else:
+                    rep.line(f"{k} workers / ({k} x 1 worker), past the {cores} cores", lin, "x")
+                    rep.line(f"{k} workers / {cores} workers", lines[k].rate / lines[cores].rate, "x")
+    finally:
+        for f in fleets:
+            stop(f.procs)
+            drop_queue(f.dispatcher)
+    if not args.no_recovery:
+        for _ in range(1 if args.quick else 3):
+            took, rerun = asyncio.run(recovery(args.store, args.broker, tmp, []))
+            rep.line("kill -9 -> next commit (RabbitMQ)", took, "s")
+            rep.target("recovery (RabbitMQ) - lease", took - LEASE, goal=2.0, op="<=", unit="s")
+            rep.target("steps re-run per crash (RabbitMQ)", rerun, goal=1, op="<=", unit="")
+            took, rerun = asyncio.run(
+                recovery(args.store, args.redis_broker, tmp, ["--sweep-interval", "1", "--sweep-grace", "1"])
+            )
+            rep.line("kill -9 -> next commit (Redis broker, sweep 1 s)", took, "s")
+            rep.target("recovery (Redis broker) - lease", took - LEASE, goal=2.0, op="<=", unit="s")
+            rep.target("steps re-run per crash (Redis broker)", rerun, goal=1, op="<=", unit="")
     rep.finish()
 
 

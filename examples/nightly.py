@@ -1,5 +1,5 @@
 """A two-step workflow whose second step asks for a review: `tether run examples.nightly:nightly`
-ends PAUSED (exit code 4), as docs/cli.md's shell example shows."""
+ends PAUSED (exit code 4); a script reads that code to decide what to do next."""
 
 from __future__ import annotations
 

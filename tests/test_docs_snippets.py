@@ -1,7 +1,11 @@
-"""Every docs snippet marked runnable runs as written.
+"""Every docs snippet runs as written, or says why it cannot.
 
-A fenced ``python`` or ``bash`` block in README.md or docs/*.md whose previous line is
-``<!-- runnable -->`` is run in a fresh temporary directory (python with ``python -c``, bash
+Every fenced ``python``, ``bash`` or ``sh`` block in README.md or docs/*.md is preceded by
+either ``<!-- runnable -->`` or ``<!-- not run: REASON -->`` (an API signature listing, needs a
+model API key, ...). A user who copies a block must be able to tell which of the two it is, so
+an unmarked block fails the test with its file and line.
+
+A runnable block is run in a fresh temporary directory (python with ``python -c``, bash and sh
 with ``bash -e``), with no ``TETHER_*`` variable set, the ``tether`` command on PATH and this
 checkout's ``src`` first on PYTHONPATH; it must exit 0 without a traceback. A python block
 followed by ``It prints `TEXT` `` must print that first line. The last test prints the count
@@ -20,7 +24,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-_BLOCK = re.compile(r"<!-- runnable -->\n```(python|bash)\n(.*?)```", re.S)
+_BLOCK = re.compile(r"<!-- runnable -->\n```(python|bash|sh)\n(.*?)```", re.S)
+_FENCE = re.compile(r"^\s*```(\S*)\s*$")
+_MARK = re.compile(r"^(<!-- runnable -->|<!-- not run: \S.*\S -->)$")
 COUNTS = {"run": 0, "passing": 0}
 
 
@@ -38,6 +44,31 @@ def snippets() -> list[tuple[str, str, str, str]]:
 
 
 SNIPPETS = snippets()
+
+
+def unmarked_blocks() -> list[str]:
+    """``file:line`` of every python/bash/sh fence whose previous line is not a marker."""
+    missing = []
+    for page in PAGES:
+        lines = page.read_text(encoding="utf-8").splitlines()
+        inside = False
+        for i, line in enumerate(lines):
+            fence = _FENCE.match(line)
+            if not fence:
+                continue
+            marked = i > 0 and _MARK.match(lines[i - 1].strip()) is not None
+            if not inside and fence.group(1) in ("python", "bash", "sh") and not marked:
+                missing.append(f"{page.relative_to(ROOT)}:{i + 1}")
+            inside = not inside
+    return missing
+
+
+def test_every_code_block_is_runnable_or_says_why_not() -> None:
+    missing = unmarked_blocks()
+    assert not missing, (
+        "these blocks need <!-- runnable --> (the test runs them) or <!-- not run: REASON --> "
+        "on the line above: " + ", ".join(missing)
+    )
 
 
 def test_the_quickstart_and_the_python_example_are_marked_runnable() -> None:

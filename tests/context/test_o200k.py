@@ -109,6 +109,9 @@ TRICKY_LINES = [
     "\u00a0non-breaking start",
     "Ошибка: порт 5432 занят.",
     "[Completed work]",
+    "\u2003em space first",
+    "\rcarriage return",
+    "\x1cfile separator",
 ]
 
 
@@ -118,13 +121,14 @@ def test_counts_add_up_over_lines_split_where_the_patterns_end_a_piece(encoding:
     import random
 
     from tether.context.items import ItemCounter
-    from tether.context.tokens import LINE_START
+    from tether.context.tokens import LINE_START, split_pieces
 
     tok = TiktokenTokenizer(encoding)
     rnd = random.Random(7)
     for _ in range(400):
         text = "\n".join(rnd.choice(TRICKY_LINES) for _ in range(rnd.randint(1, 12)))
         parts = LINE_START.split(text)
+        assert split_pieces(text) == parts
         assert "".join(parts) == text
         assert sum(tok.count(p) for p in parts) == tok.count(text), text
     counter = ItemCounter(tok)

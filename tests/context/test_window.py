@@ -246,3 +246,20 @@ def test_bad_state_is_a_context_error() -> None:
         ContextItem.from_dict({"id": "x", "content": "y", "kind": "nonsense"})
     with pytest.raises(ContextError, match="newer"):
         ContextWindow.from_state({**small_window().to_state(), "version": 99})
+
+
+def test_with_count_copies_every_field_but_the_count_and_seq() -> None:
+    """The fast copy a window makes of each item keeps every field a new one may add."""
+    import dataclasses
+
+    from tether.context.items import ContextItem, Layer, with_count
+
+    item = ContextItem(
+        id="x", kind="decision", content="use valkey", layer=Layer.SESSION, role="user", priority=3,
+        pinned=True, tokens=2, phase="2", todo_id="t1", tool_call_id="c1", seq=4, metadata={"k": 1},
+    )  # fmt: skip
+    blank = ContextItem(id="y", content="")
+    names = [f.name for f in dataclasses.fields(ContextItem)]
+    assert all(getattr(item, n) != getattr(blank, n) for n in names)  # a dropped field would show
+    assert with_count(item, 7) == dataclasses.replace(item, tokens=7)
+    assert with_count(item, 7, 9) == dataclasses.replace(item, tokens=7, seq=9)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.agent.config import SYSTEM_PROMPT
 from tether.agent.experience import ExperienceRetriever, ExperienceStore, lessons_from_run
+from tether.agent.interaction import UserInteractionHandler
 from tether.agent.loop import AgentLoop, LoopConfig
 from tether.agent.repo import RepoContext, analyze_repo
 from tether.errors import TetherError
@@ -38,6 +39,7 @@ from tether.state import RunStatus
 from tether.state.reserved import runtime_get
 from tether.stores.base import CheckpointStore
 from tether.tools import CommandPolicy
+from tether.tools.base import Session
 from tether.tools.redact import default_redactor, install_log_redaction
 
 if TYPE_CHECKING:
@@ -98,7 +100,7 @@ class LocalDeploymentRequest:
     deploy_dir: str
 
 
-def model_info(model: ChatModel, config: Any = None) -> dict[str, Any]:
+def model_info(model: ChatModel, config: LLMConfig | None = None) -> dict[str, Any]:
     """The run log's ``config`` block: the model that really runs, its temperature and
     endpoint (``config`` is the :class:`LLMConfig` it was built from, if any)."""
     cfg = config if config is not None else getattr(model, "config", None)
@@ -127,13 +129,13 @@ class AsyncDeploymentAgent:
         store: CheckpointStore,
         *,
         model_name: str = "gpt-4o",
-        llm_config: Any = None,
+        llm_config: LLMConfig | None = None,
         max_iterations: int = 30,
         log_dir: str | Path = "./agent_logs",
-        interaction_handler: Any = None,
+        interaction_handler: UserInteractionHandler | None = None,
         experience_store: ExperienceStore | None = None,
         experience_retriever: ExperienceRetriever | None = None,
-        policy: Any = None,
+        policy: CommandPolicy | None = None,
         redact: Callable[[str], str] | None = None,
         budget: int = 24_000,
         on_event: Callable[[Event], None] | None = None,
@@ -164,12 +166,12 @@ class AsyncDeploymentAgent:
         self,
         repo: str,
         *,
-        session: Any,
+        session: Session,
         deploy_dir: str,
         target: str = "",
         run_id: str | None = None,
         repo_context: RepoContext | None = None,
-        host_facts: Any = None,
+        host_facts: HostFacts | None = None,
         origin: Mapping[str, Any] | None = None,
     ) -> DeployResult:
         """Deploy over SSH: ``session`` is an ``SSHSession``."""
@@ -188,11 +190,11 @@ class AsyncDeploymentAgent:
         self,
         repo: str,
         *,
-        session: Any,
+        session: Session,
         deploy_dir: str,
         run_id: str | None = None,
         repo_context: RepoContext | None = None,
-        host_facts: Any = None,
+        host_facts: HostFacts | None = None,
         origin: Mapping[str, Any] | None = None,
     ) -> DeployResult:
         """Deploy on this machine: ``session`` is a ``LocalSession``.
@@ -212,7 +214,7 @@ class AsyncDeploymentAgent:
         )
 
     async def resume(
-        self, run_id: str, *, session: Any, answer: str | None = None, decision: str | None = None
+        self, run_id: str, *, session: Session, answer: str | None = None, decision: str | None = None
     ) -> DeployResult:
         """Continue a crashed or paused deployment: ``answer`` answers the question it
         waits on, ``decision`` (retry / skip / abort) the failure it paused on."""
@@ -238,12 +240,12 @@ class AsyncDeploymentAgent:
         self,
         repo: str,
         *,
-        session: Any,
+        session: Session,
         deploy_dir: str,
         target: str,
         run_id: str | None,
         repo_context: RepoContext | None,
-        host_facts: Any,
+        host_facts: HostFacts | None,
         origin: Mapping[str, Any] | None,
     ) -> DeployResult:
         run_id = run_id or f"deploy-{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
@@ -275,7 +277,7 @@ class AsyncDeploymentAgent:
         await self._learn(result, ctx)
         return deployed
 
-    def _loop(self, session: Any, config: LoopConfig) -> AgentLoop:
+    def _loop(self, session: Session, config: LoopConfig) -> AgentLoop:
         loop = AgentLoop(
             self.model,
             session,
@@ -376,12 +378,12 @@ class DeploymentAgent:
         config: LLMConfig,
         max_iterations: int = 30,
         log_dir: str | None = None,
-        interaction_handler: Any = None,
+        interaction_handler: UserInteractionHandler | None = None,
         experience_retriever: ExperienceRetriever | None = None,
         *,
         model: ChatModel | None = None,
         store_url: str = "sqlite:///.tether/tether.db",
-        policy: Any = None,
+        policy: CommandPolicy | None = None,
         redact: Callable[[str], str] | None = None,
         on_event: Callable[[Event], None] | None = None,
     ) -> None:
@@ -408,7 +410,7 @@ class DeploymentAgent:
         self,
         request: DeploymentRequest,
         host_facts: HostFacts | None,
-        ssh_session: Any,
+        ssh_session: Session,
         repo_context: RepoContext | None = None,
     ) -> bool:
         """Deploy over SSH; True when the agent said done (see the class for pauses)."""
@@ -434,7 +436,7 @@ class DeploymentAgent:
         self,
         request: LocalDeploymentRequest,
         host_facts: HostFacts | None,
-        local_session: Any,
+        local_session: Session,
         repo_context: RepoContext | None = None,
     ) -> bool:
         """Deploy on this machine; True when the agent said done."""
@@ -451,7 +453,7 @@ class DeploymentAgent:
         )
 
     def resume(
-        self, run_id: str, session: Any, *, answer: str | None = None, decision: str | None = None
+        self, run_id: str, session: Session, *, answer: str | None = None, decision: str | None = None
     ) -> bool:
         """Continue a paused or crashed run (``answer`` a question, ``decision`` a failure)."""
         return self._call(

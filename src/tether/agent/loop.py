@@ -24,11 +24,12 @@ from tether.agent.actions import AgentAction
 from tether.agent.approvals import decide_approval
 from tether.agent.asking import Asker
 from tether.agent.calls import CallLog
+from tether.agent.checkpoints import remind_at_checkpoint
 from tether.agent.config import SYSTEM_PROMPT, LoopConfig
 from tether.agent.decide import Turn
 from tether.agent.effects import Inflight, SideEffects, settle_cut
 from tether.agent.interaction import UserInteractionHandler
-from tether.agent.prompt import load_window, new_window, remind
+from tether.agent.prompt import load_window, new_window
 from tether.agent.reads import read_artifact
 from tether.agent.resources import RunResources
 from tether.agent.runlog import run_log
@@ -180,8 +181,7 @@ class AgentLoop:
             self._take_answer(sc, window, update)
             if sc.pause_requested:
                 return update
-        remind(window, n, self.config.max_iterations, sc.get("last_error"), sc.get("iteration_at"))
-        events: list[ContextEvent] = []
+        events = remind_at_checkpoint(self.policy_for(sc.run_id), window, n, self.config.max_iterations, sc)
         reply = await call_with_recovery(
             window,
             lambda w: self._call_model(sc.run_id, w, events),

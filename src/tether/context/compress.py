@@ -21,11 +21,12 @@ import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Literal, cast
 
 from tether.context.distill import distill
 from tether.context.facts import FactCache
-from tether.context.items import ContextItem, ItemCounter, Layer
+from tether.context.items import PROTECTED_KINDS, ContextItem, ItemCounter, Layer
 from tether.context.session import bound_summary, paragraph_text
 from tether.context.summarizer import (
     AsyncSummarizer,
@@ -95,6 +96,10 @@ class CompressionResult:
         return self.after_tokens / self.before_tokens if self.before_tokens else 1.0
 
 
+_SEQ = attrgetter("seq")
+_LAYER_SEQ = attrgetter("layer", "seq")
+
+
 def group_units(items: Iterable[ContextItem]) -> list[Unit]:
     """Items in insertion order, each tool call grouped with the result(s) that follow it.
 
@@ -104,7 +109,7 @@ def group_units(items: Iterable[ContextItem]) -> list[Unit]:
     """
     units: list[list[ContextItem]] = []
     open_calls: dict[str, list[ContextItem]] = {}
-    for item in sorted(items, key=lambda i: i.seq):
+    for item in sorted(items, key=_SEQ):
         call_id = item.tool_call_id
         if not call_id:
             units.append([item])
@@ -178,21 +183,26 @@ class _Plan:
     """One short line per decision replaced or constraint lifted, newest last (capped)."""
     phases: list[str] = field(default_factory=list)
     """One line per finished phase, oldest first (from phase compressions)."""
+    cost_of: dict[str, int] = field(default_factory=dict)
+    """Each input item's cost by id, counted once."""
+    goal: str = ""
+    todos: list[ContextItem] = field(default_factory=list)
+    """TODO items other than the current-item copy, in prompt order."""
+    states: list[ContextItem] = field(default_factory=list)
+    errors: list[ContextItem] = field(default_factory=list)
     request: SummaryRequest | None = None
 
 
 def _request(
     plan: _Plan, lines: Sequence[str], archive_id: str | None, max_tokens: int, *, details: bool = False
 ) -> SummaryRequest:
-    items = plan.items
-    goal = next((i.content for i in items if i.kind == "goal"), "")
-    todos = [i for i in items if i.kind == "todo" and not i.metadata.get("current")]
+    goal, todos = plan.goal, plan.todos
     pending = next((t for t in todos if not _todo_done(t)), None)
     label = _todo_label(pending) if pending is not None else ""
     title = str(pending.metadata.get("text", "")) if pending is not None else ""
     in_progress = f"⏳ phase {label} – {_clip(title, 120)}: in progress" if label and title else ""
-    states = [i for i in items if i.kind == "state"]
-    errors = [i for i in items if i.kind == "error" and i.id in plan.keep_ids]
+    states = plan.states
+    errors = [i for i in plan.errors if i.id in plan.keep_ids]
     current = [_clip(_first_line(s.content), 200) for s in states[-1:]]
     current += [_clip(_first_line(e.text), 200) for e in errors[-1:]]
     current += [f"TODO {_clip(_first_line(t.content), 120)}" for t in todos if not _todo_done(t)]
@@ -249,7 +259,7 @@ def _flat(text: str, limit: int) -> str:
 _SUPERSEDED_LINES = 12
 
 
-def _supersede(plan: _Plan, previous: ContextItem | None) -> None:
+def _supersede(plan: _Plan, previous: ContextItem | None, facts: FactCache | None) -> None:
     """Keep only the current decisions and constraints; the replaced ones become lines."""
     replaced = {n.id for n in plan.notes}
     kinds = ("decision", "constraint")
@@ -257,7 +267,7 @@ def _supersede(plan: _Plan, previous: ContextItem | None) -> None:
     candidates = kept + [n for n in plan.notes if n.kind in kinds]
     lines = [str(x) for x in previous.metadata.get("superseded", [])] if previous is not None else []
     gone: set[str] = set()
-    for s in find_superseded(candidates):
+    for s in find_superseded(candidates, facts=facts):
         gone.add(s.old_id)
         lines.append(s.line)
     if gone:
@@ -285,11 +295,31 @@ def _plan(
     summary_budget: int | None = None,
     working_budget: int | None = None,
     facts_cache: FactCache | None = None,
+    counted: bool = False,
+    details: bool = True,
 ) -> _Plan:
-    items = [counter.counted(i) for i in items]
-    cost_of = {i.id: counter.cost(i) for i in items}  # once: every total below reads it
-    plan = _Plan(level=level, items=items, before=counter.fmt.reply_priming + sum(cost_of.values()))
-    previous = next((i for i in items if i.id == SUMMARY_ID and not i.pinned), None)
+    items = list(items) if counted else [counter.counted(i) for i in items]
+    cost_of = counter.costs(items)  # once: every total below reads it
+    plan = _Plan(
+        level=level, items=items, before=counter.fmt.reply_priming + sum(cost_of.values()), cost_of=cost_of
+    )
+    previous: ContextItem | None = None
+    goal: str | None = None
+    for i in items:  # one pass for what the summary's sections read
+        kind = i.kind
+        if previous is None and i.id == SUMMARY_ID and not i.pinned:
+            previous = i
+        if kind == "todo":
+            if not i.metadata.get("current"):
+                plan.todos.append(i)
+        elif kind == "goal":
+            if goal is None:
+                goal = i.content
+        elif kind == "state":
+            plan.states.append(i)
+        elif kind == "error":
+            plan.errors.append(i)
+    plan.goal = goal or ""
     if previous is not None:
         plan.carried = [str(x) for x in previous.metadata.get("completed", [])]
         plan.history = [dict(p) for p in previous.metadata.get("history", []) if isinstance(p, dict)]
@@ -300,37 +330,40 @@ def _plan(
     ops: list[Unit] = []
     seen: set[tuple[tuple[str, str], ...]] = set()
     # the latest working-layer state is current; session-layer states are standing context
-    latest_state = max(
-        (i.seq for i in items if i.kind == "state" and i.layer is not Layer.SESSION), default=-1
-    )
-    protected = [_protected(u) for u in units]
-    last_op_seq = max(
-        (u[-1].seq for u, p in zip(units, protected, strict=True) if u[0].kind in _OPERATION_KINDS and not p),
-        default=-1,
-    )
+    latest_state = max((i.seq for i in plan.states if i.layer is not Layer.SESSION), default=-1)
+    protected: list[bool] = []
+    last_op_seq = -1
+    for u in units:
+        p = _protected(u)
+        protected.append(p)
+        if not p and u[0].kind in _OPERATION_KINDS and u[-1].seq > last_op_seq:
+            last_op_seq = u[-1].seq
     # newest first, so the last copy of a repeat survives
     finished: list[ContextItem] = []
+    keep_ids, dropped = plan.keep_ids, plan.dropped
     for unit, prot in zip(reversed(units), reversed(protected), strict=True):
-        key = tuple((i.kind, i.content) for i in unit)
-        if unit[0].id.startswith(PHASE_PREFIX) and not prot:  # a finished phase's line joins the summary
-            finished.append(unit[0])
-            plan.dropped.append(unit[0].id)
+        head = unit[0]
+        key = ((head.kind, head.content),) if len(unit) == 1 else tuple([(i.kind, i.content) for i in unit])
+        size = len(seen)
+        seen.add(key)  # one hash: added now, a repeat when the set did not grow
+        if head.id.startswith(PHASE_PREFIX) and not prot:  # a finished phase's line joins the summary
+            finished.append(head)
+            dropped.append(head.id)
         elif prot or (before_seq is not None and unit[-1].seq > before_seq):
-            plan.keep_ids.update(i.id for i in unit)
-        elif key in seen or (
-            unit[0].kind == "state" and unit[0].layer is not Layer.SESSION and unit[0].seq != latest_state
+            keep_ids.update([i.id for i in unit])
+        elif len(seen) == size or (
+            head.kind == "state" and head.layer is not Layer.SESSION and head.seq != latest_state
         ):
-            plan.dropped.extend(i.id for i in unit)
-        elif unit[0].kind == "query_result":
-            if unit[0].seq > last_op_seq:  # the current, not yet used result
-                plan.keep_ids.update(i.id for i in unit)
+            dropped.extend([i.id for i in unit])
+        elif head.kind == "query_result":
+            if head.seq > last_op_seq:  # the current, not yet used result
+                keep_ids.update([i.id for i in unit])
             else:
-                plan.dropped.extend(i.id for i in unit)
-        elif unit[0].kind in _OPERATION_KINDS:
+                dropped.extend([i.id for i in unit])
+        elif head.kind in _OPERATION_KINDS:
             ops.append(unit)
         else:  # reminders, checkpoints, current state: small and per-request
-            plan.keep_ids.update(i.id for i in unit)
-        seen.add(key)
+            keep_ids.update([i.id for i in unit])
     ops.reverse()
     plan.phases = [str(x) for x in previous.metadata.get("phases", [])] if previous is not None else []
     plan.phases += [i.content for i in sorted(finished, key=lambda i: i.seq)]
@@ -359,25 +392,37 @@ def _plan(
     d = distill(plan.fold, units, items, previous=facts, line_chars=line_chars, cache=facts_cache)
     plan.notes = [counter.counted(n) for n in d.notes]
     plan.fields, plan.resolutions = d.fields, d.resolutions
-    _supersede(plan, previous)
-    lines = {u[0].id: d.lines.get(u[0].id, "") for u in plan.fold}
+    _supersede(plan, previous, facts_cache)
     replaced = {n.id for n in plan.notes}
     kept = counter.fmt.reply_priming + sum(counter.cost(n) for n in plan.notes)
     kept += sum(cost_of[i] for i in plan.keep_ids if i not in replaced)
     tokenize = counter.tokenizer.count
     position: dict[str, int] = {}  # a folded unit's line: its index in carried + new lines
     remaining = list(plan.carried)
+    lines: dict[str, str] = {}
     for unit in plan.fold:
-        if lines[unit[0].id]:
-            position[unit[0].id] = len(remaining)
-            remaining.append(lines[unit[0].id])
+        head_id = unit[0].id
+        line = lines[head_id] = d.lines.get(head_id, "")
+        if line:
+            position[head_id] = len(remaining)
+            remaining.append(line)
     estimate = _estimator(tokenize, remaining)
     total_lines = len(remaining)
     if summary_budget is not None:
-        overhead = tokenize(StructuredSummarizer().summarize(_request(plan, [], archive_id, 0)))
-        plan.history, remaining = bound_summary(
-            plan.history, remaining, budget=summary_budget, count=estimate, overhead=overhead
+        frame = StructuredSummarizer().summarize(_request(plan, [], archive_id, 0))
+        bound = counter.upper_bound(frame)  # when even this fits, the exact count changes nothing
+        history, bounded = bound_summary(
+            plan.history, remaining, budget=summary_budget, count=estimate, overhead=bound
         )
+        if len(bounded) != len(remaining) or len(history) != len(plan.history):
+            history, bounded = bound_summary(
+                plan.history,
+                remaining,
+                budget=summary_budget,
+                count=estimate,
+                overhead=counter.count_text(frame),
+            )
+        plan.history, remaining = history, bounded
     cut = total_lines - len(remaining)  # the oldest lines went into paragraphs
     summary_tokens = estimate(StructuredSummarizer().summarize(_request(plan, remaining, archive_id, 0)))
     cost = kept + counter.fmt.per_message + 1 + summary_tokens
@@ -389,22 +434,24 @@ def _plan(
     given: set[str] = set()
     taken: set[int] = set()
     for unit in reversed(plan.fold):
-        if unit[0].id in d.absorbed:
+        head_id = unit[0].id
+        if head_id in d.absorbed:
             continue
-        line = lines[unit[0].id]
-        at = position.get(unit[0].id)
-        delta = sum(cost_of[i.id] for i in unit) - estimate(line) - 3
-        more = _working_cost(unit, cost_of)
-        if (
-            cost + delta > target * 0.98
-            or (at is not None and at < cut)
-            or (working_cap is not None and working + more > working_cap * 0.98)
-        ):
-            break  # margin: the final summary may differ a little; a line in a paragraph stays folded
+        at = position.get(head_id)
+        if at is not None and at < cut:
+            break  # a line in a paragraph stays folded
+        delta = -estimate(lines[head_id]) - 3
+        more = 0
+        for i in unit:
+            delta += cost_of[i.id]
+            if i.layer is Layer.WORKING:
+                more += cost_of[i.id]
+        if cost + delta > target * 0.98 or (working_cap is not None and working + more > working_cap * 0.98):
+            break  # margin: the final summary may differ a little
         cost += delta
         working += more
-        given.add(unit[0].id)
-        plan.keep_ids.update(i.id for i in unit)
+        given.add(head_id)
+        plan.keep_ids.update([i.id for i in unit])
         if at is not None:
             taken.add(at - cut)
     if taken:
@@ -416,7 +463,7 @@ def _plan(
             "its newest operation alone is larger (trim long outputs before adding them)"
         )
     max_tokens = max(target - kept, 0)
-    plan.request = _request(plan, remaining, archive_id, max_tokens, details=True)
+    plan.request = _request(plan, remaining, archive_id, max_tokens, details=details)
     return plan
 
 
@@ -436,12 +483,20 @@ def _estimator(count: Callable[[str], int], texts: Sequence[str]) -> Callable[[s
 
 
 def _protected(unit: Unit) -> bool:
-    return any(i.protected for i in unit) or any(i.id == SUMMARY_ID and i.pinned for i in unit)
+    """Any item of the unit is protected (a pinned summary is pinned, so it is too)."""
+    for i in unit:  # noqa: SIM110 - any() builds a generator per unit; this runs once per unit
+        if i.pinned or i.layer is Layer.SYSTEM or i.kind in PROTECTED_KINDS:
+            return True
+    return False
 
 
 def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None) -> CompressionResult:
     replaced = {n.id for n in plan.notes}
-    kept = [i for i in plan.items if i.id in plan.keep_ids and i.id not in replaced] + plan.notes
+    keep_ids, cost_of = plan.keep_ids, plan.cost_of
+    kept = [i for i in plan.items if i.id in keep_ids and i.id not in replaced]
+    after = counter.fmt.reply_priming + sum([cost_of[i.id] for i in kept])
+    kept += plan.notes
+    after += sum([counter.cost(n) for n in plan.notes])
     summary_id: str | None = None
     assert plan.request is not None
     if plan.request.completed or plan.history or plan.fold or plan.carried or plan.phases:
@@ -464,9 +519,9 @@ def _finish(plan: _Plan, text: str, counter: ItemCounter, archive_id: str | None
             )
         )
         kept.append(summary)
+        after += counter.cost(summary)
         summary_id = SUMMARY_ID
-    kept.sort(key=lambda i: (i.layer, i.seq))
-    after = counter.total(kept)
+    kept.sort(key=_LAYER_SEQ)
     logger.info(
         "context %s compression: %d -> %d tokens (%.0f%%), %d folded, %d dropped",
         plan.level,
@@ -507,6 +562,7 @@ def compress(
     summary_budget: int | None = None,
     working_budget: int | None = None,
     facts: FactCache | None = None,
+    counted: bool = False,
 ) -> CompressionResult:
     """Compress ``items`` to about ``target_ratio`` of their tokens (60% standard, 30% deep).
 
@@ -515,10 +571,13 @@ def compress(
     bounds the rolling summary: older lines are re-summarised into paragraphs to fit it.
     ``working_budget`` bounds the working layer: what it keeps in detail (recent operations
     included, the newest one excepted) fits in ``target_ratio`` of it. ``facts`` holds facts
-    mined when the items were added (:attr:`ContextWindow.facts`).
+    mined when the items were added (:attr:`ContextWindow.facts`). ``counted=True`` says
+    every item's ``tokens`` is already ``counter``'s count (a window's items are), which
+    spares a cache lookup per item.
     """
     if level == "checkpoint" and before_seq is None:
         raise ValueError("checkpoint compression needs before_seq")
+    chosen = summarizer or StructuredSummarizer()
     plan = _plan(
         items,
         level,
@@ -529,10 +588,17 @@ def compress(
         summary_budget=summary_budget,
         working_budget=working_budget,
         facts_cache=facts,
+        counted=counted,
+        details=_reads_details(chosen),
     )
     assert plan.request is not None
-    text = (summarizer or StructuredSummarizer()).summarize(plan.request)
+    text = chosen.summarize(plan.request)
     return _finish(plan, text, counter, archive_id)
+
+
+def _reads_details(summarizer: object) -> bool:
+    """The structured summariser never reads the folded text; building it costs a copy of it."""
+    return type(summarizer) is not StructuredSummarizer
 
 
 async def compress_async(
@@ -547,8 +613,10 @@ async def compress_async(
     summary_budget: int | None = None,
     working_budget: int | None = None,
     facts: FactCache | None = None,
+    counted: bool = False,
 ) -> CompressionResult:
     """:func:`compress` with a summariser that may await a model."""
+    chosen = summarizer or StructuredSummarizer()
     plan = _plan(
         items,
         level,
@@ -559,9 +627,10 @@ async def compress_async(
         summary_budget=summary_budget,
         working_budget=working_budget,
         facts_cache=facts,
+        counted=counted,
+        details=_reads_details(chosen),
     )
     assert plan.request is not None
-    chosen = summarizer or StructuredSummarizer()
     if inspect.iscoroutinefunction(chosen.summarize):
         text = await cast(AsyncSummarizer, chosen).summarize(plan.request)
     else:
@@ -582,6 +651,7 @@ def compress_phase(
     summarizer: Summarizer | None = None,
     title: str = "",
     facts: FactCache | None = None,
+    counted: bool = False,
 ) -> CompressionResult:
     """Fold a finished phase into one line: its status, item count and artefact ids.
 
@@ -590,7 +660,7 @@ def compress_phase(
     compression reads them, so the line keeps the values a later phase needs. Protected
     items of the phase (decisions, TODOs, constraints, pinned) stay as they are.
     """
-    items = [counter.counted(i) for i in items]
+    items = list(items) if counted else [counter.counted(i) for i in items]
     before = counter.total(items)
     summary_id = f"{PHASE_PREFIX}{phase}"
     previous = next((i for i in items if i.id == summary_id), None)
@@ -655,6 +725,7 @@ def fit(
     counter: ItemCounter,
     summarizer: Summarizer | None = None,
     archive_id: str | None = None,
+    counted: bool = False,
 ) -> CompressionResult:
     """The least compression that brings ``items`` under ``budget`` tokens.
 
@@ -662,7 +733,7 @@ def fit(
     then the summary's oldest lines, then unpinned protected items by priority. Pinned
     items are never touched; if they alone exceed the budget, :class:`BudgetExceeded`.
     """
-    items = [counter.counted(i) for i in items]
+    items = list(items) if counted else [counter.counted(i) for i in items]
     before = counter.total(items)
     if before <= budget:
         return CompressionResult(items=tuple(items), level="none", before_tokens=before, after_tokens=before)
@@ -681,6 +752,7 @@ def fit(
             summarizer=summarizer,
             target_ratio=min(ratio, budget / before),
             archive_id=archive_id,
+            counted=True,
         )
         if result.after_tokens <= budget:
             return result

@@ -30,10 +30,13 @@ from tether.context.facts import (
 )
 from tether.context.items import ContextItem, Layer
 from tether.context.notes import (
+    PlanStep,
+    StatusUpdate,
     constraint_lines,
     flatten,
     is_question,
     is_step_line,
+    join_lines,
     lifts,
     matches,
     plan_steps,
@@ -43,7 +46,15 @@ from tether.context.notes import (
 from tether.context.summaries import StepOutputs
 from tether.context.supersede import changes_plan
 
-__all__ = ["Distilled", "distill", "merge_fields", "step_outputs_from_commands"]
+__all__ = [
+    "Distilled",
+    "MessageFacts",
+    "distill",
+    "merge_fields",
+    "message_line",
+    "read_message",
+    "step_outputs_from_commands",
+]
 
 Unit = tuple[ContextItem, ...]
 CAPS = {"configurations": 40, "artifacts": 30, "environment": 20, "issues_resolved": 10}
@@ -65,10 +76,42 @@ class Distilled:
     resolutions: list[str] = field(default_factory=list)
 
 
-def _call_and_result(unit: Unit) -> tuple[ContextItem | None, ContextItem | None]:
-    call = next((i for i in unit if i.kind == "tool_call"), None)
-    result = next((i for i in unit if i.kind == "tool_result"), None)
-    return call, result
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageFacts:
+    """What one message says that a compression reads, read once per message.
+
+    A window reads each message when it arrives (:meth:`FactCache.memo`), so a
+    compression of a long run reads these instead of matching every message again.
+    """
+
+    updates: tuple[StatusUpdate, ...]
+    """Progress it reports on plan items (:func:`status_updates`)."""
+    configs: Mapping[str, str]
+    """Configuration stated in prose (:func:`prose_configs`)."""
+    question: str | None
+    """The question it asks (:func:`question_text`), when it asks one."""
+    changes: bool
+    """It changes a plan or lifts a restriction (:func:`changes_plan`, :func:`lifts`)."""
+    steps: tuple[PlanStep, ...]
+    """Plan steps it lists (:func:`plan_steps`)."""
+    constraints: tuple[str, ...]
+    """Restrictions it states (:func:`constraint_lines`)."""
+    flat: str
+    """``role: text`` on one line, unclipped (its summary line is this clipped)."""
+
+
+def read_message(item: ContextItem) -> MessageFacts:
+    """The :class:`MessageFacts` of a message item (pure: the same text, the same facts)."""
+    text = item.content
+    return MessageFacts(
+        updates=tuple(status_updates(text)),
+        configs=prose_configs(text),
+        question=question_text(text) if is_question(text) else None,
+        changes=changes_plan(text) or lifts(text),
+        steps=tuple(plan_steps(text)),
+        constraints=tuple(constraint_lines(text)),
+        flat=join_lines(f"{item.effective_role}: {text}".splitlines()),
+    )
 
 
 def _todo_item(source: ContextItem, k: int, text: str, status: str) -> ContextItem:
@@ -99,9 +142,8 @@ class _Notes:
         self.changed: dict[str, ContextItem] = {}
         self.existing = {i.id for i in items}
 
-    def plan(self, item: ContextItem) -> int:
-        """New TODO items from a plan in ``item``; a step already known updates its status."""
-        steps = plan_steps(item.content)
+    def plan(self, item: ContextItem, steps: Sequence[PlanStep]) -> int:
+        """New TODO items from the plan ``steps`` of ``item``; a step already known updates its status."""
         created = 0
         for k, step in enumerate(steps):
             known = next(
@@ -119,8 +161,8 @@ class _Notes:
             created += 1
         return len(steps) and (created or -1)
 
-    def progress(self, item: ContextItem) -> None:
-        for update in status_updates(item.content):
+    def progress(self, item: ContextItem, updates: Sequence[StatusUpdate]) -> None:
+        for update in updates:
             for todo in self.todos.values():
                 if todo.seq >= item.seq or todo.metadata.get("status") == update.status:
                     continue
@@ -135,8 +177,9 @@ class _Notes:
             self.changed[item.id] = item
 
 
-def _message_line(item: ContextItem, limit: int) -> str:
-    return flatten(f"{item.effective_role}: {item.content}", limit)
+def message_line(flat: str, limit: int) -> str:
+    """:func:`flatten` of the message's one-line form (what it returns, from the cached join)."""
+    return flat if len(flat) <= limit else flat[: max(limit - 1, 0)].rstrip() + "…"
 
 
 def distill(
@@ -162,7 +205,14 @@ def distill(
     for unit in units:
         head = unit[0]
         is_folded = head.id in folded
-        call, result = _call_and_result(unit)
+        call = result = None
+        for i in unit:  # the first call and the first result (inlined: once per unit of the window)
+            kind = i.kind
+            if kind == "tool_call":
+                if call is None:
+                    call = i
+            elif kind == "tool_result" and result is None:
+                result = i
         if call is not None:
             name = str(call.metadata.get("name", ""))
             args = call.metadata.get("arguments")
@@ -172,10 +222,10 @@ def distill(
                     out.absorbed.add(head.id)
                     notes.add(_decision(call, q, result.content))
                 continue
-            facts = cache.operation(call, result)
+            facts, line = cache.mined(call, result, max_chars=line_chars if is_folded else 0)
             ops.append((head.id, facts))
             if is_folded:
-                out.lines[head.id] = cache.line(call, result, max_chars=line_chars)
+                out.lines[head.id] = line
             question = None
             continue
         if head.kind != "message":
@@ -183,24 +233,21 @@ def distill(
                 out.lines[head.id] = flatten(head.text, line_chars)
             continue
         role = head.effective_role
-        notes.progress(head)
-        said = prose_configs(head.content)
-        if said:  # "set WORKERS to 4" in a message counts like WORKERS=4 in a file
-            ops.append((head.id, OperationFacts(configurations=said)))
-        if role == "assistant" and is_question(head.content):
-            question = (head, question_text(head.content))
+        said = cache.memo(head, read_message)
+        if said.updates:
+            notes.progress(head, said.updates)
+        if said.configs:  # "set WORKERS to 4" in a message counts like WORKERS=4 in a file
+            ops.append((head.id, OperationFacts(configurations=dict(said.configs))))
+        if role == "assistant" and said.question is not None:
+            question = (head, said.question)
             if is_folded:
-                out.lines[head.id] = _message_line(head, line_chars)
+                out.lines[head.id] = message_line(said.flat, line_chars)
             continue
-        if (
-            role == "user"
-            and (changes_plan(head.content) or lifts(head.content))
-            and (question is None or not is_folded)
-        ):
+        if role == "user" and said.changes and (question is None or not is_folded):
             notes.add(_statement(head))  # a changed plan or a lifted rule is a decision
             if is_folded:
                 out.absorbed.add(head.id)
-                out.lines[head.id] = _message_line(head, line_chars)
+                out.lines[head.id] = message_line(said.flat, line_chars)
                 continue
         if not is_folded:
             if role == "user" and question is not None and question[0].id in folded:
@@ -210,7 +257,7 @@ def distill(
                 out.lines.pop(q_item.id, None)
             question = None if role == "user" else question
             continue
-        planned = notes.plan(head)
+        planned = notes.plan(head, said.steps) if said.steps else 0
         if planned:
             out.absorbed.add(head.id)
             rest = " ".join(ln for ln in head.content.splitlines() if ln.strip() and not is_step_line(ln))
@@ -227,15 +274,17 @@ def distill(
             question = None
             continue
         if role == "user":
-            for k, line in enumerate(constraint_lines(head.content)):
+            for k, line in enumerate(said.constraints):
                 notes.add(ContextItem(
                     id=f"constraint:{head.id}:{k}", kind="constraint", content=line,
                     layer=Layer.SESSION, seq=head.seq, phase=head.phase, metadata={"source": head.id},
                 ))  # fmt: skip
                 out.absorbed.add(head.id)
-        out.lines[head.id] = _message_line(head, line_chars)
+        out.lines[head.id] = message_line(said.flat, line_chars)
     out.notes = sorted(notes.changed.values(), key=lambda i: (i.seq, i.id))
-    resolved = [r for r in find_resolutions(ops) if r.unit_ids and r.unit_ids[0] in folded]
+    resolved = [
+        r for r in find_resolutions(ops, program=cache.program) if r.unit_ids and r.unit_ids[0] in folded
+    ]
     out.fields = merge_fields(previous, [f for u, f in ops if u in folded], resolved)
     out.resolutions = [
         f"{i['issue']} → fixed by {i['resolution']}" for i in out.fields.get("issues_resolved", [])

@@ -17,9 +17,9 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from tether.context.items import ContextItem
 
@@ -379,16 +379,21 @@ def _program(command: str) -> str:
     return " ".join(words)
 
 
-def find_resolutions(ops: Sequence[tuple[str, OperationFacts]]) -> list[Resolution]:
+def find_resolutions(
+    ops: Sequence[tuple[str, OperationFacts]], *, program: Callable[[str], str] | None = None
+) -> list[Resolution]:
     """Failures that a later run of the same command got past, with the commands between.
 
     ``ops`` are (unit id, facts) in run order. A retry that succeeds with nothing run in
-    between resolves the failure "on retry".
+    between resolves the failure "on retry". ``program`` (default: the command without
+    ``sudo``/``env`` prefixes) is what makes two commands the same; a cache's memoised one
+    (:meth:`FactCache.program`) spares re-splitting every command.
     """
+    program = program or _program
     out: list[Resolution] = []
     open_failures: dict[str, int] = {}
     for index, (_unit, facts) in enumerate(ops):
-        key = _program(facts.command)
+        key = program(facts.command)
         if not key:
             continue
         if facts.failed:
@@ -421,6 +426,7 @@ def _same(a: ContextItem | None, b: ContextItem | None) -> bool:
 
 _Entry = tuple[ContextItem | None, ContextItem | None, OperationFacts, dict[int, str]]
 """The call and result mined, their facts, and their summary line per length."""
+_T = TypeVar("_T")
 
 
 class FactCache:
@@ -429,12 +435,55 @@ class FactCache:
     Mining outputs is most of what a compression would cost, so a window fills this as
     tool results arrive and a compression reads it. Keyed by the items' ids and checked
     against their text, so a replaced item is mined again, never served stale facts.
+    Messages and decisions are read the same way (:meth:`memo`): plans, progress, questions,
+    rules, what a decision sets.
     """
 
-    __slots__ = ("_ops",)
+    __slots__ = ("_ops", "_programs", "_reads")
 
     def __init__(self) -> None:
         self._ops: dict[tuple[str, str], _Entry] = {}
+        self._reads: dict[Callable[[ContextItem], Any], dict[str, tuple[ContextItem, Any]]] = {}
+        self._programs: dict[str, str] = {}
+
+    def program(self, command: str) -> str:
+        """What a retry of ``command`` would repeat (see :func:`find_resolutions`), once per command."""
+        key = self._programs.get(command)
+        if key is None:
+            key = self._programs[command] = _program(command)
+        return key
+
+    def memo(self, item: ContextItem, read: Callable[[ContextItem], _T]) -> _T:
+        """``read(item)``, once per item and reader (again only when the item's text changed).
+
+        ``read`` must be a pure function of the item's kind, role, content and metadata:
+        what a message says (:func:`~tether.context.distill.read_message`), what a decision
+        decides (:mod:`~tether.context.supersede`).
+        """
+        values = self._reads.get(read)
+        if values is None:
+            values = self._reads[read] = {}
+        hit = values.get(item.id)
+        if hit is not None and _same(hit[0], item) and hit[0].role == item.role:
+            return cast(_T, hit[1])
+        value = read(item)
+        values[item.id] = (item, value)
+        return value
+
+    def mined(
+        self, call: ContextItem | None, result: ContextItem | None, *, max_chars: int = 0
+    ) -> tuple[OperationFacts, str]:
+        """The pair's facts and (``max_chars`` > 0) its summary line, from one lookup."""
+        entry = self._ops.get((call.id if call is not None else "", result.id if result is not None else ""))
+        if entry is None or entry[0] is not call or entry[1] is not result:  # the same objects: a hit
+            entry = self._entry(call, result)
+        facts, lines = entry[2], entry[3]
+        if not max_chars:
+            return facts, ""
+        text = lines.get(max_chars)
+        if text is None:
+            text = lines[max_chars] = facts.line(max_chars=max_chars)
+        return facts, text
 
     def _entry(self, call: ContextItem | None, result: ContextItem | None) -> _Entry:
         key = (call.id if call is not None else "", result.id if result is not None else "")
@@ -457,9 +506,11 @@ class FactCache:
         return text
 
     def prune(self, live: Iterable[str]) -> None:
-        """Forget operations whose items left the window."""
+        """Forget operations and messages whose items left the window."""
         keep = set(live)
         self._ops = {k: v for k, v in self._ops.items() if k[0] in keep or k[1] in keep}
+        self._reads = {r: {k: v for k, v in values.items() if k in keep} for r, values in self._reads.items()}
+        self._programs = {}
 
     def __len__(self) -> int:
-        return len(self._ops)
+        return len(self._ops) + sum(len(values) for values in self._reads.values())

@@ -11,10 +11,10 @@ import itertools
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
-from tether.context.tokens import LINE_START, OPENAI_FORMAT, MessageFormat, Tokenizer, tool_call_tokens
+from tether.context.tokens import OPENAI_FORMAT, MessageFormat, Tokenizer, split_pieces, tool_call_tokens
 from tether.errors import ContextError
 
 logger = logging.getLogger(__name__)
@@ -211,6 +211,26 @@ class ContextItem:
             raise ContextError(f"not a context item: {exc}") from exc
 
 
+def with_count(item: ContextItem, tokens: int, seq: int | None = None) -> ContextItem:
+    """``item`` with its count (and seq) set: ``dataclasses.replace`` without its field
+    introspection, which cost more than the rest of adding an item (a hot path: every add)."""
+    return ContextItem(
+        id=item.id,
+        kind=item.kind,
+        content=item.content,
+        layer=item.layer,
+        role=item.role,
+        priority=item.priority,
+        pinned=item.pinned,
+        tokens=tokens,
+        phase=item.phase,
+        todo_id=item.todo_id,
+        tool_call_id=item.tool_call_id,
+        seq=item.seq if seq is None else seq,
+        metadata=item.metadata,
+    )
+
+
 def _opt_str(value: object) -> str | None:
     return None if value is None else str(value)
 
@@ -276,20 +296,32 @@ class ItemCounter:
             lines.clear()
         lines[line] = self.tokenizer.count(line)
 
-    def _count_lines(self, text: str) -> int:
-        """Exact count of a summary from its primed lines plus one count of the rest."""
+    def count_text(self, text: str) -> int:
+        """Exact count of a summary-like text from its primed lines; the other lines are
+        counted one by one and remembered, so the next summary that repeats them (its
+        headers, decisions, constraints, changed settings) costs only lookups."""
         lines = self._lines
         if lines is None:
             return self.tokenizer.count(text)
+        if len(lines) >= _MAX_LINES:
+            lines.clear()
+        count = self.tokenizer.count
         total = 0
-        missed: list[str] = []
-        for part in LINE_START.split(text):
+        for part in split_pieces(text):
             n = lines.get(part)
             if n is None:
-                missed.append(part)
-            else:
-                total += n
-        return total + (self.tokenizer.count("".join(missed)) if missed else 0)
+                n = lines[part] = count(part)
+            total += n
+        return total
+
+    _count_lines = count_text
+
+    def upper_bound(self, text: str) -> int:
+        """At least :meth:`count_text` of ``text``, cheaply: a byte-level BPE token is at
+        least one byte, so the UTF-8 length bounds its count (other tokenizers count)."""
+        return (
+            len(text.encode("utf-8", "surrogatepass")) if self._lines is not None else self.count_text(text)
+        )
 
     def _arguments(self, value: object) -> str:
         if isinstance(value, str):
@@ -325,7 +357,7 @@ class ItemCounter:
     def counted(self, item: ContextItem) -> ContextItem:
         """``item`` with :attr:`ContextItem.tokens` filled in (the same object if it was)."""
         n = self.tokens(item)
-        return item if item.tokens == n else replace(item, tokens=n)
+        return item if item.tokens == n else with_count(item, n)
 
     def seed(self, item: ContextItem) -> None:
         """Trust an already-counted item (a restore by the same tokenizer)."""
@@ -341,6 +373,20 @@ class ItemCounter:
             role_cost = self.tokenizer.count(role) if self.fmt.count_role else 0
             self._role_cost[role] = role_cost
         return n + self.fmt.per_message + role_cost
+
+    def costs(self, items: Iterable[ContextItem]) -> dict[str, int]:
+        """:meth:`cost` of each item by id, in one pass (what a compression reads)."""
+        per_message = self.fmt.per_message
+        role_cost = self._role_cost
+        out: dict[str, int] = {}
+        for item in items:
+            n = item.tokens if item.tokens >= 0 else self.tokens(item)
+            role = item.role if item.role is not None else _DEFAULT_ROLE.get(item.kind, "user")
+            rc = role_cost.get(role)
+            if rc is None:
+                rc = self.cost(item) - n - per_message
+            out[item.id] = n + per_message + rc
+        return out
 
     def total(self, items: Iterable[ContextItem]) -> int:
         """Prompt tokens of ``items`` as a request, reply priming included."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tether.context.items import ContextItem, ItemKind, Layer, new_item
+from tether.context.values import WORDS, PlantedValues
 
 __all__ = [
     "AGENT_CATEGORIES",
@@ -74,67 +75,13 @@ class AgentTranscript:
         return tuple(f for f in self.facts if f.category in _MUST_KEEP)
 
 
-_NOISE = (
-    "Get:{n} http://deb.debian.org/debian bookworm/main amd64 lib{w} amd64 {v} [{k} kB]",
-    "npm WARN deprecated {w}@{v}: this package is no longer supported",
-    " => [build {n}/{k}] RUN pip install --no-cache-dir -r requirements.txt   {s}s",
-    "tests/test_{w}.py::test_{w}_{n} PASSED                          [{p}%]",
-    "{d} 12:{n:02d}:{k:02d} host app[{k}]: INFO request path=/api/{w} status=200 ms={s}",
-    "Collecting {w}=={v}",
-    "  Downloading {w}-{v}-py3-none-any.whl ({k} kB)",
-    "Setting up lib{w} ({v}) ...",
-    "Requirement already satisfied: {w}>={v} in /opt/app/venv/lib/python3.11/site-packages",
-    "#{n} DONE {s}s",
-)
-_WORDS = (
-    "alpha", "cache", "router", "ledger", "orders", "billing", "queue", "auth",
-    "search", "users", "assets", "metrics", "gateway", "session", "pool", "shard",
-)  # fmt: skip
-_LETTERS = "ghjkmnpqrstvwxyz"  # not hex: a uid never occurs inside a digest
-
-
-class _Gen:
+class _Gen(PlantedValues):
     def __init__(self, seed: int, operations: int) -> None:
-        self.rng = random.Random(seed)
+        super().__init__(random.Random(seed))
         self.operations = operations
         self.items: list[ContextItem] = []
         self.facts: list[AgentFact] = []
-        self._used: set[str] = set()
         self._call = 0
-
-    # -- values ------------------------------------------------------------------------
-    def uid(self) -> str:
-        r = self.rng
-        while True:
-            value = f"{r.choice(_LETTERS)}{r.randrange(10)}{r.choice(_LETTERS)}{r.randrange(10)}"
-            if value not in self._used:
-                self._used.add(value)
-                return value
-
-    def port(self) -> str:
-        while True:
-            value = str(self.rng.randrange(20_000, 29_999))
-            if value not in self._used:
-                self._used.add(value)
-                return value
-
-    def hexid(self, n: int) -> str:
-        return "".join(self.rng.choice("0123456789abcdef") for _ in range(n))
-
-    def noise(self, lines: int) -> list[str]:
-        r = self.rng
-        return [
-            r.choice(_NOISE).format(
-                n=r.randrange(1, 60),
-                k=r.randrange(10, 999),
-                s=round(r.uniform(0.1, 9.9), 1),
-                p=r.randrange(1, 100),
-                v=f"{r.randrange(1, 9)}.{r.randrange(0, 20)}.{r.randrange(0, 9)}",
-                w=r.choice(_WORDS),
-                d=r.choice(("Mar", "Apr", "May")),
-            )
-            for _ in range(lines)
-        ]
 
     # -- items -------------------------------------------------------------------------
     def add(self, kind: ItemKind, content: str, **fields: Any) -> ContextItem:
@@ -179,7 +126,7 @@ def _operation(g: _Gen, op: int) -> None:
     r = g.rng
     kind = r.choice(("install", "build", "config", "git", "service", "health", "tests", "config_out"))
     if kind == "install":
-        pkg, ver = f"{r.choice(_WORDS)}-sdk", f"{r.randrange(1, 9)}.{r.randrange(20, 99)}.{g.uid()}"
+        pkg, ver = f"{r.choice(WORDS)}-sdk", f"{r.randrange(1, 9)}.{r.randrange(20, 99)}.{g.uid()}"
         cmd = f"pip install --no-input {pkg}=={ver}"
         call, res = g.run(cmd, g.log([f"Successfully installed {pkg}-{ver} uvicorn-0.30.1"]))
         g.fact("detail", [ver], [call, res], op)
@@ -191,15 +138,15 @@ def _operation(g: _Gen, op: int) -> None:
         call, res = g.run(cmd, out)
         g.fact("artifact", [tag], [call, res], op)
     elif kind == "config":
-        key = f"ORDERS_{r.choice(_WORDS).upper()}_HOST"
-        value = f"{r.choice(_WORDS)}-{g.uid()}.prod-eu.internal"
+        key = f"ORDERS_{r.choice(WORDS).upper()}_HOST"
+        value = f"{r.choice(WORDS)}-{g.uid()}.prod-eu.internal"
         cmd = f"sed -i 's/^{key}=.*/{key}={value}/' /srv/orders/.env"
         call, res = g.run(cmd, "[exit code 0]")
         g.fact("config", [value], [call, res], op)
     elif kind == "config_out":
-        key = f"{r.choice(_WORDS).upper()}_POOL_SIZE"
+        key = f"{r.choice(WORDS).upper()}_POOL_SIZE"
         value = g.port()
-        lines = [f"{w.upper()}_TIMEOUT=30" for w in r.sample(_WORDS, 3)] + [f"{key}={value}"]
+        lines = [f"{w.upper()}_TIMEOUT=30" for w in r.sample(WORDS, 3)] + [f"{key}={value}"]
         r.shuffle(lines)
         call, res = g.run("cat /srv/orders/.env", "\n".join([*lines, "[exit code 0]"]))
         g.fact("config", [f"{key}={value}"], [call, res], op)
@@ -212,7 +159,7 @@ def _operation(g: _Gen, op: int) -> None:
         g.fact("detail", [sha], [call, res], op)
     elif kind == "service":
         port = g.port()
-        unit = f"orders-{r.choice(_WORDS)}.service"
+        unit = f"orders-{r.choice(WORDS)}.service"
         out = g.log(
             [f"Active: active (running) since Tue 2026-03-03; Main PID: {r.randrange(900, 9999)}",
              f"{unit}: listening on 0.0.0.0:{port}"],
@@ -258,7 +205,7 @@ def _failure(g: _Gen, op: int) -> None:
 def _question(g: _Gen, op: int) -> None:
     r = g.rng
     topic = r.choice(("the session store", "the TLS certificate", "the database backup"))
-    option = f"{r.choice(_WORDS)}-{g.uid()}"
+    option = f"{r.choice(WORDS)}-{g.uid()}"
     q = g.say("assistant", f"I found two candidates for {topic}.\nShould I use the default or {option}?")
     a = g.say("user", f"Use {option}.")
     g.fact("decision", [topic, option], [q, a], op)

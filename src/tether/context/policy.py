@@ -150,17 +150,24 @@ class ContextPolicy:
         self.monitor.observe(window.usage())
         return [_compressed(result, f"phase {phase} ended", before.ratio)]
 
-    def on_checkpoint(self, window: ContextWindow, checkpoint_id: str) -> list[ContextEvent]:
+    def on_checkpoint(
+        self, window: ContextWindow, checkpoint_id: str, *, before_seq: int | None = None
+    ) -> list[ContextEvent]:
         """Checkpoint compression once a checkpoint passed: what precedes it is compressed
         with the standard rules, what follows stays as it is. Runs only when the window
-        holds enough to gain from it (over the warning threshold's half)."""
+        holds enough to gain from it (over the warning threshold's half).
+
+        ``before_seq`` is where the checkpoint stands in the window: the ``seq`` of the last
+        item it saved (default: every item now in the window). ``checkpoint_id`` names it in
+        the event. Returns the ``context_compressed`` event, or nothing when it did not run.
+        """
         if not self.checkpoint_compression:
             return []
         before = window.usage()
         if before.ratio <= self.thresholds.warn / 2:
             return []
         self.monitor.checkpoint_passed(checkpoint_id)
-        seq = max((i.seq for i in window.items()), default=0)
+        seq = max((i.seq for i in window.items()), default=0) if before_seq is None else before_seq
         result = window.compress("checkpoint", archive=self.archive, before_seq=seq)
         if not result.summarized_ids:
             return []

@@ -22,13 +22,14 @@ import random
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from tether.context.artifacts import InMemoryArtifactStore
 from tether.context.items import ContextItem, new_item
 from tether.context.tokens import TiktokenTokenizer, Tokenizer
 from tether.context.trim import trim_output
+from tether.context.values import PlantedValues
 
 __all__ = [
     "SESSION_CATEGORIES",
@@ -170,7 +171,6 @@ def _section(text: str, title: str) -> str:
 # == the generator =====================================================================
 _WORDS = ("orders", "billing", "ledger", "gateway", "auth", "search", "queue", "metrics", "cache",
           "assets", "users", "router", "session", "shard", "pool", "audit")  # fmt: skip
-_LETTERS = "ghjkmnpqrstvwxyz"
 _NOISE = (
     "{d} 12:{n:02d}:{k:02d} {w}-{k} INFO request path=/api/{w} status=200 ms={s}",
     "Get:{n} http://deb.debian.org/debian bookworm/main amd64 lib{w} amd64 {v} [{k} kB]",
@@ -183,49 +183,14 @@ _NOISE = (
 )
 
 
-@dataclass(slots=True)
-class _Gen:
-    kind: SessionKind
-    rng: random.Random
-    ops: list[Op] = field(default_factory=list)
-    facts: list[SessionFact] = field(default_factory=list)
-    used: set[str] = field(default_factory=set)
-    phase: int = 0
-    service: str = "orders"
-
-    def uid(self) -> str:
-        while True:
-            r = self.rng
-            a, b, c = (r.choice(_LETTERS) for _ in range(3))
-            v = f"{a}{r.randrange(10)}{b}{r.randrange(10)}{c}"
-            if v not in self.used:
-                self.used.add(v)
-                return v
-
-    def port(self) -> str:
-        while True:
-            v = str(self.rng.randrange(20_000, 29_999))
-            if v not in self.used:
-                self.used.add(v)
-                return v
-
-    def hexid(self, n: int) -> str:
-        return "".join(self.rng.choice("0123456789abcdef") for _ in range(n))
-
-    def noise(self, n: int) -> list[str]:
-        r = self.rng
-        return [
-            r.choice(_NOISE).format(
-                n=r.randrange(1, 60),
-                k=r.randrange(10, 999),
-                s=round(r.uniform(0.1, 9.9), 1),
-                p=r.randrange(1, 100),
-                w=r.choice(_WORDS),
-                d=r.choice(("Mar", "Apr", "May")),
-                v=f"{r.randrange(1, 9)}.{r.randrange(0, 20)}.{r.randrange(0, 9)}",
-            )  # fmt: skip
-            for _ in range(n)
-        ]
+class _Gen(PlantedValues):
+    def __init__(self, *, kind: SessionKind, rng: random.Random, service: str = "orders") -> None:
+        super().__init__(rng, templates=_NOISE, words=_WORDS, uid_length=5)
+        self.kind = kind
+        self.ops: list[Op] = []
+        self.facts: list[SessionFact] = []
+        self.phase = 0
+        self.service = service
 
     def log(self, salient: list[str], lines: tuple[int, int] = (6, 30)) -> str:
         body = self.noise(self.rng.randrange(*lines))

@@ -12,13 +12,17 @@ lifts, so the compressor keeps the current one protected and the old one as one 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
+from tether.context.facts import FactCache
 from tether.context.items import ContextItem
 from tether.context.notes import lifts, normalise
 
 __all__ = ["Superseded", "changes_plan", "find_superseded", "short_line"]
+
+_T = TypeVar("_T")
 
 _CHANGE = re.compile(
     r"(?i)\b(change of plan|changed? (?:my|our|the) mind|instead\b|no longer|rather than|switch(?:ed)? to|"
@@ -201,7 +205,11 @@ def _seen(item: ContextItem) -> _Seen:
     return _Seen(item, _question(item), answer, _settings(answer), _words(item.content))
 
 
-def find_superseded(items: Iterable[ContextItem]) -> list[Superseded]:
+def _constraint_words(item: ContextItem) -> set[str]:
+    return _words(item.content)
+
+
+def find_superseded(items: Iterable[ContextItem], *, facts: FactCache | None = None) -> list[Superseded]:
     """Which decisions later ones replace and which constraints later statements lift.
 
     A decision replaces an earlier one when it answers the same question again, sets a
@@ -209,19 +217,21 @@ def find_superseded(items: Iterable[ContextItem]) -> list[Superseded]:
     "change of plan", "no longer", ...) and shares at least two topic words with it (the
     earlier decision with the most is replaced). A statement that lifts a restriction
     ("no longer", "you may now", ...) and shares two topic words with a constraint lifts
-    it. Each old item is replaced once, by the first later item that qualifies.
+    it. Each old item is replaced once, by the first later item that qualifies. ``facts``
+    (a window's cache) remembers what each item says between compressions.
     """
+    read = facts.memo if facts is not None else _read
     ordered = sorted(items, key=lambda i: i.seq)
     current: list[_Seen] = []
     constraints: list[tuple[ContextItem, set[str]]] = []
     out: list[Superseded] = []
     for item in ordered:
         if item.kind == "constraint" and not item.pinned:
-            constraints.append((item, _words(item.content)))
+            constraints.append((item, read(item, _constraint_words)))
             continue
         if item.kind != "decision" or item.pinned or _final(item):
             continue
-        seen = _seen(item)
+        seen = read(item, _seen)
         if constraints and lifts(seen.answer):
             words = _words(seen.answer)
             best = max(constraints, key=lambda c: len(words & c[1]))
@@ -236,6 +246,10 @@ def find_superseded(items: Iterable[ContextItem]) -> list[Superseded]:
             out.append(Superseded(old_id=old.item.id, new_id=item.id, kind="decision", line=line))
         current.append(seen)
     return out
+
+
+def _read(item: ContextItem, read: Callable[[ContextItem], _T]) -> _T:
+    return read(item)
 
 
 def _replaced(new: _Seen, current: Sequence[_Seen]) -> _Seen | None:

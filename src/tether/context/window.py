@@ -24,8 +24,9 @@ from tether.context.compress import (
     compress_phase,
     fit,
 )
+from tether.context.distill import message_line, read_message
 from tether.context.facts import FactCache
-from tether.context.items import ContextItem, ItemCounter, Layer
+from tether.context.items import ContextItem, ItemCounter, Layer, with_count
 from tether.context.summarizer import Summarizer, bullet
 from tether.context.tokens import (
     ANTHROPIC_FORMAT,
@@ -81,6 +82,11 @@ def todo_phase(item: ContextItem) -> str:
 
 def _is_done(item: ContextItem) -> bool:
     return str(item.metadata.get("status", "")).lower() in ("done", "completed", "skipped")
+
+
+def _store_order(item: ContextItem) -> int:
+    """Stored items keep their seq; new ones (seq 0) come last, in the order given."""
+    return item.seq if item.seq > 0 else 1 << 62
 
 
 def scale_layer_budgets(budget: int) -> dict[Layer, int]:
@@ -166,7 +172,7 @@ class ContextWindow:
 
     # -- items -------------------------------------------------------------------------
 
-    def _store(self, item: ContextItem, *, seq: int | None = None) -> ContextItem:
+    def _store(self, item: ContextItem, *, seq: int | None = None, counted: bool = False) -> ContextItem:
         if seq is None:
             if item.seq > 0:
                 seq = item.seq
@@ -174,9 +180,9 @@ class ContextWindow:
                 self._seq += 1
                 seq = self._seq
         self._seq = max(self._seq, seq)
-        n = self.counter.tokens(item)
+        n = item.tokens if counted and item.tokens >= 0 else self.counter.tokens(item)
         if item.seq != seq or item.tokens != n:
-            item = dataclasses.replace(item, seq=seq, tokens=n)
+            item = with_count(item, n, seq)
         layer_items = self._layers[item.layer]
         out_of_order = bool(layer_items) and next(reversed(layer_items.values())).seq > seq
         layer_items[item.id] = item
@@ -209,6 +215,10 @@ class ContextWindow:
         """Extract a finished operation's facts now, so that compression only reads them."""
         call_id = item.tool_call_id
         if not call_id:
+            if item.kind == "message":  # plans, progress, questions, rules: read once
+                flat = self.facts.memo(item, read_message).flat
+                for n in LINE_LENGTHS:  # its summary line, counted as a summary holds it
+                    self.counter.prime(bullet(message_line(flat, n)) + "\n")
             return
         if item.kind == "tool_call":
             self._calls[call_id] = item
@@ -234,7 +244,7 @@ class ContextWindow:
             return stored
         n = self.counter.tokens(item)
         if item.seq != old.seq or item.tokens != n:
-            item = dataclasses.replace(item, seq=old.seq, tokens=n)
+            item = with_count(item, n, old.seq)
         self._layers[item.layer][item.id] = item  # an existing key keeps its position
         self._totals[item.layer] += self.counter.cost(item) - self.counter.cost(old)
         self.version += 1
@@ -290,20 +300,40 @@ class ContextWindow:
         """An immutable copy of the items (they are frozen, so this is cheap)."""
         return tuple(self.items())
 
-    def replace_all(self, items: Iterable[ContextItem]) -> None:
-        """Make ``items`` the whole content (how a compression result is applied)."""
+    def replace_all(self, items: Iterable[ContextItem], *, counted: bool = False) -> None:
+        """Make ``items`` the whole content (how a compression result is applied).
+
+        ``counted=True``: the items' ``tokens`` are this window's counter's counts (a
+        compression result of this window), so they are not looked up again.
+        """
         items = list(items)
         before = {i.id: i for i in self.items()} if self._journal is not None else {}
         for layer in Layer:
             self._layers[layer] = {}
         self._where.clear()
         self._totals = dict.fromkeys(Layer, 0)
-        for item in sorted(items, key=lambda i: i.seq if i.seq > 0 else 1 << 62):
-            if item.id in self._where:
-                raise ContextError(f"duplicate item id {item.id!r}")
-            stored = self._store(item)
-            if self._journal is not None and before.get(stored.id) != stored:
-                self._journal.append(stored.to_dict())
+        # _store inlined: in seq order no layer needs re-sorting (a hot path: every compression)
+        where, layers, totals, cost = self._where, self._layers, self._totals, self.counter.cost
+        for item in sorted(items, key=_store_order):
+            item_id = item.id
+            if item_id in where:
+                raise ContextError(f"duplicate item id {item_id!r}")
+            if item.seq > 0:
+                seq = item.seq
+            else:
+                self._seq += 1
+                seq = self._seq
+            if seq > self._seq:
+                self._seq = seq
+            n = item.tokens if counted and item.tokens >= 0 else self.counter.tokens(item)
+            if item.seq != seq or item.tokens != n:
+                item = with_count(item, n, seq)
+            layers[item.layer][item_id] = item
+            where[item_id] = item.layer
+            totals[item.layer] += cost(item)
+            self.version += 1
+            if self._journal is not None and before.get(item_id) != item:
+                self._journal.append(item.to_dict())
         if self._journal is not None:
             self._journal += [{"id": i, "removed": True} for i in before if i not in self._where]
         self._maybe_prune()
@@ -525,8 +555,9 @@ class ContextWindow:
             summary_budget=self.summary_budget(),
             working_budget=self.layer_budgets.get(Layer.WORKING),
             facts=self.facts,
+            counted=True,
         )
-        self.replace_all(result.items)
+        self.replace_all(result.items, counted=True)
         return self._check_session(result)
 
     def summary_budget(self) -> int:
@@ -565,9 +596,9 @@ class ContextWindow:
             title = str(todo.metadata.get("text", "")) if todo is not None else ""
         result = compress_phase(
             self.items(), phase, counter=self.counter, status=status, summarizer=summarizer,
-            title=title, facts=self.facts,
+            title=title, facts=self.facts, counted=True,
         )  # fmt: skip
-        self.replace_all(result.items)
+        self.replace_all(result.items, counted=True)
         return dataclasses.replace(result, archive_id=archive_id)
 
     def phases_done(self) -> list[str]:
@@ -600,9 +631,10 @@ class ContextWindow:
             counter=self.counter,
             summarizer=summarizer,
             archive_id=archive_id,
+            counted=True,
         )
         if result.level != "none":
-            self.replace_all(result.items)
+            self.replace_all(result.items, counted=True)
         return result
 
 

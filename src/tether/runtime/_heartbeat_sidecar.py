@@ -5,7 +5,7 @@ that it starts on the standard library alone: tether and a store driver are impo
 when a renewal is first due. It reads JSON lines on stdin::
 
     {"parent": PID}                                              first line
-    {"hold": RUN_ID, "token": T, "ttl": S, "url": URL, "options": {...}}
+    {"hold": RUN_ID, "token": T, "ttl": S, "at": EPOCH, "url": URL, "options": {...}}
     {"drop": RUN_ID, "token": T}
 
 and renews each held lease every ``ttl / 3`` seconds with a fenced write
@@ -13,13 +13,19 @@ and renews each held lease every ``ttl / 3`` seconds with a fenced write
 state ``T`` (SIGSTOP, a debugger) is not renewed, so its lease runs out and another runner
 may take the run over. A renewal refused with LeaseLost drops that lease. The sidecar exits
 when its parent does (stdin closes, or the pid is gone).
+
+The sidecar reads its pipe once per tick (:data:`POLL`), not on every line: most runs of a
+busy worker hold and drop their lease within a tick, and waking this process twice per run
+cost about a tenth of a short run's CPU (see benchmarks/README.md, ``bench_workers``). A
+hold carries the time it was sent (``at``), and its first renewal is due a third of a lease
+after that, so reading it up to a tick late moves no renewal. A drop read late is harmless:
+renewing a lease its holder released is refused (LeaseLost) and drops it here too.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import queue
 import sys
 import threading
 import time
@@ -33,7 +39,7 @@ if (
     sys.path.pop(0)  # run as a script: its own directory must not shadow top-level modules
 
 POLL = 0.2
-"""Seconds between checks of the parent when no renewal is due sooner."""
+"""Seconds between reads of the pipe and checks of the parent when no renewal is due sooner."""
 
 
 def parent_state(pid: int) -> str | None:
@@ -46,13 +52,47 @@ def parent_state(pid: int) -> str | None:
     return stat.rpartition(")")[2].split()[0]
 
 
-def _read(lines: queue.Queue[dict[str, Any] | None]) -> None:
-    for line in sys.stdin:
-        try:
-            lines.put(json.loads(line))
-        except ValueError:
-            continue
-    lines.put(None)
+class Pipe:
+    """The parent's lines on stdin, read without blocking: whatever arrived since the last
+    read, all at once."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = b""
+        self.closed = False
+
+    def first(self) -> dict[str, Any] | None:
+        """The first line (blocking: nothing is due before the parent is known)."""
+        while b"\n" not in self.buf:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        os.set_blocking(self.fd, False)
+        return _decode(line)
+
+    def lines(self) -> list[dict[str, Any]]:
+        """Every complete line that arrived; sets ``closed`` once the parent closed the pipe."""
+        while not self.closed:
+            try:
+                chunk = os.read(self.fd, 1 << 20)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self.closed = True
+                break
+            self.buf += chunk
+        *complete, self.buf = self.buf.split(b"\n")
+        return [cmd for cmd in map(_decode, complete) if cmd is not None]
+
+
+def _decode(line: bytes) -> dict[str, Any] | None:
+    try:
+        cmd = json.loads(line)
+    except ValueError:
+        return None
+    return cmd if isinstance(cmd, dict) else None
 
 
 class Renewer:
@@ -97,9 +137,8 @@ def _preload() -> None:
 
 
 def main() -> None:
-    lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
-    threading.Thread(target=_read, args=(lines,), daemon=True).start()
-    first = lines.get()
+    pipe = Pipe(sys.stdin.fileno())
+    first = pipe.first()
     if first is None:
         return
     parent = int(first["parent"])
@@ -107,26 +146,28 @@ def main() -> None:
     threading.Thread(target=_preload, daemon=True).start()
     held: dict[str, dict[str, Any]] = {}
     renewer: Renewer | None = None
+    stopped = False
     try:
         while True:
             now = time.time()
-            wait = min([POLL, *(h["due"] - now for h in held.values())])
-            try:
-                cmd = lines.get(timeout=max(0.0, wait))
-            except queue.Empty:
-                cmd = {}
-            if cmd is None:
+            wait = POLL if stopped else min([POLL, *(h["due"] - now for h in held.values())])
+            if wait > 0:
+                time.sleep(wait)
+            for cmd in pipe.lines():
+                if "hold" in cmd:
+                    ttl = float(cmd["ttl"])
+                    since = min(float(cmd.get("at", now)), time.time())
+                    held[cmd["hold"]] = {**cmd, "run": cmd["hold"], "ttl": ttl, "due": since + ttl / 3}
+                elif "drop" in cmd and held.get(cmd["drop"], {}).get("token") == cmd.get("token"):
+                    held.pop(cmd["drop"], None)
+            if pipe.closed:
                 return  # the parent closed the pipe: it exited
-            if "hold" in cmd:
-                ttl = float(cmd["ttl"])
-                held[cmd["hold"]] = {**cmd, "run": cmd["hold"], "ttl": ttl, "due": time.time() + ttl / 3}
-            elif "drop" in cmd and held.get(cmd["drop"], {}).get("token") == cmd.get("token"):
-                held.pop(cmd["drop"], None)
             state = parent_state(parent)
             if state is None or state in ("Z", "X"):
                 return
-            if state in ("T", "t"):
-                continue  # stopped: let its leases run out
+            stopped = state in ("T", "t")
+            if stopped:
+                continue  # let its leases run out (and look again a tick later)
             now = time.time()
             for run_id, hold in list(held.items()):
                 if hold["due"] > now:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -37,6 +38,9 @@ __all__ = ["Beat", "start_heartbeat"]
 logger = logging.getLogger(__name__)
 
 SIDECAR = Path(__file__).with_name("_heartbeat_sidecar.py")
+PIPE_BYTES = 1 << 20
+"""The pipe to the sidecar holds this much: it reads once per tick (a fifth of a second), and
+a full pipe would make a lease's take wait for that tick."""
 
 
 class Beat(Protocol):
@@ -74,6 +78,8 @@ class _Sidecar:
                 start_new_session=True,  # a Ctrl-C in the terminal is the runner's to handle
             )
             assert proc.stdin is not None
+            with contextlib.suppress(OSError, AttributeError):  # room for a tick of holds and drops
+                fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
             proc.stdin.write(json.dumps({"parent": os.getpid()}).encode() + b"\n")
         assert proc.stdin is not None
         return proc.stdin
@@ -106,7 +112,7 @@ class _Sidecar:
             proc.wait()
 
     def hold(self, run_id: str, token: int, ttl: float, url: str, options: dict[str, Any]) -> Beat | None:
-        hold = {"hold": run_id, "token": token, "ttl": ttl, "url": url, "options": options}
+        hold = {"hold": run_id, "token": token, "ttl": ttl, "at": time.time(), "url": url, "options": options}
         if not self.send(hold):
             logger.warning("heartbeat sidecar could not start; renewing %s from the event loop", run_id)
             return None

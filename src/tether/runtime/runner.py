@@ -37,7 +37,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from tether.errors import LeaseLost, RunExists, RunInProgress, RunNotFound, RunNotPaused, VersionConflict
+from tether.errors import (
+    LeaseLost,
+    RunExists,
+    RunInProgress,
+    RunNotFound,
+    RunNotPaused,
+    VersionConflict,
+    WrongRunStatus,
+)
 from tether.runtime.attempts import StepTimeout, attempt_step
 from tether.runtime.drive import Drive, DriveSettings, RunResult, Stop
 from tether.runtime.events import Event
@@ -183,17 +191,27 @@ class Runner:
         return await self.resume(run_id, decision=decision)
 
     async def resume(
-        self, run_id: str, *, decision: Decision | str | None = None, force: bool = False
+        self,
+        run_id: str,
+        *,
+        decision: Decision | str | None = None,
+        force: bool = False,
+        only: RunStatus | None = None,
     ) -> RunResult:
         """Continue a paused, interrupted or crashed run from its latest checkpoint.
 
         A FAILED run is left as it is unless a ``decision`` is given (after a human
         fixed what its failure report asked for); COMPLETED and CANCELLED runs are final.
+        ``only``: continue the run only if it is stored with this status, else raise
+        :class:`WrongRunStatus` having written nothing (a worker starting a run submitted
+        PENDING, which must not continue one paused meanwhile, without a read of its own).
         """
         ctx = await self.store.load_context(run_id, reducers=self.reducers)
         info = await self.store.get_run(run_id)
         if ctx is None or info is None:
             raise RunNotFound(run_id)
+        if only is not None and info.status is not only:
+            raise WrongRunStatus(run_id, str(info.status), "resume", f"only a {only} run is resumed here")
         finished = info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
         if finished or (info.status is RunStatus.FAILED and decision is None):
             return RunResult(run_id=run_id, status=info.status, version=ctx.version, state=ctx.state_view())

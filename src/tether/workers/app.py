@@ -18,6 +18,12 @@ Settings, and why:
 * The ``threads`` pool: one worker process is one lease holder (host, pid); its threads
   execute several runs at once, each on its own event loop and store connection. For
   CPU-heavy steps run one worker process per core instead of more threads.
+* One INFO line per run: tether's ("run R: COMPLETED at version N", "message dropped:
+  why"). Celery's own per-message lines ("Task … received", "… succeeded in …") say less
+  and cost as much again (about a fifth of what Celery adds to a short run, see
+  benchmarks/README.md, ``bench_workers``): at ``--loglevel INFO`` they are left out, at
+  DEBUG they show. The task's result is kept small for the same reason: Celery renders
+  it for every message, results backend or not.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ logger = logging.getLogger(__name__)
 
 LONG = 30 * 24 * 3600
 """Seconds: how long a broker may hold an unacknowledged message (far above any step)."""
+
+PER_MESSAGE_LOGGERS = ("celery.worker.strategy", "celery.app.trace")
+"""Celery's loggers of one INFO line per message received and per task succeeded."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -139,12 +148,8 @@ def _install_task(app: Celery, queue: str, config: WorkerConfig) -> None:
         outcome = loop.run_until_complete(ex.execute(run_id, decision=decision, workflow=workflow))
         if outcome.action == "requeue":  # handed back: another worker takes it at once
             raise Reject(outcome.reason, requeue=True)
-        return {
-            "run_id": run_id,
-            "action": outcome.action,
-            "status": outcome.status,
-            "reason": outcome.reason,
-        }
+        result = {"action": outcome.action, "status": outcome.status}
+        return {**result, "reason": outcome.reason} if outcome.reason else result
 
     app.task(name=TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(execute_run)
     sweeper: list[Any] = []
@@ -175,6 +180,13 @@ def _install_task(app: Celery, queue: str, config: WorkerConfig) -> None:
             except Exception:  # closing on the way out
                 logger.debug("closing a worker store failed", exc_info=True)
 
+    def _quiet(**_: Any) -> None:
+        for name in PER_MESSAGE_LOGGERS:
+            celery_logger = logging.getLogger(name)
+            if celery_logger.getEffectiveLevel() == logging.INFO:
+                celery_logger.setLevel(logging.WARNING)
+
+    signals.celeryd_after_setup.connect(_quiet, weak=False)
     signals.worker_ready.connect(_start_sweeper, weak=False)
     signals.worker_shutting_down.connect(_drain, weak=False)
     signals.worker_shutdown.connect(_close, weak=False)

@@ -31,7 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tether.errors import RunInProgress, RunNotPaused, TetherError, VersionConflict
+from tether.errors import (
+    RunInProgress,
+    RunNotFound,
+    RunNotPaused,
+    TetherError,
+    VersionConflict,
+    WrongRunStatus,
+)
 from tether.runtime import Event, Runner
 from tether.runtime.failures import FailureKind
 from tether.runtime.lease import HOST, lease_is_dead
@@ -160,14 +167,20 @@ class RunExecutor:
         """Execute or resume ``run_id`` if this message should; see the module docstring.
 
         ``workflow`` (from a submitter that stored the run ready to start) lets a PENDING
-        run start without a read of its state here: the runner's own read is enough."""
+        run start without a read of its own here: the runner's read checks the status, and
+        anything but PENDING (a duplicate message, a run paused meanwhile) comes back
+        unwritten to be looked at as any other message."""
         if self.draining.is_set():
             return Outcome(run_id, "requeue", None, "this worker is shutting down")
         if workflow is not None and decision is None and workflow in self.registry:
             entry = self.registry.get(workflow)
-            info = await self.store.get_run(run_id)
-            if entry.workflow is not None and info is not None and info.status is RunStatus.PENDING:
-                return await self._drive(entry.runner(self.store, {}), run_id, None)
+            if entry.workflow is not None:  # the runner's read checks it is PENDING still
+                try:
+                    return await self._drive(
+                        entry.runner(self.store, {}), run_id, None, only=RunStatus.PENDING
+                    )
+                except (WrongRunStatus, RunNotFound):
+                    pass  # (nothing written) a duplicate, a run deleted: looked at below
         ctx = await self.store.load_context(run_id)
         info = await self.store.get_run(run_id)
         if ctx is None or info is None:
@@ -218,7 +231,9 @@ class RunExecutor:
             ctx.merge(update)
             await self.store.commit(ctx, status=RunStatus.PENDING, _require_status=RunStatus.PENDING)
 
-    async def _drive(self, runner: Runner, run_id: str, decision: str | None) -> Outcome:
+    async def _drive(
+        self, runner: Runner, run_id: str, decision: str | None, *, only: RunStatus | None = None
+    ) -> Outcome:
         runner.owner = self.owner
         runner.lease_ttl = self.lease_ttl
         stop_here = asyncio.Event()  # set once the run should stop at its next checkpoint
@@ -239,7 +254,7 @@ class RunExecutor:
 
         runner.on_checkpoint = at_checkpoint
         runner.on_event = events
-        work = asyncio.ensure_future(runner.resume(run_id, decision=decision))
+        work = asyncio.ensure_future(runner.resume(run_id, decision=decision, only=only))
         watch = asyncio.ensure_future(self._watch_shutdown(work, stop_here))
         try:
             result = await work
