@@ -48,6 +48,10 @@ _URL = re.compile(r"\bhttps?://[^\s'\"<>)\]]+")
 _HOSTPORT = re.compile(r"\b((?:\d{1,3}(?:\.\d{1,3}){3}|localhost|[a-z][\w-]*(?:\.[\w-]+)+|\[::\]):\d{2,5})\b")
 _PATH = re.compile(r"(?<![\w:/.])(/(?:[\w.@+-]+/)*[\w.@+-]+/?)")
 _VERSION = re.compile(r"\b[\w-]*?\d+\.\d+(?:\.[\w]+)*(?:[-+][\w.]+)?\b")
+_NAMED_VERSION = re.compile(
+    r"^[A-Za-z][\w+.-]*(?: [A-Za-z][\w+.-]*)?[ /]v?\d+\.\d+(?:\.\d+)*(?:[-+][\w.]+)?\b"
+)
+"""A tool and its version at the start of a line: ``Python 3.11.7``, ``nginx/1.25.3``, ``node v20.11.1``."""
 _HASH = re.compile(r"\b(?:sha256:)?[0-9a-f]{7,64}\b|\b[0-9a-f]{7,12}\.\.[0-9a-f]{7,12}\b")
 _ERROR = re.compile(
     r"(?i)((?-i:Error|Exception)\b|\berror\b|\bfailed\b|\bfailure\b|\bfatal\b|exception|\bdenied\b|"
@@ -278,8 +282,9 @@ def extract_output(text: str) -> OperationFacts:
                     continue
         if first is None:
             first = line
-        if len(line) < 160 and ("=" in line or ":" in line) and "://" not in line:
-            whole = _ASSIGN.fullmatch(line) or _INI.match(line)
+        if len(line) < 300 and ("=" in line or ":" in line):
+            # a URL's "scheme:" is no INI key, but DATABASE_URL=postgres://… is a setting
+            whole = _ASSIGN.fullmatch(line) or (_INI.match(line) if "://" not in line else None)
             if whole:
                 configs.setdefault(whole.group(1), whole.group(2))
                 continue
@@ -296,6 +301,10 @@ def extract_output(text: str) -> OperationFacts:
                 environment.append(f":{port.group(1)}")
         if any(w in low for w in _SALIENT_WORDS) and _SALIENT.search(line):
             _salient(line, artifacts, environment, details)
+        elif "://" in line:  # an endpoint a later step calls again: "GET http://… 200 OK"
+            environment += [_clip(u, 120) for u in _URL.findall(line)]
+        elif len(line) <= 80 and (named := _NAMED_VERSION.match(line)):  # "Python 3.11.7", "nginx/1.25.3"
+            details.append(" ".join(named.group(0).split()))
     if first is not None and not (configs or artifacts or environment or details or errors):
         details.append(_clip(first, 100))  # nothing salient: the first line usually says what happened
     return OperationFacts(

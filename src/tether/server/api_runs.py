@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
@@ -23,6 +24,7 @@ from tether.server.deps import (
     Reader,
     SnapshotCache,
     Store,
+    body_response,
     encode,
     epoch_ms,
     incarnation,
@@ -30,9 +32,11 @@ from tether.server.deps import (
     reducers,
 )
 from tether.server.diff import diff_states, diff_value
+from tether.server.executor import Executor
 from tether.server.problems import PROBLEM_RESPONSES
 from tether.state import RunStatus
 from tether.state.model import ExecutionContextSnapshot, RunInfo
+from tether.stores.base import CheckpointStore
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], responses=PROBLEM_RESPONSES)
 
@@ -286,6 +290,26 @@ async def get_snapshot(
     ] = None,
 ) -> Response:
     check_run(token, run_id)
+    return await answer_snapshot(
+        request.app.state.snapshots, store, executor, run_id, keys, a_im, request.headers
+    )
+
+
+async def answer_snapshot(
+    cache: SnapshotCache,
+    store: CheckpointStore,
+    executor: Executor,
+    run_id: str,
+    keys: str,
+    a_im: str | None,
+    headers_in: Mapping[str, str],
+) -> Response:
+    """The answer to a snapshot read by a caller already allowed to read ``run_id``: 304,
+    a delta (226) or the full body, from bytes encoded once per version.
+
+    Shared by the route and the fast path (``tether.server.fastpath``) so both answer
+    alike; raises ``RunNotFound`` when the run does not exist.
+    """
     info = await store.get_run(run_id)
     if info is None:
         raise RunNotFound(run_id)
@@ -294,8 +318,9 @@ async def get_snapshot(
     variant = f"{info.status}-{int(executing)}-{keys}-{born}"
     tag = f"{info.version}-{variant}"
     headers = {"Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
-    wanted = negotiate(request.headers.get("accept-encoding", ""))
-    matched = etag_matches(request.headers.get("if-none-match"), tag)
+    if_none_match = headers_in.get("if-none-match")
+    wanted = negotiate(headers_in.get("accept-encoding", ""))
+    matched = etag_matches(if_none_match, tag)
     if matched:
         headers["ETag"] = f'"{matched}"'  # the representation the client holds
         return Response(status_code=304, headers=headers)
@@ -306,12 +331,7 @@ async def get_snapshot(
             raise RunNotFound(run_id)
         return encode(snapshot_dict(snap, executing, keys)), snap.version == info.version
 
-    cache: SnapshotCache = request.app.state.snapshots
-    base = (
-        delta_base(request.headers.get("if-none-match"), keys, info.version, born)
-        if wants_delta(a_im)
-        else None
-    )
+    base = delta_base(if_none_match, keys, info.version, born) if wants_delta(a_im) else None
     if base is not None:
         from_version = base
 
@@ -334,16 +354,16 @@ async def get_snapshot(
                 cache, delta, wanted, (run_id, info.version, f"{variant}<{from_version}")
             )
             headers.update({"ETag": f'"{tag}"', "IM": DELTA_IM, "Cache-Control": "no-store, im"})
-            headers["Delta-Base"] = f'"{request_tag(request, from_version)}"'
+            headers["Delta-Base"] = f'"{request_tag(if_none_match, from_version)}"'
             if coding != "identity":
                 headers["Content-Encoding"] = coding
-            return Response(body, status_code=226, media_type="application/json", headers=headers)
+            return body_response(body, 226, headers)
     entry = await cache.fetch(run_id, info.version, variant, build)
     body, coding = await pick_encoding(cache, entry, wanted, (run_id, info.version, variant))
     headers["ETag"] = f'"{tag}{SUFFIX.get(coding, "")}"'
     if coding != "identity":
         headers["Content-Encoding"] = coding
-    return Response(body, media_type="application/json", headers=headers)
+    return body_response(body, 200, headers)
 
 
 async def pick_encoding(
@@ -401,9 +421,9 @@ def delta_base(header: str | None, keys: str, version: int, born: str) -> int | 
     return best
 
 
-def request_tag(request: Request, version: int) -> str:
+def request_tag(if_none_match: str | None, version: int) -> str:
     """The tag in the request's ``If-None-Match`` that named ``version`` (the delta's base)."""
-    for raw in (request.headers.get("if-none-match") or "").split(","):
+    for raw in (if_none_match or "").split(","):
         candidate = raw.strip().removeprefix("W/").strip('"')
         if candidate.split("-", 1)[0] == str(version):
             return candidate

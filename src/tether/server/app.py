@@ -180,6 +180,9 @@ def create_app(
         from tether.server import dashboard as pages
 
         pages.mount(app)
+    from tether.server.fastpath import SnapshotFastPath
+
+    app.add_middleware(SnapshotFastPath)  # inside CORS and the guard: they still see every read
     origins = cfg.origins()
     if origins:
         from fastapi.middleware.cors import CORSMiddleware

@@ -32,6 +32,8 @@ __all__ = [
     "PACKERS",
     "SnapshotCache",
     "Store",
+    "StreamedBytes",
+    "body_response",
     "encode",
     "json_response",
     "per_version",
@@ -87,6 +89,37 @@ def json_response(data: Any, status: int = 200) -> Response:
     return Response(encode(data), status_code=status, media_type="application/json")
 
 
+STREAM_CHUNK = 512 * 1024
+"""Bodies larger than this go out in slices of this size (see ``StreamedBytes``)."""
+
+
+class StreamedBytes(Response):
+    """Bytes already made (a cached snapshot body), sent in slices of one buffer.
+
+    Handed to the server in one piece, a 10 MB body sits in the connection's write buffer
+    and the server counts the response as done at once: its keep-alive timer starts while
+    a slow reader is still receiving (uvicorn then closes the connection under it), and 50
+    such bodies are 500 MB queued at once. In slices, each one is handed over when the
+    previous has drained (the server awaits its flow control between ``send`` calls), so
+    the response ends when its last bytes leave. The slices are ``memoryview`` s of the
+    cached bytes: no copy (uvicorn and httpx's ASGI transport take any bytes-like body).
+    """
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        view = memoryview(self.body)
+        size = len(view)
+        for at in range(0, size, STREAM_CHUNK):
+            end = at + STREAM_CHUNK
+            await send({"type": "http.response.body", "body": view[at:end], "more_body": end < size})
+
+
+def body_response(body: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """A JSON response of ``body``, streamed in slices when it is large."""
+    kind = StreamedBytes if len(body) > STREAM_CHUNK else Response
+    return kind(body, status_code=status, media_type="application/json", headers=headers)
+
+
 async def per_version(
     request: Request,
     store: CheckpointStore,
@@ -113,7 +146,7 @@ async def per_version(
 
     cache: SnapshotCache = request.app.state.snapshots
     entry = await cache.fetch(run_id, info.version, f"{kind}-{incarnation(info)}", make)
-    return Response(entry.body, media_type="application/json")
+    return body_response(entry.body)
 
 
 def incarnation(info: RunInfo) -> str:
