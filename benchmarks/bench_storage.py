@@ -189,10 +189,10 @@ async def agent(rep: Report, workdir: Path, iterations: int) -> None:
     rng = random.Random(35)
     out = workdir / "outputs"
     out.mkdir()
-    for k in range(20):
+    for k in range(iterations):  # a new output each iteration: re-reading one would be a stuck run
         (out / f"{k}.txt").write_text(corpus.tool_output(rng, rng.randint(300, 3000)))
     replies: list[dict[str, Any]] = [
-        {"action": "execute", "command": f"cat outputs/{k % 20}.txt", "reasoning": corpus.prose(rng, 120)}
+        {"action": "execute", "command": f"cat outputs/{k}.txt", "reasoning": corpus.prose(rng, 120)}
         for k in range(iterations - 1)
     ]
     replies.append({"action": "done", "message": "done"})
@@ -203,7 +203,7 @@ async def agent(rep: Report, workdir: Path, iterations: int) -> None:
             "bench-agent", "read every output"
         )
         cp = await store.load("bench-agent")
-        assert cp is not None
+        assert cp is not None and str(cp.status) == "COMPLETED", f"the agent run ended {cp.status}"
         stored, kinds, versions = await stored_bytes(store, "bench-agent")
     final = len(ormsgpack.packb(cp.state))
     label = f"agent run, {iterations} iterations"
