@@ -26,7 +26,7 @@ from tether.orchestrator.blackboard import Blackboard
 from tether.orchestrator.config import OrchestratorConfig
 from tether.orchestrator.decisions import apply_plan
 from tether.orchestrator.effects import settle
-from tether.orchestrator.metrics import check_thresholds, empty_metrics, rates
+from tether.orchestrator.metrics import check_thresholds, empty_metrics
 from tether.orchestrator.roles import MainPolicy, RoleRunner
 from tether.orchestrator.stage import StageInput, StageOutcome, overlay
 from tether.orchestrator.summaries import SummaryStore
@@ -257,7 +257,7 @@ class Orchestrator:
         for key, value in now.items():
             m[key] = int(m[key]) + value - seen.get(key, 0)
         self._seen = now
-        m["rates"] = rates(m)
+        m.pop("rates", None)  # derived: rates(m) where they are read (a run from before held them)
         return m
 
     def warn(self, sc: StepContext, metrics: dict[str, Any], update: dict[str, Any]) -> None:
