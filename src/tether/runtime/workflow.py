@@ -176,7 +176,8 @@ class StepContext:
             raise ConfigError("goto() needs at least one step id")
         route = dict(runtime_get(self.state, ROUTE, {}))
         visits = dict(route.get("visits") or {})
-        total = int(route.get("total", 0)) + len(targets)
+        # the steps routed so far: the visits' sum (a route written before kept it as "total")
+        total = int(route.get("total", sum(int(v) for v in visits.values()))) + len(targets)
         wf = self.workflow
         for target in targets:
             visits[target] = int(visits.get(target, 0)) + 1
@@ -204,7 +205,7 @@ class StepContext:
         self._inserted += len(targets)
         detail = {"from": self.step.id, "to": list(targets), "reason": reason, "total": total}
         event = Event(kind="route", run_id=self.run_id, step=self.step.id, detail=detail)
-        route = {"pending": pending, "visits": visits, "total": total}
+        route = {"pending": pending, "visits": visits}  # (no "total": a checkpoint a step would rewrite)
         self.state.merge(runtime_update(route=route, event_log=[event.to_dict()]))
 
     def get(self, key: str, default: Any = None) -> Any:
