@@ -204,7 +204,9 @@ class Orchestrator:
             )
             out = await stage(inp)
             update = out.update
-            if out.counters is not None or out.main_prompt is not None:
+            # metrics change on MAIN's rounds, counted events and the run's end; the summary
+            # cache's counts of the stages between are folded in then (not a write a stage)
+            if out.counters or out.main_prompt is not None or out.finish is not None:
                 size, level = out.main_prompt or (None, None)
                 update["metrics"] = self.metrics_update(
                     overlay(inp.state, update), main_size=size, level=level, **(out.counters or {})

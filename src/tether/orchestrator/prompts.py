@@ -30,6 +30,7 @@ __all__ = [
     "build_role_prompt",
     "plan_counts",
     "render_plan",
+    "report_ref",
 ]
 
 logger = logging.getLogger("tether.orchestrator")
@@ -185,10 +186,22 @@ def build_main_prompt(
     return prompt, used
 
 
+def report_ref(agent: str, iteration: int, path: str) -> int | list[Any]:
+    """A ``report_index`` item: the iteration alone for a report at its standard path
+    (``reports/report_{agent}_{N}.md``), else ``[iteration, path]``: the index grows by one
+    small item a stage instead of a path the checkpoints would each store again."""
+    return iteration if path == f"reports/report_{agent.lower()}_{iteration}.md" else [iteration, path]
+
+
 def recent_reports(state: Mapping[str, Any], agent: str, lookback: int) -> list[tuple[int, str]]:
     """The last ``lookback`` (iteration, path) reports of ``agent`` (oldest first)."""
     index = (state.get("report_index") or {}).get(agent) or []
-    return [(int(i), str(p)) for i, p in index[-lookback:]] if lookback > 0 else []
+    if lookback <= 0:
+        return []
+    return [
+        (int(x), f"reports/report_{agent.lower()}_{x}.md") if isinstance(x, int) else (int(x[0]), str(x[1]))
+        for x in index[-lookback:]
+    ]
 
 
 def build_role_prompt(

@@ -66,7 +66,8 @@ class StageOutcome:
     events: list[dict[str, Any]] = field(default_factory=list)
     """``orchestrator`` events to publish: ``{"stage": ..., **detail}``."""
     counters: dict[str, int] | None = None
-    """Metrics counters to add; None leaves the metrics as they are."""
+    """Metrics counters to add; None or empty leaves the metrics as they are until a stage
+    that has some (MAIN's, every round), which adds the summary cache's counts since."""
     main_prompt: tuple[int, int] | None = None
     """(bytes, level) of MAIN's prompt, for the metrics."""
     waited: float = 0.0

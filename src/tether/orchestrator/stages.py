@@ -26,6 +26,7 @@ from tether.orchestrator.blackboard import Blackboard
 from tether.orchestrator.config import OrchestratorConfig
 from tether.orchestrator.effects import taken_over
 from tether.orchestrator.history import add_line, delta, history_of, mark_milestone
+from tether.orchestrator.prompts import report_ref
 from tether.orchestrator.roles import RoleOutput, RoleRunner
 from tether.orchestrator.stage import (
     StageInput,
@@ -118,7 +119,10 @@ def record_report(
     }
     index = {}
     if not subloop:
-        index[role] = [*((state.get("report_index") or {}).get(role) or []), [iteration, entry["path"]]][-20:]
+        index[role] = [
+            *((state.get("report_index") or {}).get(role) or []),
+            report_ref(role, iteration, entry["path"]),
+        ][-20:]
     blockers = "; ".join(summary.blockers) or "none"
     line = (
         f"{role}{f' (sub-loop round {subloop})' if subloop else ''}: {summary.verdict}, blockers: {blockers}"
@@ -289,7 +293,7 @@ def exit_subloop(inp: StageInput, st: SubLoopState, *, success: bool, condition:
         board.copy(rel, kept)
         board.copy(rel, f"reports/report_{role.lower()}.md")
         latest[role] = {**(latest.get(role) or {}), "path": kept, "subloop": 0}
-        index[role] = [*(index.get(role) or []), [st.iteration, kept]][-20:]
+        index[role] = [*(index.get(role) or []), report_ref(role, st.iteration, kept)][-20:]
     verdict = (state.get("verdicts") or {}).get("TEST", "UNKNOWN")
     result = SubLoopResult(success=success, final_test_verdict=str(verdict), iterations=k)
     line = f"sub-loop: {k} round(s), success={str(success).lower()}, exit: {condition}, final TEST: {verdict}"
