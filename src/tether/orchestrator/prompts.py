@@ -30,6 +30,7 @@ __all__ = [
     "build_role_prompt",
     "plan_counts",
     "render_plan",
+    "report_file",
     "report_ref",
 ]
 
@@ -104,7 +105,7 @@ def _reports(
         if not entry:
             parts.append(f"### {role}\n[{role}] no report yet")
             continue
-        path = store.board.path(entry["path"])
+        path = store.board.path(report_file(role, entry))
         text = inject_report(store, path, agent=role, iteration=int(entry["iteration"]), level=level)
         parts.append(f"### {role}\n{text}")
     return "\n\n".join(parts)
@@ -191,6 +192,14 @@ def report_ref(agent: str, iteration: int, path: str) -> int | list[Any]:
     (``reports/report_{agent}_{N}.md``), else ``[iteration, path]``: the index grows by one
     small item a stage instead of a path the checkpoints would each store again."""
     return iteration if path == f"reports/report_{agent.lower()}_{iteration}.md" else [iteration, path]
+
+
+def report_file(agent: str, entry: Mapping[str, Any]) -> str:
+    """The path of a ``latest`` entry's report: the entry names it only when it is not the
+    standard ``reports/report_{agent}_{N}.md`` (a sub-loop round's, a kept final), so a
+    stage's checkpoint holds the iteration that changed, not a path that follows from it."""
+    path = entry.get("path")
+    return str(path) if path else f"reports/report_{agent.lower()}_{int(entry.get('iteration') or 0)}.md"
 
 
 def recent_reports(state: Mapping[str, Any], agent: str, lookback: int) -> list[tuple[int, str]]:

@@ -26,7 +26,7 @@ from tether.orchestrator.blackboard import Blackboard
 from tether.orchestrator.config import OrchestratorConfig
 from tether.orchestrator.effects import taken_over
 from tether.orchestrator.history import add_line, delta, history_of, mark_milestone
-from tether.orchestrator.prompts import report_ref
+from tether.orchestrator.prompts import report_file, report_ref
 from tether.orchestrator.roles import RoleOutput, RoleRunner
 from tether.orchestrator.stage import (
     StageInput,
@@ -110,18 +110,20 @@ def record_report(
     if not subloop:
         board.write(f"reports/report_{role.lower()}.md", text)
     summary = inp.summaries.get(path, agent=role, iteration=iteration, subloop=subloop, level=2)
-    entry = {
+    rel = board.relative(path)
+    entry: dict[str, Any] = {
         "iteration": iteration,
-        "path": board.relative(path),
         "verdict": summary.verdict,
         "blockers": list(summary.blockers),
         "subloop": subloop,
     }
+    if isinstance(report_ref(role, iteration, rel), list):  # not at its standard path
+        entry["path"] = rel
     index = {}
     if not subloop:
         index[role] = [
             *((state.get("report_index") or {}).get(role) or []),
-            report_ref(role, iteration, entry["path"]),
+            report_ref(role, iteration, rel),
         ][-20:]
     blockers = "; ".join(summary.blockers) or "none"
     line = (
@@ -161,8 +163,8 @@ def enter_subloop(inp: StageInput, update: dict[str, Any], reason: str) -> dict[
         active=True,
         iteration=inp.iteration,
         sub_iteration=1,
-        test_report=update["latest"]["TEST"]["path"],
-        dev_report=((state.get("latest") or {}).get("DEV") or {}).get("path", ""),
+        test_report=report_file("TEST", update["latest"]["TEST"]),
+        dev_report=report_file("DEV", dev) if (dev := (state.get("latest") or {}).get("DEV")) else "",
         entry_reason=reason,
         started_at=time.time(),
         stage="dev",
@@ -176,7 +178,7 @@ def _ref(entry: dict[str, Any] | None, role: str) -> list[tuple[str, int, str, i
     """A report reference (role, iteration, path, sub-loop round) from a ``latest`` entry."""
     if not entry:
         return []
-    return [(role, int(entry["iteration"]), str(entry["path"]), int(entry.get("subloop", 0)))]
+    return [(role, int(entry["iteration"]), report_file(role, entry), int(entry.get("subloop", 0)))]
 
 
 async def subloop_dev(inp: StageInput, runner: RoleRunner) -> StageOutcome:
