@@ -91,10 +91,13 @@ async def main_stage(inp: StageInput, main: MainPolicy) -> StageOutcome:
         "main_replies": _replies(state, spent),
         "dev_plan": plan,
         "history": history,
-        "last_decision": {"next_agent": decision.next_agent, "reason": decision.reason},
         "stage_changes": [f"iteration {iteration}: MAIN -> {decision.next_agent} ({decision.reason[:120]})"],
         "last_stage": "MAIN",
     }
+    if plan == (state.get("dev_plan") or []) and "dev_plan" in state:
+        del update["dev_plan"]  # unchanged: rewriting it every round only stores it again
+    if state.get("last_decision"):  # a run from before the decision was read from the history
+        update["last_decision"] = None
     if decision.next_agent == "USER":
         update["pending_question"] = decision.question or decision.reason
     render_board(inp, update, history=False, state=state)

@@ -26,7 +26,7 @@ from tether.orchestrator.blackboard import Blackboard
 from tether.orchestrator.config import OrchestratorConfig
 from tether.orchestrator.decisions import apply_plan
 from tether.orchestrator.effects import settle
-from tether.orchestrator.metrics import check_thresholds, empty_metrics, rates
+from tether.orchestrator.metrics import check_thresholds, empty_metrics
 from tether.orchestrator.roles import MainPolicy, RoleRunner
 from tether.orchestrator.stage import StageInput, StageOutcome, overlay
 from tether.orchestrator.summaries import SummaryStore
@@ -204,7 +204,9 @@ class Orchestrator:
             )
             out = await stage(inp)
             update = out.update
-            if out.counters is not None or out.main_prompt is not None:
+            # metrics change on MAIN's rounds, counted events and the run's end; the summary
+            # cache's counts of the stages between are folded in then (not a write a stage)
+            if out.counters or out.main_prompt is not None or out.finish is not None:
                 size, level = out.main_prompt or (None, None)
                 update["metrics"] = self.metrics_update(
                     overlay(inp.state, update), main_size=size, level=level, **(out.counters or {})
@@ -257,7 +259,7 @@ class Orchestrator:
         for key, value in now.items():
             m[key] = int(m[key]) + value - seen.get(key, 0)
         self._seen = now
-        m["rates"] = rates(m)
+        m.pop("rates", None)  # derived: rates(m) where they are read (a run from before held them)
         return m
 
     def warn(self, sc: StepContext, metrics: dict[str, Any], update: dict[str, Any]) -> None:

@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["History", "add_history", "add_line", "delta", "history_of", "mark_milestone", "render_history"]
+__all__ = [
+    "History",
+    "add_history",
+    "add_line",
+    "delta",
+    "history_of",
+    "last_decision",
+    "mark_milestone",
+    "render_history",
+]
 
 History = dict[str, dict[str, Any]]
 """project_history in the state: {str(iteration): {iteration, title, milestone, lines}}, kept
@@ -48,6 +57,24 @@ def mark_milestone(history: History, iteration: int, reason: str) -> History:
     if entry is None or entry.get("milestone"):
         return history
     return {**history, str(iteration): {**entry, "milestone": reason}}
+
+
+def last_decision(state: Mapping[str, Any]) -> dict[str, str]:
+    """MAIN's last decision, ``{"next_agent", "reason"}`` (empty before the first).
+
+    Read from the history entry MAIN wrote for it (``next_agent: …``, ``reason: …``) rather
+    than kept as a state key of its own: a key rewritten with a new reason every round would
+    store each reason twice. A run written before that still holds ``last_decision``."""
+    kept = state.get("last_decision")
+    if isinstance(kept, Mapping) and kept:
+        return {str(k): str(v) for k, v in kept.items()}
+    history = state.get("history") or {}
+    for key in sorted(history, key=int, reverse=True):
+        lines = (history[key] or {}).get("lines") or []
+        if lines and str(lines[0]).startswith("next_agent: "):
+            reason = next((str(x)[8:] for x in lines[1:] if str(x).startswith("reason: ")), "")
+            return {"next_agent": str(lines[0])[12:], "reason": reason}
+    return {}
 
 
 def render_history(history: History) -> str:

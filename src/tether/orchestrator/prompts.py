@@ -30,6 +30,8 @@ __all__ = [
     "build_role_prompt",
     "plan_counts",
     "render_plan",
+    "report_file",
+    "report_ref",
 ]
 
 logger = logging.getLogger("tether.orchestrator")
@@ -103,7 +105,7 @@ def _reports(
         if not entry:
             parts.append(f"### {role}\n[{role}] no report yet")
             continue
-        path = store.board.path(entry["path"])
+        path = store.board.path(report_file(role, entry))
         text = inject_report(store, path, agent=role, iteration=int(entry["iteration"]), level=level)
         parts.append(f"### {role}\n{text}")
     return "\n\n".join(parts)
@@ -185,10 +187,30 @@ def build_main_prompt(
     return prompt, used
 
 
+def report_ref(agent: str, iteration: int, path: str) -> int | list[Any]:
+    """A ``report_index`` item: the iteration alone for a report at its standard path
+    (``reports/report_{agent}_{N}.md``), else ``[iteration, path]``: the index grows by one
+    small item a stage instead of a path the checkpoints would each store again."""
+    return iteration if path == f"reports/report_{agent.lower()}_{iteration}.md" else [iteration, path]
+
+
+def report_file(agent: str, entry: Mapping[str, Any]) -> str:
+    """The path of a ``latest`` entry's report: the entry names it only when it is not the
+    standard ``reports/report_{agent}_{N}.md`` (a sub-loop round's, a kept final), so a
+    stage's checkpoint holds the iteration that changed, not a path that follows from it."""
+    path = entry.get("path")
+    return str(path) if path else f"reports/report_{agent.lower()}_{int(entry.get('iteration') or 0)}.md"
+
+
 def recent_reports(state: Mapping[str, Any], agent: str, lookback: int) -> list[tuple[int, str]]:
     """The last ``lookback`` (iteration, path) reports of ``agent`` (oldest first)."""
     index = (state.get("report_index") or {}).get(agent) or []
-    return [(int(i), str(p)) for i, p in index[-lookback:]] if lookback > 0 else []
+    if lookback <= 0:
+        return []
+    return [
+        (int(x), f"reports/report_{agent.lower()}_{x}.md") if isinstance(x, int) else (int(x[0]), str(x[1]))
+        for x in index[-lookback:]
+    ]
 
 
 def build_role_prompt(

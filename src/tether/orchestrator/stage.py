@@ -21,7 +21,7 @@ from typing import Any
 
 from tether.orchestrator.blackboard import Blackboard
 from tether.orchestrator.config import OrchestratorConfig
-from tether.orchestrator.history import history_of, render_history
+from tether.orchestrator.history import history_of, last_decision, render_history
 from tether.orchestrator.prompts import build_role_prompt, plan_counts, render_plan
 from tether.orchestrator.roles import RoleOutput, RoleRequest, RoleRunner
 from tether.orchestrator.summaries import SummaryStore
@@ -66,7 +66,8 @@ class StageOutcome:
     events: list[dict[str, Any]] = field(default_factory=list)
     """``orchestrator`` events to publish: ``{"stage": ..., **detail}``."""
     counters: dict[str, int] | None = None
-    """Metrics counters to add; None leaves the metrics as they are."""
+    """Metrics counters to add; None or empty leaves the metrics as they are until a stage
+    that has some (MAIN's, every round), which adds the summary cache's counts since."""
     main_prompt: tuple[int, int] | None = None
     """(bytes, level) of MAIN's prompt, for the metrics."""
     waited: float = 0.0
@@ -120,9 +121,7 @@ def render_board(
 def role_prompt(inp: StageInput, role: str, **kw: Any) -> str:
     """A role's prompt from the state (MAIN's reason is its instruction outside the sub-loop)."""
     state = inp.state
-    instruction = (
-        str((state.get("last_decision") or {}).get("reason", "")) if not kw.get("subloop_round") else ""
-    )
+    instruction = last_decision(state).get("reason", "") if not kw.get("subloop_round") else ""
     return build_role_prompt(
         inp.summaries,
         state,

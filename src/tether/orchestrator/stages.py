@@ -26,6 +26,7 @@ from tether.orchestrator.blackboard import Blackboard
 from tether.orchestrator.config import OrchestratorConfig
 from tether.orchestrator.effects import taken_over
 from tether.orchestrator.history import add_line, delta, history_of, mark_milestone
+from tether.orchestrator.prompts import report_file, report_ref
 from tether.orchestrator.roles import RoleOutput, RoleRunner
 from tether.orchestrator.stage import (
     StageInput,
@@ -109,16 +110,21 @@ def record_report(
     if not subloop:
         board.write(f"reports/report_{role.lower()}.md", text)
     summary = inp.summaries.get(path, agent=role, iteration=iteration, subloop=subloop, level=2)
-    entry = {
+    rel = board.relative(path)
+    entry: dict[str, Any] = {
         "iteration": iteration,
-        "path": board.relative(path),
         "verdict": summary.verdict,
         "blockers": list(summary.blockers),
         "subloop": subloop,
     }
+    if isinstance(report_ref(role, iteration, rel), list):  # not at its standard path
+        entry["path"] = rel
     index = {}
     if not subloop:
-        index[role] = [*((state.get("report_index") or {}).get(role) or []), [iteration, entry["path"]]][-20:]
+        index[role] = [
+            *((state.get("report_index") or {}).get(role) or []),
+            report_ref(role, iteration, rel),
+        ][-20:]
     blockers = "; ".join(summary.blockers) or "none"
     line = (
         f"{role}{f' (sub-loop round {subloop})' if subloop else ''}: {summary.verdict}, blockers: {blockers}"
@@ -157,8 +163,8 @@ def enter_subloop(inp: StageInput, update: dict[str, Any], reason: str) -> dict[
         active=True,
         iteration=inp.iteration,
         sub_iteration=1,
-        test_report=update["latest"]["TEST"]["path"],
-        dev_report=((state.get("latest") or {}).get("DEV") or {}).get("path", ""),
+        test_report=report_file("TEST", update["latest"]["TEST"]),
+        dev_report=report_file("DEV", dev) if (dev := (state.get("latest") or {}).get("DEV")) else "",
         entry_reason=reason,
         started_at=time.time(),
         stage="dev",
@@ -172,7 +178,7 @@ def _ref(entry: dict[str, Any] | None, role: str) -> list[tuple[str, int, str, i
     """A report reference (role, iteration, path, sub-loop round) from a ``latest`` entry."""
     if not entry:
         return []
-    return [(role, int(entry["iteration"]), str(entry["path"]), int(entry.get("subloop", 0)))]
+    return [(role, int(entry["iteration"]), report_file(role, entry), int(entry.get("subloop", 0)))]
 
 
 async def subloop_dev(inp: StageInput, runner: RoleRunner) -> StageOutcome:
@@ -289,7 +295,7 @@ def exit_subloop(inp: StageInput, st: SubLoopState, *, success: bool, condition:
         board.copy(rel, kept)
         board.copy(rel, f"reports/report_{role.lower()}.md")
         latest[role] = {**(latest.get(role) or {}), "path": kept, "subloop": 0}
-        index[role] = [*(index.get(role) or []), [st.iteration, kept]][-20:]
+        index[role] = [*(index.get(role) or []), report_ref(role, st.iteration, kept)][-20:]
     verdict = (state.get("verdicts") or {}).get("TEST", "UNKNOWN")
     result = SubLoopResult(success=success, final_test_verdict=str(verdict), iterations=k)
     line = f"sub-loop: {k} round(s), success={str(success).lower()}, exit: {condition}, final TEST: {verdict}"

@@ -17,7 +17,8 @@ from typing import Any
 
 from tether.context.reports import read_report_summary
 from tether.orchestrator.blackboard import ROLES
-from tether.orchestrator.prompts import plan_counts
+from tether.orchestrator.history import last_decision
+from tether.orchestrator.prompts import plan_counts, report_file
 
 __all__ = ["is_orchestration", "orchestration_view", "report_text"]
 
@@ -53,7 +54,7 @@ def _report(root: Path | None, role: str, entry: Mapping[str, Any]) -> dict[str,
     out: dict[str, Any] = {
         "role": role,
         "iteration": int(entry.get("iteration") or 0),
-        "path": str(entry.get("path") or ""),
+        "path": report_file(role, entry),
         "verdict": str(entry.get("verdict") or "UNKNOWN"),
         "blockers": list(entry.get("blockers") or []),
         "subloop": int(entry.get("subloop") or 0),
@@ -106,7 +107,7 @@ def orchestration_view(state: Mapping[str, Any]) -> dict[str, Any]:
         "task": str(state.get("task", "")),
         "iteration": int(state.get("iteration") or 0),
         "lastStage": str(state.get("last_stage") or ""),
-        "lastDecision": dict(state.get("last_decision") or {}),
+        "lastDecision": last_decision(state),
         "pendingQuestion": state.get("pending_question"),
         "finishAttempts": int(state.get("finish_attempts") or 0),
         "plan": plan,
@@ -125,13 +126,13 @@ def report_text(state: Mapping[str, Any], role: str) -> dict[str, Any] | None:
     entry = (state.get("latest") or {}).get(role) if is_orchestration(state) else None
     if role not in ROLES or not isinstance(entry, Mapping):
         return None
-    path = _file(_root(state), str(entry.get("path") or ""))
+    path = _file(_root(state), report_file(role, entry))
     if path is None:
         return None
     text = path.read_text(encoding="utf-8", errors="replace")
     return {
         "role": role,
         "iteration": int(entry.get("iteration") or 0),
-        "path": str(entry["path"]),
+        "path": report_file(role, entry),
         "text": text,
     }

@@ -136,6 +136,8 @@ class StepContext:
     """The workflow being run: ``goto`` checks targets and loop bounds against it."""
     _from_queue: bool = field(default=False, init=False, repr=False)
     _inserted: int = field(default=0, init=False, repr=False)
+    _route: dict[str, Any] | None = field(default=None, init=False, repr=False)
+    """The route as this step's ``goto`` calls left it, written once when it is done."""
 
     def __post_init__(self) -> None:
         self._from_queue = self._queued_first()
@@ -154,17 +156,21 @@ class StepContext:
     def leave_route(self) -> None:
         """Called by the runner when the step is done: a step that ran from the routing
         queue leaves it in the same checkpoint that records it done, so a crash anywhere
-        inside the step (or between its attempts) finds it still queued and runs it again."""
-        route = runtime_get(self.state, ROUTE)
-        if not self._from_queue or not isinstance(route, dict):
-            return
-        pending = list(route.get("pending") or ())
-        # its entry is the first one after what goto() put in front of it during the step
-        for i in range(self._inserted, len(pending)):
-            if pending[i] == self.step.id:
-                del pending[i]
-                self.state.merge(runtime_update(route={**route, "pending": pending}))
-                return
+        inside the step (or between its attempts) finds it still queued and runs it again.
+        The route this step's ``goto`` calls chose is written here too, with it: one route
+        write a step instead of two."""
+        route = self._route if self._route is not None else runtime_get(self.state, ROUTE)
+        changed, self._route = self._route is not None, None
+        if self._from_queue and isinstance(route, dict):
+            pending = list(route.get("pending") or ())
+            # its entry is the first one after what goto() put in front of it during the step
+            for i in range(self._inserted, len(pending)):
+                if pending[i] == self.step.id:
+                    del pending[i]
+                    route, changed = {**route, "pending": pending}, True
+                    break
+        if changed:  # one write a step: goto's targets and this step's leaving together
+            self.state.merge(runtime_update(route=route))
 
     def goto(self, *targets: str, reason: str = "") -> None:
         """Choose the step(s) that run next, in the order given, before any already queued.
@@ -174,9 +180,10 @@ class StepContext:
         """
         if not targets:
             raise ConfigError("goto() needs at least one step id")
-        route = dict(runtime_get(self.state, ROUTE, {}))
+        route = dict(self._route if self._route is not None else runtime_get(self.state, ROUTE, {}))
         visits = dict(route.get("visits") or {})
-        total = int(route.get("total", 0)) + len(targets)
+        # the steps routed so far: the visits' sum (a route written before kept it as "total")
+        total = int(route.get("total", sum(int(v) for v in visits.values()))) + len(targets)
         wf = self.workflow
         for target in targets:
             visits[target] = int(visits.get(target, 0)) + 1
@@ -204,8 +211,10 @@ class StepContext:
         self._inserted += len(targets)
         detail = {"from": self.step.id, "to": list(targets), "reason": reason, "total": total}
         event = Event(kind="route", run_id=self.run_id, step=self.step.id, detail=detail)
-        route = {"pending": pending, "visits": visits, "total": total}
-        self.state.merge(runtime_update(route=route, event_log=[event.to_dict()]))
+        # (no "total": the visits' sum, which every checkpoint would rewrite) The route is kept
+        # here until the step is done (leave_route): a failed step's state is restored anyway.
+        self._route = {"pending": pending, "visits": visits}
+        self.state.merge(runtime_update(event_log=[event.to_dict()]))
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.state.get(key, default)
