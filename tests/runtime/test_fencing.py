@@ -25,7 +25,7 @@ from tether.state.reserved import runtime_get
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 TTL = 2.0
-HEARTBEAT_TTL = 3.0
+HEARTBEAT_TTL = 4.0
 """A longer lease where the holder burns a core: on a loaded 2-core host the sidecar itself
 may wait a second for the CPU (a real lease is minutes long)."""
 
@@ -122,7 +122,7 @@ HEARTBEAT_CASES = [("sqlite", "sleep")] + [
 ]
 """Each way of starving the process on the embedded default, then one per other backend,
 alternating: the sidecar renews through the backend's own lease write, which does not
-depend on how the step starves the process (each such case runs a 9-second step)."""
+depend on how the step starves the process (each such case runs a 12-second step)."""
 
 
 @pytest.mark.parametrize(("backend", "kind"), HEARTBEAT_CASES, indirect=["backend"])
