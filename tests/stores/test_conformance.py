@@ -538,6 +538,19 @@ async def test_rollback_appends_the_old_state_as_a_new_version(store):
     assert (await store.load(ctx.run_id)).metadata == {"rolled_back_to": 1}
 
 
+async def test_rollback_of_a_finished_run_to_before_its_end_pauses_it(store):
+    """A COMPLETED run rolled back to a version from before its end is PAUSED (resume
+    continues it from there); rolled back to its completed version, it stays COMPLETED."""
+    ctx = await committed(store, {"x": 1}, {"x": 2})
+    ctx.merge({"x": 3})
+    done = await store.commit(ctx, status=RunStatus.COMPLETED)
+    assert await store.rollback(ctx.run_id, 1) == done + 1
+    assert (await store.get_run(ctx.run_id)).status is RunStatus.PAUSED
+    await store.set_status(ctx.run_id, RunStatus.COMPLETED)
+    await store.rollback(ctx.run_id, done)
+    assert (await store.get_run(ctx.run_id)).status is RunStatus.COMPLETED
+
+
 # -- damage ----------------------------------------------------------------------------
 async def test_corrupt_and_truncated_rows_name_the_run_and_version(store):
     """Garbage or a cut-off payload raises CheckpointCorrupt naming run and version."""

@@ -38,6 +38,7 @@ from tether.stores.policies import ExpiryPolicy
 __all__ = ["RunOperations"]
 
 T = TypeVar("T")
+_FINISHED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 
 
 class _Store(Protocol):
@@ -174,11 +175,15 @@ class RunOperations:
         """Make the state at ``version`` the latest again, as a new version.
 
         History stays append-only: later versions remain readable. A runner's lease is
-        not restored with the state: no process executes the restored version.
+        not restored with the state: no process executes the restored version. A finished
+        run (COMPLETED, FAILED, CANCELLED) rolled back to a version from before its end is
+        PAUSED, so ``resume`` continues it from there; otherwise the status stays.
         """
         cp = await _existing(self, run_id, version)
         info = await self.get_run(run_id)
         status = info.status if info else cp.status
+        if status in _FINISHED and cp.status not in _FINISHED:
+            status = RunStatus.PAUSED
         restored = _restated(cp, run_id, status, {"rolled_back_to": version})
         return await self.save(restored, expected_version=info.version if info else None)
 
