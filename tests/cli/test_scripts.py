@@ -208,7 +208,8 @@ def test_json_diff_rollback_and_never_expiring_settings(url, monkeypatch):
     shown = json.loads(cli.invoke(app, ["show", "j1", "--store", url]).output)
     assert shown["state"]["messages"] == ["a"] and runtime_state(shown["state"])["lease"] is None
     status = json.loads(cli.invoke(app, ["status", "j1", "--store", url, "--json"]).output)
-    assert status["status"] == "COMPLETED" and status["continue_with"] is None
+    assert status["status"] == "PAUSED"  # rolled back to before its end: resume continues from there
+    assert status["continue_with"] == "tether resume j1"
 
 
 def test_the_shell_example_of_the_cli_docs_prints_what_the_page_says(tmp_path):
