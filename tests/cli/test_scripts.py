@@ -222,8 +222,8 @@ def test_the_shell_example_of_the_cli_docs_prints_what_the_page_says(tmp_path):
         "PATH": f"{bindir}:{os.environ['PATH']}",
         "TETHER_STORE_URL": f"sqlite:///{tmp_path}/d.db",
     }
-    out = subprocess.run(
-        ["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env
+    out = subprocess.run(  # in its own folder: the example writes its workflow file there
+        ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout == promised
