@@ -6,7 +6,7 @@ A scripted model runs real, verbose commands (each prints ``--output-kb`` KB) in
 LocalSession, on the embedded SQLite store. For every iteration it prints:
 
 * the prompt tokens tether sent (context window: trimmed outputs, compression at 85/90%),
-* the naive prompt of seed 002 at the same iteration: system prompt + the "当前状态" JSON with
+* a naive prompt at the same iteration: system prompt + a "current state" JSON with
   every command and its full output (counted with the same tokenizer), and the ratio;
 * the loop's own time per iteration: wall time of the iteration minus the command's and
   the model's time (prompt building, parsing, trimming, state update, checkpoint).

@@ -1,4 +1,4 @@
-"""AgentAction parsing: lenient about wrapping, strict about meaning (seed 002 fields)."""
+"""AgentAction parsing: lenient about wrapping, strict about meaning (the action fields the prompt names)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""classify(): the seed 004 table, most specific match first, unknown -> SYSTEM."""
+"""classify(): the failure-kind table, most specific match first, unknown -> SYSTEM."""
 
 from __future__ import annotations
 

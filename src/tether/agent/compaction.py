@@ -1,5 +1,6 @@
 """Checkpoint compression for orchestrations: once a checkpoint passes, what precedes it in
-the run's context window is compressed (seed 004's optional checkpoint compression).
+the run's context window is compressed into a summary, so a long orchestration's window
+does not carry every finished stage's detail forward.
 
 The plan orchestrator and the multi-agent orchestrator pass :func:`checkpoint_compaction`
 to their runner as ``on_checkpoint``: after every plan step or stage is checkpointed, the

@@ -2,8 +2,9 @@
 
 Dashboards re-read a run's snapshot after every event, so ``GET /api/runs/{id}/snapshot``
 is the request a busy server answers most, and mostly with a 304 or a small delta. Through
-FastAPI such an answer cost ~0.24 ms of CPU, half of it solving the route's dependencies
-(cProfile, benchmarks/bench_server.py); fifty readers in a queue wait for fifty of those.
+FastAPI most of such an answer's CPU goes to solving the route's dependencies (profiled under
+benchmarks/bench_server.py, whose section in benchmarks/README.md has the figures); fifty
+readers in a queue wait for fifty of those.
 
 This middleware answers that one route itself when the request is the plain case: a GET,
 no query or only ``keys=camel|snake``, a token (or open access) that may read the run.
