@@ -91,10 +91,9 @@ async def measure(calls: int, seed: int) -> dict[str, Any]:
     from playwright.async_api import async_playwright
 
     from tether.agent import AgentLoop, LoopConfig
-    from tether.agent.loop import APPENDED
+    from tether.agent.config import loop_reducers
     from tether.models import ScriptedModel
     from tether.server import ServerSettings, create_app
-    from tether.state import default_registry
     from tether.stores import open_store
     from tether.tools import LocalSession
 
@@ -102,9 +101,7 @@ async def measure(calls: int, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         async with open_store(f"sqlite:///{tmp}/s.db") as store:
             loop = AgentLoop(model, LocalSession(cwd=tmp), store, config=LoopConfig(max_iterations=calls + 5))
-            reducers = default_registry()
-            for key in APPENDED:
-                reducers.register(key, "append")
+            reducers = loop_reducers()
             app = create_app(
                 ServerSettings(),
                 store=store,

@@ -16,10 +16,10 @@ from playwright.async_api import expect
 from tests.observe.test_dashboard_prompts import browser  # noqa: F401  (a fixture)
 from tests.server.conftest import new_id
 from tether.agent import AgentLoop
-from tether.agent.loop import APPENDED
+from tether.agent.config import loop_reducers
 from tether.models import ScriptedModel
 from tether.server import ServerSettings, create_app
-from tether.state import RunStatus, default_registry
+from tether.state import RunStatus
 from tether.stores import open_store
 from tether.tools import LocalSession
 
@@ -37,9 +37,7 @@ async def served_loop(tmp_path: Any, model: ScriptedModel) -> AsyncIterator[tupl
 
     async with open_store(f"sqlite:///{tmp_path}/srv.db") as store:
         loop = AgentLoop(model, LocalSession(cwd=tmp_path), store)
-        reducers = default_registry()
-        for key in APPENDED:
-            reducers.register(key, "append")
+        reducers = loop_reducers()
         app = create_app(
             ServerSettings(),
             store=store,

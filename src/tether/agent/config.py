@@ -14,17 +14,33 @@ from typing import Any
 
 from tether.context.artifacts import ArtifactStore, FileArtifactStore, InMemoryArtifactStore
 from tether.context.monitor import Thresholds
+from tether.state import ReducerRegistry, default_registry
 
 __all__ = [
+    "APPENDED",
     "SYSTEM_PROMPT",
     "LoopConfig",
     "artifact_root",
     "artifact_store_for",
     "delete_artifacts",
+    "loop_reducers",
     "sweep_artifacts",
 ]
 
 logger = logging.getLogger("tether.agent.loop")
+
+APPENDED = ("command_history", "user_interactions", "actions", "context_log", "prompt_log", "stuck_log")
+"""The loop's state keys that only ever grow: each checkpoint stores what a step appended."""
+
+
+def loop_reducers() -> ReducerRegistry:
+    """The reducers of an agent loop's state (the defaults, :data:`APPENDED` keys appending):
+    every runner of a loop's workflow must use them, or a resumed run would replace lists."""
+    reducers = default_registry()
+    for key in APPENDED:
+        reducers.register(key, "append")
+    return reducers
+
 
 SYSTEM_PROMPT = """You are an autonomous DevOps agent working through a shell session.
 Answer every turn with ONE JSON object and nothing else:

@@ -25,7 +25,7 @@ from tether.agent.approvals import decide_approval
 from tether.agent.asking import Asker
 from tether.agent.calls import CallLog
 from tether.agent.checkpoints import remind_at_checkpoint
-from tether.agent.config import SYSTEM_PROMPT, LoopConfig
+from tether.agent.config import SYSTEM_PROMPT, LoopConfig, loop_reducers
 from tether.agent.decide import Turn
 from tether.agent.effects import Inflight, SideEffects, settle_cut
 from tether.agent.interaction import UserInteractionHandler
@@ -44,7 +44,6 @@ from tether.errors import ToolError
 from tether.models.base import ChatModel, ModelReply
 from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
 from tether.runtime.control import amend_pending_report
-from tether.state import default_registry
 from tether.stores.base import CheckpointStore
 from tether.tools.base import Session
 from tether.tools.guard import GuardedSession
@@ -55,7 +54,6 @@ __all__ = ["SYSTEM_PROMPT", "AgentLoop", "LoopConfig"]
 
 logger = logging.getLogger(__name__)
 
-APPENDED = ("command_history", "user_interactions", "actions", "context_log", "prompt_log", "stuck_log")
 """The state keys an iteration appends to (a checkpoint stores only what it added)."""
 
 
@@ -112,10 +110,7 @@ class AgentLoop:
         return Workflow([step, effect], name="agent", max_routed=4 * self.config.max_iterations + 10)
 
     def runner(self) -> Runner:
-        reducers = default_registry()
-        for key in APPENDED:
-            reducers.register(key, "append")
-        return Runner(self.workflow(), self.store, reducers=reducers, on_event=self.on_event)
+        return Runner(self.workflow(), self.store, reducers=loop_reducers(), on_event=self.on_event)
 
     async def start(self, run_id: str, goal: str, *, inputs: Mapping[str, object] | None = None) -> RunResult:
         """Start a run on ``goal``; ``inputs`` adds keys to its initial state."""

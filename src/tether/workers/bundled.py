@@ -89,12 +89,11 @@ def _deploy(factory: ModelFactory | None) -> Entry:
         return {**inputs, "deploy_dir": str(inputs.get("deploy_dir") or repo)}
 
     def runner(store: CheckpointStore, state: Mapping[str, Any]) -> Runner:
-        from tether.agent.config import LoopConfig
+        from tether.agent.config import LoopConfig, loop_reducers
         from tether.agent.deploy import model_info
-        from tether.agent.loop import APPENDED, AgentLoop
+        from tether.agent.loop import AgentLoop
         from tether.agent.prompt import new_window
         from tether.agent.repo import analyze_repo
-        from tether.state import default_registry
         from tether.tools import LocalSession
 
         repo, deploy_dir = str(state.get("repo")), str(state.get("deploy_dir"))
@@ -137,10 +136,7 @@ def _deploy(factory: ModelFactory | None) -> Entry:
             name="deploy",
             max_routed=inner.max_routed,
         )
-        reducers = default_registry()
-        for key in APPENDED:
-            reducers.register(key, "append")
-        return Runner(workflow, store, reducers=reducers)
+        return Runner(workflow, store, reducers=loop_reducers())
 
     return Entry(name="deploy", factory=runner, prepare=prepare)
 
