@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -64,6 +65,15 @@ async def test_kill_9_mid_save_leaves_a_consistent_store(url, store):
         assert cp.version == step
 
 
+async def settled(store, run_id: str) -> None:
+    """Wait until the run's latest version stops moving: a database server finishes a
+    transaction whose COMMIT a killed client had already sent, after the kill."""
+    seen = None
+    while (info := await store.get_run(run_id)) is not None and info.version != seen:
+        seen = info.version
+        await asyncio.sleep(0.3)
+
+
 async def test_kill_9_mid_seal_leaves_a_consistent_store(url, store):
     """A writer that seals every third commit, SIGKILLed at random instants: the latest
     state always loads whole, every version reported saved is there, and the history
@@ -72,6 +82,7 @@ async def test_kill_9_mid_seal_leaves_a_consistent_store(url, store):
     rng = random.Random(11)
     for _ in range(5):
         last_reported = kill_after(url, run_id, "seal", 4 + rng.randrange(3), rng.uniform(0, 0.01))
+        await settled(store, run_id)  # a COMMIT the killed client had sent may still land
         cp = await store.load(run_id)
         assert cp is not None
         count = len(cp.state["items"])
