@@ -202,3 +202,33 @@ async def test_takeover_in_the_recovery_panel_needs_a_note_and_continues(served,
     snap = (await client.get(f"/api/runs/{rid}/snapshot")).json()
     taken = [h for h in snap["executionHistory"] if h.get("status") == "takeover"]
     assert [h["note"] for h in taken] == ["copied test-data from the backup"]
+
+
+async def test_a_langgraph_thread_shows_as_a_thread_that_tether_does_not_drive(served, browser, store_url):
+    """A graph on TetherSaver stores its threads as runs that stay RUNNING: the dashboard
+    names the thread, shows THREAD instead of that status, offers no pause, resume, cancel,
+    edit, fork or rollback (the graph runs and rewinds it), and hides the saver's index runs."""
+    from tests.integrations._lg_graph import build
+    from tether.integrations.langgraph import TetherSaver
+
+    base, _app, client = served
+    thread = new_id("ui-graph")
+    async with TetherSaver.from_url(store_url) as saver:
+        graph = build(turns=2, pause_at=99).compile(checkpointer=saver)
+        await graph.ainvoke({"messages": []}, {"configurable": {"thread_id": thread}})
+    rid = f"lg:{len(thread)}:{thread}0:"
+    assert (await client.get(f"/api/runs/{rid}/snapshot")).json()["status"] == "RUNNING"
+    page = await browser.new_page(viewport={"width": 1366, "height": 900})
+    await page.goto(f"{base}/ui/runs/{rid}")
+    await expect(page.locator("#status")).to_have_class("badge THREAD")
+    await expect(page.locator("#run-id")).to_have_text(f"LangGraph thread {thread}")
+    for button in ("#pause", "#resume", "#cancel", "#save-state", "#open-compress"):
+        assert await page.locator(button).is_disabled(), button
+    assert "LangGraph thread" in (await page.locator("#resume").get_attribute("title") or "")
+    await expect(page.locator("#timeline button", has_text="diff").first).to_be_visible()
+    assert await page.locator("#timeline button", has_text="roll back").count() == 0
+    index = f"lgt:{len(thread)}:{thread}"  # the saver's list of this thread's namespaces
+    assert (await client.get(f"/api/runs/{index}/snapshot")).status_code == 200
+    await page.goto(f"{base}/ui/runs")
+    hidden = await page.evaluate(f"[langGraphIndex({index!r}), langGraphIndex({rid!r}), langGraphIndex('lgr#ab')]")
+    assert hidden == [True, False, True]  # index runs are left out of the list, threads are not

@@ -116,6 +116,7 @@ function runsPage() {
     const page = await api("GET", "/api/runs?" + q);
     const body = $("runs"); clear(body);
     for (const r of page.items) {
+      if (langGraphIndex(r.runId)) continue;  // the saver's bookkeeping, not a run or a thread
       const thread = langGraphThread(r.runId);
       const shown = thread ? "THREAD" : r.status;  // a LangGraph thread has no tether status
       body.append(node("tr", { "data-run": r.runId },
@@ -150,6 +151,12 @@ function langGraphThread(runId) {
   }
   if (parts.length !== 2) return null;
   return "LangGraph thread " + parts[0] + (parts[1] ? " › " + parts[1].split("|").map((p) => p.split(":")[0]).join(" › ") : "");
+}
+
+// TetherSaver's own index runs: a thread's namespaces ("lgt:"), a LangGraph run's
+// namespaces ("lgr:"), hashed when long ("lgt#…"), and the scratch copy a delete rebuilds in.
+function langGraphIndex(runId) {
+  return /^lg[tr][:#]/.test(runId) || (runId.startsWith("lg") && runId.endsWith("~rw"));
 }
 
 // Why a run waits, in a few words: what the server said, else its pause reason.
@@ -198,7 +205,8 @@ function runPage() {
   const runId = decodeURIComponent(location.pathname.split("/ui/runs/")[1]);
   const base = "/api/runs/" + encodeURIComponent(runId);
   let snap = null, ctx = null, preview = null, held = null;
-  text($("run-id"), langGraphThread(runId) || runId); document.title = "tether · " + runId;
+  const thread = langGraphThread(runId);
+  text($("run-id"), thread || runId); document.title = "tether · " + runId;
 
   async function act(fn) {
     text($("action-error"), "");
@@ -207,6 +215,7 @@ function runPage() {
   }
 
   function renderSnapshot() {
+    if (thread) return renderThread();
     const st = snap.status;
     const badge = $("status"); badge.className = "badge " + st; text(badge, st + (snap.executing ? " ▶" : ""));
     text($("where"), `version ${snap.version} · at ${snap.currentNodeName || snap.currentNodeId || "start"} · ` +
@@ -231,6 +240,22 @@ function runPage() {
     renderTodo((snap.stateData._tether || {}).todo || snap.stateData.todo || {});
   }
 
+  // A LangGraph thread's namespace is stored by TetherSaver and executed by the graph that
+  // owns it: its stored status means nothing to tether, and tether cannot pause, resume or
+  // edit it (the graph's own update_state does that, with the graph's reducers).
+  function renderThread() {
+    const badge = $("status"); badge.className = "badge THREAD"; text(badge, "THREAD");
+    text($("where"), `version ${snap.version} · ` + new Date(snap.timestamp).toLocaleString());
+    const why = "A LangGraph thread: the graph that owns it runs it (invoke it with this thread_id); " +
+      "tether stores its checkpoints.";
+    for (const id of ["pause", "resume", "cancel", "state-edit", "edit-node", "save-state", "open-compress", "open-compress-2"]) {
+      $(id).disabled = true; $(id).title = why;
+    }
+    text($("editor-note"), "Change a thread's state with the graph's update_state, which applies its reducers.");
+    text($("state-view"), JSON.stringify(snap.stateData, null, 2).slice(0, 200000));
+    renderTodo({});
+  }
+
   // What a PAUSED run waits on before it can continue: a decision, an answer or an approval.
   function waitsFor(s) {
     if (s.status !== "PAUSED") return null;
@@ -243,6 +268,7 @@ function runPage() {
 
   // Compression is applied to a paused run only (a live one would overwrite it).
   function compressButtons() {
+    if (thread) return;  // renderThread disabled them for good
     const can = !!(ctx && ctx.hasWindow) && !!snap && snap.status === "PAUSED" && !snap.executing;
     for (const id of ["open-compress", "open-compress-2"]) {
       $(id).disabled = !can;
@@ -343,8 +369,9 @@ function runPage() {
       list.append(node("li", { "data-version": cp.version },
         `v${cp.version} ${cp.nodeId || ""} `, node("span", { class: "muted" }, `${cp.status} · ${new Date(cp.timestamp).toLocaleTimeString()} `),
         node("button", { type: "button", onclick: () => { $("diff-from").value = Math.max(1, cp.version - 1); $("diff-to").value = cp.version; showDiff(); } }, "diff"),
-        " ", node("button", { type: "button", onclick: () => fork(cp.version) }, "fork"),
-        " ", node("button", { type: "button", onclick: () => rollback(cp.version) }, "roll back")));
+        ...(thread ? [] : [  // a thread is forked and rewound through the graph (its checkpoint ids)
+          " ", node("button", { type: "button", onclick: () => fork(cp.version) }, "fork"),
+          " ", node("button", { type: "button", onclick: () => rollback(cp.version) }, "roll back")])));
     }
   }
 
