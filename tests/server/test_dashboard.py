@@ -230,5 +230,7 @@ async def test_a_langgraph_thread_shows_as_a_thread_that_tether_does_not_drive(s
     index = f"lgt:{len(thread)}:{thread}"  # the saver's list of this thread's namespaces
     assert (await client.get(f"/api/runs/{index}/snapshot")).status_code == 200
     await page.goto(f"{base}/ui/runs")
-    hidden = await page.evaluate(f"[langGraphIndex({index!r}), langGraphIndex({rid!r}), langGraphIndex('lgr#ab')]")
+    hidden = await page.evaluate(
+        f"[langGraphIndex({index!r}), langGraphIndex({rid!r}), langGraphIndex('lgr#ab')]"
+    )
     assert hidden == [True, False, True]  # index runs are left out of the list, threads are not
