@@ -27,6 +27,7 @@ from tether.state.model import CheckpointInfo, RunInfo
 from tether.stores import CheckpointStore, create_store
 
 if TYPE_CHECKING:
+    from tether.runtime.report import Decision
     from tether.runtime.runner import Runner, RunResult
     from tether.runtime.workflow import Workflow
 
@@ -285,6 +286,8 @@ class SyncRunner:
         """Start a new run and drive it until it completes, pauses or fails."""
         return self.store._run(self.runner.start(run_id, inputs))
 
-    def resume(self, run_id: str, *, decision: Any = None, force: bool = False) -> RunResult:
+    def resume(
+        self, run_id: str, *, decision: Decision | str | None = None, force: bool = False
+    ) -> RunResult:
         """Continue a paused or crashed run (see ``Runner.resume``)."""
         return self.store._run(self.runner.resume(run_id, decision=decision, force=force))

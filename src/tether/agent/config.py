@@ -10,11 +10,11 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tether.context.artifacts import ArtifactStore, FileArtifactStore, InMemoryArtifactStore
 from tether.context.monitor import Thresholds
 from tether.state import ReducerRegistry, default_registry
+from tether.stores.base import CheckpointStore
 
 __all__ = [
     "APPENDED",
@@ -142,7 +142,9 @@ def delete_artifacts(store: object, run_id: str, artifacts_dir: str | None = Non
 _SWEEP_PAGE = 500
 
 
-async def sweep_artifacts(store: Any, *, idle: float = 3600.0, artifacts_dir: str | None = None) -> int:
+async def sweep_artifacts(
+    store: CheckpointStore, *, idle: float = 3600.0, artifacts_dir: str | None = None
+) -> int:
     """Remove the artefact directories of runs the store no longer holds (runs that expired,
     were purged, or were deleted by a process that did not remove their files); returns how
     many went. A directory is kept while any stored run maps to it, and while anything in it
