@@ -26,6 +26,7 @@ import gc
 import statistics
 import sys
 import zlib
+from collections.abc import Callable
 
 from harness import Report, corpus, interleave
 
@@ -56,7 +57,7 @@ def measure(rep: Report, codec: Codec, name: str, reps: int) -> None:
         raise SystemExit(f"{name}: the framed and the bare row decode differently")
     number = max(1, (1 << 20) // SIZES[name] // 4)  # small states: a batch per timed call
 
-    def batch(fn: functools.partial[object]) -> functools.partial[None]:
+    def batch(fn: Callable[[], object]) -> Callable[[], None]:
         return functools.partial(_repeat, fn, number)
 
     calls = {
@@ -83,7 +84,7 @@ def measure(rep: Report, codec: Codec, name: str, reps: int) -> None:
             rep.line(f"{name}: {op}, what the frame adds / its floor", extra, "x", note="noise at this size")
 
 
-def _repeat(fn: functools.partial[object], number: int) -> None:
+def _repeat(fn: Callable[[], object], number: int) -> None:
     for _ in range(number):
         fn()
 
