@@ -17,6 +17,10 @@ the corpus data measures its own chats). Each figure is a ratio the script measu
 its own floor in the same process (a load / its floor, a runner step / a raw commit), or a
 stored-bytes ratio, so the two sides are compared on what each measured in the same minute.
 
+Quick modes measure little: against a base whose ``src`` is the same as HEAD's (an A/A run,
+e.g. ``compare_commits.py HEAD``), quick rounds on a busy 2-core host put figures anywhere
+from 0.2x to 3x. Run the A/A first to see the host's spread, and read several full rounds.
+
 Target, per figure and round: HEAD / base <= 1.10 (HEAD no more than 10% worse than the
 base; a figure where lower is better). Met when it holds in two thirds of the rounds.
 """
