@@ -1,77 +1,106 @@
-"""Why big payloads decode with the cyclic GC paused (``tether.state.serde._unpack``).
+#!/usr/bin/env python
+"""Why big payloads decode with the cyclic collector paused (``tether.state.serde._unpack``).
 
-A loop shaped like an agent's: a process holding other state decodes a big checkpoint
-payload, then does a little work that allocates. Timed end to end per iteration, so the
-collections a decode triggers count wherever they land (a paused decode leaves one young
-collection for later; an unpaused one runs ~140 during the decode, some of them older
-generations that scan the whole heap).
+    .venv/bin/python benchmarks/bench_decode_gc.py                 # 10 MB payload, 40 MB heap, 3 runs
+    .venv/bin/python benchmarks/bench_decode_gc.py --quick         # 2 MB payload, 8 MB heap, 1 run
+    .venv/bin/python benchmarks/bench_decode_gc.py --mb 10 --heap-mb 40 --iters 60 --rounds 3
 
-    .venv/bin/python benchmarks/bench_decode_gc.py [--mb 10] [--heap-mb 40] [--iters 60]
+A loop shaped like an agent's: a process holding other live state (``--heap-mb`` of corpus
+chats) decodes a big checkpoint payload (a corpus chat, ``--mb``), then does a little work
+that allocates. Timed end to end per iteration, so the collections a decode triggers count
+wherever they land (a paused decode leaves one young collection for later; an unpaused one
+runs a collection every 700 new containers, now and then an older generation's that scans
+the whole heap). Three lines, interleaved loop by loop in a turning order:
+
+- baseline: ``ormsgpack.unpackb`` of the bare body with the collector running (what a decode
+  was before the pause, without the checksum);
+- tether: ``Codec.decode`` of the stored, checksummed row;
+- floor: the baseline's decode with the collector off for the whole loop (no collection at
+  all).
+
+Target: tether / baseline <= 1.0 (the pause pays for itself, checksum included).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import random
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import ormsgpack
+from harness import Report, corpus
 
-from tether.state.serde import Codec, _ext_hook
+from tether.state.serde import Codec, _ext_hook, pack_plain
 
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_stores import conversation  # the store bench's chat messages
+GOAL = 1.0
 
 
-def loop(decode: Callable[[bytes], Any], body: bytes, iters: int) -> float:
+def loop(decode: Callable[[], Any], iters: int, *, collector: bool = True) -> float:
+    """Milliseconds per iteration of decode-then-work."""
     keep: list[Any] = []
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        keep.append(decode(body))
-        keep = keep[-2:]
-        _work = [[j] for j in range(2000)]  # what the agent does next allocates too
-    return (time.perf_counter() - t0) / iters * 1000.0
+    if not collector:
+        gc.disable()
+    try:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            keep.append(decode())
+            keep = keep[-2:]
+            _work = [[j] for j in range(2000)]  # what the agent does next allocates too
+        return (time.perf_counter() - t0) / iters * 1e3
+    finally:
+        gc.enable()
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mb", type=float, default=10.0, help="payload size")
-    ap.add_argument("--heap-mb", type=float, default=40.0, help="other live state in the process")
-    ap.add_argument("--iters", type=int, default=60)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--mb", type=float, default=0, help="payload size (default 10; 2 with --quick)")
+    ap.add_argument("--heap-mb", type=float, default=0, help="other live state (default 40; 8 with --quick)")
+    ap.add_argument("--iters", type=int, default=0, help="iterations per loop (default 60; 20 with --quick)")
+    ap.add_argument("--rounds", type=int, default=3, help="loops of each line per run")
+    ap.add_argument("--runs", type=int, default=0, help="repeats (default 3; 1 with --quick)")
+    ap.add_argument("--quick", action="store_true", help="one short run: checks the script works")
     args = ap.parse_args()
-    rng = random.Random(7)
-    heap = [conversation(rng, int(args.heap_mb * 1e6 / 4)) for _ in range(4)]
+    mb = args.mb or (2.0 if args.quick else 10.0)
+    heap_mb = args.heap_mb or (8.0 if args.quick else 40.0)
+    iters = args.iters or (20 if args.quick else 60)
+    rep = Report("bench_decode_gc", "decoding a big payload with the cyclic collector paused")
+    heap = [corpus.packed_messages(100 + i, int(heap_mb * 1e6 / 4)) for i in range(4)]
     codec = Codec()
-    body = codec.encode(
-        {"v": 1, "kind": "full", "state": {"messages": conversation(rng, int(args.mb * 1e6))}}
-    )
-
-    def unpaused(data: bytes) -> Any:
-        return ormsgpack.unpackb(data, ext_hook=_ext_hook)
-
-    def tether(data: bytes) -> Any:
-        return codec.decode(data)
-
-    base: list[float] = []
-    ours: list[float] = []
-    for _ in range(args.rounds):
-        gc.collect()
-        base.append(loop(unpaused, body, args.iters))
-        gc.collect()
-        ours.append(loop(tether, body, args.iters))
-    b, t = statistics.median(base), statistics.median(ours)
-    print(f"payload {len(body) / 1e6:.1f} MB, other live state ~{args.heap_mb:.0f} MB ({len(heap)} lists)")
-    print(f"decode + work, collector running:  {b:.2f} ms per iteration (rounds: {base})")
-    print(f"decode + work, Codec.decode:       {t:.2f} ms per iteration")
-    print(f"ratio Codec.decode / unpaused: {t / b:.2f}x")
+    payload = {"v": 1, "kind": "full", "state": {"messages": corpus.packed_messages(7, int(mb * 1e6))}}
+    row = codec.encode(payload)
+    bare = pack_plain(payload)
+    if codec.decode(row) != ormsgpack.unpackb(bare, ext_hook=_ext_hook):
+        raise SystemExit("the stored row and the bare body decode differently")
+    lines: dict[str, Callable[[], float]] = {
+        "baseline: unpackb, collector running": lambda: loop(
+            lambda: ormsgpack.unpackb(bare, ext_hook=_ext_hook), iters
+        ),
+        "tether: Codec.decode": lambda: loop(lambda: codec.decode(row), iters),
+        "floor: unpackb, collector off": lambda: loop(
+            lambda: ormsgpack.unpackb(bare, ext_hook=_ext_hook), iters, collector=False
+        ),
+    }
+    order = list(lines)
+    for _ in rep.runs(args.runs or (1 if args.quick else 3)):
+        rep.line("payload (stored row)", len(row) / 1e6, "MB")
+        rep.line("other live state", sum(corpus.packed_size(h) for h in heap) / 1e6, "MB")
+        ms: dict[str, list[float]] = {k: [] for k in lines}
+        for r in range(args.rounds):
+            for name in order[r % 3 :] + order[: r % 3]:
+                gc.collect()
+                ms[name].append(lines[name]())
+        med = {k: statistics.median(v) for k, v in ms.items()}
+        for k, v in med.items():
+            rep.line(f"decode + work, {k}", v, "ms/iter", note=f"median of {args.rounds} loops of {iters}")
+        base = med["baseline: unpackb, collector running"]
+        rep.line("floor / baseline", med["floor: unpackb, collector off"] / base, "x")
+        rep.target("tether (Codec.decode) / baseline", med["tether: Codec.decode"] / base, goal=GOAL)
+    return rep.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

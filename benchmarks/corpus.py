@@ -13,7 +13,18 @@ import json
 import random
 from typing import Any
 
-__all__ = ["json_blob", "log_lines", "message", "messages", "prose", "tool_output", "words"]
+__all__ = [
+    "json_blob",
+    "log_lines",
+    "message",
+    "messages",
+    "packed_message",
+    "packed_messages",
+    "packed_size",
+    "prose",
+    "tool_output",
+    "words",
+]
 
 _WORD_TEXT = (
     "the a to of and in for is on that with this it be as are was by an at from or can "
@@ -162,4 +173,55 @@ def messages(seed: int | random.Random, total_bytes: int) -> list[Message]:
         msg = message(rng, len(out))
         out.append(msg)
         size += len(json.dumps(msg))
+    return out
+
+
+def packed_size(obj: Any) -> int:
+    """Bytes of ``obj`` in MessagePack, the encoding tether stores (what a store's sizes mean)."""
+    import ormsgpack  # tether's own dependency; imported here so the JSON helpers need nothing
+
+    return len(ormsgpack.packb(obj))
+
+
+def packed_message(rng: random.Random, idx: int, nbytes: int) -> Message:
+    """A message whose MessagePack encoding is ``nbytes`` long (within a few bytes): user prose
+    for an even ``idx``, a tool result (JSON rows, log lines or code) for an odd one. For a
+    step of a fixed size, so that the bytes a commit adds are known."""
+    if idx % 2 == 0:
+        msg: Message = {"role": "user", "content": prose(rng, max(1, nbytes))}
+    else:
+        msg = {
+            "role": "tool",
+            "tool_call_id": f"call_{idx - 1:06d}",
+            "name": rng.choice(_TOOLS),
+            "content": tool_output(rng, max(1, nbytes)),
+        }
+    for _ in range(3):
+        over = packed_size(msg) - nbytes
+        if over == 0:
+            break
+        content: str = msg["content"]
+        if over > 0:
+            msg["content"] = content[: max(1, len(content) - over)]
+        else:
+            msg["content"] = content + prose(rng, -over + 8)[:-over]
+    return msg
+
+
+def packed_messages(seed: int | random.Random, total_bytes: int) -> list[Message]:
+    """A chat (:func:`message`'s rotation) whose state ``{"messages": [...]}`` packs to about
+    ``total_bytes`` in MessagePack: the sizes a store benchmark names (1 KB, 1 MB, ...) are
+    the stored state's, not its JSON's. The last message is cut to fit."""
+    rng = seed if isinstance(seed, random.Random) else random.Random(seed)
+    out: list[Message] = []
+    size = packed_size({"messages": []}) + 4  # map, key, list header (array32 at worst)
+    while size < total_bytes:
+        remaining = total_bytes - size
+        msg = message(rng, len(out))
+        n = packed_size(msg)
+        if n + 64 >= remaining:
+            msg = packed_message(rng, len(out), max(24, remaining))
+            n = packed_size(msg)
+        out.append(msg)
+        size += n
     return out

@@ -103,13 +103,23 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def interleave(
-    funcs: Mapping[str, Callable[[], object]], *, rounds: int = 5, warmup: int = 1
+    funcs: Mapping[str, Callable[[], object]],
+    *,
+    rounds: int = 5,
+    warmup: int = 1,
+    before: Callable[[], object] | None = None,
+    rotate: bool = False,
 ) -> dict[str, list[float]]:
     """Seconds per call of each function, called in turn within every round (A B C, A B C,
-    ...), so that host noise lands on every line alike. ``warmup`` rounds are not kept."""
+    ...), so that host noise lands on every line alike. ``warmup`` rounds are not kept.
+    ``before`` runs untimed ahead of every call (``gc.collect``: no line pays for the
+    garbage another one left); ``rotate`` turns the order each round (B C A, C A B, ...), so
+    that no line always runs first, right after another's work."""
     out: dict[str, list[float]] = {name: [] for name in funcs}
     for r in range(warmup + rounds):
-        for name, fn in funcs.items():
+        for name, fn in _turn(funcs, r if rotate else 0):
+            if before is not None:
+                before()
             t0 = time.perf_counter()
             fn()
             elapsed = time.perf_counter() - t0
@@ -119,18 +129,31 @@ def interleave(
 
 
 async def ainterleave(
-    funcs: Mapping[str, Callable[[], Awaitable[object]]], *, rounds: int = 5, warmup: int = 1
+    funcs: Mapping[str, Callable[[], Awaitable[object]]],
+    *,
+    rounds: int = 5,
+    warmup: int = 1,
+    before: Callable[[], object] | None = None,
+    rotate: bool = False,
 ) -> dict[str, list[float]]:
     """:func:`interleave` for coroutine functions (awaited one at a time)."""
     out: dict[str, list[float]] = {name: [] for name in funcs}
     for r in range(warmup + rounds):
-        for name, fn in funcs.items():
+        for name, fn in _turn(funcs, r if rotate else 0):
+            if before is not None:
+                before()
             t0 = time.perf_counter()
             await fn()
             elapsed = time.perf_counter() - t0
             if r >= warmup:
                 out[name].append(elapsed)
     return out
+
+
+def _turn(funcs: Mapping[str, Any], r: int) -> list[tuple[str, Any]]:
+    items = list(funcs.items())
+    k = r % len(items) if items else 0
+    return items[k:] + items[:k]
 
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
@@ -204,14 +227,20 @@ class Report:
         print(f"  {name:<58} {_fmt(value):>12} {unit}{tail}")
         sys.stdout.flush()
 
-    def target(self, name: str, value: float, *, goal: float, op: str = "<=", unit: str = "x") -> bool:
-        """Record ``value`` against ``goal`` (``value op goal`` is met) for the current run."""
+    def target(
+        self, name: str, value: float, *, goal: float, op: str = "<=", unit: str = "x", echo: bool = True
+    ) -> bool:
+        """Record ``value`` against ``goal`` (``value op goal`` is met) for the current run.
+        ``echo=False`` records it without a line, for a script whose own table already shows
+        the verdict row by row (it still counts in the summary)."""
         if op not in _OPS:
             raise ValueError(f"op must be one of {sorted(_OPS)}, not {op!r}")
         t = self._targets.setdefault(name, _Target(name, goal, op, unit))
         ok = _OPS[op](value, goal) if not math.isnan(value) else False
         t.values.append(value)
         t.met.append(ok)
+        if not echo:
+            return ok
         print(
             f"  {name:<58} {_fmt(value):>12} {unit}  goal {op} {_fmt(goal)} {unit}: {'met' if ok else 'NOT met'}"
         )
