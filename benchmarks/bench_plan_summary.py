@@ -199,6 +199,9 @@ def main() -> int:
             rep.target(
                 "reducer run: stored bytes / final state", delta["stored"] / len(delta["final"]), goal=1.3
             )
+            rep.target(
+                "reducer run: SQLite file / final state", delta["file"] / len(delta["final"]), goal=2.5
+            )
             rep.section("load the finished run (long-lived store), interleaved with its floor")
             asyncio.run(loads(rep, paths, delta["final"], 10 if args.quick else 30))
     return rep.finish()
