@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import random
 import sqlite3
 import statistics
@@ -165,6 +166,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=None, help="plan steps (default 60; 30 with --quick)")
     parser.add_argument("--keys", type=int, default=8, help="environment keys each step adds")
     args = parser.parse_args()
+    logging.getLogger("tether").setLevel(logging.ERROR)  # the loop's notes on compression, the summary's size
     steps = args.steps or (30 if args.quick else 60)
     rep = Report(
         "bench_plan_summary", "bytes a plan step stores for the rolling summary: reducer against whole"
