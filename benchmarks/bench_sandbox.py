@@ -36,7 +36,9 @@ from tether.tools.sandbox import Sandbox
 TARGET_MS = 20.0
 
 
-async def one_run(rep: Report, sandbox: Sandbox, work: Path, rounds: int) -> None:
+async def one_run(rep: Report, work: Path, rounds: int) -> None:
+    sandbox = Sandbox.detect()  # one per session: closing the session removes its private /tmp
+    assert sandbox is not None
     bare = LocalSession(str(work))
     boxed = LocalSession(str(work), sandbox=sandbox)
     try:
@@ -92,6 +94,7 @@ def main() -> int:
         rep.line("no working bwrap here: install the bubblewrap package (nothing measured)", 0)
         return rep.finish()
     rep.line("pids cgroup enforced", int(sandbox.process_limit_enforced), note="1 yes, 0 no")
+    sandbox.close()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "logs").mkdir()
@@ -99,7 +102,7 @@ def main() -> int:
         (work / "logs" / "build.log").write_text(log + "\n")
         rep.line("logs/build.log", len(log) / 1e3, "KB", note="130 seeded corpus log lines")
         for _ in rep.runs(args.runs or (1 if args.quick else 3)):
-            asyncio.run(one_run(rep, sandbox, work, args.rounds or (25 if args.quick else 60)))
+            asyncio.run(one_run(rep, work, args.rounds or (25 if args.quick else 60)))
     return rep.finish()
 
 
