@@ -186,6 +186,14 @@ async def prompt_and_overhead(rep: Report, iterations: int, output_kb: int, budg
     rep.target("last prompt / naive prompt", sizes[-1] / naive, goal=0.4)
     rep.line("floor: model + command per iteration, median", statistics.median(floor) * 1e3, "ms")
     rep.line("loop's own time per iteration, p95", percentile(overhead, 95) * 1e3, "ms")
+    copies = [t for i, t in enumerate(overhead, start=1) if i % 5 == 0 and i < len(overhead)]
+    reads = [t for i, t in enumerate(overhead, start=1) if i % 5 and i < len(overhead)]
+    rep.line(
+        f"own time, read iterations ({output_kb} KB output), median", statistics.median(reads) * 1e3, "ms"
+    )
+    if copies:
+        rep.line("own time, copy iterations (side effect, 2 checkpoints)",
+                 statistics.median(copies) * 1e3, "ms")  # fmt: skip
     rep.target(
         "loop's own time per iteration (median)", statistics.median(overhead) * 1e3, goal=20, unit="ms"
     )
