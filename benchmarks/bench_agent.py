@@ -18,7 +18,8 @@
      the model's and the commands' time in it (prompt building, parsing, trimming, state
      update, checkpoints). Its floor, what the command and the model took in the same
      iteration, is printed beside it; the two are measured in the same iteration, so host
-     noise lands on both.
+     noise lands on both. The own time is also split: iterations that read (an output to
+     trim and count) and iterations that copy (a tiny output, two checkpoints).
 
 2. **Storage.** ``--storage-iterations`` iterations (0 skips it) of ``cat`` on seeded tool
    outputs of 300 to 3,000 characters under an 8k budget: *stored* (the payload bytes of
