@@ -1,25 +1,55 @@
 """Bytes a plan stores per step: the rolling summary folded in by its reducer (each step's
-checkpoint holds that step's outputs) against the summary overwritten whole each step
-(the baseline, measured in the same run on the same store).
+checkpoint holds that step's outputs) against the summary overwritten whole each step (the
+baseline, run in the same process on the same kind of store).
 
-    .venv/bin/python benchmarks/bench_plan_summary.py [--steps 60] [--keys 8]
+    PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/bench_plan_summary.py            # 60 steps, 3 runs
+    PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/bench_plan_summary.py --quick    # 30 steps, 1 run
 
-Sizes, not times: the numbers do not depend on the machine's load.
+A ``--steps`` plan (no model) runs twice on SQLite, each step handing on seeded outputs of
+realistic shape (``corpus.py``): a prose summary, ``--keys`` installed packages with
+versions, a configuration value (fifteen names, so later steps overwrite earlier ones), an
+artefact path and a resolved issue with its resolution in prose. Once with the summary's
+replayable reducer (the default, ``plan_reducers()``), once with the same merge registered
+as a plain callable (each step's delta holds the whole new summary).
+
+Printed: the summary's bytes in a step's delta (msgpack) at a few steps and summed, for
+both; the bytes each run stored in all (the payloads of every version in its history)
+against its final state's packed size and the SQLite file; and the time to load each
+finished run, interleaved with its floor (decoding the final state's msgpack bytes): the
+reducer's run replays its step deltas on load, the baseline's does not.
+
+Sizes are exact and the same on every host; only the load times depend on it. Targets (the
+bounds ``bench_storage.py`` sets for orchestration and agent runs, which are stored as deltas
+too): the reducer's run stores <= 1.3x its final state, and its SQLite file is <= 2.5x.
+The per-step lines show the reason: the reducer's delta stays flat while the whole summary
+grows with the plan.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import random
+import sqlite3
+import statistics
+import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import ormsgpack
+from harness import Report, ainterleave, corpus
 
 from tether.agent.plan import PlanOrchestrator, PlanStep, StepContext, StepResult, plan_reducers
 from tether.context.summaries import StepOutputs
 from tether.runtime import Runner
 from tether.stores import open_store
+
+SEED = 34
+CONFIG_NAMES = tuple(
+    "_".join(corpus.words(random.Random(f"config-{i}"), 2).split()).upper() for i in range(15)
+)
 
 
 def _whole(old: Any, update: Any) -> Any:
@@ -29,25 +59,51 @@ def _whole(old: Any, update: Any) -> Any:
     return SUMMARY_REDUCER(old, update)
 
 
-async def run(steps: int, keys: int, *, replayable: bool, url: str) -> tuple[list[int], int]:
-    """(bytes of the summary's ops in each step's delta, bytes stored for the whole run)."""
+def outputs(step_id: object, keys: int) -> StepOutputs:
+    """Step ``step_id``'s outputs, seeded by its id: both runs hand on the same bytes."""
+    rng = random.Random(f"{SEED}-{step_id}")
+
+    def name() -> str:
+        return "-".join(corpus.words(rng, 2).split())
+
+    return StepOutputs(
+        summary=corpus.prose(rng, rng.randint(80, 240)),
+        environment_changes={
+            name(): f"{rng.randint(0, 9)}.{rng.randint(0, 40)}.{rng.randint(0, 20)}" for _ in range(keys)
+        },
+        new_configurations={rng.choice(CONFIG_NAMES): rng.choice((str(rng.randint(1024, 65535)), name()))},
+        artifacts=(f"/srv/app/{name()}/step-{step_id}.yaml",),
+        issues_resolved=(
+            {
+                "issue": corpus.prose(rng, rng.randint(50, 140)),
+                "resolution": corpus.prose(rng, rng.randint(60, 200)),
+            },
+        ),
+    )
+
+
+def why(cp: Any) -> Any:
+    from tether.state.reserved import runtime_get
+
+    return runtime_get(cp.state, "pause_reason") if cp is not None else None
+
+
+async def run(steps: int, keys: int, *, replayable: bool, path: Path) -> dict[str, Any]:
+    """One plan: the summary's bytes in each step's delta, what the run stored, its final state."""
 
     async def execute(ctx: StepContext) -> StepResult:
-        outputs = StepOutputs(
-            summary=f"Step {ctx.step_id} configured the service and checked its health endpoint",
-            environment_changes={f"tool_{ctx.step_id}_{k}": f"{k}.{ctx.step_id}.0" for k in range(keys)},
-            new_configurations={f"KEY_{ctx.step_id % 15}": f"value-{ctx.step_id}"},
-            artifacts=[f"/srv/app/conf/step-{ctx.step_id}.yaml"],
-            issues_resolved=[{"issue": f"port clash {ctx.step_id}", "resolution": "moved to the next port"}],
-        )
-        return StepResult.succeeded(structured_outputs=outputs)
+        return StepResult.succeeded(structured_outputs=outputs(ctx.step_id, keys))
 
-    plan_steps = [PlanStep(name=f"Step {i}", goal=f"goal {i}", category="setup") for i in range(1, steps + 1)]
+    plan_steps = [
+        PlanStep(name=f"Step {i}", goal=corpus.prose(random.Random(f"goal-{i}"), 80), category="setup")
+        for i in range(1, steps + 1)
+    ]
     per_step: list[int] = []
-    async with open_store(url) as store:
+    run_id = f"bench-{'delta' if replayable else 'whole'}"
+    async with open_store(f"sqlite:///{path}") as store:
         commit = store.commit
 
-        async def measured(ctx: Any, **kw: Any) -> int:
+        async def measured(ctx: Any, **kw: Any) -> int:  # the summary's ops in each step's delta
             ops = [op for op in ctx.pending().ops if op[0] == "execution_summary"]
             if ops and not ctx.pending().full:
                 per_step.append(len(ormsgpack.packb(ops)))
@@ -61,35 +117,97 @@ async def run(steps: int, keys: int, *, replayable: bool, url: str) -> tuple[lis
         reducers = plan_reducers()
         if not replayable:
             reducers.register("execution_summary", _whole)
-        run_id = f"bench-{'delta' if replayable else 'whole'}"
         await Runner(plan.workflow(), store, reducers=reducers).start(run_id, {"execution_summary": {}})
-        history = await store.history(run_id, limit=steps + 10)
-        return per_step, sum(h.size for h in history)
+        stored, before = 0, None
+        while page := await store.history(run_id, before=before, limit=1000):
+            stored += sum(h.size for h in page)
+            before = page[-1].version
+        cp = await store.load(run_id)
+        assert cp is not None and str(cp.status) == "COMPLETED", (
+            f"the plan ended {cp and cp.status}: {why(cp)}"
+        )
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    file_bytes = sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+    return {"per_step": per_step, "stored": stored, "final": ormsgpack.packb(cp.state), "file": file_bytes}
 
 
-def main() -> None:
+async def loads(rep: Report, paths: dict[str, Path], final: bytes, rounds: int) -> None:
+    """Load each finished run from a long-lived store, interleaved with decoding its final state."""
+    async with (
+        open_store(f"sqlite:///{paths['reducer']}") as a,
+        open_store(f"sqlite:///{paths['whole']}") as b,
+    ):
+
+        async def floor() -> None:
+            ormsgpack.unpackb(final)
+
+        times = await ainterleave(
+            {
+                "load, reducer run (replays step deltas)": lambda: a.load("bench-delta"),
+                "load, whole-summary run (baseline)": lambda: b.load("bench-whole"),
+                "floor: decode the final state's msgpack": floor,
+            },
+            rounds=rounds,
+            warmup=2,
+        )
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    for name, ms in med.items():
+        rep.line(name, ms, "ms", note=f"median of {rounds}")
+    rep.line("load, reducer run / whole-summary run", med["load, reducer run (replays step deltas)"]
+             / med["load, whole-summary run (baseline)"], "x")  # fmt: skip
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--quick", action="store_true", help="30 steps, 1 run")
+    parser.add_argument("--runs", type=int, default=None, help="repetitions (default 3; 1 with --quick)")
+    parser.add_argument("--steps", type=int, default=None, help="plan steps (default 60; 30 with --quick)")
     parser.add_argument("--keys", type=int, default=8, help="environment keys each step adds")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        delta, delta_total = asyncio.run(
-            run(args.steps, args.keys, replayable=True, url=f"sqlite:///{tmp}/a.db")
-        )
-        whole, whole_total = asyncio.run(
-            run(args.steps, args.keys, replayable=False, url=f"sqlite:///{tmp}/b.db")
-        )
-    print(f"{args.steps} plan steps, {args.keys} environment keys added per step")
-    print("bytes of the execution_summary change in a step's checkpoint delta (msgpack):")
-    print(f"{'step':>6} {'reducer (delta)':>16} {'whole summary':>14} {'ratio':>7}")
-    for i in sorted({0, 9, 29, args.steps - 1} & set(range(min(len(delta), len(whole))))):
-        print(f"{i + 1:>6} {delta[i]:>16} {whole[i]:>14} {whole[i] / delta[i]:>6.1f}x")
-    print(f"{'sum':>6} {sum(delta):>16} {sum(whole):>14} {sum(whole) / sum(delta):>6.1f}x")
-    print(
-        f"bytes stored for the whole run (its SQLite checkpoint rows): {delta_total} vs {whole_total} "
-        f"({whole_total / delta_total:.1f}x)"
+    logging.getLogger("tether").setLevel(logging.ERROR)  # the loop's notes on compression, the summary's size
+    steps = args.steps or (30 if args.quick else 60)
+    rep = Report(
+        "bench_plan_summary", "bytes a plan step stores for the rolling summary: reducer against whole"
     )
+    for _ in rep.runs(args.runs or (1 if args.quick else 3)):
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = {"reducer": Path(tmp) / "reducer.db", "whole": Path(tmp) / "whole.db"}
+            delta = asyncio.run(run(steps, args.keys, replayable=True, path=paths["reducer"]))
+            whole = asyncio.run(run(steps, args.keys, replayable=False, path=paths["whole"]))
+            a, b = delta["per_step"], whole["per_step"]
+            rep.section(f"summary bytes in a step's delta, {steps} steps, {args.keys} keys a step")
+            for i in sorted({0, 9, 29, len(a) - 1} & set(range(min(len(a), len(b))))):
+                rep.line(
+                    f"step {i + 1}: reducer (delta)",
+                    a[i],
+                    "B",
+                    note=f"whole summary {b[i]:,} B, {b[i] / a[i]:.1f}x",
+                )
+            rep.line("sum over the plan: reducer (delta)", sum(a), "B", note=f"whole summary {sum(b):,} B, {sum(b) / sum(a):.1f}x")  # fmt: skip
+            rep.section("what each run stored in all")
+            for label, r in (("reducer", delta), ("whole summary (baseline)", whole)):
+                final = len(r["final"])
+                rep.line(
+                    f"{label}: stored",
+                    r["stored"] / 1e3,
+                    "KB",
+                    note=f"final state {final / 1e3:.1f} KB packed",
+                )
+                if label != "reducer":
+                    rep.line(f"{label}: SQLite file / final state", r["file"] / final, "x")
+            rep.line("stored, whole summary / reducer", whole["stored"] / delta["stored"], "x")
+            rep.target(
+                "reducer run: stored bytes / final state", delta["stored"] / len(delta["final"]), goal=1.3
+            )
+            rep.target(
+                "reducer run: SQLite file / final state", delta["file"] / len(delta["final"]), goal=2.5
+            )
+            rep.section("load the finished run (long-lived store), interleaved with its floor")
+            asyncio.run(loads(rep, paths, delta["final"], 10 if args.quick else 30))
+    return rep.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
