@@ -150,25 +150,30 @@ async def test_custom_executor_gets_step_contexts_and_returns_step_results(store
     assert not failed.success and failed.structured_outputs is None
 
 
-async def test_each_step_stores_its_outputs_not_the_whole_summary(store, tmp_path):
-    """The summary's reducer: each step's checkpoint delta holds that step's outputs; a
-    fresh process (the CLI's `show`) replays the deltas into the same summary."""
-    ops: list[tuple] = []
+async def test_each_step_stores_its_outputs_once_and_the_summary_when_the_plan_ends(store, tmp_path):
+    """A step's delta holds its outputs once (its plan_steps entry); the summary is written
+    whole by the last step, and a fresh process (the CLI's `show`) reads the same summary."""
+    ops: list[list[tuple]] = []
     commit = store.commit
 
     async def spy(ctx, **kw):
-        ops.extend(op for op in ctx.pending().ops if op[0] == "execution_summary")
+        plan_ops = [op for op in ctx.pending().ops if op[0] in ("plan_steps", "execution_summary")]
+        if plan_ops:
+            ops.append(plan_ops)
         return await commit(ctx, **kw)
 
     store.commit = spy
     run_id = new_id()
     result = await node_plan(store, node_model(), tmp_path).start(run_id)
     assert result.status is RunStatus.COMPLETED
-    assert [op[1] for op in ops] == ["tether.agent.plan:execution_summary"] * 3  # never a "set"
-    assert [op[2]["step_name"] for op in ops] == ["Install Node.js", "Build Application", "Start Service"]
-    assert ops[1][2]["outputs"]["artifacts"] == ["dist/index.js"]
-    assert "completed_actions" not in ops[2][2]  # the delta is the step's outputs only
+    assert [[key for key, _, _ in step] for step in ops] == [
+        ["plan_steps"],
+        ["plan_steps"],
+        ["plan_steps", "execution_summary"],
+    ]
+    assert ops[1][0][2][0]["structured_outputs"]["artifacts"] == ["dist/index.js"]
     summary = result.state["execution_summary"]
+    assert ops[2][1][2] == summary and summary["folded_steps"] == 3
     assert (
         summary["services"] == [{"name": "my-app", "port": 3000}] and len(summary["completed_actions"]) == 3
     )

@@ -9,10 +9,17 @@ which the runtime rolls back and reports (retry / skip / abort).
 
 State keys of a plan run:
 
-    execution_summary  the rolling summary; its reducer folds one step's outputs in, so
-                       a step's checkpoint stores that step's outputs, never the summary
     plan_steps         one entry per finished step (append): step_id, step_name,
-                       category, outputs, structured_outputs, run_id
+                       category, outputs, structured_outputs, run_id, done_at (and
+                       phase_done when the step ended its phase): the only copy of what
+                       each step handed on
+    execution_summary  the rolling summary as of its ``folded_steps`` first entries of
+                       ``plan_steps``; :func:`plan_summary` folds the entries after them
+                       in. A step stores its outputs once, in its entry: the summary is
+                       written whole only when the plan's last step finishes (and once
+                       on a run whose summary has no ``folded_steps``), so the lines that
+                       roll out of its capped lists are never stored (``fresh_summary``
+                       keeps it current at every step instead)
     started_at         when the plan started (for the plan log)
 
 When a run stops (completed, failed or paused) the plan log is written to
@@ -55,6 +62,7 @@ __all__ = [
     "nested_run_id",
     "nested_run_ids",
     "plan_reducers",
+    "plan_summary",
     "step_prompt",
 ]
 
@@ -184,14 +192,21 @@ def _non_empty(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # == the rolling summary as a reducer ===============================================
+FOLDED = "folded_steps"
+"""In ``execution_summary``: how many ``plan_steps`` entries it holds (absent: all of them,
+as in runs stored before the summary was written only at the end)."""
+
+
 def _reduce_summary(old: Any, update: Any) -> dict[str, Any]:
     """Fold ``{"step_name", "step_category", "outputs", "now"}`` into the summary; an
-    update without ``outputs`` is a whole summary and replaces it (a human's edit)."""
+    update without ``outputs`` is a whole summary and replaces it (a human's edit, or the
+    plan writing the summary it folded from its step log)."""
     if not isinstance(update, Mapping):
         raise ConfigError("an execution_summary update is a dict (a step's outputs or a whole summary)")
     if "outputs" not in update:
-        return ExecutionSummary.from_dict(update).to_dict()
-    manager = SummaryManager.from_state(old if isinstance(old, Mapping) else {})
+        return _with_folded(ExecutionSummary.from_dict(update), update.get(FOLDED))
+    base = old if isinstance(old, Mapping) else {}
+    manager = SummaryManager.from_state(base)
     manager.merge_step_outputs(
         str(update.get("step_name", "")),
         str(update.get("step_category", "")),
@@ -199,7 +214,15 @@ def _reduce_summary(old: Any, update: Any) -> dict[str, Any]:
         now=update.get("now"),
         phase_done=bool(update.get("phase_done")),  # phase compression (see docs/context.md)
     )
-    return manager.to_state()
+    folded = base.get(FOLDED)
+    return _with_folded(manager.get_summary(), folded + 1 if isinstance(folded, int) else None)
+
+
+def _with_folded(summary: ExecutionSummary, folded: Any) -> dict[str, Any]:
+    data = summary.to_dict()
+    if isinstance(folded, int) and not isinstance(folded, bool):
+        data[FOLDED] = folded
+    return data
 
 
 SUMMARY_REDUCER = replayable("tether.agent.plan:execution_summary", _reduce_summary)
@@ -221,6 +244,52 @@ def summary_update(step: PlanStep, outputs: StepOutputs, *, phase_done: bool = F
         "now": _now(),
         "phase_done": phase_done,
     }
+
+
+def _entries(state: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [e for e in state.get("plan_steps") or () if isinstance(e, Mapping)]
+
+
+def _live(state: Mapping[str, Any]) -> tuple[ExecutionSummary, int]:
+    """The current summary of a plan run's state and how many ``plan_steps`` entries it holds:
+    the stored summary with the entries after its ``folded_steps`` folded in."""
+    data = state.get("execution_summary")
+    data = data if isinstance(data, Mapping) else {}
+    entries = _entries(state)
+    folded = data.get(FOLDED)
+    start = folded if isinstance(folded, int) and 0 <= folded <= len(entries) else len(entries)
+    manager = SummaryManager.from_state(data)
+    for entry in entries[start:]:
+        outputs = entry.get("structured_outputs")
+        if not outputs:
+            continue
+        manager.merge_step_outputs(
+            str(entry.get("step_name") or ""),
+            str(entry.get("category") or ""),
+            parse_step_outputs(outputs),
+            now=str(entry.get("done_at") or data.get("last_updated") or ""),
+            phase_done=bool(entry.get("phase_done")),
+            warn=False,  # its step logged it when it was folded first
+        )
+    return manager.get_summary(), len(entries)
+
+
+def plan_summary(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A plan run's current ``execution_summary`` (with ``folded_steps``), whatever it
+    stored: the stored one is written whole only when the plan ends (see the module
+    docstring), so a reader of a run in progress folds the step log's newer entries in."""
+    summary, folded = _live(state)
+    return _with_folded(summary, folded)
+
+
+def _current(result: RunResult) -> RunResult:
+    """``result`` with its state's summary brought up to date (a run that stopped before
+    its last step, paused or failed, stored it as of an earlier step)."""
+    data = result.state.get("execution_summary")
+    done = len(_entries(result.state))
+    if not isinstance(data, Mapping) or data.get(FOLDED, done) == done:
+        return result
+    return replace(result, state={**result.state, "execution_summary": plan_summary(result.state)})
 
 
 def _now() -> str:
@@ -301,6 +370,13 @@ class PlanOrchestrator:
     plan run's state keeps (``context_window``); each step's own agent loop follows
     ``base_config.checkpoint_compression``."""
     context_policy: ContextPolicy = field(default_factory=ContextPolicy)
+    fresh_summary: bool = False
+    """Fold each step's outputs into the stored ``execution_summary`` at every step, for
+    readers of a running plan's raw state: each step then stores its outputs twice (its
+    ``plan_steps`` entry and the summary's fold) and the summary's capped lists store every
+    line that rolls out of them. By default the summary is stored when the plan ends and
+    :func:`plan_summary` (the step prompts, the plan log, ``start``/``resume`` results)
+    folds the newer steps in."""
 
     def __post_init__(self) -> None:
         if self.loop_factory is None and self.step_executor is None:
@@ -342,20 +418,20 @@ class PlanOrchestrator:
         """Start the plan; ``origin`` is recorded as ``_origin`` (what ``tether resume`` reads)."""
         manager = SummaryManager(self.project_name, self.deploy_dir, self.strategy)
         inputs: dict[str, Any] = {
-            "execution_summary": manager.to_state(),
+            "execution_summary": {**manager.to_state(), FOLDED: 0},
             "started_at": _now(),
             "plan": _plan_state(0, self.entries()),
         }
         if origin is not None:
             inputs["_origin"] = dict(origin)
-        result = await self._continue(await self.runner().start(run_id, inputs))
+        result = _current(await self._continue(await self.runner().start(run_id, inputs)))
         self.write_log(result)
         return result
 
     async def resume(self, run_id: str, *, decision: str | None = None) -> RunResult:
         cp = await self.store.load(run_id)
         entries = self.entries(cp.state if cp is not None else None)
-        result = await self._continue(await self.runner(entries).resume(run_id, decision=decision))
+        result = _current(await self._continue(await self.runner(entries).resume(run_id, decision=decision)))
         self.write_log(result)
         return result
 
@@ -371,7 +447,7 @@ class PlanOrchestrator:
         self, state: Mapping[str, Any], entries: list[tuple[str, PlanStep]], index: int, **kw: Any
     ) -> ReplanRequest:
         done = [(str(e.get("step_name")), _step_summary(e)) for e in state.get("plan_steps") or ()]
-        summary = ExecutionSummary.from_dict(state.get("execution_summary") or {}).to_prompt_context()
+        summary = _live(state)[0].to_prompt_context()
         start = index - 1 if kw.get("trigger") == "failure" else index
         return ReplanRequest(
             step=entries[index - 1][1],
@@ -439,7 +515,7 @@ class PlanOrchestrator:
             category=plan_step.category,
             success_criteria=plan_step.success_criteria,
             run_id=nested_run_id(run_id, step_id or f"step-{index}"),
-            execution_summary=ExecutionSummary.from_dict(state.get("execution_summary") or {}),
+            execution_summary=_live(state)[0],
             predecessor_outputs=predecessors,
         )
 
@@ -458,25 +534,23 @@ class PlanOrchestrator:
                 raise error(
                     f"plan step {plan_step.name!r} did not complete: {result.message or 'no message'}"
                 )
-            ctx.structured_outputs = result.structured_outputs
+            ctx.structured_outputs = outputs = result.structured_outputs
             entry = {
                 "step_id": index,
                 "step_name": plan_step.name,
                 "category": plan_step.category,
                 "outputs": result.outputs,
-                "structured_outputs": result.structured_outputs.to_dict()
-                if result.structured_outputs
-                else None,
+                "structured_outputs": outputs.to_dict() if outputs else None,
                 "run_id": ctx.run_id,
+                "done_at": _now(),
             }
+            ends = index == len(entries) or entries[index][1].category != plan_step.category
+            if outputs is not None and ends and self.base_config.phase_compression:
+                entry["phase_done"] = True
             update: dict[str, Any] = {"plan_steps": [entry]}
-            if result.structured_outputs is not None:
-                ends = index == len(entries) or entries[index][1].category != plan_step.category
-                update["execution_summary"] = summary_update(
-                    plan_step,
-                    result.structured_outputs,
-                    phase_done=ends and self.base_config.phase_compression,
-                )
+            summary = self._summary_write(state, plan_step, ctx, entry, last=index == len(entries))
+            if summary is not None:
+                update["execution_summary"] = summary
             if self.replanner is not None and index < len(entries):
                 done_state = {**state, "plan_steps": [*(state.get("plan_steps") or []), entry]}
                 request = self._request(
@@ -492,6 +566,38 @@ class PlanOrchestrator:
             return update
 
         return run_step
+
+    def _summary_write(
+        self,
+        state: Mapping[str, Any],
+        step: PlanStep,
+        ctx: StepContext,
+        entry: Mapping[str, Any],
+        *,
+        last: bool,
+    ) -> dict[str, Any] | None:
+        """What a finished step writes to ``execution_summary``: by default nothing (its
+        ``plan_steps`` entry is the only copy of its outputs), the whole summary when the
+        plan ends or the stored one says no ``folded_steps`` (a run stored before, a human's
+        edit: it is taken as holding the entries there are); with ``fresh_summary``, the
+        step's fold (or the whole summary, when the stored one is behind the step log)."""
+        data = state.get("execution_summary")
+        folded = data.get(FOLDED) if isinstance(data, Mapping) else None
+        done = len(_entries(state))
+        outputs = ctx.structured_outputs
+        phase_done = bool(entry.get("phase_done"))
+        if self.fresh_summary and outputs is not None and folded in (None, done):
+            fold = summary_update(step, outputs, phase_done=phase_done)  # (its reducer warns)
+            return {**fold, "now": entry["done_at"]}
+        after = ctx.execution_summary or ExecutionSummary()
+        if outputs is not None:  # (folded even when not stored: a summary growing past its caps warns once)
+            manager = SummaryManager(summary=after)
+            after = manager.merge_step_outputs(
+                step.name, step.category, outputs, now=str(entry["done_at"]), phase_done=phase_done
+            )
+        if last or self.fresh_summary or not isinstance(folded, int):
+            return _with_folded(after, done + 1)
+        return None
 
     async def _agent_step(self, ctx: StepContext) -> StepResult:
         """The default executor: the agent loop as the nested run ``ctx.run_id``."""
@@ -551,7 +657,7 @@ class PlanOrchestrator:
                 {k: e.get(k) for k in ("step_id", "step_name", "outputs", "structured_outputs")}
                 for e in state.get("plan_steps") or ()
             ],
-            "execution_summary": state.get("execution_summary") or {},
+            "execution_summary": plan_summary(state),
         }
 
     def write_log(self, result: RunResult) -> Path | None:

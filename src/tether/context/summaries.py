@@ -160,6 +160,7 @@ def merge(
     max_environment_keys: int = MAX_ENVIRONMENT_KEYS,
     max_configuration_keys: int = MAX_CONFIGURATION_KEYS,
     phase_done: bool = False,
+    warn: bool = True,
 ) -> ExecutionSummary:
     """Fold one step's outputs into the summary; pure, so usable as a state reducer.
 
@@ -168,7 +169,8 @@ def merge(
 
     Later values win on the same key; lists keep the newest entries up to their caps.
     Growing past 30 environment / 20 configuration keys is allowed but warned about once
-    (logged and recorded in ``warnings``), as the seed asks.
+    (logged and recorded in ``warnings``). ``warn=False`` records it without logging: a fold
+    of steps that were folded before (a summary rebuilt from the step log) said it already.
     """
     environment = {**summary.environment, **outputs.environment_changes}
     configurations = {**summary.configurations, **outputs.new_configurations}
@@ -188,7 +190,8 @@ def merge(
     ):
         message = f"{what} has more than {cap} keys; the summary is growing"
         if size > cap and message not in warnings:
-            logger.warning("execution summary: %s (%d)", message, size)
+            if warn:
+                logger.warning("execution summary: %s (%d)", message, size)
             warnings.append(message)
     return dataclasses.replace(
         summary,
@@ -321,9 +324,11 @@ class SummaryManager:
         *,
         now: str | None = None,
         phase_done: bool = False,
+        warn: bool = True,
     ) -> ExecutionSummary:
         """Fold a step's outputs in; raw dicts from a model are validated first.
-        ``phase_done``: the step ends its phase, whose actions fold into one line."""
+        ``phase_done``: the step ends its phase, whose actions fold into one line; ``warn``:
+        see :func:`merge`."""
         if not isinstance(outputs, StepOutputs):
             outputs = parse_step_outputs(outputs)
         self._summary = merge(
@@ -337,6 +342,7 @@ class SummaryManager:
             max_environment_keys=self.MAX_ENVIRONMENT_KEYS,
             max_configuration_keys=self.MAX_CONFIGURATION_KEYS,
             phase_done=phase_done,
+            warn=warn,
         )
         return self._summary
 
