@@ -157,3 +157,27 @@ async def test_a_summary_growing_past_its_caps_warns_once(store, caplog):
     assert result.state["execution_summary"]["warnings"] == [
         "environment has more than 30 keys; the summary is growing"
     ]
+
+
+async def test_a_summary_edited_at_a_pause_is_what_the_next_steps_build_on(store):
+    """A human replaces the summary of a paused plan (no folded_steps: it stands for every
+    step there is); the same orchestrator's next steps see the edit, not its earlier fold."""
+    seen: list[StepContext] = []
+    plan = plan_of(store, 4, fail={3}, seen=seen)
+    run_id = new_id()
+    paused = await plan.start(run_id)
+    assert paused.status is RunStatus.PAUSED
+    cp = await store.load(run_id)
+    assert cp is not None
+    edited = {"project_name": "p", "configurations": {"REGION": "eu-west-1"}}
+    state = {**cp.state, "execution_summary": edited}
+    await store.save(dataclasses.replace(cp, state=state), expected_version=cp.version)
+    done = await plan.resume(run_id, decision="retry")
+    assert done.status is RunStatus.COMPLETED
+    retried = seen[3].execution_summary
+    assert retried is not None and retried.configurations == {"REGION": "eu-west-1"}
+    assert retried.completed_actions == ()
+    summary = (await store.load(run_id)).state["execution_summary"]
+    assert summary["folded_steps"] == 4 and summary["configurations"]["REGION"] == "eu-west-1"
+    (line,) = summary["completed_actions"]  # steps 3 and 4 only, folded as their phase ends
+    assert line.startswith("✅ phase setup (2 items)") and "last: Step 4: step 4" in line

@@ -250,15 +250,29 @@ def _entries(state: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [e for e in state.get("plan_steps") or () if isinstance(e, Mapping)]
 
 
-def _live(state: Mapping[str, Any]) -> tuple[ExecutionSummary, int]:
-    """The current summary of a plan run's state and how many ``plan_steps`` entries it holds:
-    the stored summary with the entries after its ``folded_steps`` folded in."""
+Fold = tuple[Any, int, Any, ExecutionSummary]
+"""A summary folded from a run's step log: the stored summary it started from, how many
+entries it holds, the last of them, and the summary."""
+
+
+def _live(state: Mapping[str, Any], known: Fold | None = None) -> Fold:
+    """The current summary of a plan run's state: the stored summary with the ``plan_steps``
+    entries after its ``folded_steps`` folded in (from ``known``, an earlier fold of the
+    same run, when the stored summary and its entries are still the ones it folded)."""
     data = state.get("execution_summary")
     data = data if isinstance(data, Mapping) else {}
     entries = _entries(state)
     folded = data.get(FOLDED)
     start = folded if isinstance(folded, int) and 0 <= folded <= len(entries) else len(entries)
     manager = SummaryManager.from_state(data)
+    if known is not None:
+        base, count, last, summary = known
+        if (
+            start <= count <= len(entries)
+            and (base is data or base == data)
+            and (count == start or entries[count - 1] == last)
+        ):
+            manager, start = SummaryManager(summary=summary), count
     for entry in entries[start:]:
         outputs = entry.get("structured_outputs")
         if not outputs:
@@ -271,14 +285,14 @@ def _live(state: Mapping[str, Any]) -> tuple[ExecutionSummary, int]:
             phase_done=bool(entry.get("phase_done")),
             warn=False,  # its step logged it when it was folded first
         )
-    return manager.get_summary(), len(entries)
+    return data, len(entries), entries[-1] if entries else None, manager.get_summary()
 
 
 def plan_summary(state: Mapping[str, Any]) -> dict[str, Any]:
     """A plan run's current ``execution_summary`` (with ``folded_steps``), whatever it
     stored: the stored one is written whole only when the plan ends (see the module
     docstring), so a reader of a run in progress folds the step log's newer entries in."""
-    summary, folded = _live(state)
+    _, folded, _, summary = _live(state)
     return _with_folded(summary, folded)
 
 
@@ -370,6 +384,8 @@ class PlanOrchestrator:
     plan run's state keeps (``context_window``); each step's own agent loop follows
     ``base_config.checkpoint_compression``."""
     context_policy: ContextPolicy = field(default_factory=ContextPolicy)
+    _fold: tuple[str, Fold] | None = field(default=None, init=False, repr=False)
+    """The run whose summary was folded last, and that fold (see ``_summary``)."""
     fresh_summary: bool = False
     """Fold each step's outputs into the stored ``execution_summary`` at every step, for
     readers of a running plan's raw state: each step then stores its outputs twice (its
@@ -444,10 +460,15 @@ class PlanOrchestrator:
 
     # -- re-planning ---------------------------------------------------------------
     def _request(
-        self, state: Mapping[str, Any], entries: list[tuple[str, PlanStep]], index: int, **kw: Any
+        self,
+        state: Mapping[str, Any],
+        entries: list[tuple[str, PlanStep]],
+        index: int,
+        run_id: str,
+        **kw: Any,
     ) -> ReplanRequest:
         done = [(str(e.get("step_name")), _step_summary(e)) for e in state.get("plan_steps") or ()]
-        summary = _live(state)[0].to_prompt_context()
+        summary = self._summary(state, run_id).to_prompt_context()
         start = index - 1 if kw.get("trigger") == "failure" else index
         return ReplanRequest(
             step=entries[index - 1][1],
@@ -467,7 +488,7 @@ class PlanOrchestrator:
         if report.item_id not in ids:
             return None
         index = ids.index(report.item_id) + 1
-        request = self._request(state, entries, index, trigger="failure", error=report.error)
+        request = self._request(state, entries, index, ctx.run_id, trigger="failure", error=report.error)
         new = await ask(self.replanner, request)
         if not new:
             return None
@@ -497,6 +518,14 @@ class PlanOrchestrator:
         return chained
 
     # -- one step ------------------------------------------------------------------
+    def _summary(self, state: Mapping[str, Any], run_id: str) -> ExecutionSummary:
+        """The run's current summary, folding only the entries this orchestrator has not
+        folded yet (a plan of N steps would otherwise fold N * N / 2 entries)."""
+        known = self._fold[1] if self._fold is not None and self._fold[0] == run_id else None
+        fold = _live(state, known)
+        self._fold = (run_id, fold)
+        return fold[3]
+
     def step_context(
         self, index: int, plan_step: PlanStep, state: Mapping[str, Any], run_id: str, step_id: str = ""
     ) -> StepContext:
@@ -515,7 +544,7 @@ class PlanOrchestrator:
             category=plan_step.category,
             success_criteria=plan_step.success_criteria,
             run_id=nested_run_id(run_id, step_id or f"step-{index}"),
-            execution_summary=_live(state)[0],
+            execution_summary=self._summary(state, run_id),
             predecessor_outputs=predecessors,
         )
 
@@ -554,7 +583,12 @@ class PlanOrchestrator:
             if self.replanner is not None and index < len(entries):
                 done_state = {**state, "plan_steps": [*(state.get("plan_steps") or []), entry]}
                 request = self._request(
-                    done_state, entries, index, trigger="step_done", outputs=entry["structured_outputs"] or {}
+                    done_state,
+                    entries,
+                    index,
+                    sc.run_id,
+                    trigger="step_done",
+                    outputs=entry["structured_outputs"] or {},
                 )
                 new = await ask(self.replanner, request)
                 if new:
