@@ -384,8 +384,6 @@ class PlanOrchestrator:
     plan run's state keeps (``context_window``); each step's own agent loop follows
     ``base_config.checkpoint_compression``."""
     context_policy: ContextPolicy = field(default_factory=ContextPolicy)
-    _fold: tuple[str, Fold] | None = field(default=None, init=False, repr=False)
-    """The run whose summary was folded last, and that fold (see ``_summary``)."""
     fresh_summary: bool = False
     """Fold each step's outputs into the stored ``execution_summary`` at every step, for
     readers of a running plan's raw state: each step then stores its outputs twice (its
@@ -393,6 +391,8 @@ class PlanOrchestrator:
     line that rolls out of them. By default the summary is stored when the plan ends and
     :func:`plan_summary` (the step prompts, the plan log, ``start``/``resume`` results)
     folds the newer steps in."""
+    _fold: tuple[str, Fold] | None = field(default=None, init=False, repr=False)
+    """The run whose summary was folded last, and that fold (see ``_summary``)."""
 
     def __post_init__(self) -> None:
         if self.loop_factory is None and self.step_executor is None:
