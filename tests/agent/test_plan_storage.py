@@ -85,7 +85,7 @@ async def test_a_step_stores_its_outputs_once_so_the_run_stays_near_its_final_st
     assert size_b >= 1.25 * size_a, (size_b, size_a)  # the summary's fold of every step, its turnover
 
 
-async def test_fresh_summary_keeps_the_stored_summary_current_at_every_step(store):
+async def test_fresh_summary_keeps_the_stored_summary_current_at_every_step(store, tmp_path):
     commits: list[tuple[int, int | None]] = []
     commit = store.commit
 
@@ -96,10 +96,14 @@ async def test_fresh_summary_keeps_the_stored_summary_current_at_every_step(stor
         return version
 
     store.commit = spy
-    result = await plan_of(store, 4, fresh_summary=True).start(new_id())
+    run_id = new_id()
+    result = await plan_of(store, 4, fresh_summary=True).start(run_id)
     assert result.status is RunStatus.COMPLETED
     assert all(done == folded for done, folded in commits), commits
     assert len(result.state["execution_summary"]["completed_actions"]) == 1  # the phase folded into one line
+    async with open_store(f"sqlite:///{tmp_path}/plan.db") as again:  # replays each step's fold
+        cp = await again.load(run_id)
+    assert cp is not None and cp.state["execution_summary"] == result.state["execution_summary"]
 
 
 async def test_a_paused_plan_reads_the_summary_of_every_finished_step(store, tmp_path):
