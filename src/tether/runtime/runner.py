@@ -206,10 +206,10 @@ class Runner:
         :class:`WrongRunStatus` having written nothing (a worker starting a run submitted
         PENDING, which must not continue one paused meanwhile, without a read of its own).
         """
-        ctx = await self.store.load_context(run_id, reducers=self.reducers)
-        info = await self.store.get_run(run_id)
-        if ctx is None or info is None:
+        loaded = await self.store.load_run(run_id, reducers=self.reducers)
+        if loaded is None:
             raise RunNotFound(run_id)
+        info, ctx = loaded
         if only is not None and info.status is not only:
             raise WrongRunStatus(run_id, str(info.status), "resume", f"only a {only} run is resumed here")
         finished = info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED)

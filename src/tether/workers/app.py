@@ -22,8 +22,9 @@ Settings, and why:
   why"). Celery's own per-message lines ("Task … received", "… succeeded in …") say less
   and cost as much again (about a fifth of what Celery adds to a short run, see
   benchmarks/README.md, ``bench_workers``): at ``--loglevel INFO`` they are left out, at
-  DEBUG they show. The task's result is kept small for the same reason: Celery renders
-  it for every message, results backend or not.
+  DEBUG they show. The task's result is one short string ("executed COMPLETED",
+  "dropped: why") for the same reason: Celery renders it for every message, results
+  backend or not, and a dict of two keys costs it five times a string's.
 """
 
 from __future__ import annotations
@@ -143,13 +144,13 @@ def _install_task(app: Celery, queue: str, config: WorkerConfig) -> None:
             )
         return local.loop, local.executor
 
-    def execute_run(run_id: str, decision: str | None = None, workflow: str | None = None) -> dict[str, Any]:
+    def execute_run(run_id: str, decision: str | None = None, workflow: str | None = None) -> str:
         loop, ex = executor()
         outcome = loop.run_until_complete(ex.execute(run_id, decision=decision, workflow=workflow))
         if outcome.action == "requeue":  # handed back: another worker takes it at once
             raise Reject(outcome.reason, requeue=True)
-        result = {"action": outcome.action, "status": outcome.status}
-        return {**result, "reason": outcome.reason} if outcome.reason else result
+        result = f"{outcome.action} {outcome.status}" if outcome.status else outcome.action
+        return f"{result}: {outcome.reason}" if outcome.reason else result
 
     app.task(name=TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(execute_run)
     sweeper: list[Any] = []

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -81,6 +81,45 @@ class Outcome:
 
 class Draining(Exception):
     """Raised at a checkpoint to stop a run because its worker shuts down."""
+
+
+class _DrainWatch:
+    """Cancels the task driving a run when its worker drains and the run's step is still
+    running ``timeout`` seconds later. The drain is a :class:`threading.Event` set from a
+    signal handler, so it is looked at every tenth of a second: by a timer on the event
+    loop, not a task of its own (a short run pays one timer, never a task switch)."""
+
+    def __init__(self, draining: threading.Event, timeout: float) -> None:
+        self._draining = draining
+        self._timeout = timeout
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._fired = False
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(0.1, self._look)
+
+    def _look(self) -> None:
+        if self._draining.is_set():
+            self._timer = self._loop.call_later(self._timeout, self._cancel)
+        else:
+            self._timer = self._loop.call_later(0.1, self._look)
+
+    def _cancel(self) -> None:
+        self._timer = None
+        if self._task is not None and not self._task.done():
+            self._fired = True
+            self._task.cancel()  # the runner records INTERRUPTED from the last checkpoint
+
+    def cancelled_it(self) -> bool:
+        """Whether the drain cancelled the task (then it is uncancelled: the run's message
+        is handed back, the task goes on)."""
+        if self._fired and self._task is not None:
+            self._task.uncancel()
+        return self._fired
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 def todo_for(steps: list[Any]) -> dict[str, Any]:
@@ -160,6 +199,7 @@ class RunExecutor:
         self.owner = owner or f"tether-worker:{HOST}:{threading.get_native_id()}"
         self.on_event = on_event
         self.draining = draining or DRAINING
+        self._runners: dict[str, tuple[Entry, Runner]] = {}
 
     async def execute(
         self, run_id: str, *, decision: str | None = None, workflow: str | None = None
@@ -176,15 +216,13 @@ class RunExecutor:
             entry = self.registry.get(workflow)
             if entry.workflow is not None:  # the runner's read checks it is PENDING still
                 try:
-                    return await self._drive(
-                        entry.runner(self.store, {}), run_id, None, only=RunStatus.PENDING
-                    )
+                    return await self._drive(self._runner(entry, {}), run_id, None, only=RunStatus.PENDING)
                 except (WrongRunStatus, RunNotFound):
                     pass  # (nothing written) a duplicate, a run deleted: looked at below
-        ctx = await self.store.load_context(run_id)
-        info = await self.store.get_run(run_id)
-        if ctx is None or info is None:
+        loaded = await self.store.load_run(run_id)
+        if loaded is None:
             return self._drop(run_id, None, "no such run in the store (deleted or expired)")
+        info, ctx = loaded
         status = info.status
         if status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
             return self._drop(run_id, status, "it has finished")
@@ -215,8 +253,7 @@ class RunExecutor:
                 await self._prepare(ctx, entry)
             except (VersionConflict, RunNotPaused):
                 return self._drop(run_id, status, "another worker started it first")
-        runner = entry.runner(self.store, ctx.state_view())
-        return await self._drive(runner, run_id, decision)
+        return await self._drive(self._runner(entry, ctx.state_view()), run_id, decision)
 
     # == internals =====================================================================
     async def _prepare(self, ctx: ExecutionContext, entry: Entry) -> None:
@@ -231,58 +268,63 @@ class RunExecutor:
             ctx.merge(update)
             await self.store.commit(ctx, status=RunStatus.PENDING, _require_status=RunStatus.PENDING)
 
+    def _runner(self, entry: Entry, state: Mapping[str, Any]) -> Runner:
+        """The runner of a run of ``entry``, holding leases as this executor's owner and
+        stopping at its next checkpoint once this process drains. A plain workflow's runner
+        serves all its runs (a runner keeps nothing of a run between drives); a factory's
+        is built per run, from the run's state."""
+        if entry.factory is None:
+            cached = self._runners.get(entry.name)
+            if cached is not None and cached[0] is entry:
+                return cached[1]
+        runner = entry.runner(self.store, state)
+        runner.owner = self.owner
+        runner.lease_ttl = self.lease_ttl
+        user_hook, user_events = runner.on_checkpoint, runner.on_event
+        draining = self.draining
+
+        def at_checkpoint(version: int, ctx: ExecutionContext) -> Any:  # (the runner awaits what needs it)
+            if draining.is_set():
+                raise Draining(f"the worker on {HOST} is shutting down; another worker continues the run")
+            return None if user_hook is None else user_hook(version, ctx)
+
+        runner.on_checkpoint = at_checkpoint
+        sinks = [sink for sink in (user_events, self.on_event) if sink is not None]
+        if len(sinks) > 1:
+
+            def events(event: Event) -> None:
+                for sink in sinks:
+                    sink(event)
+
+            runner.on_event = events
+        else:
+            runner.on_event = sinks[0] if sinks else None
+        if entry.factory is None:
+            self._runners[entry.name] = (entry, runner)
+        return runner
+
     async def _drive(
         self, runner: Runner, run_id: str, decision: str | None, *, only: RunStatus | None = None
     ) -> Outcome:
-        runner.owner = self.owner
-        runner.lease_ttl = self.lease_ttl
-        stop_here = asyncio.Event()  # set once the run should stop at its next checkpoint
-        user_hook, user_events = runner.on_checkpoint, runner.on_event
-
-        async def at_checkpoint(version: int, ctx: ExecutionContext) -> Any:
-            if stop_here.is_set():
-                raise Draining(f"the worker on {HOST} is shutting down; another worker continues the run")
-            if user_hook is None:
-                return None
-            out = user_hook(version, ctx)
-            return await out if asyncio.iscoroutine(out) else out
-
-        def events(event: Event) -> None:
-            for sink in (user_events, self.on_event):
-                if sink is not None:
-                    sink(event)
-
-        runner.on_checkpoint = at_checkpoint
-        runner.on_event = events
-        work = asyncio.ensure_future(runner.resume(run_id, decision=decision, only=only))
-        watch = asyncio.ensure_future(self._watch_shutdown(work, stop_here))
+        """Drive the run in this task; a drain that finds its step still running after
+        ``drain_timeout`` cancels it here (the runner records INTERRUPTED from the last
+        checkpoint)."""
+        watch = _DrainWatch(self.draining, self.drain_timeout)
         try:
-            result = await work
+            result = await runner.resume(run_id, decision=decision, only=only)
         except RunInProgress as exc:
             return self._drop(run_id, RunStatus.RUNNING, f"another worker took it first ({exc})")
         except LeaseLost as exc:
             return self._drop(run_id, None, f"this worker lost its lease: {exc}")
-        except (Draining, asyncio.CancelledError):
-            if not self.draining.is_set():
-                raise
+        except (Draining, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and not watch.cancelled_it():
+                raise  # cancelled by its caller, not by a drain
             logger.warning("run %s: stopped for shutdown; handed back to the broker", run_id)
             return Outcome(run_id, "requeue", str(RunStatus.INTERRUPTED), "the worker is shutting down")
         finally:
-            watch.cancel()
+            watch.close()
         logger.info("run %s: %s at version %d", run_id, result.status, result.version)
         return Outcome(run_id, "executed", str(result.status))
-
-    async def _watch_shutdown(self, work: asyncio.Future[Any], stop_here: asyncio.Event) -> None:
-        """On shutdown: stop after the current step; past ``drain_timeout``, stop now."""
-        while not self.draining.is_set():  # noqa: ASYNC110 - set by a signal handler, in another thread
-            await asyncio.sleep(0.1)
-        stop_here.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(work), self.drain_timeout)
-        except TimeoutError:
-            work.cancel()  # the runner records INTERRUPTED from the last checkpoint
-        except BaseException:  # the drive's own outcome is handled by its awaiter
-            pass
 
     async def _give_up(
         self,
