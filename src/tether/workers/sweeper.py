@@ -150,6 +150,8 @@ class Sweeper:
                 )
                 if info.run_id in self._sent or (status is not RunStatus.RUNNING and updated > cutoff):
                     continue
+                if status is RunStatus.RUNNING and not info.fence:
+                    continue  # never leased: not run by a runner (a LangGraph thread stays RUNNING)
                 try:
                     cp = await self.store.load(info.run_id)
                 except CheckpointCorrupt as exc:  # unreadable here: not a run this fleet can execute
