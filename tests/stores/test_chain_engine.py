@@ -245,6 +245,8 @@ def test_a_row_read_again_is_checked_against_the_bytes_kept_and_a_changed_one_is
     assert engine.checkpoint_of("r", again).state == ctx.snapshot()
     for at in range(1, len(chain)):
         version, payload = chain[at]
+        if not payload:
+            continue  # sealed: its segment holds it
         flipped = bytearray(payload)
         flipped[flipped.index(b"will change")] ^= 0x01
         damaged = [*chain[:at], (version, bytes(flipped)), *chain[at + 1 :]]

@@ -289,9 +289,11 @@ async def test_a_load_after_another_store_pruned_or_wrote_is_exact(make_store):
 
 
 async def test_a_small_chain_is_sealed_into_one_segment(make_store):
-    """While the rows after the full one are small (``seal_whole_bytes``), each seal packs
-    them all into one segment: a load reads the full row, one segment and the last deltas,
-    every version loads exactly, and a store that resumed the run seals into it alike."""
+    """While the rows after the full one are small (``seal_whole_bytes``), a load reads three
+    rows: the full one, one segment of every version up to the last few, and those few,
+    sealed into one open segment (rewritten by each commit until it holds ``seal_versions``,
+    then sealed into the big one). Every version loads exactly, and a store that resumed the
+    run seals alike."""
     policy = CompactionPolicy(seal_versions=4)
     async with make_store(compaction=policy) as store:
         ctx = new_ctx()
@@ -304,8 +306,9 @@ async def test_a_small_chain_is_sealed_into_one_segment(make_store):
         await commits(other, resumed, 15, 23, seen)
         kinds = [h.kind for h in reversed(await other.history(ctx.run_id))]
         if other.capabilities.seals:
-            assert kinds == ["full", "segment"] + ["sealed"] * 19 + ["delta", "delta"]
-            assert await payload_rows(other, ctx.run_id) == 1 + 1 + 2
+            # 2-21 sealed into one segment at 21, 22 a delta, then 22-23 the open segment
+            assert kinds == ["full", "segment"] + ["sealed"] * 19 + ["segment", "sealed"]
+            assert await payload_rows(other, ctx.run_id) == 1 + 1 + 1
         for v, (state, executed) in seen.items():
             cp = await other.load(ctx.run_id, v)
             assert cp.state == state and cp.executed_node_ids == executed, v
@@ -313,8 +316,8 @@ async def test_a_small_chain_is_sealed_into_one_segment(make_store):
         # past seal_whole_bytes the levels take over from the last segment on
         other.compaction = CompactionPolicy(seal_versions=4, seal_whole_bytes=1)
         await commits(other, resumed, 23, 31, seen)
-        if other.capabilities.seals:
-            assert await payload_rows(other, ctx.run_id) == 1 + 1 + 2 + 2
+        if other.capabilities.seals:  # and two segments of level 1: 24-27, 28-31
+            assert await payload_rows(other, ctx.run_id) == 1 + 1 + 1 + 2
         for v, (state, executed) in seen.items():
             cp = await other.load(ctx.run_id, v)
             assert cp.state == state and cp.executed_node_ids == executed, v

@@ -311,7 +311,14 @@ class ChainEngine:
         """``(seal_from, level, segment)`` for a delta about to become ``version + 1``:
         a segment when the deltas at the end of the chain are enough (``seal_versions`` or
         ``seal_tail_bytes``), merged with the ``seal_fanout - 1`` segments of its level
-        before it while that stays under ``seal_bytes``; else ``(0, 0, payload)``."""
+        before it while that stays under ``seal_bytes``; else ``(0, 0, payload)``.
+
+        A small chain (``seal_whole_bytes``) is kept to three rows a load reads: the full
+        one, one segment of every version up to the last few, and those few, sealed into
+        one *open* segment from the second on (a segment of level 1 holding fewer than
+        ``seal_versions``), which each commit rewrites until they are enough to seal into
+        the big one. A load pays per row it reads (its lookup, decode and apply), which at
+        these sizes costs as much as the bytes do; rewriting so few costs less."""
         policy = self.policy
         rows = [*tail, (payload, 1, 0)]
         start = len(rows)
@@ -319,15 +326,24 @@ class ChainEngine:
             start -= 1
         total = sum(len(r[0]) for r in rows[start:])
         deltas = len(rows) - start
+        whole = total + sum(len(r[0]) for r in rows[:start])
+        small = whole <= min(policy.seal_whole_bytes, policy.seal_bytes)
+        if small and start and rows[start - 1][2] == 1:
+            held, size = rows[start - 1][1], len(rows[start - 1][0])
+            if held < policy.seal_versions and size + total < policy.seal_tail_bytes:
+                # the open segment of a small chain: the deltas after the big one, kept in
+                # one row until they are enough to seal into it
+                start, total, deltas = start - 1, total + size, deltas + held
         if (
             not policy.seal_versions
             or deltas < 2
-            or (deltas < policy.seal_versions and total < policy.seal_tail_bytes)
+            or (deltas < policy.seal_versions and total < policy.seal_tail_bytes and not small)
         ):
             return 0, 0, payload
         level, more = 1, policy.seal_fanout - 1
-        whole = total + sum(len(r[0]) for r in rows[:start])
-        if start and whole <= min(policy.seal_whole_bytes, policy.seal_bytes):
+        if small and deltas < policy.seal_versions and total < policy.seal_tail_bytes:
+            more = len(rows)  # the open segment of a small chain: level 1, merged with none
+        elif small and start:
             # a small chain (``seal_whole_bytes``): every row after the full one in one
             # segment (a load pays per row: its lookup, decode and apply), levelled as the
             # merges would have levelled its versions, so that later ones merge into it alike

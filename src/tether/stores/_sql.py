@@ -266,11 +266,6 @@ class SqlBackend(abc.ABC):
         """Store ``w``'s segment in row ``w.seal_from`` and seal the rows after it, in the
         write's transaction; StaleSeal (the transaction rolls back) unless that row holds a
         delta or a segment and no row from it on is full (a prune since)."""
-        full = await tx.one(
-            "SELECT COUNT(*) FROM tether_checkpoints WHERE run_id = ? AND version >= ? AND version < ? "
-            "AND kind = 'full'",
-            (w.run_id, w.seal_from, version),
-        )
         # deleted and inserted again, not updated: a row that shrinks in place leaves its
         # page as empty as it was (SQLite rebalances pages on a delete, not on an update),
         # and an update writes the new payload before it frees the old one, so the file
@@ -282,7 +277,7 @@ class SqlBackend(abc.ABC):
             (w.run_id, w.seal_from, version),
         )
         kinds = {int(r[0]): r[1] for r in rows}
-        if full is None or int(full[0]) or kinds.get(w.seal_from) not in ("delta", "segment"):
+        if kinds.get(w.seal_from) not in ("delta", "segment") or "full" in kinds.values():
             raise StaleSeal(w.run_id)  # (nothing changed yet)
         await tx.run(
             "DELETE FROM tether_checkpoints WHERE run_id = ? AND version >= ? AND version < ? "
