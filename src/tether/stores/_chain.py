@@ -527,12 +527,13 @@ class ChainEngine:
         return state, executed, last, carriers
 
     def _vouched(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> list[bool]:
-        """For each row, whether its bytes equal those kept for its version (see the class)."""
+        """For each row, whether its bytes equal those kept for its version (see the class);
+        True for a sealed row (it holds nothing) once the run has rows kept."""
         kept = self._kept.get(run_id)
         if kept is None:
             return [False] * len(chain)
-        rows = kept[1]
-        return [rows.get(version) == payload for version, payload in chain]
+        get = kept[1].get
+        return [get(version) == payload or not payload for version, payload in chain]
 
     def _keep(self, run_id: str, chain: Sequence[tuple[int, bytes]], vouched: list[bool]) -> None:
         """Keep the rows of a chain just replayed, every one of them checked."""
@@ -542,8 +543,7 @@ class ChainEngine:
         with self._kept_lock:
             old = self._kept.pop(run_id, None)
             if old is not None:
-                if all(flag or not row[1] for flag, row in zip(vouched, chain, strict=True)):
-                    # the same rows again (sealed ones hold nothing): now the most recent run
+                if all(vouched):  # the same rows again: now the most recent run
                     self._kept[run_id] = old
                     return
                 self._kept_bytes -= old[0]
