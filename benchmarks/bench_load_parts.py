@@ -11,8 +11,10 @@ timed warm, as a batch of calls, and the parts are interleaved round by round:
 
 - floor: the ``SELECT`` of the state's MessagePack bytes from a one-row table of a database
   opened with the store's settings, their decode, and both (the floor's whole load);
-- tether: the chain statement, the integrity checks of its rows (CRC-32), the decode of its
-  rows, the replay into a ``Checkpoint``, and ``SqliteStore.load`` as a whole.
+- tether: the chain statement; the integrity check of its rows, as a first read does it
+  (CRC-32) and as a read of rows the store read before does it (compared with the bytes it
+  kept, see ``ChainEngine``); the decode of its rows both ways; the replay into a
+  ``Checkpoint`` both ways; and ``SqliteStore.load`` as a whole (rows read before).
 
 Target: ``SqliteStore.load`` / the floor's whole load <= 1.5x.
 """
@@ -34,6 +36,7 @@ import ormsgpack
 from harness import Report, corpus, interleave
 
 from tether.state.context import ExecutionContext
+from tether.stores._chain import ChainEngine
 from tether.stores.registry import open_store
 
 
@@ -80,16 +83,24 @@ async def measure(rep: Report, tmp: Path, kb: float, number: int, rounds: int) -
         conn.execute("INSERT OR REPLACE INTO floor VALUES ('k', ?)", (raw,))
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         chain = backend.latest_chain_inline("r")
-        payloads = [p for _, p in chain]
+        payloads = [p for _, p in chain if p]  # (a sealed last row holds none)
+        # the same bytes in other objects, as a next read returns them: compared byte by byte
+        again = [(v, bytes(bytearray(p)) if p else p) for v, p in chain]
+        copies = [p for _, p in again if p]
+        kept = [True] * len(payloads)
+        cold = ChainEngine(store.codec, store.compaction, seals=True, splits_state=False, vouch_bytes=0)
         sql = "SELECT v FROM floor WHERE k = ?"
         parts: dict[str, Callable[[], Any]] = {
             "floor SELECT": lambda: conn.execute(sql, ("k",)).fetchone(),
             "floor decode": lambda: ormsgpack.unpackb(raw),
             "floor whole load": lambda: ormsgpack.unpackb(conn.execute(sql, ("k",)).fetchone()[0]),
             "chain statement": lambda: backend.latest_chain_inline("r"),
-            "CRC-32 of the rows": lambda: [zlib.crc32(p) for p in payloads],
-            "decode of the rows (CRC incl.)": lambda: store.codec.decode_many(payloads),
-            "rows -> Checkpoint": lambda: store.engine.checkpoint_of("r", chain),
+            "check, first read: CRC-32": lambda: [zlib.crc32(p) for p in payloads],
+            "check, read again: compare": lambda: [a == b for a, b in zip(payloads, copies, strict=True)],
+            "decode of the rows, CRC-32": lambda: store.codec.decode_many(payloads),
+            "decode of the rows, compared": lambda: store.codec.decode_many(copies, vouched=kept),
+            "rows -> Checkpoint, first read": lambda: cold.checkpoint_of("r", again),
+            "rows -> Checkpoint, read again": lambda: store.engine.checkpoint_of("r", again),
             "SqliteStore.load": lambda: drive(store.load("r")),
         }
         t = interleave({name: batch(fn, number) for name, fn in parts.items()}, rounds=rounds)

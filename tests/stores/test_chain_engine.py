@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.errors import RunNotFound, RunNotPaused, VersionConflict
+from tether.errors import CheckpointCorrupt, RunNotFound, RunNotPaused, VersionConflict
 from tether.state import ExecutionContext, RunStatus
 from tether.state.model import NO_CHAIN, ChainStats, RunInfo
 from tether.state.reducers import default_registry
-from tether.state.serde import Codec
+from tether.state.serde import Codec, generate_key
 from tether.stores._chain import ChainEngine, CompactionPolicy, Known, Plan, check_write, full_payload
 from tether.stores.base import ExpiryPolicy
 
@@ -47,6 +47,7 @@ policies = st.builds(
     seal_tail_bytes=st.sampled_from([64, 64 * 1024]),
     seal_fanout=st.integers(2, 4),
     seal_bytes=st.sampled_from([300, 4096, 1024 * 1024]),
+    seal_whole_bytes=st.sampled_from([0, 500, 256 * 1024]),
 )
 
 
@@ -227,3 +228,47 @@ def test_the_write_checks_are_one_rule():
     with pytest.raises(RunNotFound):
         check_write(first.write, None)
     assert ExpiryPolicy().expires_at(RunStatus.COMPLETED, 0.0) == 24 * 3600
+
+
+def test_a_row_read_again_is_checked_against_the_bytes_kept_and_a_changed_one_is_caught():
+    """A replayed chain's rows are kept to vouch for the same bytes read again; a row whose
+    bytes differ (a flipped byte, as the disk would) is checked and reported all the same."""
+    engine = ChainEngine(Codec(), CompactionPolicy(), seals=True, splits_state=False)
+    ctx = ExecutionContext("r", {"messages": []}, reducers=_REG)
+    rows, known = Rows(), Known(0, NO_CHAIN, [])
+    for i in range(5):
+        ctx.merge({"messages": [f"message {i} that will change"]})
+        known = _commit(engine, ctx, rows, known)
+    chain = rows.chain_to(rows.version)
+    assert engine.checkpoint_of("r", chain).state == ctx.snapshot()
+    again = [(v, bytes(bytearray(p))) for v, p in chain]  # equal bytes, other objects
+    assert engine.checkpoint_of("r", again).state == ctx.snapshot()
+    for at in range(1, len(chain)):
+        version, payload = chain[at]
+        if not payload:
+            continue  # sealed: its segment holds it
+        flipped = bytearray(payload)
+        flipped[flipped.index(b"will change")] ^= 0x01
+        damaged = [*chain[:at], (version, bytes(flipped)), *chain[at + 1 :]]
+        with pytest.raises(CheckpointCorrupt, match="checksum mismatch") as err:
+            engine.checkpoint_of("r", damaged)
+        assert err.value.version == version
+        assert engine.checkpoint_of("r", chain).state == ctx.snapshot()  # the kept rows still hold
+
+
+def test_the_rows_kept_to_vouch_for_stay_under_their_budget():
+    engine = ChainEngine(Codec(), CompactionPolicy(), seals=True, splits_state=False, vouch_bytes=10_000)
+    for n in range(20):
+        ctx = ExecutionContext(f"r{n}", {"messages": []}, reducers=_REG)
+        rows, known = Rows(), Known(0, NO_CHAIN, [])
+        for i in range(3):
+            ctx.merge({"messages": ["x" * 1000 + str(i)]})
+            known = _commit(engine, ctx, rows, known)
+        assert engine.checkpoint_of(f"r{n}", rows.chain_to(rows.version)).state == ctx.snapshot()
+        kept = engine._kept
+        assert engine._kept_bytes == sum(size for size, _ in kept.values()) <= 10_000
+        assert f"r{n}" in kept  # the latest run read is kept, the oldest ones dropped
+    keyed = ChainEngine(
+        Codec(encryption_key=generate_key()), CompactionPolicy(), seals=True, splits_state=False
+    )
+    assert keyed.vouch_bytes == 0  # decrypting checks every row anyway

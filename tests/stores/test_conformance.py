@@ -203,7 +203,8 @@ async def test_chain_length_is_bounded(store):
         ctx.merge({"messages": [msg(i, 10)]})
         await store.commit(ctx)
     kinds = [h.kind for h in reversed(await store.history(ctx.run_id))]
-    assert kinds == ["full", "delta", "delta", "delta", "delta"] * 2 + ["full", "delta"]
+    # (the versions between are deltas, or in a store that seals, the rows of a segment)
+    assert [v for v, kind in enumerate(kinds, start=1) if kind == "full"] == [1, 6, 11]
     for v in (4, 6, 12):
         assert len((await store.load(ctx.run_id, v)).state["messages"]) == v
 

@@ -384,7 +384,8 @@ async def test_a_full_disk_and_a_read_only_one_are_not_transient(tmp_path):
 # -- integrity ------------------------------------------------------------------------
 async def test_a_flipped_byte_in_a_stored_row_is_corrupt_on_every_server(tmp_path):
     """A byte changed inside a stored string: CheckpointCorrupt naming run and version, on
-    SQLite, PostgreSQL, MariaDB and Redis, never the altered state."""
+    SQLite, PostgreSQL, MariaDB and Redis, never the altered state; also when the store had
+    read the row before it changed (it keeps the rows it read, to compare them with)."""
     backends = ["sqlite", "postgresql", "mysql", "redis"]
     for backend in backends:
         url = require_url(backend, tmp_path)
@@ -393,6 +394,7 @@ async def test_a_flipped_byte_in_a_stored_row_is_corrupt_on_every_server(tmp_pat
             await store.commit(ctx)
             ctx.merge({"items": ["a stored string that will change"]})
             await store.commit(ctx)
+            assert (await store.load(ctx.run_id)).state == ctx.snapshot()
             if isinstance(store, RedisStore):
                 key = f"{store.prefix}rows:{ctx.run_id}"
                 row = bytearray(await store.client.hget(key, "2"))

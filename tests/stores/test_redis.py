@@ -24,7 +24,7 @@ from tether.errors import (
     VersionConflict,
 )
 from tether.state import Checkpoint, ExecutionContext, RunStatus
-from tether.stores import ExpiryPolicy, create_store
+from tether.stores import CompactionPolicy, ExpiryPolicy, create_store
 from tether.stores.redis import RedisStore
 
 from ._worker import REDUCERS as _APPEND
@@ -395,6 +395,7 @@ async def test_an_unindexed_store_cannot_tell_expired_from_unknown(client, redis
 async def test_a_missing_row_inside_a_chain_is_corrupt_on_every_read(store, redis_url, prefix, client):
     """A delta row gone from the middle of a chain (evicted, deleted by hand): every read
     path says CheckpointCorrupt naming run and version, never a state without it."""
+    store.compaction = CompactionPolicy(seal_whole_bytes=0)  # deltas, not an open segment
     ctx = ExecutionContext(new_id("hole"), {"items": []}, reducers=_APPEND)
     await store.commit(ctx)
     for i in range(3):

@@ -15,7 +15,8 @@ from tether.stores import CompactionPolicy
 
 from .conftest import new_id, raw_write
 
-SEAL = CompactionPolicy(seal_versions=4)
+SEAL = CompactionPolicy(seal_versions=4, seal_whole_bytes=0)
+"""Sealing by levels from the first segment on (the layouts below are the levels')."""
 
 
 def msg(i: int, size: int = 40) -> dict[str, Any]:
@@ -225,7 +226,7 @@ async def test_a_damaged_segment_names_the_run_and_its_version(store):
 
 async def test_big_deltas_seal_by_bytes(store):
     """A tail past ``seal_bytes`` is sealed before it has ``seal_versions`` versions."""
-    store.compaction = CompactionPolicy(seal_versions=32, seal_tail_bytes=20_000)
+    store.compaction = CompactionPolicy(seal_versions=32, seal_tail_bytes=20_000, seal_whole_bytes=0)
     ctx = ExecutionContext(new_id())
     ctx.merge({"messages": [msg(0)]})
     await store.commit(ctx)
@@ -253,7 +254,7 @@ async def test_big_deltas_seal_by_bytes(store):
 async def test_segments_merge_by_level_under_the_size_cap(store, cap, rows):
     """Two segments of one level merge into one of the next (fanout 2), unless the merged
     one would pass ``seal_bytes``."""
-    store.compaction = CompactionPolicy(seal_versions=2, seal_fanout=2, seal_bytes=cap)
+    store.compaction = CompactionPolicy(seal_versions=2, seal_fanout=2, seal_bytes=cap, seal_whole_bytes=0)
     ctx = new_ctx()
     ctx.merge({"messages": [msg(0)]})
     await store.commit(ctx)
@@ -285,3 +286,38 @@ async def test_a_load_after_another_store_pruned_or_wrote_is_exact(make_store):
         assert cp.state == again.snapshot() and cp.version == 16
         for v in range(9, 17):
             assert (await writer.load(ctx.run_id, v)).state == seen[v][0], v
+
+
+async def test_a_small_chain_is_sealed_into_one_segment(make_store):
+    """While the rows after the full one are small (``seal_whole_bytes``), a load reads three
+    rows: the full one, one segment of every version up to the last few, and those few,
+    sealed into one open segment (rewritten by each commit until it holds ``seal_versions``,
+    then sealed into the big one). Every version loads exactly, and a store that resumed the
+    run seals alike."""
+    policy = CompactionPolicy(seal_versions=4)
+    async with make_store(compaction=policy) as store:
+        ctx = new_ctx()
+        ctx.merge({"messages": [msg(0)]})
+        await store.commit(ctx, node_id="start")
+        seen: dict[int, Any] = {1: (ctx.snapshot(), ctx.executed_node_ids)}
+        await commits(store, ctx, 1, 15, seen)
+    async with make_store(compaction=policy) as other:
+        resumed = await other.load_context(ctx.run_id, reducers=ctx.reducers)
+        await commits(other, resumed, 15, 23, seen)
+        kinds = [h.kind for h in reversed(await other.history(ctx.run_id))]
+        if other.capabilities.seals:
+            # 2-21 sealed into one segment at 21, 22 a delta, then 22-23 the open segment
+            assert kinds == ["full", "segment"] + ["sealed"] * 19 + ["segment", "sealed"]
+            assert await payload_rows(other, ctx.run_id) == 1 + 1 + 1
+        for v, (state, executed) in seen.items():
+            cp = await other.load(ctx.run_id, v)
+            assert cp.state == state and cp.executed_node_ids == executed, v
+        assert (await other.load(ctx.run_id)).state == resumed.snapshot()
+        # past seal_whole_bytes the levels take over from the last segment on
+        other.compaction = CompactionPolicy(seal_versions=4, seal_whole_bytes=1)
+        await commits(other, resumed, 23, 31, seen)
+        if other.capabilities.seals:  # and two segments of level 1: 24-27, 28-31
+            assert await payload_rows(other, ctx.run_id) == 1 + 1 + 1 + 2
+        for v, (state, executed) in seen.items():
+            cp = await other.load(ctx.run_id, v)
+            assert cp.state == state and cp.executed_node_ids == executed, v

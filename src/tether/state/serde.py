@@ -95,9 +95,14 @@ _SMALL_BODY = 64 * 1024
 on as a view (no copy of a 10 MB body)."""
 
 
+def _body(data: bytes) -> bytes | memoryview:
+    """The body of a format-2 frame, unchecked."""
+    return data[_CRC_HEAD:] if len(data) < _SMALL_BODY else memoryview(data)[_CRC_HEAD:]
+
+
 def _checked(data: bytes) -> bytes | memoryview | None:
     """The body of a format-2 frame whose CRC matches, else None."""
-    body = data[_CRC_HEAD:] if len(data) < _SMALL_BODY else memoryview(data)[_CRC_HEAD:]
+    body = _body(data)
     if zlib.crc32(body, zlib.crc32(data[:4])) != int.from_bytes(data[4:8], "little"):
         return None
     return body
@@ -212,14 +217,17 @@ def pack_plain(payload: dict[str, Any], *, datetimes: bool = True) -> bytes:
     return body
 
 
-def decode_plain(data: bytes) -> dict[str, Any] | None:
+def decode_plain(data: bytes, *, vouched: bool = False) -> dict[str, Any] | None:
     """The payload of a plain row this tether reads, else None (compressed, encrypted,
     damaged, a newer schema: :meth:`Codec.decode` then says which). The common case, kept
     short: a small load is mostly overhead. Needs no codec: a plain row reads the same with
-    any key. ``Codec._decode_all`` inlines these checks for a chain's rows: change both."""
+    any key. ``Codec._decode_all`` inlines these checks for a chain's rows: change both.
+
+    ``vouched``: the caller compared ``data`` byte for byte with bytes that passed this
+    check before (see ``ChainEngine``), so its CRC is not computed again."""
     body: bytes | memoryview | None
     if data[:4] == _CRC_PLAIN:
-        body = _checked(data)
+        body = _body(data) if vouched else _checked(data)
         if body is None:
             return None  # the slow path names the mismatch
     elif data and data[0] in _MAP_START:
@@ -358,8 +366,11 @@ class Codec:
         sealed: bytes = self._aes.encrypt(nonce, body, header)
         return header + sealed
 
-    def decode(self, data: bytes, *, run_id: str = "", version: int | None = None) -> dict[str, Any]:
-        """The payload dict; :class:`CheckpointCorrupt` naming the run and version on damage."""
+    def decode(
+        self, data: bytes, *, run_id: str = "", version: int | None = None, vouched: bool = False
+    ) -> dict[str, Any]:
+        """The payload dict; :class:`CheckpointCorrupt` naming the run and version on damage.
+        ``vouched``: as :func:`decode_plain` takes it (a plain row only)."""
         if self._aes is not None and not self.allow_plaintext:
             if not is_encrypted(data):
                 raise DecryptionError(
@@ -370,7 +381,7 @@ class Codec:
                     version=version,
                 )
             return self._decode_slow(data, run_id=run_id, version=version)
-        payload = decode_plain(data)
+        payload = decode_plain(data, vouched=vouched)
         return payload if payload is not None else self._decode_slow(data, run_id=run_id, version=version)
 
     def _decode_slow(self, data: bytes, *, run_id: str, version: int | None) -> dict[str, Any]:
@@ -454,24 +465,33 @@ class Codec:
             raise corrupt(f"compressed body is damaged ({exc})") from exc
 
     def decode_many(
-        self, payloads: list[bytes], *, run_id: str = "", versions: list[int] | None = None
+        self,
+        payloads: list[bytes],
+        *,
+        run_id: str = "",
+        versions: list[int] | None = None,
+        vouched: list[bool] | None = None,
     ) -> list[dict[str, Any]]:
-        """Decode a chain of payloads, naming the version at fault on damage.
+        """Decode a chain of payloads, naming the version at fault on damage. ``vouched``:
+        one flag per payload, as :func:`decode_plain` takes it.
 
         (Joining plain bodies into one MessagePack array was measured slower than
         decoding them one by one, so each payload is decoded alone.)
         """
         vs: list[int | None] = list(versions) if versions is not None else [None] * len(payloads)
+        known = vouched if vouched is not None else [False] * len(payloads)
         pause = gc.isenabled() and sum(map(len, payloads)) >= _BULK_BYTES  # as _unpack, chain-wide
         if pause:
             gc.disable()
         try:
-            return self._decode_all(payloads, vs, run_id)
+            return self._decode_all(payloads, vs, known, run_id)
         finally:
             if pause:
                 gc.enable()
 
-    def _decode_all(self, payloads: list[bytes], vs: list[int | None], run_id: str) -> list[dict[str, Any]]:
+    def _decode_all(
+        self, payloads: list[bytes], vs: list[int | None], vouched: list[bool], run_id: str
+    ) -> list[dict[str, Any]]:
         """:func:`decode_plain`'s fast path inlined in the loop: a chain is mostly small
         plain deltas, and two Python calls a row are a large part of replaying them.
         Anything else goes to
@@ -481,10 +501,10 @@ class Codec:
             return [self.decode(d, run_id=run_id, version=v) for d, v in zip(payloads, vs, strict=True)]
         unpackb, hook, starts, newest = ormsgpack.unpackb, _ext_hook, _MAP_START, SCHEMA_VERSION
         crc32, crc_plain = zlib.crc32, _CRC_PLAIN_SEED
-        for data, version in zip(payloads, vs, strict=True):
+        for data, version, known in zip(payloads, vs, vouched, strict=True):
             if data[:4] == _CRC_PLAIN and len(data) < _BULK_BYTES:
                 body = data[_CRC_HEAD:]
-                if crc32(body, crc_plain) == int.from_bytes(data[4:8], "little"):
+                if known or crc32(body, crc_plain) == int.from_bytes(data[4:8], "little"):
                     try:
                         payload = unpackb(body, ext_hook=hook)
                     except Exception:
@@ -504,7 +524,7 @@ class Codec:
                     if type(schema) is int and schema <= newest:
                         out.append(payload)
                         continue
-            out.append(self.decode(data, run_id=run_id, version=version))
+            out.append(self.decode(data, run_id=run_id, version=version, vouched=known))
         return out
 
     def _decrypt(self, data: bytes, *, run_id: str, version: int | None) -> bytes:

@@ -17,6 +17,8 @@ payload (*sealed*), so a load reads one row per segment.
 
 from __future__ import annotations
 
+import gc
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -172,16 +174,46 @@ _new_tuple = tuple.__new__
 """Builds a named tuple from all its fields, in order, without its Python ``__new__``."""
 
 
+VOUCH_BYTES = 32 * 1024 * 1024
+"""How many bytes of rows a store's engine keeps to vouch for (see :class:`ChainEngine`)."""
+
+
 class ChainEngine:
-    """Plans, seals and replays the chains of one store (its codec and policy)."""
+    """Plans, seals and replays the chains of one store (its codec and policy).
 
-    __slots__ = ("codec", "policy", "seals", "splits_state")
+    Every row a replay reads is checked (its CRC-32, or its AES-GCM tag when keyed), and the
+    CRC costs about what decoding the row does. So the engine keeps the rows of the chains
+    it last replayed whole (references to the bytes the backend returned, up to
+    ``vouch_bytes`` in all, the least recently read run dropped first): a row read again
+    whose bytes are equal to the kept ones, compared byte for byte, is as checked as they
+    were, and a comparison costs a fraction of a CRC. Any other row, a row another process
+    rewrote or a byte the disk changed among them, is checked as usual. Rows are compared by
+    value, never trusted by version, so nothing any writer does can make a load return what
+    the database does not hold. Keyed stores keep none: decrypting checks the row anyway.
+    """
 
-    def __init__(self, codec: Codec, policy: CompactionPolicy, *, seals: bool, splits_state: bool) -> None:
+    __slots__ = (
+        "_kept", "_kept_bytes", "_kept_lock", "codec", "policy", "seals", "splits_state", "vouch_bytes",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        codec: Codec,
+        policy: CompactionPolicy,
+        *,
+        seals: bool,
+        splits_state: bool,
+        vouch_bytes: int = VOUCH_BYTES,
+    ) -> None:
         self.codec = codec
         self.policy = policy
         self.seals = seals
         self.splits_state = splits_state
+        self.vouch_bytes = 0 if codec.encrypted else vouch_bytes
+        self._kept: dict[str, tuple[int, dict[int, bytes]]] = {}
+        """Per run: the bytes of the rows kept and the rows (version -> payload)."""
+        self._kept_bytes = 0
+        self._kept_lock = threading.Lock()
 
     # -- writing ---------------------------------------------------------------------
     def plan(
@@ -279,7 +311,14 @@ class ChainEngine:
         """``(seal_from, level, segment)`` for a delta about to become ``version + 1``:
         a segment when the deltas at the end of the chain are enough (``seal_versions`` or
         ``seal_tail_bytes``), merged with the ``seal_fanout - 1`` segments of its level
-        before it while that stays under ``seal_bytes``; else ``(0, 0, payload)``."""
+        before it while that stays under ``seal_bytes``; else ``(0, 0, payload)``.
+
+        A small chain (``seal_whole_bytes``) is kept to three rows a load reads: the full
+        one, one segment of every version up to the last few, and those few, sealed into
+        one *open* segment from the second on (a segment of level 1 holding fewer than
+        ``seal_versions``), which each commit rewrites until they are enough to seal into
+        the big one. A load pays per row it reads (its lookup, decode and apply), which at
+        these sizes costs as much as the bytes do; rewriting so few costs less."""
         policy = self.policy
         rows = [*tail, (payload, 1, 0)]
         start = len(rows)
@@ -287,13 +326,32 @@ class ChainEngine:
             start -= 1
         total = sum(len(r[0]) for r in rows[start:])
         deltas = len(rows) - start
+        whole = total + sum(len(r[0]) for r in rows[:start])
+        small = whole <= min(policy.seal_whole_bytes, policy.seal_bytes)
+        if small and start and rows[start - 1][2] == 1:
+            held, size = rows[start - 1][1], len(rows[start - 1][0])
+            if held < policy.seal_versions and size + total < policy.seal_tail_bytes:
+                # the open segment of a small chain: the deltas after the big one, kept in
+                # one row until they are enough to seal into it
+                start, total, deltas = start - 1, total + size, deltas + held
         if (
             not policy.seal_versions
             or deltas < 2
-            or (deltas < policy.seal_versions and total < policy.seal_tail_bytes)
+            or (deltas < policy.seal_versions and total < policy.seal_tail_bytes and not small)
         ):
             return 0, 0, payload
         level, more = 1, policy.seal_fanout - 1
+        if small and deltas < policy.seal_versions and total < policy.seal_tail_bytes:
+            more = len(rows)  # the open segment of a small chain: level 1, merged with none
+        elif small and start:
+            # a small chain (``seal_whole_bytes``): every row after the full one in one
+            # segment (a load pays per row: its lookup, decode and apply), levelled as the
+            # merges would have levelled its versions, so that later ones merge into it alike
+            start, total = 0, whole
+            held, per = sum(r[1] for r in rows), policy.seal_versions
+            while per * policy.seal_fanout <= held:
+                per, level = per * policy.seal_fanout, level + 1
+            level = max(level, *(r[2] for r in rows))
         while start >= more and all(r[2] == level for r in rows[start - more : start]):
             merged = total + sum(len(r[0]) for r in rows[start - more : start])
             if merged > policy.seal_bytes:
@@ -388,9 +446,28 @@ class ChainEngine:
 
         The chain ends at the version wanted. Sealed rows (empty payloads) are skipped:
         the segment before them holds their ops, and a last row that is sealed makes the
-        segment apply only up to it. Every version must be covered exactly once."""
+        segment apply only up to it. Every version must be covered exactly once.
+
+        The cyclic collector is paused meanwhile (as ``serde._unpack`` pauses it for a big
+        body): a replay allocates rows, bodies and lists it drops at once, more containers
+        than the state it returns, and a collection they would set off scans them for
+        nothing (decoded MessagePack holds no cycle)."""
+        pause = gc.isenabled()
+        if pause:
+            gc.disable()
+        try:
+            return self._replay(run_id, chain, True)
+        finally:
+            if pause:
+                gc.enable()
+
+    def _replay(
+        self, run_id: str, chain: Sequence[tuple[int, bytes]], tail: bool
+    ) -> tuple[dict[str, Any], list[str], dict[str, Any], list[Carrier] | None]:
+        """:meth:`replay`, with the collector as it is; ``tail=False``: no carriers (None)."""
+        vouched = self._vouched(run_id, chain)
         first_version, first_payload = chain[0]
-        head = self.codec.decode(first_payload, run_id=run_id, version=first_version)
+        head = self.codec.decode(first_payload, run_id=run_id, version=first_version, vouched=vouched[0])
         state = head.get("state")
         if type(state) is not dict or head.get("kind") != "full":
             raise CheckpointCorrupt(
@@ -400,14 +477,20 @@ class ChainEngine:
         if type(executed) is not list:
             executed = list(executed or ())
         if len(chain) == 1:
-            return state, executed, head, []
+            self._keep(run_id, chain, vouched)
+            return state, executed, head, [] if tail else None
         target = chain[-1][0]
         rows = [row for row in chain[1:] if row[1]]
         versions = [v for v, _ in rows]
-        bodies = self.codec.decode_many([p for _, p in rows], run_id=run_id, versions=versions)
+        bodies = self.codec.decode_many(
+            [p for _, p in rows],
+            run_id=run_id,
+            versions=versions,
+            vouched=[flag for flag, row in zip(vouched[1:], chain[1:], strict=True) if row[1]],
+        )
         last = head
         expect = first_version + 1
-        carriers: list[Carrier] | None = []
+        carriers: list[Carrier] | None = [] if tail else None
         for at, (number, body) in enumerate(zip(versions, bodies, strict=True)):
             if number != expect:
                 why = "overlaps the segment before it" if number < expect else f"follows {expect - 1}"
@@ -440,16 +523,56 @@ class ChainEngine:
             raise CheckpointCorrupt(
                 f"version {expect} is missing from the chain", run_id=run_id, version=expect
             )
+        self._keep(run_id, chain, vouched)
         return state, executed, last, carriers
+
+    def _vouched(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> list[bool]:
+        """For each row, whether its bytes equal those kept for its version (see the class);
+        True for a sealed row (it holds nothing) once the run has rows kept."""
+        kept = self._kept.get(run_id)
+        if kept is None:
+            return [False] * len(chain)
+        get = kept[1].get
+        return [get(version) == payload or not payload for version, payload in chain]
+
+    def _keep(self, run_id: str, chain: Sequence[tuple[int, bytes]], vouched: list[bool]) -> None:
+        """Keep the rows of a chain just replayed, every one of them checked."""
+        limit = self.vouch_bytes
+        if not limit:
+            return
+        with self._kept_lock:
+            old = self._kept.pop(run_id, None)
+            if old is not None:
+                if all(vouched):  # the same rows again: now the most recent run
+                    self._kept[run_id] = old
+                    return
+                self._kept_bytes -= old[0]
+            rows = {v: p for v, p in chain if p and type(p) is bytes}
+            size = sum(map(len, rows.values()))
+            if size > limit // 2:  # one big run would push every other one out
+                return
+            self._kept[run_id] = (size, rows)
+            self._kept_bytes += size
+            while self._kept_bytes > limit:
+                self._kept_bytes -= self._kept.pop(next(iter(self._kept)))[0]
 
     def checkpoint_of(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> Checkpoint:
         """The checkpoint a non-empty ``(version, payload)`` chain ends at."""
         number = chain[-1][0]
         if len(chain) == 1 and not self.codec.encrypted:  # keyed: plaintext is refused, not read
-            cp = lone_full(run_id, number, chain[0][1])
+            vouched = self._vouched(run_id, chain)
+            cp = lone_full(run_id, number, chain[0][1], vouched=vouched[0])
             if cp is not None:
+                self._keep(run_id, chain, vouched)
                 return cp
-        state, executed, last, _tail = self.replay(run_id, chain)  # decrypts; says what is wrong
+        pause = gc.isenabled()  # (see replay)
+        if pause:
+            gc.disable()
+        try:
+            state, executed, last, _tail = self._replay(run_id, chain, False)  # decrypts; says what is wrong
+        finally:
+            if pause:
+                gc.enable()
         status = STATUS_OF.get(last.get("status"))  # every payload carries its own head
         ts = last.get("ts")
         if status is None or (type(ts) is not float and type(ts) is not int):
@@ -517,10 +640,11 @@ def last_bytes(rows: list[Carrier], limit: int) -> list[Carrier]:
     return rows[keep:]
 
 
-def lone_full(run_id: str, number: int, payload: bytes) -> Checkpoint | None:
+def lone_full(run_id: str, number: int, payload: bytes, *, vouched: bool = False) -> Checkpoint | None:
     """A plain full row as its checkpoint in one step (the common load: one row, no key), or
-    None when it is anything else, for the general path to read or to report."""
-    last = decode_plain(payload)
+    None when it is anything else, for the general path to read or to report. ``vouched``:
+    as ``serde.decode_plain`` takes it."""
+    last = decode_plain(payload, vouched=vouched)
     if last is None:
         return None
     state, executed, ts = last.get("state"), last.get("executed"), last.get("ts")

@@ -266,39 +266,40 @@ class SqlBackend(abc.ABC):
         """Store ``w``'s segment in row ``w.seal_from`` and seal the rows after it, in the
         write's transaction; StaleSeal (the transaction rolls back) unless that row holds a
         delta or a segment and no row from it on is full (a prune since)."""
-        full = await tx.one(
-            "SELECT COUNT(*) FROM tether_checkpoints WHERE run_id = ? AND version >= ? AND version < ? "
-            "AND kind = 'full'",
-            (w.run_id, w.seal_from, version),
-        )
         # deleted and inserted again, not updated: a row that shrinks in place leaves its
-        # page as empty as it was (SQLite rebalances pages on a delete, not on an update)
-        # (before the segment is written: the pages these rows free can hold it, so the file
-        # does not grow by the bytes it replaces)
+        # page as empty as it was (SQLite rebalances pages on a delete, not on an update),
+        # and an update writes the new payload before it frees the old one, so the file
+        # would grow by the segment it replaces at each merge. Deleted first, the rows free
+        # pages the segment is then written into.
         rows = await tx.all(
-            "SELECT version, node_id, status, created_at FROM tether_checkpoints "
-            "WHERE run_id = ? AND version > ? AND version < ? AND kind <> 'sealed'",
+            "SELECT version, kind, node_id, status, created_at FROM tether_checkpoints "
+            "WHERE run_id = ? AND version >= ? AND version < ? AND kind <> 'sealed'",
             (w.run_id, w.seal_from, version),
         )
-        if rows:
-            await tx.run(
-                "DELETE FROM tether_checkpoints WHERE run_id = ? AND version > ? AND version < ? "
-                "AND kind <> 'sealed'",
-                (w.run_id, w.seal_from, version),
-            )
-        for number, node, status, created in rows:
+        kinds = {int(r[0]): r[1] for r in rows}
+        if kinds.get(w.seal_from) not in ("delta", "segment") or "full" in kinds.values():
+            raise StaleSeal(w.run_id)  # (nothing changed yet)
+        await tx.run(
+            "DELETE FROM tether_checkpoints WHERE run_id = ? AND version >= ? AND version < ? "
+            "AND kind <> 'sealed'",
+            (w.run_id, w.seal_from, version),
+        )
+        for number, _kind, node, status, created in rows:
+            packed = int(number) == w.seal_from
             await tx.run(
                 "INSERT INTO tether_checkpoints (run_id, version, kind, node_id, status, created_at, "
-                "nbytes, payload) VALUES (?, ?, 'sealed', ?, ?, ?, 0, ?)",
-                (w.run_id, number, node, status, created, b""),
+                "nbytes, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    w.run_id,
+                    number,
+                    "segment" if packed else "sealed",
+                    node,
+                    status,
+                    created,
+                    len(w.payload) if packed else 0,
+                    w.payload if packed else b"",
+                ),
             )
-        packed = await tx.run(
-            "UPDATE tether_checkpoints SET kind = 'segment', payload = ?, nbytes = ? "
-            "WHERE run_id = ? AND version = ? AND kind IN ('delta', 'segment')",
-            (w.payload, len(w.payload), w.run_id, w.seal_from),
-        )
-        if packed != 1 or full is None or int(full[0]):
-            raise StaleSeal(w.run_id)
 
     async def _drop(self, tx: Tx, run_id: str) -> int:
         n = await tx.run("DELETE FROM tether_checkpoints WHERE run_id = ?", (run_id,))

@@ -67,6 +67,11 @@ class CompactionPolicy:
     about ``seal_versions + (seal_fanout - 1) * log(N / seal_versions, seal_fanout)`` rows,
     each version rewritten once per level on its way up."""
     seal_bytes: int = 1024 * 1024
+    seal_whole_bytes: int = 256 * 1024
+    """While the rows after the chain's full one add up to at most this (and ``seal_bytes``),
+    a seal packs them all into one segment instead of by levels: at these sizes a load pays
+    as much per row it reads as for the bytes, and rewriting so few at each seal costs less.
+    0: by levels from the start."""
 
     def __post_init__(self) -> None:
         if self.seal_versions == 1 or self.seal_versions < 0:
