@@ -157,6 +157,7 @@ def sqlite_saver(path: str) -> Iterator[Any]:
 
     with SqliteSaver.from_conn_string(path) as saver:
         saver.conn.execute("PRAGMA secure_delete = FAST")  # what tether's SQLite store sets
+        saver.setup()  # at opening, as TetherSaver's store does (not inside a timed first read)
         yield saver
 
 

@@ -82,3 +82,38 @@ def test_the_collector_pause_nests_across_threads_and_ends() -> None:
     except ValueError:
         pass
     assert gc.isenabled()
+
+
+def test_what_a_pause_built_is_filed_as_old_without_a_young_collection() -> None:
+    """A large state built in a pause leaves the young generation empty: the next allocation
+    triggers no collection that walks it (and no collection runs on leaving)."""
+    passes: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        with gc_paused():
+            state = [{"n": [i]} for i in range(20_000)]
+        young = gc.get_count()[0]
+        more = [[i] for i in range(100)]
+    finally:
+        gc.callbacks.remove(seen)
+    assert young < 100 and not passes and len(state) == 20_000 and more
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_its_heap_keeps_it_frozen() -> None:
+    """Filing as old unfreezes what is frozen: a process that froze objects itself (before a
+    fork) keeps them frozen, and the state then ages as usual."""
+    gc.collect()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with gc_paused():
+            state = [{"n": [i]} for i in range(20_000)]
+        assert gc.get_freeze_count() == frozen and len(state) == 20_000
+    finally:
+        gc.unfreeze()

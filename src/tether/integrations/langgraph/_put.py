@@ -125,11 +125,11 @@ class Puts:
             value = given[ch]
             if type(value) is list:
                 old = snaps.get(ch) if ent is not None and ent[1] == LIST else None
-                if old is not None and not extends(value, old, equal=equal):
+                grew = old is not None and extends(value, old, equal=equal)
+                if old is not None and not grew:
                     handed = n.given.get(ch)  # a graph that read the state extends its copy
-                    if handed is not None and len(handed) == len(old) and extends(value, handed):
-                        old = handed
-                if old is not None and extends(value, old, equal=equal):
+                    grew = handed is not None and len(handed) == len(old) and extends(value, handed)
+                if grew and old is not None:
                     if note is not None:
                         note["n"][ch] = len(chunks)
                     if len(value) > len(old):
