@@ -14,7 +14,10 @@ Settings, and why:
   default): the queue is declared with ``x-consumer-timeout`` at 30 days (honoured from
   RabbitMQ 3.12; older servers need ``consumer_timeout`` raised in rabbitmq.conf). Even
   when a broker does re-deliver during a long step, the copy finds the run's lease alive
-  and is dropped: the step runs once.
+  and is dropped: the step runs once. Where RabbitMQ closes the channel under a step,
+  ``broker_channel_error_retry`` makes Celery reconnect instead of stopping the worker
+  ("Unrecoverable error: PreconditionFailed"); the step goes on, and its message, already
+  handed back, cannot be acknowledged ("Couldn't ack", harmless).
 * The ``threads`` pool: one worker process is one lease holder (host, pid); its threads
   execute several runs at once, each on its own event loop and store connection. For
   CPU-heavy steps run one worker process per core instead of more threads.
@@ -101,6 +104,7 @@ def create_celery_app(
         broker_transport_options={"confirm_publish": True} if amqp else {"visibility_timeout": LONG},
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=5,
+        broker_channel_error_retry=True,
         worker_cancel_long_running_tasks_on_connection_loss=False,
         worker_hijack_root_logger=False,
         task_create_missing_queues=True,
