@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -39,7 +39,7 @@ from tether.errors import (
     VersionConflict,
     WrongRunStatus,
 )
-from tether.runtime import Event, Runner
+from tether.runtime import Event, Runner, RunResult
 from tether.runtime.failures import FailureKind
 from tether.runtime.lease import HOST, lease_is_dead
 from tether.runtime.report import Decision, FailureReport
@@ -215,8 +215,11 @@ class RunExecutor:
                 await self._prepare(ctx, entry)
             except (VersionConflict, RunNotPaused):
                 return self._drop(run_id, status, "another worker started it first")
-        runner = entry.runner(self.store, ctx.state_view())
-        return await self._drive(runner, run_id, decision)
+        state = ctx.state_view()
+        runner = entry.runner(self.store, state)
+        settle = entry.settle
+        after = None if settle is None else (lambda result: settle(self.store, state, runner, result))
+        return await self._drive(runner, run_id, decision, after=after)
 
     # == internals =====================================================================
     async def _prepare(self, ctx: ExecutionContext, entry: Entry) -> None:
@@ -232,7 +235,13 @@ class RunExecutor:
             await self.store.commit(ctx, status=RunStatus.PENDING, _require_status=RunStatus.PENDING)
 
     async def _drive(
-        self, runner: Runner, run_id: str, decision: str | None, *, only: RunStatus | None = None
+        self,
+        runner: Runner,
+        run_id: str,
+        decision: str | None,
+        *,
+        only: RunStatus | None = None,
+        after: Callable[[RunResult], Awaitable[RunResult]] | None = None,
     ) -> Outcome:
         runner.owner = self.owner
         runner.lease_ttl = self.lease_ttl
@@ -254,7 +263,12 @@ class RunExecutor:
 
         runner.on_checkpoint = at_checkpoint
         runner.on_event = events
-        work = asyncio.ensure_future(runner.resume(run_id, decision=decision, only=only))
+
+        async def drive() -> RunResult:  # ``after``: the workflow's own resume (see Entry.settle)
+            result = await runner.resume(run_id, decision=decision, only=only)
+            return result if after is None else await after(result)
+
+        work = asyncio.ensure_future(drive())
         watch = asyncio.ensure_future(self._watch_shutdown(work, stop_here))
         try:
             result = await work
