@@ -170,3 +170,20 @@ async def test_a_step_longer_than_the_consumer_timeout_runs_once_and_the_run_com
         assert "Unrecoverable error" not in text, text[-3000:]
         assert text.count("Connected to amqp") == 2, text[-3000:]
         assert all(p.poll() is None for p in fleet.procs), fleet.logs()[-3000:]
+
+
+async def test_any_other_channel_error_still_stops_the_worker(fleet_factory: Any, queue: str) -> None:
+    """Only the consumer timeout's channel error is taken for a lost connection: a queue
+    declared elsewhere with other arguments stops the worker with the broker's reason, as
+    it does in Celery, instead of a reconnect loop that never gets ready."""
+    import kombu
+
+    store_at, broker_at = store_url("postgresql"), broker_url("amqp")
+    with kombu.Connection(broker_at, connect_timeout=3) as conn:
+        conn.default_channel.queue_declare(queue, durable=True, auto_delete=True)
+    fleet = fleet_factory(store_at, broker_at)
+    (worker,) = fleet.start(1, "--sweep-interval", "0", wait=False)
+    await asyncio.to_thread(worker.wait, 60)
+    text = Path(worker.log).read_text(errors="replace")
+    assert "Unrecoverable error: PreconditionFailed" in text and "inequivalent arg" in text, text[-3000:]
+    assert "Connection to broker lost" not in text
