@@ -11,13 +11,14 @@ Settings, and why:
   acknowledged within its ``visibility_timeout``: tether sets it to 30 days, and relies
   on the lease and the sweeper, not on the broker, to recover a run. RabbitMQ closes a
   channel whose delivery stays unacknowledged past ``consumer_timeout`` (30 min by
-  default): the queue is declared with ``x-consumer-timeout`` at 30 days (honoured from
-  RabbitMQ 3.12; older servers need ``consumer_timeout`` raised in rabbitmq.conf). Even
-  when a broker does re-deliver during a long step, the copy finds the run's lease alive
-  and is dropped: the step runs once. Where RabbitMQ closes the channel under a step
-  (before 3.12), Celery would stop the worker ("Unrecoverable error: PreconditionFailed");
-  the worker's consumer (:func:`consumer_class`) reconnects instead, the step goes on, and
-  its message, already handed back, cannot be acknowledged ("Couldn't ack", harmless).
+  default; a message stays unacknowledged for as long as its run executes): the queue is
+  declared with ``x-consumer-timeout`` at 30 days (honoured from RabbitMQ 3.11.15 and
+  3.12; older servers need ``consumer_timeout`` raised in rabbitmq.conf). Even when a
+  broker does re-deliver during a long step, the copy finds the run's lease alive and is
+  dropped: the step runs once. Where RabbitMQ closes the channel under a run, Celery
+  would stop the worker ("Unrecoverable error: PreconditionFailed"); the worker's
+  consumer (:func:`consumer_class`) reconnects instead, the run goes on, and its
+  message, already handed back, cannot be acknowledged ("Couldn't ack", harmless).
 * The ``threads`` pool: one worker process is one lease holder (host, pid); its threads
   execute several runs at once, each on its own event loop and store connection. For
   CPU-heavy steps run one worker process per core instead of more threads.
