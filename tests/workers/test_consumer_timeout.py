@@ -149,8 +149,8 @@ async def test_a_step_longer_than_the_consumer_timeout_runs_once_and_the_run_com
         # the broker closed the channel while s2 ran, after the timeout, within a few ticks
         assert closed_at is not None, fleet.logs()[-3000:]
         assert float(s2_at) < closed_at < float(s2_at) + STEP_S
-        assert TIMEOUT_MS / 1000 <= closed_at - float(s1_at) <= TIMEOUT_MS / 1000 + 2
-        print(f"channel closed {closed_at - float(s1_at):.2f}s after the delivery")
+        # (s1 starts a little after the delivery; the worker logs the close a little after it)
+        assert TIMEOUT_MS / 1000 - 0.5 <= closed_at - float(s1_at) <= TIMEOUT_MS / 1000 + 3
 
         assert starts(trace, run_id) == dict.fromkeys(STEPS, 1)  # nothing started twice
         state = await check_once(store, run_id, inputs)  # each step recorded done once
@@ -164,11 +164,11 @@ async def test_a_step_longer_than_the_consumer_timeout_runs_once_and_the_run_com
         while f"run {run_id}: message dropped" not in fleet.logs():
             assert time.monotonic() < deadline, fleet.logs()[-3000:]
             await asyncio.sleep(0.1)
-        # the executing worker reconnected and lives on (before the fix it stopped on
-        # "Unrecoverable error: PreconditionFailed" once its step was done)
+        # the executing worker reconnected and lives on (Celery on its own stops it with
+        # "Unrecoverable error: PreconditionFailed" once its runs are done)
         text = Path(executing.log).read_text(errors="replace")
         assert "Unrecoverable error" not in text, text[-3000:]
-        assert text.count("Connected to amqp") == 2, text[-3000:]
+        assert text.count("Connected to amqp") >= 2, text[-3000:]
         assert all(p.poll() is None for p in fleet.procs), fleet.logs()[-3000:]
 
 
