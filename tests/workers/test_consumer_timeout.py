@@ -4,9 +4,9 @@ processes on this machine's RabbitMQ.
 RabbitMQ closes a channel whose oldest delivery stays unacknowledged past its consumer
 timeout (30 min by default) and puts the message back in the queue. A worker holds its
 message unacknowledged for as long as the run executes, so a long step meets it. From
-RabbitMQ 3.12 the ``x-consumer-timeout`` queue argument tether declares lifts the limit
-for tether's queues; before 3.12 only the server-wide ``consumer_timeout`` exists, and the
-worker has to live with the channel being closed under a step: it reconnects, the step in
+RabbitMQ 3.11.15 the ``x-consumer-timeout`` queue argument tether declares lifts the
+limit for tether's queues; before, only the server-wide ``consumer_timeout`` exists, and
+the worker has to live with the channel being closed under a step: it reconnects, the step in
 flight goes on, the copy RabbitMQ redelivers is dropped (the run's lease is alive, or the
 run has finished by then), and the run completes with every step run once.
 
