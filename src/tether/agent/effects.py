@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -401,10 +401,15 @@ def _turn(n: int, action: AgentAction, code: int, text: str, redact: Redact) -> 
     )
 
 
-async def settle_cut(loop: AgentLoop, result: RunResult) -> RunResult:
+async def settle_cut(
+    loop: AgentLoop, result: RunResult, *, resume: Callable[..., Awaitable[RunResult]] | None = None
+) -> RunResult:
     """After a resume: a run paused because a crash cut its ``effect`` step is probed; a
     probe that proves the effect happened (takeover) or did not (retry) continues it, else
-    the report is amended to name the command and what a person can do."""
+    the report is amended to name the command and what a person can do.
+
+    ``resume(run_id, decision=...)`` continues the run (default: ``loop.resume``); a worker
+    passes its own runner's, which holds the run under the worker's lease settings."""
     report = result.report
     if result.status is not RunStatus.PAUSED or report is None:
         return result
@@ -430,7 +435,7 @@ async def settle_cut(loop: AgentLoop, result: RunResult) -> RunResult:
             logger.info("run %s: %s", result.run_id, note, extra={"run_id": result.run_id})
             await amend_pending_report(loop.store, result.run_id, note=note)
             decision = Decision.TAKEOVER if verdict else Decision.RETRY
-            return await loop.resume(result.run_id, decision=str(decision))
+            return await (resume or loop.resume)(result.run_id, decision=str(decision))
     fields = cut_report_fields(inflight, probe, seen)
     if not await amend_pending_report(loop.store, result.run_id, **fields):
         return result

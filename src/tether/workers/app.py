@@ -11,10 +11,14 @@ Settings, and why:
   acknowledged within its ``visibility_timeout``: tether sets it to 30 days, and relies
   on the lease and the sweeper, not on the broker, to recover a run. RabbitMQ closes a
   channel whose delivery stays unacknowledged past ``consumer_timeout`` (30 min by
-  default): the queue is declared with ``x-consumer-timeout`` at 30 days (honoured from
-  RabbitMQ 3.12; older servers need ``consumer_timeout`` raised in rabbitmq.conf). Even
-  when a broker does re-deliver during a long step, the copy finds the run's lease alive
-  and is dropped: the step runs once.
+  default; a message stays unacknowledged for as long as its run executes): the queue is
+  declared with ``x-consumer-timeout`` at 30 days (honoured from RabbitMQ 3.11.15 and
+  3.12; older servers need ``consumer_timeout`` raised in rabbitmq.conf). Even when a
+  broker does re-deliver during a long step, the copy finds the run's lease alive and is
+  dropped: the step runs once. Where RabbitMQ closes the channel under a run, Celery
+  would stop the worker ("Unrecoverable error: PreconditionFailed"); the worker's
+  consumer (:func:`consumer_class`) reconnects instead, the run goes on, and its
+  message, already handed back, cannot be acknowledged ("Couldn't ack", harmless).
 * The ``threads`` pool: one worker process is one lease holder (host, pid); its threads
   execute several runs at once, each on its own event loop and store connection. For
   CPU-heavy steps run one worker process per core instead of more threads.
@@ -46,7 +50,7 @@ if TYPE_CHECKING:
 
     from tether.runtime import Event
 
-__all__ = ["LONG", "WorkerConfig", "create_celery_app"]
+__all__ = ["LONG", "WorkerConfig", "consumer_class", "create_celery_app"]
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +111,7 @@ def create_celery_app(
         task_create_missing_queues=True,
     )
     if config is not None:
+        app.conf.update(broker_channel_error_retry=True, worker_consumer=consumer_class())
         _install_task(app, queue, config)
     return app
 
@@ -191,3 +196,24 @@ def _install_task(app: Celery, queue: str, config: WorkerConfig) -> None:
     signals.worker_ready.connect(_start_sweeper, weak=False)
     signals.worker_shutting_down.connect(_drain, weak=False)
     signals.worker_shutdown.connect(_close, weak=False)
+
+
+ACK_TIMED_OUT = "delivery acknowledgement on channel"
+"""How RabbitMQ words the channel error of its consumer timeout."""
+
+
+def consumer_class() -> type:
+    """Celery's consumer, except that the channel error RabbitMQ raises when a delivery
+    stays unacknowledged past its consumer timeout (a long step on a server without
+    ``x-consumer-timeout``) counts as a lost connection: reconnect, and let the run go on.
+    Any other channel error (a queue declared with other arguments, access refused) stops
+    the worker, as Celery does without ``broker_channel_error_retry``."""
+    from celery.worker.consumer import Consumer  # type: ignore[import-untyped]
+
+    class TetherConsumer(Consumer):  # type: ignore[misc]
+        def on_connection_error_after_connected(self, exc: BaseException) -> None:
+            if isinstance(exc, tuple(self.channel_errors)) and ACK_TIMED_OUT not in str(exc):
+                raise exc  # as without the retry: "Unrecoverable error", the worker stops
+            super().on_connection_error_after_connected(exc)
+
+    return TetherConsumer

@@ -28,12 +28,16 @@ import dataclasses
 import datetime as dt
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigError
-from tether.runtime import Runner, Step, StepContext, Workflow
+from tether.runtime import Runner, RunResult, Step, StepContext, Workflow
+from tether.state import RunStatus
 from tether.stores.base import CheckpointStore
 from tether.workers.registry import Entry
+
+if TYPE_CHECKING:
+    from tether.agent.loop import AgentLoop
 
 __all__ = ["ModelFactory", "bundled_entries"]
 
@@ -89,6 +93,22 @@ def _deploy(factory: ModelFactory | None) -> Entry:
         return {**inputs, "deploy_dir": str(inputs.get("deploy_dir") or repo)}
 
     def runner(store: CheckpointStore, state: Mapping[str, Any]) -> Runner:
+        return parts(store, state)[1]
+
+    async def settle(
+        store: CheckpointStore, state: Mapping[str, Any], runner: Runner, result: RunResult
+    ) -> RunResult:
+        """What ``tether resume`` does for a deployment, here on the worker: a command the
+        previous holder's crash cut is probed, and the run continues (under this worker's
+        runner) when the probe tells whether the command ran; else it waits for a person."""
+        if result.status is not RunStatus.PAUSED:
+            return result
+        from tether.agent.effects import settle_cut
+
+        return await settle_cut(parts(store, state)[0], result, resume=runner.resume)
+
+    def parts(store: CheckpointStore, state: Mapping[str, Any]) -> tuple[AgentLoop, Runner]:
+        """A run's agent loop (its model, session and command policy) and its runner."""
         from tether.agent.config import LoopConfig, loop_reducers
         from tether.agent.deploy import model_info
         from tether.agent.loop import AgentLoop
@@ -136,9 +156,9 @@ def _deploy(factory: ModelFactory | None) -> Entry:
             name="deploy",
             max_routed=inner.max_routed,
         )
-        return Runner(workflow, store, reducers=loop_reducers())
+        return loop, Runner(workflow, store, reducers=loop_reducers())
 
-    return Entry(name="deploy", factory=runner, prepare=prepare)
+    return Entry(name="deploy", factory=runner, prepare=prepare, settle=settle)
 
 
 # == plan ===============================================================================

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -39,7 +39,7 @@ from tether.errors import (
     VersionConflict,
     WrongRunStatus,
 )
-from tether.runtime import Event, Runner
+from tether.runtime import Event, Runner, RunResult
 from tether.runtime.failures import FailureKind
 from tether.runtime.lease import HOST, lease_is_dead
 from tether.runtime.report import Decision, FailureReport
@@ -253,7 +253,11 @@ class RunExecutor:
                 await self._prepare(ctx, entry)
             except (VersionConflict, RunNotPaused):
                 return self._drop(run_id, status, "another worker started it first")
-        return await self._drive(self._runner(entry, ctx.state_view()), run_id, decision)
+        state = ctx.state_view()
+        runner = self._runner(entry, state)
+        settle = entry.settle
+        after = None if settle is None else (lambda result: settle(self.store, state, runner, result))
+        return await self._drive(runner, run_id, decision, after=after)
 
     # == internals =====================================================================
     async def _prepare(self, ctx: ExecutionContext, entry: Entry) -> None:
@@ -304,14 +308,22 @@ class RunExecutor:
         return runner
 
     async def _drive(
-        self, runner: Runner, run_id: str, decision: str | None, *, only: RunStatus | None = None
+        self,
+        runner: Runner,
+        run_id: str,
+        decision: str | None,
+        *,
+        only: RunStatus | None = None,
+        after: Callable[[RunResult], Awaitable[RunResult]] | None = None,
     ) -> Outcome:
-        """Drive the run in this task; a drain that finds its step still running after
-        ``drain_timeout`` cancels it here (the runner records INTERRUPTED from the last
-        checkpoint)."""
+        """Drive the run in this task (then ``after``: the workflow's own resume, see
+        ``Entry.settle``); a drain that finds its step still running after ``drain_timeout``
+        cancels it here (the runner records INTERRUPTED from the last checkpoint)."""
         watch = _DrainWatch(self.draining, self.drain_timeout)
         try:
             result = await runner.resume(run_id, decision=decision, only=only)
+            if after is not None:
+                result = await after(result)
         except RunInProgress as exc:
             return self._drop(run_id, RunStatus.RUNNING, f"another worker took it first ({exc})")
         except LeaseLost as exc:

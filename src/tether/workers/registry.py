@@ -15,12 +15,12 @@ input names the model; a real one is built by the registry's ``model`` factory.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tether.errors import ConfigError
-from tether.runtime import Runner, Workflow
+from tether.runtime import Runner, RunResult, Workflow
 from tether.stores.base import CheckpointStore
 
 __all__ = ["QUEUE_KEY", "WORKFLOW_KEY", "Entry", "Registry", "UnknownWorkflow", "load_target"]
@@ -33,6 +33,10 @@ it there)."""
 
 RunnerFactory = Callable[[CheckpointStore, Mapping[str, Any]], Runner]
 """Builds the runner of one run from the store and the run's state (its inputs)."""
+
+Settle = Callable[[CheckpointStore, Mapping[str, Any], Runner, RunResult], Awaitable[RunResult]]
+"""Looks at where a run stopped on a worker and may continue it with the runner (store,
+the run's state at the message, the runner that executed it, its result)."""
 
 
 class UnknownWorkflow(ConfigError):
@@ -57,6 +61,9 @@ class Entry:
     factory: RunnerFactory | None = None
     prepare: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
     """Turns a submission's inputs into the run's initial state (default: as given)."""
+    settle: Settle | None = None
+    """What the workflow's own resume does after the runner's (the deploy agent probes a
+    command a crash cut, and continues the run when the probe tells whether it ran)."""
 
     def runner(self, store: CheckpointStore, state: Mapping[str, Any]) -> Runner:
         if self.factory is not None:
