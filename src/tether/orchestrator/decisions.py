@@ -20,9 +20,17 @@ from tether.orchestrator.prompts import (
     render_plan,
 )
 from tether.orchestrator.roles import MainDecision, MainPolicy, MainRequest
-from tether.orchestrator.stage import StageInput, StageOutcome, render_board
+from tether.orchestrator.stage import StageInput, StageOutcome, render_board, verdicts_of
 
-__all__ = ["STAGE_STEPS", "apply_plan", "finish_check_stage", "main_stage", "stall_check", "user_stage"]
+__all__ = [
+    "STAGE_STEPS",
+    "apply_plan",
+    "finish_check_stage",
+    "main_stage",
+    "stall_check",
+    "stall_of",
+    "user_stage",
+]
 
 logger = logging.getLogger("tether.orchestrator")
 
@@ -65,7 +73,7 @@ async def main_stage(inp: StageInput, main: MainPolicy) -> StageOutcome:
         iteration=iteration,
         prompt=prompt,
         task=str(state["task"]),
-        verdicts=dict(state.get("verdicts") or {}),
+        verdicts=verdicts_of(state),
         dev_plan=list(state.get("dev_plan") or []),
         replan=bool(replan),
         last_stage=str(state.get("last_stage", "")),
@@ -112,17 +120,18 @@ async def main_stage(inp: StageInput, main: MainPolicy) -> StageOutcome:
     )
 
 
-def stall_check(state: Mapping[str, Any], stall_rounds: int) -> tuple[str, dict[str, Any]]:
+def stall_check(state: Mapping[str, Any], stall_rounds: int) -> tuple[str, list[Any]]:
     """A re-plan instruction when the plan made no progress for ``stall_rounds`` MAIN
-    rounds, or the same failing TEST verdict repeated that often; and the new stall state."""
-    stall = dict(state.get("stall") or {})
+    rounds, or the same failing TEST verdict repeated that often; and the new stall state
+    (see :func:`stall_of`)."""
+    stall = stall_of(state.get("stall"))
     done = sum(1 for t in state.get("dev_plan") or [] if t.get("status") == "DONE")
     first = int(state.get("iteration", 1)) <= 1  # the first round has nothing to compare with
     progressed = done > int(stall.get("done", 0))
     stall["rounds"] = 0 if progressed or first else int(stall.get("rounds", 0)) + 1
     stall["done"] = max(done, int(stall.get("done", 0)))
     test = (state.get("latest") or {}).get("TEST") or {}
-    failing = (state.get("verdicts") or {}).get("TEST") == "FAIL"
+    failing = verdicts_of(state).get("TEST") == "FAIL"
     sig = "|".join(sorted(test.get("blockers") or ["?"])) if failing else ""
     repeats = int(stall.get("repeats", 0))
     stall["repeats"] = (repeats + 1 if sig == stall.get("fail_sig") else 1) if sig else 0
@@ -133,14 +142,36 @@ def stall_check(state: Mapping[str, Any], stall_rounds: int) -> tuple[str, dict[
     if int(stall.get("repeats", 0)) >= stall_rounds:
         reasons.append(f"the same TEST failure {stall['repeats']} times in a row")
     if not reasons:
-        return "", stall
+        return "", _stall_value(stall)
     stall["rounds"], stall["repeats"] = 0, 0
     text = (
         "; ".join(reasons) + ". Re-plan: question the approach, split or re-order the tasks, "
         "update dev_plan, and choose a different next step than before."
     )
     logger.warning("orchestrator: stall iter=%s %s", state.get("iteration"), "; ".join(reasons))
-    return text, stall
+    return text, _stall_value(stall)
+
+
+STALL_FIELDS = ("done", "fail_sig", "rounds", "repeats")
+"""The stall state as the run keeps it, ``[done, fail_sig, rounds, repeats]``: a list, so
+that a round that counts one more stores the two numbers at its end, not the fields by name
+(the signature first, as it changes least)."""
+
+
+def stall_of(value: Any) -> dict[str, Any]:
+    """The stall state as a dict, from the list the run keeps (or the dict of a run from before)."""
+    if isinstance(value, list) and len(value) == len(STALL_FIELDS):
+        return dict(zip(STALL_FIELDS, value, strict=True))
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _stall_value(stall: Mapping[str, Any]) -> list[Any]:
+    return [
+        int(stall.get("done", 0)),
+        str(stall.get("fail_sig", "")),
+        int(stall["rounds"]),
+        int(stall["repeats"]),
+    ]
 
 
 def give_up(inp: StageInput, iteration: int, update: dict[str, Any]) -> StageOutcome:
@@ -156,8 +187,7 @@ def give_up(inp: StageInput, iteration: int, update: dict[str, Any]) -> StageOut
             "",
             f"## Task\n{state.get('task', '')}",
             f"## dev_plan ({plan_counts(plan)})\n{render_plan(plan)}",
-            "## Latest verdicts\n"
-            + "\n".join(f"- {k}: {v}" for k, v in (state.get("verdicts") or {}).items()),
+            "## Latest verdicts\n" + "\n".join(f"- {k}: {v}" for k, v in verdicts_of(state).items()),
             "## Stage changes\n" + "\n".join(state.get("stage_changes") or []),
         ]
     )
@@ -180,7 +210,7 @@ async def finish_check_stage(inp: StageInput, main: MainPolicy) -> StageOutcome:
         iteration=inp.iteration,
         prompt=fc.text,
         task=str(state["task"]),
-        verdicts=dict(state.get("verdicts") or {}),
+        verdicts=verdicts_of(state),
         dev_plan=list(state.get("dev_plan") or []),
         last_stage="FINISH_REVIEW",
     )

@@ -35,7 +35,7 @@ from tether.orchestrator.metrics import (
     record,
 )
 from tether.orchestrator.roles import MainPolicy, RoleRunner
-from tether.orchestrator.stage import StageInput, StageOutcome
+from tether.orchestrator.stage import LATEST, REPORT_INDEX, StageInput, StageOutcome
 from tether.orchestrator.summaries import SummaryStore
 from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
 from tether.runtime.control import amend_pending_report
@@ -59,9 +59,8 @@ def initial_state(task: str, *, workdir: str, dev_plan: list[dict[str, Any]] | N
         "dev_plan": list(dev_plan or []),
         "latest": {},
         "report_index": {},
-        "verdicts": {},
         "history": {},
-        "stall": {"done": 0, "rounds": 0, "fail_sig": "", "repeats": 0},
+        "stall": [0, "", 0, 0],
         "finish_attempts": 0,
         "metrics": empty_metrics(),
         "subloop": None,
@@ -140,8 +139,9 @@ class Orchestrator:
 
     def runner(self) -> Runner:
         reducers = default_registry().register("stage_changes", "append").register("warnings", "append")
-        for key in ("history", "latest", "verdicts", "report_index"):  # keyed: a stage writes what it changed
-            reducers = reducers.register(key, "merge")
+        reducers = reducers.register("history", "merge")  # keyed: a stage writes the entries it changed
+        # records: a stage writes what to add (a report, a reference, counters), not the result
+        reducers = reducers.register("latest", LATEST).register("report_index", REPORT_INDEX)
         reducers = reducers.register("metrics", METRICS)
         hook = checkpoint_compaction(self.context_policy, on_event=self.on_event)
         return Runner(
