@@ -22,6 +22,7 @@ from tether.orchestrator import (
 )
 from tether.orchestrator.decisions import stall_of
 from tether.orchestrator.demo import finish_review_role, review_role, run_tests_role
+from tether.orchestrator.history import add_history, add_line, add_lines, delta, history_of, mark_milestone
 from tether.orchestrator.metrics import add_metrics, check_thresholds, metrics_of, record
 from tether.orchestrator.stage import add_reference, add_report, overlay, report_record, verdicts_of
 from tether.orchestrator.view import orchestration_view
@@ -40,6 +41,23 @@ def test_a_report_record_sets_its_role_entry_and_a_dict_merges():
     assert add_report(latest, {"DEV": {"iteration": 5}})["DEV"] == {"iteration": 5}
     with pytest.raises(InvalidStateValue):
         add_report(latest, ["TEST"])
+
+
+def test_a_line_added_to_the_history_is_written_as_the_line():
+    state = {
+        "history": {"1": {"iteration": 1, "title": "TEST", "milestone": "", "lines": ["next_agent: TEST"]}}
+    }
+    history = add_line(history_of(state), "TEST: FAIL, blockers: t - assert")
+    assert delta(state, history) == ["1", "TEST: FAIL, blockers: t - assert"]
+    assert add_lines(state["history"], delta(state, history)) == history
+    assert history_of(state, {"history": ["1", "more"]})["1"]["lines"][-1] == "more"
+    marked = mark_milestone(history, 1, "first TEST PASS after a FAIL")
+    assert delta(state, marked) == {"1": marked["1"]}  # more than lines: the entry
+    assert delta(state, add_history(history_of(state), 2, "DEV", ["next_agent: DEV"])) == {
+        "2": {"iteration": 2, "title": "DEV", "milestone": "", "lines": ["next_agent: DEV"]}
+    }
+    with pytest.raises(InvalidStateValue):
+        add_lines(state["history"], ["7", "no such entry"])
 
 
 def test_references_keep_the_last_twenty_per_role():

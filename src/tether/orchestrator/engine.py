@@ -26,6 +26,7 @@ from tether.orchestrator.blackboard import Blackboard
 from tether.orchestrator.config import OrchestratorConfig
 from tether.orchestrator.decisions import apply_plan
 from tether.orchestrator.effects import settle
+from tether.orchestrator.history import HISTORY
 from tether.orchestrator.metrics import (
     METRICS,
     add_metrics,
@@ -139,8 +140,9 @@ class Orchestrator:
 
     def runner(self) -> Runner:
         reducers = default_registry().register("stage_changes", "append").register("warnings", "append")
-        reducers = reducers.register("history", "merge")  # keyed: a stage writes the entries it changed
-        # records: a stage writes what to add (a report, a reference, counters), not the result
+        # records: a stage writes what to add (history lines, a report, a reference, counters),
+        # not the values they make
+        reducers = reducers.register("history", HISTORY)
         reducers = reducers.register("latest", LATEST).register("report_index", REPORT_INDEX)
         reducers = reducers.register("metrics", METRICS)
         hook = checkpoint_compaction(self.context_policy, on_event=self.on_event)

@@ -22,7 +22,7 @@ from typing import Any
 from tether.errors import InvalidStateValue
 from tether.orchestrator.blackboard import Blackboard
 from tether.orchestrator.config import OrchestratorConfig
-from tether.orchestrator.history import history_of, last_decision, render_history
+from tether.orchestrator.history import add_lines, delta, history_of, last_decision, render_history
 from tether.orchestrator.prompts import build_role_prompt, plan_counts, render_plan
 from tether.orchestrator.roles import RoleOutput, RoleRequest, RoleRunner
 from tether.orchestrator.summaries import SummaryStore
@@ -30,7 +30,6 @@ from tether.state.reducers import replayable
 
 __all__ = [
     "LATEST",
-    "MERGED_KEYS",
     "REPORT_INDEX",
     "StageInput",
     "StageOutcome",
@@ -42,8 +41,6 @@ __all__ = [
     "verdicts_of",
 ]
 
-MERGED_KEYS = ("history",)
-"""State keys kept with a dict-merge reducer: a stage returns only the entries it changed."""
 APPENDED_KEYS = ("stage_changes", "warnings")
 REPORTS_KEPT = 20
 """Report references ``report_index`` keeps per role: the last ones."""
@@ -106,7 +103,7 @@ def add_reference(old: Any, update: Any) -> dict[str, Any]:
 
 LATEST = replayable("tether.orchestrator.stage:latest", add_report)
 REPORT_INDEX = replayable("tether.orchestrator.stage:report_index", add_reference)
-REDUCED = {"latest": add_report, "report_index": add_reference}
+REDUCED = {"history": add_lines, "latest": add_report, "report_index": add_reference}
 """State keys whose stage updates are records their reducer folds in (see above)."""
 
 
@@ -168,8 +165,6 @@ def overlay(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, An
     for key, value in update.items():
         if key in REDUCED:
             out[key] = REDUCED[key](state.get(key), value)
-        elif key in MERGED_KEYS and isinstance(value, Mapping):
-            out[key] = {**(state.get(key) or {}), **value}
         elif key in APPENDED_KEYS and isinstance(value, list):
             out[key] = [*(state.get(key) or []), *value]
         else:
@@ -178,18 +173,17 @@ def overlay(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, An
 
 
 def combine(state: Mapping[str, Any], first: Mapping[str, Any], then: Mapping[str, Any]) -> dict[str, Any]:
-    """Two updates of one stage on ``state`` as one: merged keys merged, appended keys
-    appended, a reduced key written as the value both leave it at."""
+    """Two updates of one stage on ``state`` as one: appended keys appended, a reduced key
+    written as the value both leave it at (the history: its entries that changed)."""
     out = {**first, **then}
-    for key in MERGED_KEYS:
-        if key in first and key in then:
-            out[key] = {**first[key], **then[key]}
     for key in APPENDED_KEYS:
         if key in first and key in then:
             out[key] = [*first[key], *then[key]]
     for key, fn in REDUCED.items():
         if key in first and key in then:
             out[key] = fn(fn(state.get(key), first[key]), then[key])
+    if "history" in first and "history" in then:
+        out["history"] = delta(state, out["history"])
     return out
 
 

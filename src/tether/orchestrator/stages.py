@@ -349,6 +349,6 @@ def _failure(role: str, k: int, exc: Exception) -> str:
     return f"error in {role} round {k}: {exc!r}"[:300]
 
 
-def _line(inp: StageInput, update: dict[str, Any], line: str) -> dict[str, Any]:
+def _line(inp: StageInput, update: dict[str, Any], line: str) -> Any:
     """The history entries changed by the pending ``update`` plus ``line``."""
     return delta(inp.state, add_line(history_of(inp.state, update), line))
