@@ -24,7 +24,14 @@ from tether.orchestrator.decisions import stall_of
 from tether.orchestrator.demo import finish_review_role, review_role, run_tests_role
 from tether.orchestrator.history import add_history, add_line, add_lines, delta, history_of, mark_milestone
 from tether.orchestrator.metrics import add_metrics, check_thresholds, metrics_of, record
-from tether.orchestrator.stage import add_reference, add_report, overlay, report_record, verdicts_of
+from tether.orchestrator.stage import (
+    add_reference,
+    add_report,
+    last_stage,
+    overlay,
+    report_record,
+    verdicts_of,
+)
 from tether.orchestrator.view import orchestration_view
 from tether.state import RunStatus
 
@@ -85,6 +92,14 @@ def test_metrics_records_add_and_a_run_from_before_keeps_its_counts():
     assert check_thresholds(metrics_of({})) == []
 
 
+def test_the_last_stage_is_the_last_step_done_unless_a_run_kept_it():
+    ran = [{"node": "main", "status": "done"}, {"node": "subloop_dev", "status": "done"}]
+    assert last_stage({"execution_history": ran}) == "DEV"
+    assert last_stage({"execution_history": [*ran, {"node": "test", "status": "failed"}]}) == "DEV"
+    assert last_stage({"execution_history": ran, "last_stage": "TEST"}) == "TEST"
+    assert last_stage({}) == ""
+
+
 def test_the_stall_reads_as_a_dict_from_either_shape():
     assert stall_of([2, "t - assert", 1, 3]) == {
         "done": 2,
@@ -120,6 +135,7 @@ async def test_a_run_stored_with_the_whole_values_resumes_and_continues_them(rep
     before = {
         "verdicts": verdicts_of(state),
         "stall": stall_of(state["stall"]),
+        "last_stage": "USER",
         "report_index": {"TEST": [[0, "reports/report_test_0_final.md"], 1], "REVIEW": [2]},
         "metrics": {**metrics_of(state), "test_runs": 7, "rates": {}, "active_warnings": []},
     }
@@ -127,7 +143,8 @@ async def test_a_run_stored_with_the_whole_values_resumes_and_continues_them(rep
     done = await orch.answer("old", "yes")
     assert done.status is RunStatus.COMPLETED
     final = done.state
-    assert final["verdicts"] is None  # cleared by the first report after the resume
+    assert final["verdicts"] is None and final["last_stage"] is None  # cleared by the first stage after
+    assert last_stage(final) == "FINISH_CHECK"
     assert verdicts_of(final) == {"TEST": "FAIL", "REVIEW": "FAIL", "FINISH_REVIEW": "FAIL"}
     assert final["report_index"]["TEST"] == [[0, "reports/report_test_0_final.md"], 1, 4]
     assert final["metrics"]["test_runs"] == 8 and "rates" not in final["metrics"]

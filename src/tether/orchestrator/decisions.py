@@ -20,7 +20,7 @@ from tether.orchestrator.prompts import (
     render_plan,
 )
 from tether.orchestrator.roles import MainDecision, MainPolicy, MainRequest
-from tether.orchestrator.stage import StageInput, StageOutcome, render_board, verdicts_of
+from tether.orchestrator.stage import StageInput, StageOutcome, last_stage, render_board, verdicts_of
 
 __all__ = [
     "STAGE_STEPS",
@@ -76,7 +76,7 @@ async def main_stage(inp: StageInput, main: MainPolicy) -> StageOutcome:
         verdicts=verdicts_of(state),
         dev_plan=list(state.get("dev_plan") or []),
         replan=bool(replan),
-        last_stage=str(state.get("last_stage", "")),
+        last_stage=last_stage(state),
     )
     decision, spent, waited = await _decide(main, request)
     plan, changed = apply_plan(state.get("dev_plan") or [], decision.dev_plan)
@@ -100,12 +100,9 @@ async def main_stage(inp: StageInput, main: MainPolicy) -> StageOutcome:
         "dev_plan": plan,
         "history": history,
         "stage_changes": [f"iteration {iteration}: MAIN -> {decision.next_agent} ({decision.reason[:120]})"],
-        "last_stage": "MAIN",
     }
     if plan == (state.get("dev_plan") or []) and "dev_plan" in state:
         del update["dev_plan"]  # unchanged: rewriting it every round only stores it again
-    if state.get("last_decision"):  # a run from before the decision was read from the history
-        update["last_decision"] = None
     if decision.next_agent == "USER":
         update["pending_question"] = decision.question or decision.reason
     render_board(inp, update, history=False, state=state)
@@ -225,7 +222,6 @@ async def finish_check_stage(inp: StageInput, main: MainPolicy) -> StageOutcome:
         "history": delta(state, add_line(history_of(state), line)),
         "finish_check": {"size": fc.size, "downgraded": list(fc.downgraded), "accepted": accepted},
         "stage_changes": [f"iteration {inp.iteration}: FINISH_CHECK -> {decision.next_agent}"],
-        "last_stage": "FINISH_CHECK",
         "main_replies": _replies(state, spent),
     }
     render_board(inp, update, final=accepted)
@@ -268,7 +264,6 @@ async def user_stage(inp: StageInput) -> StageOutcome:
         "user_answer": None,
         "pending_question": None,
         "user_decisions": [*(state.get("user_decisions") or []), {"question": question, "answer": answer}],
-        "last_stage": "USER",
     }
     render_board(inp, update)
     return StageOutcome(update=update, goto=("main", "user answered"))

@@ -36,7 +36,7 @@ from tether.orchestrator.metrics import (
     record,
 )
 from tether.orchestrator.roles import MainPolicy, RoleRunner
-from tether.orchestrator.stage import LATEST, REPORT_INDEX, StageInput, StageOutcome
+from tether.orchestrator.stage import LATEST, REPORT_INDEX, RETIRED, StageInput, StageOutcome
 from tether.orchestrator.summaries import SummaryStore
 from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
 from tether.runtime.control import amend_pending_report
@@ -214,6 +214,7 @@ class Orchestrator:
             )
             out = await stage(inp)
             update = out.update
+            update |= {key: None for key in RETIRED if key not in update and inp.state.get(key) is not None}
             # metrics change on MAIN's rounds, counted events and the run's end; the summary
             # cache's counts of the stages between are folded in then (not a write a stage)
             metrics = None

@@ -35,6 +35,7 @@ __all__ = [
     "StageOutcome",
     "overlay",
     "render_board",
+    "last_stage",
     "report_record",
     "role_prompt",
     "run_role",
@@ -105,6 +106,41 @@ LATEST = replayable("tether.orchestrator.stage:latest", add_report)
 REPORT_INDEX = replayable("tether.orchestrator.stage:report_index", add_reference)
 REDUCED = {"history": add_lines, "latest": add_report, "report_index": add_reference}
 """State keys whose stage updates are records their reducer folds in (see above)."""
+
+
+RETIRED = ("last_decision", "last_stage", "verdicts")
+"""Keys a run from before kept and its readers now derive (:func:`last_decision`,
+:func:`last_stage`, :func:`verdicts_of`): the first stage after a resume clears them, as
+they would no longer follow the run. (A sub-loop that exits before its step reported keeps
+``last_stage`` for the stage after it, which clears it.)"""
+STAGE_OF_STEP = {
+    "main": "MAIN",
+    "test": "TEST",
+    "dev": "DEV",
+    "review": "REVIEW",
+    "finish_review": "FINISH_REVIEW",
+    "finish_check": "FINISH_CHECK",
+    "user": "USER",
+    "subloop_dev": "DEV",
+    "subloop_test": "TEST",
+}
+
+
+def last_stage(state: Mapping[str, Any]) -> str:
+    """The stage that ran last (``MAIN``, ``TEST``, …): the last step the runtime's
+    ``execution_history`` has done, rather than a key each stage rewrote (a run from before
+    holds it as ``last_stage``)."""
+    kept = state.get("last_stage")
+    if kept:
+        return str(kept)
+    for entry in reversed(state.get("execution_history") or []):
+        if (
+            isinstance(entry, Mapping)
+            and entry.get("status") == "done"
+            and entry.get("node") in STAGE_OF_STEP
+        ):
+            return STAGE_OF_STEP[str(entry["node"])]
+    return ""
 
 
 def verdicts_of(state: Mapping[str, Any]) -> dict[str, str]:

@@ -33,6 +33,7 @@ from tether.orchestrator.stage import (
     StageInput,
     StageOutcome,
     combine,
+    last_stage,
     overlay,
     render_board,
     report_record,
@@ -136,12 +137,9 @@ def record_report(
         extra["first_pass_marked"] = True
     if not subloop:
         extra["report_index"] = [role, report_ref(role, iteration, rel)]
-    if state.get("verdicts"):  # a run from before the verdicts were read from "latest"
-        extra["verdicts"] = None
     update = {
         "latest": report_record(role, entry),
         "history": delta(state, history),
-        "last_stage": role,
         "stage_changes": [
             f"iteration {iteration}: {role}{f' #{subloop}' if subloop else ''} -> {summary.verdict}"
         ],
@@ -268,7 +266,7 @@ async def subloop_test(inp: StageInput, runner: RoleRunner) -> StageOutcome:
         end = "timeout"
     if end:  # the exit reads this round's report from the state as the update leaves it
         view = dataclasses.replace(inp, state=overlay(inp.state, update))
-        out = exit_subloop(view, st, success=verdict == "PASS", condition=end)
+        out = exit_subloop(view, st, success=verdict == "PASS", condition=end, reported=True)
         out.update = combine(inp.state, update, out.update)
         out.events.insert(0, event)
         out.waited = waited
@@ -284,9 +282,12 @@ async def subloop_test(inp: StageInput, runner: RoleRunner) -> StageOutcome:
     )
 
 
-def exit_subloop(inp: StageInput, st: SubLoopState, *, success: bool, condition: str) -> StageOutcome:
+def exit_subloop(
+    inp: StageInput, st: SubLoopState, *, success: bool, condition: str, reported: bool = False
+) -> StageOutcome:
     """Copy the final reports to the standard paths, note the result in the history,
-    remove the round files, the state file and the lock; back to MAIN."""
+    remove the round files, the state file and the lock; back to MAIN. ``reported``: the
+    step exiting wrote its report (else the last stage stays the one before it)."""
     board, state = inp.board, inp.state
     k = st.sub_iteration
     latest = dict(state.get("latest") or {})
@@ -319,6 +320,8 @@ def exit_subloop(inp: StageInput, st: SubLoopState, *, success: bool, condition:
         "subloop_result": result.to_dict(),
         "stage_changes": [f"iteration {st.iteration}: sub-loop exit ({condition})"],
     }
+    if not reported:  # what the runtime's history says ran last is not the stage to name
+        update["last_stage"] = last_stage(state)
     render_board(inp, update)
     event = {
         "stage": "SUBLOOP_EXIT",
