@@ -20,7 +20,7 @@ from tether.orchestrator import (
     ScriptedMain,
     ScriptedRunner,
 )
-from tether.orchestrator.decisions import stall_of
+from tether.orchestrator.decisions import failure_sig, stall_check, stall_of
 from tether.orchestrator.demo import finish_review_role, review_role, run_tests_role
 from tether.orchestrator.history import add_history, add_line, add_lines, delta, history_of, mark_milestone
 from tether.orchestrator.metrics import add_metrics, check_thresholds, metrics_of, record
@@ -101,14 +101,15 @@ def test_the_last_stage_is_the_last_step_done_unless_a_run_kept_it():
 
 
 def test_the_stall_reads_as_a_dict_from_either_shape():
-    assert stall_of([2, "t - assert", 1, 3]) == {
-        "done": 2,
-        "fail_sig": "t - assert",
-        "rounds": 1,
-        "repeats": 3,
-    }
-    old = {"done": 1, "rounds": 2, "fail_sig": "", "repeats": 0}
-    assert stall_of(old) == old and stall_of(None) == {}
+    sig = failure_sig("t - assert")
+    assert stall_of([2, sig, 1, 3]) == {"done": 2, "fail_sig": sig, "rounds": 1, "repeats": 3}
+    old = {"done": 1, "rounds": 2, "fail_sig": "t - assert", "repeats": 2}
+    assert stall_of(old) == {**old, "fail_sig": sig} and stall_of(None) == {}
+    assert stall_of({**old, "fail_sig": ""})["fail_sig"] == 0
+    # a run from before, failing the same way again: the repeat goes on counting
+    state = {"verdicts": {"TEST": "FAIL"}, "latest": {"TEST": {"blockers": ["t - assert"]}}, "stall": old}
+    text, stall = stall_check({**state, "iteration": 5}, 3)
+    assert stall == [1, sig, 0, 0] and "the same TEST failure 3 times in a row" in text
 
 
 def _main(req: MainRequest) -> MainDecision:

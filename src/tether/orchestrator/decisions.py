@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -129,7 +130,7 @@ def stall_check(state: Mapping[str, Any], stall_rounds: int) -> tuple[str, list[
     stall["done"] = max(done, int(stall.get("done", 0)))
     test = (state.get("latest") or {}).get("TEST") or {}
     failing = verdicts_of(state).get("TEST") == "FAIL"
-    sig = "|".join(sorted(test.get("blockers") or ["?"])) if failing else ""
+    sig = failure_sig("|".join(sorted(test.get("blockers") or ["?"]))) if failing else 0
     repeats = int(stall.get("repeats", 0))
     stall["repeats"] = (repeats + 1 if sig == stall.get("fail_sig") else 1) if sig else 0
     stall["fail_sig"] = sig
@@ -150,22 +151,32 @@ def stall_check(state: Mapping[str, Any], stall_rounds: int) -> tuple[str, list[
 
 
 STALL_FIELDS = ("done", "fail_sig", "rounds", "repeats")
-"""The stall state as the run keeps it, ``[done, fail_sig, rounds, repeats]``: a list, so
-that a round that counts one more stores the two numbers at its end, not the fields by name
-(the signature first, as it changes least)."""
+"""The stall state as the run keeps it, ``[done, fail_sig, rounds, repeats]``: a short list
+rewritten each round rather than the fields by name; ``fail_sig`` is the
+:func:`failure_sig` of the failing TEST's blockers (0: TEST is not failing), not the
+blockers again."""
+
+
+def failure_sig(blockers: str) -> int:
+    """A failure's signature: enough to tell the same failure again (a run from before
+    kept the text itself, which this turns into the same number)."""
+    return zlib.crc32(blockers.encode()) if blockers else 0
 
 
 def stall_of(value: Any) -> dict[str, Any]:
     """The stall state as a dict, from the list the run keeps (or the dict of a run from before)."""
     if isinstance(value, list) and len(value) == len(STALL_FIELDS):
         return dict(zip(STALL_FIELDS, value, strict=True))
-    return dict(value) if isinstance(value, Mapping) else {}
+    stall = dict(value) if isinstance(value, Mapping) else {}
+    if isinstance(stall.get("fail_sig"), str):
+        stall["fail_sig"] = failure_sig(stall["fail_sig"])
+    return stall
 
 
 def _stall_value(stall: Mapping[str, Any]) -> list[Any]:
     return [
         int(stall.get("done", 0)),
-        str(stall.get("fail_sig", "")),
+        int(stall.get("fail_sig") or 0),
         int(stall["rounds"]),
         int(stall["repeats"]),
     ]
