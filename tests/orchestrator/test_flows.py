@@ -7,6 +7,7 @@ import logging
 
 from tether.orchestrator import Orchestrator, OrchestratorConfig, ScriptedMain
 from tether.orchestrator.demo import BUG_FIX, demo_runners, rule_main
+from tether.orchestrator.stage import verdicts_of
 from tether.state import RunStatus
 
 
@@ -33,7 +34,7 @@ async def test_normal_flow_test_dev_review_finish(repo, store):
         "main", "test", "main", "dev", "main", "test", "main", "review", "main", "finish_review", "finish_check",
     ]  # fmt: skip
     assert "(ordered[mid - 1] + ordered[mid]) / 2" in (repo / "stats.py").read_text()
-    assert result.state["verdicts"] == {
+    assert verdicts_of(result.state) == {
         "TEST": "PASS",
         "DEV": "PASS",
         "REVIEW": "PASS",

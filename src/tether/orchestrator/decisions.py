@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,9 +21,17 @@ from tether.orchestrator.prompts import (
     render_plan,
 )
 from tether.orchestrator.roles import MainDecision, MainPolicy, MainRequest
-from tether.orchestrator.stage import StageInput, StageOutcome, render_board
+from tether.orchestrator.stage import StageInput, StageOutcome, last_stage, render_board, verdicts_of
 
-__all__ = ["STAGE_STEPS", "apply_plan", "finish_check_stage", "main_stage", "stall_check", "user_stage"]
+__all__ = [
+    "STAGE_STEPS",
+    "apply_plan",
+    "finish_check_stage",
+    "main_stage",
+    "stall_check",
+    "stall_of",
+    "user_stage",
+]
 
 logger = logging.getLogger("tether.orchestrator")
 
@@ -65,10 +74,10 @@ async def main_stage(inp: StageInput, main: MainPolicy) -> StageOutcome:
         iteration=iteration,
         prompt=prompt,
         task=str(state["task"]),
-        verdicts=dict(state.get("verdicts") or {}),
+        verdicts=verdicts_of(state),
         dev_plan=list(state.get("dev_plan") or []),
         replan=bool(replan),
-        last_stage=str(state.get("last_stage", "")),
+        last_stage=last_stage(state),
     )
     decision, spent, waited = await _decide(main, request)
     plan, changed = apply_plan(state.get("dev_plan") or [], decision.dev_plan)
@@ -92,12 +101,9 @@ async def main_stage(inp: StageInput, main: MainPolicy) -> StageOutcome:
         "dev_plan": plan,
         "history": history,
         "stage_changes": [f"iteration {iteration}: MAIN -> {decision.next_agent} ({decision.reason[:120]})"],
-        "last_stage": "MAIN",
     }
     if plan == (state.get("dev_plan") or []) and "dev_plan" in state:
         del update["dev_plan"]  # unchanged: rewriting it every round only stores it again
-    if state.get("last_decision"):  # a run from before the decision was read from the history
-        update["last_decision"] = None
     if decision.next_agent == "USER":
         update["pending_question"] = decision.question or decision.reason
     render_board(inp, update, history=False, state=state)
@@ -112,18 +118,19 @@ async def main_stage(inp: StageInput, main: MainPolicy) -> StageOutcome:
     )
 
 
-def stall_check(state: Mapping[str, Any], stall_rounds: int) -> tuple[str, dict[str, Any]]:
+def stall_check(state: Mapping[str, Any], stall_rounds: int) -> tuple[str, list[Any]]:
     """A re-plan instruction when the plan made no progress for ``stall_rounds`` MAIN
-    rounds, or the same failing TEST verdict repeated that often; and the new stall state."""
-    stall = dict(state.get("stall") or {})
+    rounds, or the same failing TEST verdict repeated that often; and the new stall state
+    (see :func:`stall_of`)."""
+    stall = stall_of(state.get("stall"))
     done = sum(1 for t in state.get("dev_plan") or [] if t.get("status") == "DONE")
     first = int(state.get("iteration", 1)) <= 1  # the first round has nothing to compare with
     progressed = done > int(stall.get("done", 0))
     stall["rounds"] = 0 if progressed or first else int(stall.get("rounds", 0)) + 1
     stall["done"] = max(done, int(stall.get("done", 0)))
     test = (state.get("latest") or {}).get("TEST") or {}
-    failing = (state.get("verdicts") or {}).get("TEST") == "FAIL"
-    sig = "|".join(sorted(test.get("blockers") or ["?"])) if failing else ""
+    failing = verdicts_of(state).get("TEST") == "FAIL"
+    sig = failure_sig("|".join(sorted(test.get("blockers") or ["?"]))) if failing else 0
     repeats = int(stall.get("repeats", 0))
     stall["repeats"] = (repeats + 1 if sig == stall.get("fail_sig") else 1) if sig else 0
     stall["fail_sig"] = sig
@@ -133,14 +140,46 @@ def stall_check(state: Mapping[str, Any], stall_rounds: int) -> tuple[str, dict[
     if int(stall.get("repeats", 0)) >= stall_rounds:
         reasons.append(f"the same TEST failure {stall['repeats']} times in a row")
     if not reasons:
-        return "", stall
+        return "", _stall_value(stall)
     stall["rounds"], stall["repeats"] = 0, 0
     text = (
         "; ".join(reasons) + ". Re-plan: question the approach, split or re-order the tasks, "
         "update dev_plan, and choose a different next step than before."
     )
     logger.warning("orchestrator: stall iter=%s %s", state.get("iteration"), "; ".join(reasons))
-    return text, stall
+    return text, _stall_value(stall)
+
+
+STALL_FIELDS = ("done", "fail_sig", "rounds", "repeats")
+"""The stall state as the run keeps it, ``[done, fail_sig, rounds, repeats]``: a short list
+rewritten each round rather than the fields by name; ``fail_sig`` is the
+:func:`failure_sig` of the failing TEST's blockers (0: TEST is not failing), not the
+blockers again."""
+
+
+def failure_sig(blockers: str) -> int:
+    """A failure's signature: enough to tell the same failure again (a run from before
+    kept the text itself, which this turns into the same number)."""
+    return zlib.crc32(blockers.encode()) if blockers else 0
+
+
+def stall_of(value: Any) -> dict[str, Any]:
+    """The stall state as a dict, from the list the run keeps (or the dict of a run from before)."""
+    if isinstance(value, list) and len(value) == len(STALL_FIELDS):
+        return dict(zip(STALL_FIELDS, value, strict=True))
+    stall = dict(value) if isinstance(value, Mapping) else {}
+    if isinstance(stall.get("fail_sig"), str):
+        stall["fail_sig"] = failure_sig(stall["fail_sig"])
+    return stall
+
+
+def _stall_value(stall: Mapping[str, Any]) -> list[Any]:
+    return [
+        int(stall.get("done", 0)),
+        int(stall.get("fail_sig") or 0),
+        int(stall["rounds"]),
+        int(stall["repeats"]),
+    ]
 
 
 def give_up(inp: StageInput, iteration: int, update: dict[str, Any]) -> StageOutcome:
@@ -156,8 +195,7 @@ def give_up(inp: StageInput, iteration: int, update: dict[str, Any]) -> StageOut
             "",
             f"## Task\n{state.get('task', '')}",
             f"## dev_plan ({plan_counts(plan)})\n{render_plan(plan)}",
-            "## Latest verdicts\n"
-            + "\n".join(f"- {k}: {v}" for k, v in (state.get("verdicts") or {}).items()),
+            "## Latest verdicts\n" + "\n".join(f"- {k}: {v}" for k, v in verdicts_of(state).items()),
             "## Stage changes\n" + "\n".join(state.get("stage_changes") or []),
         ]
     )
@@ -180,7 +218,7 @@ async def finish_check_stage(inp: StageInput, main: MainPolicy) -> StageOutcome:
         iteration=inp.iteration,
         prompt=fc.text,
         task=str(state["task"]),
-        verdicts=dict(state.get("verdicts") or {}),
+        verdicts=verdicts_of(state),
         dev_plan=list(state.get("dev_plan") or []),
         last_stage="FINISH_REVIEW",
     )
@@ -195,7 +233,6 @@ async def finish_check_stage(inp: StageInput, main: MainPolicy) -> StageOutcome:
         "history": delta(state, add_line(history_of(state), line)),
         "finish_check": {"size": fc.size, "downgraded": list(fc.downgraded), "accepted": accepted},
         "stage_changes": [f"iteration {inp.iteration}: FINISH_CHECK -> {decision.next_agent}"],
-        "last_stage": "FINISH_CHECK",
         "main_replies": _replies(state, spent),
     }
     render_board(inp, update, final=accepted)
@@ -238,7 +275,6 @@ async def user_stage(inp: StageInput) -> StageOutcome:
         "user_answer": None,
         "pending_question": None,
         "user_decisions": [*(state.get("user_decisions") or []), {"question": question, "answer": answer}],
-        "last_stage": "USER",
     }
     render_board(inp, update)
     return StageOutcome(update=update, goto=("main", "user answered"))

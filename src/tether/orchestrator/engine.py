@@ -26,9 +26,17 @@ from tether.orchestrator.blackboard import Blackboard
 from tether.orchestrator.config import OrchestratorConfig
 from tether.orchestrator.decisions import apply_plan
 from tether.orchestrator.effects import settle
-from tether.orchestrator.metrics import check_thresholds, empty_metrics
+from tether.orchestrator.history import HISTORY
+from tether.orchestrator.metrics import (
+    METRICS,
+    add_metrics,
+    check_thresholds,
+    empty_metrics,
+    metrics_of,
+    record,
+)
 from tether.orchestrator.roles import MainPolicy, RoleRunner
-from tether.orchestrator.stage import StageInput, StageOutcome, overlay
+from tether.orchestrator.stage import LATEST, REPORT_INDEX, RETIRED, StageInput, StageOutcome
 from tether.orchestrator.summaries import SummaryStore
 from tether.runtime import Event, Runner, RunResult, Step, StepContext, Workflow
 from tether.runtime.control import amend_pending_report
@@ -52,9 +60,8 @@ def initial_state(task: str, *, workdir: str, dev_plan: list[dict[str, Any]] | N
         "dev_plan": list(dev_plan or []),
         "latest": {},
         "report_index": {},
-        "verdicts": {},
         "history": {},
-        "stall": {"done": 0, "rounds": 0, "fail_sig": "", "repeats": 0},
+        "stall": [0, "", 0, 0],
         "finish_attempts": 0,
         "metrics": empty_metrics(),
         "subloop": None,
@@ -133,8 +140,11 @@ class Orchestrator:
 
     def runner(self) -> Runner:
         reducers = default_registry().register("stage_changes", "append").register("warnings", "append")
-        for key in ("history", "latest", "verdicts", "report_index"):  # keyed: a stage writes what it changed
-            reducers = reducers.register(key, "merge")
+        # records: a stage writes what to add (history lines, a report, a reference, counters),
+        # not the values they make
+        reducers = reducers.register("history", HISTORY)
+        reducers = reducers.register("latest", LATEST).register("report_index", REPORT_INDEX)
+        reducers = reducers.register("metrics", METRICS)
         hook = checkpoint_compaction(self.context_policy, on_event=self.on_event)
         return Runner(
             self.workflow(),
@@ -204,13 +214,14 @@ class Orchestrator:
             )
             out = await stage(inp)
             update = out.update
+            update |= {key: None for key in RETIRED if key not in update and inp.state.get(key) is not None}
             # metrics change on MAIN's rounds, counted events and the run's end; the summary
             # cache's counts of the stages between are folded in then (not a write a stage)
+            metrics = None
             if out.counters or out.main_prompt is not None or out.finish is not None:
                 size, level = out.main_prompt or (None, None)
-                update["metrics"] = self.metrics_update(
-                    overlay(inp.state, update), main_size=size, level=level, **(out.counters or {})
-                )
+                update["metrics"] = self.metrics_update(main_size=size, level=level, **(out.counters or {}))
+                metrics = metrics_of(inp.state), add_metrics(inp.state.get("metrics"), update["metrics"])
             if out.finish is not None:
                 sc.finish(out.finish[0], out.finish[1])
             elif out.goto is not None:
@@ -219,8 +230,8 @@ class Orchestrator:
                 sc.pause(out.pause)
             for detail in out.events:
                 self.emit(sc, **detail)
-            if "metrics" in update:
-                self.warn(sc, update["metrics"], update)
+            if metrics is not None:
+                self.warn(sc, *metrics, update)
             self.overhead.append(time.perf_counter() - began - out.waited)
             return update
 
@@ -243,29 +254,26 @@ class Orchestrator:
         return self.runners
 
     def metrics_update(
-        self, state: Mapping[str, Any], *, main_size: int | None = None, level: int | None = None, **add: int
-    ) -> dict[str, Any]:
-        m = {**empty_metrics(), **dict(state.get("metrics") or {})}
-        if main_size is not None:
-            m["main_prompt_bytes"] = [*m["main_prompt_bytes"], main_size][-100:]
-            m["main_levels"] = [*m["main_levels"], level][-100:]
-        for key, value in add.items():
-            m[key] = int(m.get(key, 0)) + value
+        self, *, main_size: int | None = None, level: int | None = None, **add: int
+    ) -> list[Any]:
+        """The metrics record a stage writes (see ``metrics.record``): its counters, MAIN's
+        prompt sample, and the summary cache's counts since the last record."""
         store = self.summaries()
         # the store counts for this process; the state accumulates what it added since last time
-        seen = dict(self._seen)
         now = {"extractions": store.extractions, "extraction_failures": store.failures}
         now |= {"cache_hits": store.hits, "cache_misses": store.misses}
         for key, value in now.items():
-            m[key] = int(m[key]) + value - seen.get(key, 0)
+            add[key] = add.get(key, 0) + value - self._seen.get(key, 0)
         self._seen = now
-        m.pop("rates", None)  # derived: rates(m) where they are read (a run from before held them)
-        return m
+        return record(main_size=main_size, level=level, **add)
 
-    def warn(self, sc: StepContext, metrics: dict[str, Any], update: dict[str, Any]) -> None:
-        active = set(metrics.get("active_warnings") or [])
-        now = {t.name for t in check_thresholds(metrics)}
-        for t in check_thresholds(metrics):
+    def warn(
+        self, sc: StepContext, before: dict[str, Any], after: dict[str, Any], update: dict[str, Any]
+    ) -> None:
+        """One warning event per threshold crossed: past it ``after`` the stage, not ``before``
+        (what the metrics were past before is derived, not kept)."""
+        active = {t.name for t in check_thresholds(before)}
+        for t in check_thresholds(after):
             if t.name not in active:
                 level = logging.WARNING if t.level == "warning" else logging.INFO
                 logger.log(level, "orchestrator: metric_%s %s (%s)", t.level, t.name, t.message)
@@ -274,7 +282,6 @@ class Orchestrator:
                     *update.get("warnings", []),
                     {"metric": t.name, "level": t.level, "message": t.message},
                 ]
-        metrics["active_warnings"] = sorted(now)
 
     def emit(self, sc: StepContext, stage: str, **detail: Any) -> None:
         """Tell the subscriber; what it raises is logged, never the stage's failure."""

@@ -1,8 +1,9 @@
 """project_history as the run's state holds it, and its markdown (pure functions).
 
 The history is a dict ``{str(iteration): {iteration, title, milestone, lines}}`` kept with
-a dict-merge reducer: a stage's checkpoint holds only the entries it changed (its
-:func:`delta`), and ``project_history.md`` is rendered from the whole of it.
+the :data:`HISTORY` reducer: a stage's checkpoint holds only the entries it changed (its
+:func:`delta`), or, for a stage that adds a line to an entry (most of them), the entry's key
+and the line; ``project_history.md`` is rendered from the whole of it.
 """
 
 from __future__ import annotations
@@ -10,10 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tether.errors import InvalidStateValue
+from tether.state.reducers import replayable
+
 __all__ = [
+    "HISTORY",
     "History",
     "add_history",
     "add_line",
+    "add_lines",
     "delta",
     "history_of",
     "last_decision",
@@ -28,13 +34,45 @@ with a dict-merge reducer so that a stage's checkpoint holds only the entries it
 
 def history_of(state: Mapping[str, Any], update: Mapping[str, Any] | None = None) -> History:
     """The whole history: the state's entries with those of a pending ``update`` over them."""
-    return {**(state.get("history") or {}), **((update or {}).get("history") or {})}
+    history = state.get("history") or {}
+    change = (update or {}).get("history")
+    return add_lines(history, change) if change else dict(history)
 
 
-def delta(state: Mapping[str, Any], history: History) -> History:
-    """The entries of ``history`` that differ from the state's (what a stage returns)."""
+def delta(state: Mapping[str, Any], history: History) -> History | list[Any]:
+    """What a stage writes for ``history``: the entries that differ from the state's, or
+    ``[key, line, ...]`` when all it changed is lines added to one entry (see :func:`add_lines`)."""
     old = state.get("history") or {}
-    return {k: v for k, v in history.items() if old.get(k) != v}
+    changed = {k: v for k, v in history.items() if old.get(k) != v}
+    if len(changed) != 1:
+        return changed
+    ((key, entry),) = changed.items()
+    before = old.get(key)
+    if not isinstance(before, Mapping) or not isinstance(entry.get("lines"), list):
+        return changed
+    lines, n = entry["lines"], len(before.get("lines") or [])
+    if len(lines) > n and {**before, "lines": lines} == entry and lines[:n] == before.get("lines"):
+        return [key, *lines[n:]]
+    return changed
+
+
+def add_lines(old: Any, update: Any) -> History:
+    """``history``'s reducer: a dict merges entries (new or changed ones); ``[key, line, ...]``
+    adds lines to the entry ``key``, so a stage that notes one line stores the line, not the
+    entry's other lines again nor the names of its fields."""
+    history = dict(old) if type(old) is dict else {}
+    if type(update) is dict:
+        history.update(update)
+        return history
+    if type(update) is list and len(update) >= 2 and type(update[0]) is str:
+        entry = history.get(update[0])
+        if type(entry) is dict:
+            history[update[0]] = {**entry, "lines": [*(entry.get("lines") or []), *update[1:]]}
+            return history
+    raise InvalidStateValue(f"history takes entries or [key, line, ...] of an entry it has, got {update!r}")
+
+
+HISTORY = replayable("tether.orchestrator.history:lines", add_lines)
 
 
 def add_history(

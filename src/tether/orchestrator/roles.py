@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from tether.errors import ConfigError, ModelOutputError, ToolError
 from tether.models.base import ChatModel
 from tether.orchestrator.blackboard import Blackboard
+from tether.stores.base import CheckpointStore
 
 __all__ = [
     "NEXT_AGENTS",
@@ -177,7 +178,12 @@ class AgentRunner:
     """
 
     def __init__(
-        self, model: ChatModel, store: Any, *, max_iterations: int = 30, command_timeout: float = 600.0
+        self,
+        model: ChatModel,
+        store: CheckpointStore,
+        *,
+        max_iterations: int = 30,
+        command_timeout: float = 600.0,
     ) -> None:
         self.model = model
         self.store = store

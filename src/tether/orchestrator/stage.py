@@ -19,18 +19,138 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.errors import InvalidStateValue
 from tether.orchestrator.blackboard import Blackboard
 from tether.orchestrator.config import OrchestratorConfig
-from tether.orchestrator.history import history_of, last_decision, render_history
+from tether.orchestrator.history import add_lines, delta, history_of, last_decision, render_history
 from tether.orchestrator.prompts import build_role_prompt, plan_counts, render_plan
 from tether.orchestrator.roles import RoleOutput, RoleRequest, RoleRunner
 from tether.orchestrator.summaries import SummaryStore
+from tether.state.reducers import replayable
 
-__all__ = ["MERGED_KEYS", "StageInput", "StageOutcome", "overlay", "render_board", "role_prompt", "run_role"]
+__all__ = [
+    "LATEST",
+    "REPORT_INDEX",
+    "StageInput",
+    "StageOutcome",
+    "overlay",
+    "render_board",
+    "last_stage",
+    "report_record",
+    "role_prompt",
+    "run_role",
+    "verdicts_of",
+]
 
-MERGED_KEYS = ("history", "latest", "verdicts", "report_index")
-"""State keys kept with a dict-merge reducer: a stage returns only the entries it changed."""
 APPENDED_KEYS = ("stage_changes", "warnings")
+REPORTS_KEPT = 20
+"""Report references ``report_index`` keeps per role: the last ones."""
+
+
+def add_report(old: Any, update: Any) -> dict[str, Any]:
+    """``latest``'s reducer. A stage's report is a :func:`report_record`, a short list that
+    sets its role's entry: written as the entry's changed fields by name, each stage stored
+    the names again. A dict merges entries by role (the sub-loop's exit, a run from before)."""
+    latest = dict(old) if type(old) is dict else {}
+    if type(update) is dict:
+        latest.update(update)
+        return latest
+    if type(update) is not list or not 3 <= len(update) <= 6:
+        raise InvalidStateValue(f"latest takes a report record or a dict, got {update!r}")
+    role, iteration, verdict, *rest = update
+    entry: dict[str, Any] = {
+        "iteration": iteration,
+        "verdict": verdict,
+        "blockers": list(rest[0]) if rest else [],
+        "subloop": rest[1] if len(rest) > 1 else 0,
+    }
+    if len(rest) > 2:
+        entry["path"] = rest[2]
+    latest[str(role)] = entry
+    return latest
+
+
+def report_record(role: str, entry: Mapping[str, Any]) -> list[Any]:
+    """What a stage writes to ``latest`` for ``role``'s new ``entry`` (defaults at the end
+    left out): ``[role, iteration, verdict, blockers, subloop, path]``."""
+    out = [
+        role,
+        entry["iteration"],
+        entry["verdict"],
+        list(entry.get("blockers") or []),
+        entry.get("subloop", 0),
+    ]
+    if entry.get("path"):
+        return [*out, entry["path"]]
+    while len(out) > 3 and not out[-1]:
+        out.pop()
+    return out
+
+
+def add_reference(old: Any, update: Any) -> dict[str, Any]:
+    """``report_index``'s reducer: ``[role, reference]`` adds a report to the role's last
+    :data:`REPORTS_KEPT` (a stage writes the one reference, not the role's list again); a
+    dict merges lists by role."""
+    index = dict(old) if type(old) is dict else {}
+    if type(update) is dict:
+        index.update(update)
+        return index
+    if type(update) is not list or len(update) != 2:
+        raise InvalidStateValue(f"report_index takes [role, reference] or a dict, got {update!r}")
+    role, ref = update
+    index[str(role)] = [*(index.get(role) or []), ref][-REPORTS_KEPT:]
+    return index
+
+
+LATEST = replayable("tether.orchestrator.stage:latest", add_report)
+REPORT_INDEX = replayable("tether.orchestrator.stage:report_index", add_reference)
+REDUCED = {"history": add_lines, "latest": add_report, "report_index": add_reference}
+"""State keys whose stage updates are records their reducer folds in (see above)."""
+
+
+RETIRED = ("last_decision", "last_stage", "verdicts")
+"""Keys a run from before kept and its readers now derive (:func:`last_decision`,
+:func:`last_stage`, :func:`verdicts_of`): the first stage after a resume clears them, as
+they would no longer follow the run. (A sub-loop that exits before its step reported keeps
+``last_stage`` for the stage after it, which clears it.)"""
+STAGE_OF_STEP = {
+    "main": "MAIN",
+    "test": "TEST",
+    "dev": "DEV",
+    "review": "REVIEW",
+    "finish_review": "FINISH_REVIEW",
+    "finish_check": "FINISH_CHECK",
+    "user": "USER",
+    "subloop_dev": "DEV",
+    "subloop_test": "TEST",
+}
+
+
+def last_stage(state: Mapping[str, Any]) -> str:
+    """The stage that ran last (``MAIN``, ``TEST``, …): the last step the runtime's
+    ``execution_history`` has done, rather than a key each stage rewrote (a run from before
+    holds it as ``last_stage``)."""
+    kept = state.get("last_stage")
+    if kept:
+        return str(kept)
+    for entry in reversed(state.get("execution_history") or []):
+        if (
+            isinstance(entry, Mapping)
+            and entry.get("status") == "done"
+            and entry.get("node") in STAGE_OF_STEP
+        ):
+            return STAGE_OF_STEP[str(entry["node"])]
+    return ""
+
+
+def verdicts_of(state: Mapping[str, Any]) -> dict[str, str]:
+    """Each role's latest verdict, read from its ``latest`` entry rather than kept as a key
+    of its own that every stage rewrote (a run from before holds them as ``verdicts``)."""
+    out = {str(k): str(v) for k, v in (state.get("verdicts") or {}).items()}
+    for role, entry in (state.get("latest") or {}).items():
+        if isinstance(entry, Mapping) and entry.get("verdict"):
+            out[str(role)] = str(entry["verdict"])
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,11 +195,12 @@ class StageOutcome:
 
 
 def overlay(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    """The state as ``update`` will leave it once committed (merged and appended keys too)."""
+    """The state as ``update`` will leave it once committed (merged, appended and reduced
+    keys too)."""
     out = dict(state)
     for key, value in update.items():
-        if key in MERGED_KEYS and isinstance(value, Mapping):
-            out[key] = {**(state.get(key) or {}), **value}
+        if key in REDUCED:
+            out[key] = REDUCED[key](state.get(key), value)
         elif key in APPENDED_KEYS and isinstance(value, list):
             out[key] = [*(state.get(key) or []), *value]
         else:
@@ -87,15 +208,18 @@ def overlay(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, An
     return out
 
 
-def combine(first: Mapping[str, Any], then: Mapping[str, Any]) -> dict[str, Any]:
-    """Two updates of one stage as one: merged keys merged, appended keys appended."""
+def combine(state: Mapping[str, Any], first: Mapping[str, Any], then: Mapping[str, Any]) -> dict[str, Any]:
+    """Two updates of one stage on ``state`` as one: appended keys appended, a reduced key
+    written as the value both leave it at (the history: its entries that changed)."""
     out = {**first, **then}
-    for key in MERGED_KEYS:
-        if key in first and key in then:
-            out[key] = {**first[key], **then[key]}
     for key in APPENDED_KEYS:
         if key in first and key in then:
             out[key] = [*first[key], *then[key]]
+    for key, fn in REDUCED.items():
+        if key in first and key in then:
+            out[key] = fn(fn(state.get(key), first[key]), then[key])
+    if "history" in first and "history" in then:
+        out["history"] = delta(state, out["history"])
     return out
 
 

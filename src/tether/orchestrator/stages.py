@@ -29,14 +29,18 @@ from tether.orchestrator.history import add_line, delta, history_of, mark_milest
 from tether.orchestrator.prompts import report_file, report_ref
 from tether.orchestrator.roles import RoleOutput, RoleRunner
 from tether.orchestrator.stage import (
+    REPORTS_KEPT,
     StageInput,
     StageOutcome,
     combine,
+    last_stage,
     overlay,
     render_board,
+    report_record,
     role_prompt,
     role_request,
     run_role,
+    verdicts_of,
 )
 from tether.orchestrator.subloop import STATE_FILE, SubLoopLock, SubLoopResult, SubLoopState, should_enter
 
@@ -65,17 +69,17 @@ async def role_stage(inp: StageInput, role: str, runner: RoleRunner) -> StageOut
     else:
         request = role_request(inp, role, role_prompt(inp, role), path, timeout=limit)
         output, waited = await run_role(runner, request, limit)
-    update = record_report(inp, role, output, path)
-    verdict = update["verdicts"][role]
+    update, entry = record_report(inp, role, output, path)
+    verdict = entry["verdict"]
     counters = {"test_runs": 1} if role == "TEST" else {}
     nxt, reason = (
         ("finish_check", "FINISH_REVIEW done") if role == "FINISH_REVIEW" else ("main", f"{role} {verdict}")
     )
     if role == "TEST" and inp.config.subloop and verdict == "FAIL":
-        enter, why = should_enter(verdict, update["latest"]["TEST"]["blockers"])
+        enter, why = should_enter(verdict, entry["blockers"])
         if enter:
             try:
-                update |= enter_subloop(inp, update, why)
+                update |= enter_subloop(inp, update, entry, why)
                 nxt, reason = "subloop_dev", why
                 counters["subloop_entries"] = 1
             except SubLoopLocked as exc:  # an error on entry: back to MAIN, as any sub-loop error
@@ -93,8 +97,9 @@ async def role_stage(inp: StageInput, role: str, runner: RoleRunner) -> StageOut
 
 def record_report(
     inp: StageInput, role: str, output: RoleOutput, path: Path, *, subloop: int = 0
-) -> dict[str, Any]:
-    """Write the report (standard header checked, defaults added); the state's update."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Write the report (standard header checked, defaults added); the state's update and
+    the role's new ``latest`` entry."""
     board, state, iteration = inp.board, inp.state, inp.iteration
     text = output.report
     if output.report_file:
@@ -119,40 +124,36 @@ def record_report(
     }
     if isinstance(report_ref(role, iteration, rel), list):  # not at its standard path
         entry["path"] = rel
-    index = {}
-    if not subloop:
-        index[role] = [
-            *((state.get("report_index") or {}).get(role) or []),
-            report_ref(role, iteration, rel),
-        ][-20:]
     blockers = "; ".join(summary.blockers) or "none"
     line = (
         f"{role}{f' (sub-loop round {subloop})' if subloop else ''}: {summary.verdict}, blockers: {blockers}"
     )
     history = add_line(history_of(state), line)
-    previous = (state.get("verdicts") or {}).get("TEST")
+    previous = verdicts_of(state).get("TEST")
     extra: dict[str, Any] = {}
     first_pass = role == "TEST" and summary.verdict == "PASS" and previous == "FAIL"
     if first_pass and not state.get("first_pass_marked"):
         history = mark_milestone(history, iteration, "first TEST PASS after a FAIL")
         extra["first_pass_marked"] = True
-    return {
-        "latest": {role: entry},  # "latest", "report_index", "verdicts": merged per role
-        "report_index": index,
-        "verdicts": {role: summary.verdict},
+    if not subloop:
+        extra["report_index"] = [role, report_ref(role, iteration, rel)]
+    update = {
+        "latest": report_record(role, entry),
         "history": delta(state, history),
-        "last_stage": role,
         "stage_changes": [
             f"iteration {iteration}: {role}{f' #{subloop}' if subloop else ''} -> {summary.verdict}"
         ],
         **extra,
     }
+    return update, entry
 
 
 # == the sub-loop ===============================================================
 
 
-def enter_subloop(inp: StageInput, update: dict[str, Any], reason: str) -> dict[str, Any]:
+def enter_subloop(
+    inp: StageInput, update: dict[str, Any], test: dict[str, Any], reason: str
+) -> dict[str, Any]:
     state = inp.state
     if (state.get("subloop") or {}).get("active"):  # never nested
         raise SubLoopLocked("a sub-loop is already active in this run", holder=inp.run_id)
@@ -163,7 +164,7 @@ def enter_subloop(inp: StageInput, update: dict[str, Any], reason: str) -> dict[
         active=True,
         iteration=inp.iteration,
         sub_iteration=1,
-        test_report=report_file("TEST", update["latest"]["TEST"]),
+        test_report=report_file("TEST", test),
         dev_report=report_file("DEV", dev) if (dev := (state.get("latest") or {}).get("DEV")) else "",
         entry_reason=reason,
         started_at=time.time(),
@@ -204,7 +205,7 @@ async def subloop_dev(inp: StageInput, runner: RoleRunner) -> StageOutcome:
             )
             request = role_request(inp, "DEV", prompt, path, subloop_round=k, timeout=left)
             output, waited = await run_role(runner, request, left)
-        update = record_report(inp, "DEV", output, path, subloop=k)
+        update, entry = record_report(inp, "DEV", output, path, subloop=k)
     except Exception as exc:  # any error in the sub-loop returns to MAIN
         out = exit_subloop(inp, st, success=False, condition=_failure("DEV", k, exc))
         out.waited = waited
@@ -221,7 +222,7 @@ async def subloop_dev(inp: StageInput, runner: RoleRunner) -> StageOutcome:
                 "stage": "SUBLOOP_DEV",
                 "iteration": st.iteration,
                 "subloop_round": k,
-                "verdict": update["verdicts"]["DEV"],
+                "verdict": entry["verdict"],
             }
         ],
         waited=waited,
@@ -248,7 +249,7 @@ async def subloop_test(inp: StageInput, runner: RoleRunner) -> StageOutcome:
         )
         request = role_request(inp, "TEST", prompt, path, subloop_round=k, timeout=left)
         output, waited = await run_role(runner, request, left)
-        update = record_report(inp, "TEST", output, path, subloop=k)
+        update, _ = record_report(inp, "TEST", output, path, subloop=k)
     except Exception as exc:
         out = exit_subloop(inp, st, success=False, condition=_failure("TEST", k, exc))
         out.waited = waited
@@ -265,8 +266,8 @@ async def subloop_test(inp: StageInput, runner: RoleRunner) -> StageOutcome:
         end = "timeout"
     if end:  # the exit reads this round's report from the state as the update leaves it
         view = dataclasses.replace(inp, state=overlay(inp.state, update))
-        out = exit_subloop(view, st, success=verdict == "PASS", condition=end)
-        out.update = combine(update, out.update)
+        out = exit_subloop(view, st, success=verdict == "PASS", condition=end, reported=True)
+        out.update = combine(inp.state, update, out.update)
         out.events.insert(0, event)
         out.waited = waited
         return out
@@ -281,9 +282,12 @@ async def subloop_test(inp: StageInput, runner: RoleRunner) -> StageOutcome:
     )
 
 
-def exit_subloop(inp: StageInput, st: SubLoopState, *, success: bool, condition: str) -> StageOutcome:
+def exit_subloop(
+    inp: StageInput, st: SubLoopState, *, success: bool, condition: str, reported: bool = False
+) -> StageOutcome:
     """Copy the final reports to the standard paths, note the result in the history,
-    remove the round files, the state file and the lock; back to MAIN."""
+    remove the round files, the state file and the lock; back to MAIN. ``reported``: the
+    step exiting wrote its report (else the last stage stays the one before it)."""
     board, state = inp.board, inp.state
     k = st.sub_iteration
     latest = dict(state.get("latest") or {})
@@ -295,8 +299,8 @@ def exit_subloop(inp: StageInput, st: SubLoopState, *, success: bool, condition:
         board.copy(rel, kept)
         board.copy(rel, f"reports/report_{role.lower()}.md")
         latest[role] = {**(latest.get(role) or {}), "path": kept, "subloop": 0}
-        index[role] = [*(index.get(role) or []), report_ref(role, st.iteration, kept)][-20:]
-    verdict = (state.get("verdicts") or {}).get("TEST", "UNKNOWN")
+        index[role] = [*(index.get(role) or []), report_ref(role, st.iteration, kept)][-REPORTS_KEPT:]
+    verdict = verdicts_of(state).get("TEST", "UNKNOWN")
     result = SubLoopResult(success=success, final_test_verdict=str(verdict), iterations=k)
     line = f"sub-loop: {k} round(s), success={str(success).lower()}, exit: {condition}, final TEST: {verdict}"
     for n in range(1, k + 1):
@@ -316,6 +320,8 @@ def exit_subloop(inp: StageInput, st: SubLoopState, *, success: bool, condition:
         "subloop_result": result.to_dict(),
         "stage_changes": [f"iteration {st.iteration}: sub-loop exit ({condition})"],
     }
+    if not reported:  # what the runtime's history says ran last is not the stage to name
+        update["last_stage"] = last_stage(state)
     render_board(inp, update)
     event = {
         "stage": "SUBLOOP_EXIT",
@@ -346,6 +352,6 @@ def _failure(role: str, k: int, exc: Exception) -> str:
     return f"error in {role} round {k}: {exc!r}"[:300]
 
 
-def _line(inp: StageInput, update: dict[str, Any], line: str) -> dict[str, Any]:
+def _line(inp: StageInput, update: dict[str, Any], line: str) -> Any:
     """The history entries changed by the pending ``update`` plus ``line``."""
     return delta(inp.state, add_line(history_of(inp.state, update), line))

@@ -19,6 +19,7 @@ from tether.context.reports import read_report_summary
 from tether.orchestrator.blackboard import ROLES
 from tether.orchestrator.history import last_decision
 from tether.orchestrator.prompts import plan_counts, report_file
+from tether.orchestrator.stage import last_stage
 
 __all__ = ["is_orchestration", "orchestration_view", "report_text"]
 
@@ -106,7 +107,7 @@ def orchestration_view(state: Mapping[str, Any]) -> dict[str, Any]:
         "orchestration": True,
         "task": str(state.get("task", "")),
         "iteration": int(state.get("iteration") or 0),
-        "lastStage": str(state.get("last_stage") or ""),
+        "lastStage": last_stage(state),
         "lastDecision": last_decision(state),
         "pendingQuestion": state.get("pending_question"),
         "finishAttempts": int(state.get("finish_attempts") or 0),

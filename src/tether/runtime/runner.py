@@ -383,7 +383,7 @@ class Runner:
             ctx.merge_trusted(runtime_update(lease=run.lease()))
         if run.settled_cache is not None:
             run.settled_cache[0].add(step.id)
-        version = await run.commit(node_id=step.id, metadata={"node_name": step.title})
+        version = await run.commit(node_id=step.id, metadata={"node_name": step.name} if step.name else None)
         run.step = None
         run.record("step_done", step.id, version=version, attempts=sc.attempt)
         await self._after_checkpoint(run, step, version)
