@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -54,7 +55,26 @@ __all__ = ["SYSTEM_PROMPT", "AgentLoop", "LoopConfig"]
 
 logger = logging.getLogger(__name__)
 
-"""The state keys an iteration appends to (a checkpoint stores only what it added)."""
+_KEPT_WINDOWS = 16
+"""Runs whose window a loop keeps between steps (the rest are rebuilt from their state)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _KeptWindow:
+    """A window and the ``context_meta`` and ``context_log`` a state holding it has."""
+
+    window: ContextWindow
+    meta: dict[str, Any]
+    length: int
+    last: object
+    """The log's last entry (None: an empty log)."""
+
+    def held_by(self, meta: object, log: object) -> bool:
+        """Whether a state with this meta and log holds this window: its step was committed
+        and nothing (another process, an edit through the server) changed the log since."""
+        if not isinstance(log, list) or len(log) != self.length or meta != self.meta:
+            return False
+        return (log[-1] if log else None) == self.last
 
 
 class AgentLoop:
@@ -99,6 +119,7 @@ class AgentLoop:
         self.prompt_sizes: list[int] = []
         """Prompt tokens sent at each iteration of this process (for measurements)."""
         self.calls = CallLog(model, redact=self.redact)  # prompt records, schema, streaming
+        self._windows: OrderedDict[str, _KeptWindow] = OrderedDict()  # as each run's last step left it
 
     # == entry points ===============================================================
     def workflow(self) -> Workflow:
@@ -115,8 +136,8 @@ class AgentLoop:
     async def start(self, run_id: str, goal: str, *, inputs: Mapping[str, object] | None = None) -> RunResult:
         """Start a run on ``goal``; ``inputs`` adds keys to its initial state."""
         window = new_window(self.config, goal, self.redact)
-        state = {**(inputs or {}), "goal": goal, "invalid_replies": 0}
-        state.update(context_meta=window.meta_state(), context_log=window.take_journal())
+        state: dict[str, object] = {**(inputs or {}), "goal": goal, "invalid_replies": 0}
+        self._keep(run_id, window, state, [])
         return await self.runner().start(run_id, state)
 
     async def resume(self, run_id: str, *, decision: str | None = None, note: str | None = None) -> RunResult:
@@ -159,18 +180,18 @@ class AgentLoop:
 
     async def _effect(self, sc: StepContext) -> Mapping[str, Any]:
         """Run the command ``inflight`` names; not idempotent: a crash in here is never re-run blindly."""
-        n, window = int(sc.get("iteration", 0)), load_window(sc.state)
+        n, window = int(sc.get("iteration", 0)), self._window(sc)
         update: dict[str, object] = {"inflight": None}
         if inflight := sc.get("inflight"):
             action, turn = self.effects.turn(sc, n, dict(inflight), self.redact)
             self._apply(sc, window, turn or await self._run(sc, window, n, action), update)
             await self.watch.after(sc, window, n, action, update)
-        update.update(context_meta=window.meta_state(), context_log=window.take_journal())
+        self._keep(sc.run_id, window, update, sc.get("context_log"))
         self._next(sc, n)
         return update
 
     async def _iteration(self, sc: StepContext, n: int) -> dict[str, object]:
-        window = load_window(sc.state)
+        window = self._window(sc)
         update = self.watch.before(sc, window)  # a stuck run pauses here, with a report
         if sc.get("pending_question"):
             self._take_answer(sc, window, update)
@@ -196,8 +217,29 @@ class AgentLoop:
         elif turn.action is not None:
             self._apply(sc, window, await self._run(sc, window, turn.iteration, turn.action), update)
             await self.watch.after(sc, window, turn.iteration, turn.action, update)
-        update.update(context_meta=window.meta_state(), context_log=window.take_journal())
+        self._keep(sc.run_id, window, update, sc.get("context_log"))
         return update
+
+    def _window(self, sc: StepContext) -> ContextWindow:
+        """The run's window: the one its last step left when the state still holds exactly
+        that (rebuilding it replays the whole log, a cost that grows with every iteration),
+        else rebuilt from the state. Taken out of the cache: a step that fails midway may
+        have changed it, and its state is not committed."""
+        kept = self._windows.pop(sc.run_id, None)
+        if kept is not None and kept.held_by(sc.get("context_meta"), sc.get("context_log")):
+            return kept.window
+        return load_window(sc.state)
+
+    def _keep(self, run_id: str, window: ContextWindow, update: dict[str, object], log: object) -> None:
+        """Put the window's changes in ``update`` and keep the window for the run's next step."""
+        meta, journal = window.meta_state(), window.take_journal()
+        update.update(context_meta=meta, context_log=journal)
+        before = log if isinstance(log, list) else []
+        last = journal[-1] if journal else (before[-1] if before else None)
+        self._windows[run_id] = _KeptWindow(window, meta, len(before) + len(journal), last)
+        self._windows.move_to_end(run_id)
+        while len(self._windows) > _KEPT_WINDOWS:
+            self._windows.popitem(last=False)
 
     def _apply(self, sc: StepContext, window: ContextWindow, turn: Turn, update: dict[str, object]) -> None:
         for item in turn.items:
