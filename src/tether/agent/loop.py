@@ -236,7 +236,8 @@ class AgentLoop:
         update.update(context_meta=meta, context_log=journal)
         before = log if isinstance(log, list) else []
         last = journal[-1] if journal else (before[-1] if before else None)
-        self._windows[run_id] = _KeptWindow(window, meta, len(before) + len(journal), last)
+        # its own copy of the meta: the one in the update goes into the state, where it may change
+        self._windows[run_id] = _KeptWindow(window, window.meta_state(), len(before) + len(journal), last)
         self._windows.move_to_end(run_id)
         while len(self._windows) > _KEPT_WINDOWS:
             self._windows.popitem(last=False)
