@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,7 +29,7 @@ from tether.agent.config import SYSTEM_PROMPT, LoopConfig, loop_reducers
 from tether.agent.decide import Turn
 from tether.agent.effects import Inflight, SideEffects, settle_cut
 from tether.agent.interaction import UserInteractionHandler
-from tether.agent.prompt import load_window, new_window
+from tether.agent.prompt import KeptWindows, new_window
 from tether.agent.reads import read_artifact
 from tether.agent.resources import RunResources
 from tether.agent.runlog import run_log
@@ -55,26 +54,7 @@ __all__ = ["SYSTEM_PROMPT", "AgentLoop", "LoopConfig"]
 
 logger = logging.getLogger(__name__)
 
-_KEPT_WINDOWS = 16
-"""Runs whose window a loop keeps between steps (the rest are rebuilt from their state)."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _KeptWindow:
-    """A window and the ``context_meta`` and ``context_log`` a state holding it has."""
-
-    window: ContextWindow
-    meta: dict[str, Any]
-    length: int
-    last: object
-    """The log's last entry (None: an empty log)."""
-
-    def held_by(self, meta: object, log: object) -> bool:
-        """Whether a state with this meta and log holds this window: its step was committed
-        and nothing (another process, an edit through the server) changed the log since."""
-        if not isinstance(log, list) or len(log) != self.length or meta != self.meta:
-            return False
-        return (log[-1] if log else None) == self.last
+"""The state keys an iteration appends to (a checkpoint stores only what it added)."""
 
 
 class AgentLoop:
@@ -119,7 +99,7 @@ class AgentLoop:
         self.prompt_sizes: list[int] = []
         """Prompt tokens sent at each iteration of this process (for measurements)."""
         self.calls = CallLog(model, redact=self.redact)  # prompt records, schema, streaming
-        self._windows: OrderedDict[str, _KeptWindow] = OrderedDict()  # as each run's last step left it
+        self.windows = KeptWindows()  # each run's window as its last step left it
 
     # == entry points ===============================================================
     def workflow(self) -> Workflow:
@@ -137,7 +117,7 @@ class AgentLoop:
         """Start a run on ``goal``; ``inputs`` adds keys to its initial state."""
         window = new_window(self.config, goal, self.redact)
         state: dict[str, object] = {**(inputs or {}), "goal": goal, "invalid_replies": 0}
-        self._keep(run_id, window, state, [])
+        self.windows.keep(run_id, window, state, [])
         return await self.runner().start(run_id, state)
 
     async def resume(self, run_id: str, *, decision: str | None = None, note: str | None = None) -> RunResult:
@@ -180,18 +160,18 @@ class AgentLoop:
 
     async def _effect(self, sc: StepContext) -> Mapping[str, Any]:
         """Run the command ``inflight`` names; not idempotent: a crash in here is never re-run blindly."""
-        n, window = int(sc.get("iteration", 0)), self._window(sc)
+        n, window = int(sc.get("iteration", 0)), self.windows.load(sc.run_id, sc.state)
         update: dict[str, object] = {"inflight": None}
         if inflight := sc.get("inflight"):
             action, turn = self.effects.turn(sc, n, dict(inflight), self.redact)
             self._apply(sc, window, turn or await self._run(sc, window, n, action), update)
             await self.watch.after(sc, window, n, action, update)
-        self._keep(sc.run_id, window, update, sc.get("context_log"))
+        self.windows.keep(sc.run_id, window, update, sc.get("context_log"))
         self._next(sc, n)
         return update
 
     async def _iteration(self, sc: StepContext, n: int) -> dict[str, object]:
-        window = self._window(sc)
+        window = self.windows.load(sc.run_id, sc.state)
         update = self.watch.before(sc, window)  # a stuck run pauses here, with a report
         if sc.get("pending_question"):
             self._take_answer(sc, window, update)
@@ -217,30 +197,8 @@ class AgentLoop:
         elif turn.action is not None:
             self._apply(sc, window, await self._run(sc, window, turn.iteration, turn.action), update)
             await self.watch.after(sc, window, turn.iteration, turn.action, update)
-        self._keep(sc.run_id, window, update, sc.get("context_log"))
+        self.windows.keep(sc.run_id, window, update, sc.get("context_log"))
         return update
-
-    def _window(self, sc: StepContext) -> ContextWindow:
-        """The run's window: the one its last step left when the state still holds exactly
-        that (rebuilding it replays the whole log, a cost that grows with every iteration),
-        else rebuilt from the state. Taken out of the cache: a step that fails midway may
-        have changed it, and its state is not committed."""
-        kept = self._windows.pop(sc.run_id, None)
-        if kept is not None and kept.held_by(sc.get("context_meta"), sc.get("context_log")):
-            return kept.window
-        return load_window(sc.state)
-
-    def _keep(self, run_id: str, window: ContextWindow, update: dict[str, object], log: object) -> None:
-        """Put the window's changes in ``update`` and keep the window for the run's next step."""
-        meta, journal = window.meta_state(), window.take_journal()
-        update.update(context_meta=meta, context_log=journal)
-        before = log if isinstance(log, list) else []
-        last = journal[-1] if journal else (before[-1] if before else None)
-        # its own copy of the meta: the one in the update goes into the state, where it may change
-        self._windows[run_id] = _KeptWindow(window, window.meta_state(), len(before) + len(journal), last)
-        self._windows.move_to_end(run_id)
-        while len(self._windows) > _KEPT_WINDOWS:
-            self._windows.popitem(last=False)
 
     def _apply(self, sc: StepContext, window: ContextWindow, turn: Turn, update: dict[str, object]) -> None:
         for item in turn.items:
