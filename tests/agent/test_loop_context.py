@@ -14,8 +14,8 @@ import pytest
 from tests.server.conftest import serve
 from tests.stores.conftest import require_url
 from tether.agent import AgentLoop, LoopConfig
-from tether.agent.config import artifact_root, artifact_store_for
-from tether.context import ContextWindow
+from tether.agent.config import artifact_root, artifact_store_for, loop_reducers
+from tether.context import ContextWindow, new_item
 from tether.context.monitor import Thresholds
 from tether.models import ScriptedModel
 from tether.state import ExecutionContext, RunStatus
@@ -80,6 +80,36 @@ async def test_thresholds_come_from_the_config_and_events_reach_the_listener(tmp
     warnings = [e for e in events if e.kind == "context_warning"]
     assert len(warnings) == 1 and warnings[0].detail["ratio"] > 0.2
     assert [e["kind"] for e in runtime_state(result.state)["event_log"]].count("context_warning") == 1
+
+
+async def test_a_window_changed_between_two_steps_is_the_one_the_next_step_prompts_with(tmp_path):
+    """The loop keeps each run's window between steps instead of replaying its log; an item
+    added to the stored window while the run waits (as the server's context routes do) is in
+    the next prompt all the same, and the window the loop goes on with is the stored one."""
+    model = ScriptedModel(
+        [
+            execute("echo first"),
+            {"action": "ask_user", "question": "Which port?", "input_type": "text"},
+            {"action": "done", "message": "ok"},
+        ]
+    )
+    async with open_store(f"sqlite:///{tmp_path}/agent.db") as store:
+        loop = AgentLoop(model, LocalSession(cwd=tmp_path), store, config=LoopConfig(budget=6_000))
+        paused = await loop.start("edited", "serve it")
+        assert paused.status is RunStatus.PAUSED
+        cp = await store.load("edited")
+        window = ContextWindow.from_log(cp.state["context_meta"], cp.state["context_log"])
+        window.start_journal()
+        window.add(new_item("constraint", "never restart the database", id="rule-1"))
+        update = {"context_meta": window.meta_state(), "context_log": window.take_journal()}
+        await store.update_state("edited", update, reducers=loop_reducers())
+        result = await loop.answer("edited", "8080")
+        assert result.status is RunStatus.COMPLETED
+        final = await store.load("edited")
+    last_prompt = " ".join(str(m.get("content")) for m in model.calls[-1])
+    assert "never restart the database" in last_prompt and "8080" in last_prompt
+    rebuilt = ContextWindow.from_log(final.state["context_meta"], final.state["context_log"])
+    assert rebuilt.get("rule-1") is not None
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])

@@ -6,7 +6,7 @@ import pytest
 
 from tether.context import ContextWindow, new_item
 from tether.context.distill import step_outputs_from_commands
-from tether.context.facts import extract_operation, extract_output, find_resolutions
+from tether.context.facts import extract_operation, extract_output, fact_lines, find_resolutions
 from tether.context.planted import AGENT_CATEGORIES, generate_agent_transcript
 
 OUTPUTS = Path(__file__).parent / "outputs"
@@ -38,6 +38,27 @@ def test_progress_noise_is_not_a_fact() -> None:
     assert facts.errors == ()
     first = extract_output((OUTPUTS / "npm_eacces.txt").read_text(encoding="utf-8")).errors[0]
     assert "permission denied" in first  # the informative error line ranks first
+
+
+def test_fact_lines_of_ascii_and_other_lines_alike() -> None:
+    """The lines a trim keeps are found wherever they are, in plain ASCII lines (searched in
+    the whole text at once) as in the others (tested one by one)."""
+    lines = [
+        "Compiling 120 modules",
+        "\u2713 wrote /srv/app/dist/bundle.js",
+        "Server listening on 0.0.0.0:8080",
+        "the offset was reset",
+        "LOG_LEVEL is now debug",
+        "PORT=8443",
+        "\u00c4rger: permission denied",
+        "0 errors, 2 warnings",
+        "ERROR: disk full",
+    ]
+    assert fact_lines("\n".join(lines)) == [1, 2, 4, 5, 6, 8]
+    for path in sorted(OUTPUTS.glob("*.txt")):
+        text = path.read_text(encoding="utf-8")
+        one_by_one = [k for k, line in enumerate(text.splitlines()) if fact_lines(line)]
+        assert fact_lines(text) == one_by_one, path.name
 
 
 def test_command_arguments_exit_status_and_config() -> None:

@@ -29,7 +29,7 @@ from tether.agent.config import SYSTEM_PROMPT, LoopConfig, loop_reducers
 from tether.agent.decide import Turn
 from tether.agent.effects import Inflight, SideEffects, settle_cut
 from tether.agent.interaction import UserInteractionHandler
-from tether.agent.prompt import load_window, new_window
+from tether.agent.prompt import KeptWindows, new_window
 from tether.agent.reads import read_artifact
 from tether.agent.resources import RunResources
 from tether.agent.runlog import run_log
@@ -99,6 +99,7 @@ class AgentLoop:
         self.prompt_sizes: list[int] = []
         """Prompt tokens sent at each iteration of this process (for measurements)."""
         self.calls = CallLog(model, redact=self.redact)  # prompt records, schema, streaming
+        self.windows = KeptWindows()  # each run's window as its last step left it
 
     # == entry points ===============================================================
     def workflow(self) -> Workflow:
@@ -115,8 +116,8 @@ class AgentLoop:
     async def start(self, run_id: str, goal: str, *, inputs: Mapping[str, object] | None = None) -> RunResult:
         """Start a run on ``goal``; ``inputs`` adds keys to its initial state."""
         window = new_window(self.config, goal, self.redact)
-        state = {**(inputs or {}), "goal": goal, "invalid_replies": 0}
-        state.update(context_meta=window.meta_state(), context_log=window.take_journal())
+        state: dict[str, object] = {**(inputs or {}), "goal": goal, "invalid_replies": 0}
+        self.windows.keep(run_id, window, state, [])
         return await self.runner().start(run_id, state)
 
     async def resume(self, run_id: str, *, decision: str | None = None, note: str | None = None) -> RunResult:
@@ -159,18 +160,18 @@ class AgentLoop:
 
     async def _effect(self, sc: StepContext) -> Mapping[str, Any]:
         """Run the command ``inflight`` names; not idempotent: a crash in here is never re-run blindly."""
-        n, window = int(sc.get("iteration", 0)), load_window(sc.state)
+        n, window = int(sc.get("iteration", 0)), self.windows.load(sc.run_id, sc.state)
         update: dict[str, object] = {"inflight": None}
         if inflight := sc.get("inflight"):
             action, turn = self.effects.turn(sc, n, dict(inflight), self.redact)
             self._apply(sc, window, turn or await self._run(sc, window, n, action), update)
             await self.watch.after(sc, window, n, action, update)
-        update.update(context_meta=window.meta_state(), context_log=window.take_journal())
+        self.windows.keep(sc.run_id, window, update, sc.get("context_log"))
         self._next(sc, n)
         return update
 
     async def _iteration(self, sc: StepContext, n: int) -> dict[str, object]:
-        window = load_window(sc.state)
+        window = self.windows.load(sc.run_id, sc.state)
         update = self.watch.before(sc, window)  # a stuck run pauses here, with a report
         if sc.get("pending_question"):
             self._take_answer(sc, window, update)
@@ -196,7 +197,7 @@ class AgentLoop:
         elif turn.action is not None:
             self._apply(sc, window, await self._run(sc, window, turn.iteration, turn.action), update)
             await self.watch.after(sc, window, turn.iteration, turn.action, update)
-        update.update(context_meta=window.meta_state(), context_log=window.take_journal())
+        self.windows.keep(sc.run_id, window, update, sc.get("context_log"))
         return update
 
     def _apply(self, sc: StepContext, window: ContextWindow, turn: Turn, update: dict[str, object]) -> None:

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from tether.agent.config import LoopConfig
 from tether.context import ContextItem, ContextWindow, Layer, new_item
 from tether.context.notes import matches, plan_steps, status_updates
 from tether.state import ExecutionContext
 
-__all__ = ["load_window", "new_window", "refresh_plan", "remind"]
+__all__ = ["KeptWindows", "load_window", "new_window", "refresh_plan", "remind"]
 
 _MARK = {"pending": " ", "done": "x", "in_progress": "~", "skipped": "-"}
 
@@ -54,6 +57,59 @@ def load_window(ctx: ExecutionContext) -> ContextWindow:
         window = ContextWindow.from_state(ctx.get("context_window"))
     window.start_journal()
     return window
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """A window and the ``context_meta`` and ``context_log`` a state holding it has."""
+
+    window: ContextWindow
+    meta: dict[str, Any]
+    length: int
+    last: object
+    """The log's last entry (None: an empty log)."""
+
+    def held_by(self, meta: object, log: object) -> bool:
+        """Whether a state with this meta and log holds this window: its step was committed
+        and nothing (another process, an edit through the server) changed the log since."""
+        if not isinstance(log, list) or len(log) != self.length or meta != self.meta:
+            return False
+        return (log[-1] if log else None) == self.last
+
+
+class KeptWindows:
+    """Each run's window as its last step left it, for its next step.
+
+    Rebuilding a window replays the run's whole log, a cost that grows with every
+    iteration; a step whose state still holds exactly the window kept (same meta, same log
+    length and last entry) reuses it. Anything else (a step that failed or was not
+    committed, another process, an edit of the stored window) rebuilds it from the state.
+    """
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        """Runs kept (the least recently used go first)."""
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
+
+    def load(self, run_id: str, ctx: ExecutionContext) -> ContextWindow:
+        """The run's window (see :func:`load_window`). Taken out of the cache: a step that
+        fails midway may have changed it, and its state is not committed."""
+        kept = self._kept.pop(run_id, None)
+        if kept is not None and kept.held_by(ctx.get("context_meta"), ctx.get("context_log")):
+            return kept.window
+        return load_window(ctx)
+
+    def keep(self, run_id: str, window: ContextWindow, update: dict[str, object], log: object) -> None:
+        """Put the window's changes in ``update`` (the state's log was ``log``) and keep it."""
+        meta, journal = window.meta_state(), window.take_journal()
+        update.update(context_meta=meta, context_log=journal)
+        before = log if isinstance(log, list) else []
+        last = journal[-1] if journal else (before[-1] if before else None)
+        # its own copy of the meta: the one in the update goes into the state, where it may change
+        self._kept[run_id] = _Kept(window, window.meta_state(), len(before) + len(journal), last)
+        self._kept.move_to_end(run_id)
+        while len(self._kept) > self.size:
+            self._kept.popitem(last=False)
 
 
 def _reasoning(window: ContextWindow) -> str:

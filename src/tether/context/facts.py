@@ -14,7 +14,9 @@ of versions that nobody needs later.
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -56,10 +58,9 @@ _NAMED_VERSION = re.compile(
 (three parts after a space, so "took 3.5 seconds" is not one)."""
 _HASH = re.compile(r"\b(?:sha256:)?[0-9a-f]{7,64}\b|\b[0-9a-f]{7,12}\.\.[0-9a-f]{7,12}\b")
 _ERROR = re.compile(
-    r"(?i)((?-i:Error|Exception)\b|\berror\b|\bfailed\b|\bfailure\b|\bfatal\b|exception|\bdenied\b|"
-    r"refused|not found|"
-    r"\bcannot\b|\bunable\b|traceback|ERR!|\bE:\s|no such file|already (?:allocated|in use))"
-)
+    r"(?i)((?-i:Error|Exception)\b|\b(?:error|failed|failure|fatal|denied|cannot|unable)\b|exception|"
+    r"refused|not found|traceback|ERR!|\bE:\s|no such file|already (?:allocated|in use))"
+)  # the whole words under one \b: most positions fail it once instead of once per word
 _NOT_ERROR = re.compile(r"(?i)\b0 (?:errors?|failed)\b|\bwarn(?:ing)?\b(?!.*error)|PASSED|xfail")
 _SALIENT = re.compile(
     r"(?i)(successfully|installed|tagged|naming to|HEAD is now|updating [0-9a-f]|listening|running on|"
@@ -100,27 +101,85 @@ def prose_configs(text: str) -> dict[str, str]:
     return found
 
 
+_FACT_WORDS = ("successfully", "tagged", "naming to", "head is now", "migrat")
+_HOST_WORDS = ("listen", "running on", "bound")
+_FactTest = Callable[[str, str], object]
+"""A test of a stripped line and its lowercase form."""
+_FACT_TESTS: tuple[tuple[tuple[str, ...], _FactTest], ...] = (
+    (("exit",), lambda line, low: "exit" in low and _EXIT.search(line)),
+    (
+        _ERROR_WORDS,
+        lambda line, low: (
+            any(w in low for w in _ERROR_WORDS) and _ERROR.search(line) and not _NOT_ERROR.search(line)
+        ),
+    ),
+    (("=",), lambda line, low: _ASSIGN.fullmatch(line)),
+    (("listening", "bound", "serving"), lambda line, low: _LISTEN_PORT.search(line)),
+    (_HOST_WORDS, lambda line, low: any(w in low for w in _HOST_WORDS) and _HOSTPORT.search(line)),
+    (
+        ("wrote", "written", "writing", "saved", "created", "generated"),
+        lambda line, low: _WROTE.search(line) and _PATH.search(line),
+    ),
+    (("configured",), lambda line, low: _PROSE_CONFIG[0].search(line)),
+    (("set",), lambda line, low: _PROSE_CONFIG[1].search(line)),
+    (("now",), lambda line, low: _PROSE_CONFIG[2].search(line)),  # case-sensitive "is now"
+    (("version",), lambda line, low: "version" in low and _VERSION.search(line)),
+    (_FACT_WORDS, lambda line, low: any(w in low for w in _FACT_WORDS)),
+)
+"""What makes a line a fact, each test after the lowercase words it cannot pass without: on
+ASCII text a case-insensitive pattern sees what ``lower()`` sees, so a line holding none of
+a test's words fails it, and :func:`fact_lines` tries a test only on the lines its words are in."""
+
+
+def _is_fact(raw: str) -> bool:
+    line = raw.strip()
+    if not line or len(line) > 400 or _NOISE.match(_BUILDKIT.sub("", line)):
+        return False
+    low = line.lower()
+    return any(test(line, low) for _words, test in _FACT_TESTS)
+
+
 def fact_lines(text: str) -> list[int]:
     """Indexes of the lines of ``text`` that carry a fact: errors, paths written, listening
-    ports, versions, configuration, exit status. Trimming keeps these when it cuts."""
-    out: list[int] = []
-    for k, raw in enumerate(text.splitlines()):
-        line = raw.strip()
-        if not line or len(line) > 400 or _NOISE.match(_BUILDKIT.sub("", line)):
-            continue
-        low = line.lower()
-        if (
-            ("exit" in low and _EXIT.search(line))
-            or (any(w in low for w in _ERROR_WORDS) and _ERROR.search(line) and not _NOT_ERROR.search(line))
-            or _ASSIGN.fullmatch(line)
-            or _LISTEN_PORT.search(line)
-            or (any(w in low for w in ("listen", "running on", "bound")) and _HOSTPORT.search(line))
-            or (_WROTE.search(line) and _PATH.search(line))
-            or any(p.search(line) for p in _PROSE_CONFIG)
-            or ("version" in low and _VERSION.search(line))
-            or any(w in low for w in ("successfully", "tagged", "naming to", "head is now", "migrat"))
-        ):
-            out.append(k)
+    ports, versions, configuration, exit status. Trimming keeps these when it cuts.
+
+    Most lines of an output carry none, and the case-insensitive patterns cost far more per
+    character than a substring search, so each test runs only on the lines that hold its
+    words (see :data:`_FACT_TESTS`).
+    """
+    lines = text.splitlines()
+    # lower() may change a non-ASCII line's length, and IGNORECASE folds more than it does:
+    # such lines are tested whole, and the search below sees them empty
+    plain = [line if line.isascii() else "" for line in lines]
+    low_text = "\n".join(plain).lower()
+    starts = list(itertools.accumulate((len(line) + 1 for line in plain), initial=0))
+    found = {k for k, line in enumerate(lines) if not plain[k] and line and _is_fact(line)}
+    tried: dict[int, tuple[str, str] | None] = {}  # a line's stripped and lowered text; None: never a fact
+    for words, test in _FACT_TESTS:
+        for k in _lines_with(low_text, starts, words):
+            if k in found:
+                continue
+            if k in tried:
+                pair = tried[k]
+            else:
+                line = lines[k].strip()
+                skip = not line or len(line) > 400 or _NOISE.match(_BUILDKIT.sub("", line))
+                pair = tried[k] = None if skip else (line, line.lower())
+            if pair is not None and test(*pair):
+                found.add(k)
+    return sorted(found)
+
+
+def _lines_with(low_text: str, starts: list[int], words: Iterable[str]) -> set[int]:
+    """The indexes of the lines (beginning at ``starts``) that hold one of ``words``."""
+    out: set[int] = set()
+    find = low_text.find
+    for word in words:
+        at = find(word)
+        while at >= 0:
+            k = bisect.bisect_right(starts, at) - 1
+            out.add(k)
+            at = find(word, starts[k + 1])
     return out
 
 

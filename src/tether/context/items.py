@@ -197,7 +197,7 @@ class ContextItem:
                 kind=cast(ItemKind, kind),
                 content=str(data["content"]),
                 layer=Layer(int(data.get("layer", Layer.WORKING))),
-                role=cast(Role | None, role),
+                role=cast("Role | None", role),  # a string: the union built per call was most of a restore
                 priority=int(data.get("priority", 0)),
                 pinned=bool(data.get("pinned", False)),
                 tokens=int(data.get("tokens", -1)),

@@ -75,16 +75,19 @@ def trim_output(
     room -= tokenizer.count(block) + 1 if block else 0
     per_token = len(text) / total
     head = _prefix_within(text, int(room * head_share), tokenizer, per_token)
-    tail_budget = room - tokenizer.count(head)
+    head_tokens = tokenizer.count(head)
+    tail_budget = room - head_tokens
     reversed_tail = _prefix_within(text[len(head) :][::-1], tail_budget, tokenizer, per_token)
     tail = reversed_tail[::-1]
-    while tail and tokenizer.count(tail) > tail_budget:  # reversal can change the split
+    tail_tokens = tokenizer.count(tail)
+    while tail and tail_tokens > tail_budget:  # reversal can change the split
         tail = tail[len(tail) // 10 + 1 :]
+        tail_tokens = tokenizer.count(tail)
     middle = text[len(head) : len(text) - len(tail)]
     if block:  # only the fact lines the head and tail do not already show
         shown = [ln for ln in block.splitlines()[1:] if ln in middle]
         block = _KEPT + "\n".join(shown) + "\n" if shown else ""
-    cut_tokens = max(total - tokenizer.count(head) - tokenizer.count(tail), 0)
+    cut_tokens = max(total - head_tokens - tail_tokens, 0)
     marker = _MARKER.format(cut=cut_tokens, lines=middle.count("\n"), aid=aid)
     preview = head + marker + block + tail
     kept = tokenizer.count(preview)
@@ -108,7 +111,8 @@ def _fact_block(text: str, budget: int, tokenizer: Tokenizer) -> str:
         for k in picked
         if any(w in lines[k].lower() for w in ("error", "fail", "fatal", "denied", "exception"))
     ]
-    order = errors + [k for k in picked if k not in set(errors)]
+    first = set(errors)
+    order = errors + [k for k in picked if k not in first]
     chosen: list[int] = []
     used = tokenizer.count(_KEPT)
     for k in order:

@@ -360,9 +360,18 @@ class ContextWindow:
 
     def meta_state(self) -> dict[str, Any]:
         """:meth:`to_state` without the items: the small part rewritten every step."""
-        state = self.to_state()
-        del state["items"]
-        return state
+        return {
+            "version": STATE_VERSION,
+            "model": self.model,
+            "budget": self.budget,
+            "style": self.style,
+            "tokenizer": self.tokenizer.name,
+            "layer_budgets": {str(int(k)): v for k, v in self.layer_budgets.items()},
+            "calibration": self.calibration.to_dict(),
+            "seq": self._seq,
+            "sent": dict(self.sent),
+            "phase": self.phase,
+        }
 
     @classmethod
     def from_log(
@@ -476,19 +485,7 @@ class ContextWindow:
 
     def to_state(self) -> dict[str, Any]:
         """Plain JSON-like data that :meth:`from_state` restores exactly."""
-        return {
-            "version": STATE_VERSION,
-            "model": self.model,
-            "budget": self.budget,
-            "style": self.style,
-            "tokenizer": self.tokenizer.name,
-            "layer_budgets": {str(int(k)): v for k, v in self.layer_budgets.items()},
-            "calibration": self.calibration.to_dict(),
-            "seq": self._seq,
-            "sent": dict(self.sent),
-            "phase": self.phase,
-            "items": self.item_dicts(),
-        }
+        return {**self.meta_state(), "items": self.item_dicts()}
 
     @classmethod
     def from_state(cls, data: Mapping[str, Any], *, tokenizer: Tokenizer | None = None) -> ContextWindow:

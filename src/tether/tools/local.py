@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+import functools
 import logging
 import os
+import re
 import signal
 import subprocess
 import time
@@ -371,10 +373,16 @@ class LocalSession(ShellOptions):
             if not self._env and not env:
                 return None  # inherit this process's environment unchanged
             return {**os.environ, **self._env, **(env or {})}
-        kept = {
-            k: v for k, v in os.environ.items() if any(fnmatch.fnmatchcase(k, p) for p in self.inherit_env)
-        }
+        inherited = _env_matcher(self.inherit_env)
+        kept = {k: v for k, v in os.environ.items() if inherited(k)}
         return {**kept, **self._env, **(env or {})}
+
+
+@functools.lru_cache(maxsize=32)
+def _env_matcher(patterns: tuple[str, ...]) -> Callable[[str], object]:
+    """``fnmatch.fnmatchcase`` against any of ``patterns``, as one compiled pattern: trying
+    each pattern on each of the process's variables was most of a command's start-up."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)").match
 
 
 _Spawned = tuple[asyncio.SubprocessTransport, "_Capture"]
