@@ -294,7 +294,7 @@ async def test_a_small_chain_is_sealed_into_one_segment(make_store):
     sealed into one open segment (rewritten by each commit until it holds ``seal_versions``,
     then sealed into the big one). Every version loads exactly, and a store that resumed the
     run seals alike."""
-    policy = CompactionPolicy(seal_versions=4)
+    policy = CompactionPolicy(seal_versions=4, seal_whole_bytes=256 * 1024)
     async with make_store(compaction=policy) as store:
         ctx = new_ctx()
         ctx.merge({"messages": [msg(0)]})

@@ -67,11 +67,14 @@ class CompactionPolicy:
     about ``seal_versions + (seal_fanout - 1) * log(N / seal_versions, seal_fanout)`` rows,
     each version rewritten once per level on its way up."""
     seal_bytes: int = 1024 * 1024
-    seal_whole_bytes: int = 256 * 1024
+    seal_whole_bytes: int = 0
     """While the rows after the chain's full one add up to at most this (and ``seal_bytes``),
-    a seal packs them all into one segment instead of by levels: at these sizes a load pays
-    as much per row it reads as for the bytes, and rewriting so few at each seal costs less.
-    0: by levels from the start."""
+    a seal packs them all into one segment instead of by levels, and the last few deltas
+    are kept in one open segment that each commit rewrites: a load of a small state then
+    reads three rows, but every commit pays for the rewrite, and each seal rewrites every
+    row after the full one. Off by default (0: by levels from the start), since commits
+    far outnumber loads in a run; a store that is mostly read (a dashboard over finished
+    runs) may set it, e.g. ``256 * 1024``."""
 
     def __post_init__(self) -> None:
         if self.seal_versions == 1 or self.seal_versions < 0:
