@@ -24,11 +24,11 @@ Settings, and why:
   CPU-heavy steps run one worker process per core instead of more threads.
 * One INFO line per run: tether's ("run R: COMPLETED at version N", "message dropped:
   why"). Celery's own per-message lines ("Task … received", "… succeeded in …") say less
-  and cost as much again (about a fifth of what Celery adds to a short run, see
-  benchmarks/README.md, ``bench_workers``): at ``--loglevel INFO`` they are left out, at
+  and cost as much again (a visible part of what Celery adds to a short run, see
+  ``bench_workers`` in benchmarks/README.md): at ``--loglevel INFO`` they are left out, at
   DEBUG they show. The task's result is one short string ("executed COMPLETED",
   "dropped: why") for the same reason: Celery renders it for every message, results
-  backend or not, and a dict of two keys costs it five times a string's.
+  backend or not, and a dict costs it several times what a string does.
 """
 
 from __future__ import annotations
