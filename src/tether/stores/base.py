@@ -359,20 +359,15 @@ class CheckpointStore(RunOperations, LeaseOperations):
         The context's version is the checkpoint's, so committing from an older version
         raises VersionConflict (use :meth:`rollback` to continue from an old version).
         """
-        loaded = await self._load(run_id, version, reducers)
+        loaded = await self.load_run(run_id, version, reducers=reducers)
         return None if loaded is None else loaded[1]
 
     async def load_run(
-        self, run_id: str, *, reducers: ReducerRegistry | None = None
+        self, run_id: str, version: int | None = None, *, reducers: ReducerRegistry | None = None
     ) -> tuple[RunInfo, ExecutionContext] | None:
-        """The run record and its latest context from one read, so the status and lease a
-        resume checks belong to the state it continues (and a worker starting a run pays
-        one round trip, not two); None when the run is not stored."""
-        return await self._load(run_id, None, reducers)
-
-    async def _load(
-        self, run_id: str, version: int | None, reducers: ReducerRegistry | None
-    ) -> tuple[RunInfo, ExecutionContext] | None:
+        """The run record and a context (:meth:`load_context`) from one read, so the status
+        and lease a resume checks belong to the state it continues, and a worker starting a
+        run pays one round trip, not two; None when the run is not stored."""
         check_run_id(run_id)
         info, rows = await self._read_retried(run_id, version)
         if not rows or info is None:
