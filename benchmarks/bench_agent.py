@@ -204,15 +204,7 @@ async def storage(rep: Report, iterations: int) -> None:
     """Stored, written and file bytes of a run against its final state (see the module doc)."""
     rng = random.Random(SEED + 1)
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "outputs"
-        out.mkdir()
-        for k in range(iterations):  # a new output each iteration: re-reading one would be a stuck run
-            (out / f"{k}.txt").write_text(corpus.tool_output(rng, rng.randint(300, 3000)))
-        replies: list[dict[str, Any]] = [
-            {"action": "execute", "command": f"cat outputs/{k}.txt", "reasoning": corpus.prose(rng, 120)}
-            for k in range(iterations - 1)
-        ]
-        replies.append({"action": "done", "message": "read every output"})
+        replies = corpus.reading_agent(rng, Path(tmp) / "outputs", iterations, "read every output")
         db = Path(tmp) / "agent.db"
         async with open_store(f"sqlite:///{db}") as store:
             written: dict[str, int] = {}

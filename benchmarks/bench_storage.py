@@ -187,15 +187,7 @@ async def agent(rep: Report, workdir: Path, iterations: int) -> None:
     from tether.tools.local import LocalSession
 
     rng = random.Random(35)
-    out = workdir / "outputs"
-    out.mkdir()
-    for k in range(iterations):  # a new output each iteration: re-reading one would be a stuck run
-        (out / f"{k}.txt").write_text(corpus.tool_output(rng, rng.randint(300, 3000)))
-    replies: list[dict[str, Any]] = [
-        {"action": "execute", "command": f"cat outputs/{k}.txt", "reasoning": corpus.prose(rng, 120)}
-        for k in range(iterations - 1)
-    ]
-    replies.append({"action": "done", "message": "done"})
+    replies = corpus.reading_agent(rng, workdir / "outputs", iterations, "done")
     path = workdir / "agent.db"
     async with open_store(f"sqlite:///{path}") as store:
         config = LoopConfig(max_iterations=iterations, budget=8_000)

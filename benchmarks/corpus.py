@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -225,3 +226,18 @@ def packed_messages(seed: int | random.Random, total_bytes: int) -> list[Message
         out.append(msg)
         size += n
     return out
+
+
+def reading_agent(rng: random.Random, out_dir: Path, iterations: int, done: str) -> list[dict[str, Any]]:
+    """A scripted agent's replies that read ``iterations - 1`` seeded tool outputs written to
+    ``out_dir`` one by one (``cat outputs/K.txt``, with corpus reasoning), then finish with
+    ``done``. Each iteration reads a new file: re-reading one would be a stuck run."""
+    out_dir.mkdir()
+    for k in range(iterations):
+        (out_dir / f"{k}.txt").write_text(tool_output(rng, rng.randint(300, 3000)))
+    replies: list[dict[str, Any]] = [
+        {"action": "execute", "command": f"cat {out_dir.name}/{k}.txt", "reasoning": prose(rng, 120)}
+        for k in range(iterations - 1)
+    ]
+    replies.append({"action": "done", "message": done})
+    return replies

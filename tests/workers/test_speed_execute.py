@@ -75,16 +75,22 @@ async def test_a_duplicate_message_for_a_started_run_is_dropped(store: Checkpoin
     assert (await store.get_run(rid)).version == version  # type: ignore[union-attr]  # nothing written
 
 
+async def _in_s2(ex: Any, store: CheckpointStore, trace: Path, *, delay_s2: float) -> tuple[str, Any]:
+    """A run started on ``ex`` in a task, once its step s2 has begun (s2 lasts ``delay_s2``)."""
+    rid = await _ready(store, trace=str(trace), delay_s2=delay_s2)
+    work = asyncio.ensure_future(ex.execute(rid, workflow="five"))
+    while " s2 " not in (trace.read_text() if trace.exists() else ""):
+        await asyncio.sleep(0.01)
+    return rid, work
+
+
 async def test_a_drain_stops_the_run_after_the_step_in_progress(
     store: CheckpointStore, tmp_path: Path
 ) -> None:
     draining = threading.Event()
     ex = _executor(store, draining=draining, drain_timeout=30)
     trace = tmp_path / "trace.log"
-    rid = await _ready(store, trace=str(trace), delay_s2=0.5)
-    work = asyncio.ensure_future(ex.execute(rid, workflow="five"))
-    while " s2 " not in (trace.read_text() if trace.exists() else ""):
-        await asyncio.sleep(0.01)
+    rid, work = await _in_s2(ex, store, trace, delay_s2=0.5)
     threading.Thread(target=draining.set).start()  # as a signal handler does, from another thread
     out = await asyncio.wait_for(work, 10)
     assert (out.action, out.status) == ("requeue", "INTERRUPTED")
@@ -102,10 +108,7 @@ async def test_a_step_outlasting_the_drain_timeout_is_stopped_from_its_last_chec
     draining = threading.Event()
     ex = _executor(store, draining=draining, drain_timeout=0.3)
     trace = tmp_path / "trace.log"
-    rid = await _ready(store, trace=str(trace), delay_s2=60)
-    work = asyncio.ensure_future(ex.execute(rid, workflow="five"))
-    while " s2 " not in (trace.read_text() if trace.exists() else ""):
-        await asyncio.sleep(0.01)
+    rid, work = await _in_s2(ex, store, trace, delay_s2=60)
     draining.set()
     began = time.monotonic()
     out = await asyncio.wait_for(work, 10)
@@ -125,10 +128,7 @@ async def test_a_cancellation_that_is_not_a_drain_reaches_the_caller(
 ) -> None:
     ex = _executor(store)
     trace = tmp_path / "trace.log"
-    rid = await _ready(store, trace=str(trace), delay_s2=60)
-    work = asyncio.ensure_future(ex.execute(rid, workflow="five"))
-    while " s2 " not in (trace.read_text() if trace.exists() else ""):
-        await asyncio.sleep(0.01)
+    rid, work = await _in_s2(ex, store, trace, delay_s2=60)
     work.cancel()
     with pytest.raises(asyncio.CancelledError):
         await work
