@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from tether.errors import CommandTimeout, ConfigError, SessionError
+from tether.tools._lifeline import SELF_REGISTER, lifeline
 from tether.tools._output import (
     SENTINEL_RESERVE,
     OutputBuffer,
@@ -214,6 +215,7 @@ class LocalSession(ShellOptions):
             spawned = await self._launcher(loop) if launch is not None and launch.warm else None
             if spawned is not None and launch is not None:
                 transport, proto = spawned
+                lifeline.started(transport.get_pid())  # before its script: it runs nothing until then
                 env = dict(os.environ) if merged is None else merged
                 stdin = transport.get_pipe_transport(0)
                 assert isinstance(stdin, asyncio.WriteTransport)  # spawned with stdin=PIPE
@@ -226,16 +228,20 @@ class LocalSession(ShellOptions):
                         [self.shell, "-c", script], workdir=self._base_cwd, cwd=start_dir, network=network
                     )
                     argv = launch.argv
+                watch = lifeline.stdin() if launch is None else None
+                if watch is not None:  # the command registers itself: see tools/_lifeline.py
+                    argv = [self.shell, "-c", SELF_REGISTER + script]
                 transport, proto = await loop.subprocess_exec(
                     lambda: _Capture(loop, self.max_output_bytes),
                     *argv,
-                    stdin=asyncio.subprocess.DEVNULL,
+                    stdin=asyncio.subprocess.DEVNULL if watch is None else watch[0],
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
                     cwd=start_dir,
                     env=merged,
                     start_new_session=True,
                 )
+                lifeline.started(transport.get_pid(), registered=None if watch is None else watch[1])
         except (OSError, subprocess.SubprocessError) as exc:
             if launch is not None:
                 launch.close()
@@ -260,6 +266,7 @@ class LocalSession(ShellOptions):
                     await asyncio.wait_for(asyncio.shield(proto.exited), 2.0)
                 except (TimeoutError, asyncio.CancelledError):
                     pass
+            lifeline.ended(pid)
             transport.close()
             if launch is not None:
                 if launch.warm and self._next is not None:  # spare the next command's launcher

@@ -1,0 +1,178 @@
+"""Commands die with the process that started them, even under ``kill -9``.
+
+A ``LocalSession`` command runs in a process group of its own (``start_new_session``), so
+no signal meant for this process reaches it, and a ``kill -9`` of this process used to
+leave it running (reparented to init): a Celery worker killed mid-command left the command
+to finish, and write its effect, after another worker had resumed the run and run it again.
+
+One watcher per process fixes that: a ``/bin/sh`` loop, started on first use in a session
+of its own, that reads a pipe whose only writer is this process. Each running command's
+process group is registered on the pipe (``+PGID``) and unregistered when the command ends
+(``-PGID``). When this process dies, however it dies, the kernel closes the pipe: the
+watcher reads EOF, sends SIGKILL to every group still registered (the command and whatever
+it started in its group), and exits. Nothing is added to a command's start but one write
+(measured: see benchmarks/README.md, "bench_sandbox").
+
+* No gap at the start: a plain command registers itself from its first line, through the
+  pipe it gets as its standard input (:data:`SELF_REGISTER`), before it replaces that by
+  ``/dev/null``; while it holds the pipe the watcher cannot see EOF, so a death of this
+  process between the fork and that line still kills it.
+* Background processes of a command that has ended (``nohup server &``) are not killed:
+  their group was unregistered when the command ended.
+* A process that leaves its group (``setsid``, a daemon's double fork) escapes, as it
+  escapes a timeout. A ``fork()`` without exec (multiprocessing's ``fork``, Celery's
+  prefork pool) gives the child a watcher of its own when it starts a command.
+* ``prctl(PR_SET_PDEATHSIG)`` was not used: it signals one process (not its group), fires
+  when the forking *thread* ends, and needs a ``preexec_fn`` (a slower fork) or one more
+  exec per command; it is Linux-only, where pipes, ``sh`` and ``kill`` are POSIX.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+import threading
+from collections import Counter
+
+__all__ = ["SELF_REGISTER", "Lifeline", "lifeline"]
+
+logger = logging.getLogger(__name__)
+
+WATCHER = r"""live=' '
+while read -r id; do
+  case $id in
+    +*) live="$live${id#+} " ;;
+    -*) id=${id#-}; case $live in *" $id "*) live="${live%% $id *} ${live#* $id }" ;; esac ;;
+  esac
+done
+for id in $live; do kill -s KILL -- "-$id" 2>/dev/null; done
+"""
+"""The watcher: keeps the registered groups in a string; at EOF kills those left."""
+
+SELF_REGISTER = "trap '' PIPE; echo \"+$$\" >&0 2>/dev/null; trap - PIPE; exec </dev/null; "
+"""A plain command's first words: register its group (``$$``, its own: a new session) on
+the pipe it has as stdin, then give it up for ``/dev/null``. A dead watcher costs nothing
+but the registration (``EPIPE`` ignored). On the first line, so shells' error messages
+keep their line numbers."""
+
+
+class Lifeline:
+    """This process's watcher: see the module docstring. Thread-safe; one per process."""
+
+    def __init__(self, shell: str = "/bin/sh") -> None:
+        self.shell = shell
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        """The pipe's write end (non-inheritable: only a command's stdin gets it)."""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._live: Counter[int] = Counter()
+        """The groups registered, re-sent to a new watcher if the last one died."""
+        self._broken = False
+        """The watcher could not be started: do not try again for every command."""
+        self._generation = 0
+        """Counts the watchers started (a command registered on a dead one is sent again)."""
+
+    def stdin(self) -> tuple[int, int] | None:
+        """The pipe for a plain command's stdin (its script starts with :data:`SELF_REGISTER`)
+        and the watcher's number, for :meth:`started`; None without a watcher (then the
+        command is not protected)."""
+        with self._lock:
+            fd = self._ensure()
+            return None if fd is None else (fd, self._generation)
+
+    def started(self, pgid: int, *, registered: int | None = None) -> None:
+        """Track a command's group. ``registered``: the watcher's number from :meth:`stdin`
+        when the command registered itself (sent again if that watcher has been replaced)."""
+        with self._lock:
+            fd = self._ensure()  # before counting it: a new watcher gets the groups counted
+            self._live[pgid] += 1
+            if fd is not None and registered != self._generation:
+                self._send(f"+{pgid}\n")
+
+    def ended(self, pgid: int) -> None:
+        """The command has exited: what is left in its group may outlive this process."""
+        with self._lock:
+            if self._live[pgid] <= 1:
+                self._live.pop(pgid, None)
+            else:
+                self._live[pgid] -= 1
+            if self._fd is not None:
+                self._send(f"-{pgid}\n")
+
+    @property
+    def pid(self) -> int | None:
+        """The watcher's pid, if one runs."""
+        return self._proc.pid if self._proc is not None else None
+
+    def _ensure(self) -> int | None:
+        if self._fd is not None and self._proc is not None and self._proc.poll() is None:
+            return self._fd
+        self._close()
+        if self._broken:
+            return None
+        read, write = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [self.shell, "-c", WATCHER],
+                stdin=read,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd="/",
+                env={},
+                start_new_session=True,  # out of reach of the terminal's and the worker's group signals
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            os.close(write)
+            self._broken = True
+            logger.warning("cannot start the command watcher (%s): commands may outlive this process", exc)
+            return None
+        finally:
+            os.close(read)
+        self._fd = write
+        self._generation += 1
+        if self._live:
+            with contextlib.suppress(OSError):  # dead at once: the next command tries again
+                os.write(write, "".join(f"+{pgid}\n" for pgid in self._live.elements()).encode())
+        return self._fd
+
+    def _send(self, line: str) -> None:
+        assert self._fd is not None
+        try:
+            os.write(self._fd, line.encode())
+        except OSError as exc:  # the watcher died (EPIPE): a new one gets every live group
+            logger.warning("the command watcher is gone (%s); starting another", exc)
+            self._close()
+            self._ensure()
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+        if self._proc is not None:
+            with contextlib.suppress(OSError):
+                self._proc.poll()  # reap it if it ended
+            self._proc = None
+
+    def _forked(self) -> None:
+        """In a forked child: the parent's pipe and watcher are not this process's."""
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        if self._proc is not None:
+            _not_ours.append(self._proc)  # dropped, its Popen would warn that it still runs
+        self._fd, self._proc, self._live, self._broken = None, None, Counter(), False
+
+
+_not_ours: list[subprocess.Popen[bytes]] = []
+"""Watchers of the parent process, in a forked child."""
+
+
+lifeline = Lifeline()
+"""The process's watcher, started by the first command that needs it."""
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lifeline._forked)

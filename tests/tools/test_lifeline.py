@@ -1,0 +1,186 @@
+"""A command dies with the process that started it, even under ``kill -9`` (tools/_lifeline.py).
+
+Each test starts a parent Python process that runs commands through ``LocalSession``, kills
+it with SIGKILL while a command sleeps, and watches what is left of the command: its shell,
+a background process it started and its foreground child.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tether.tools.sandbox import Sandbox
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc to find the command")
+
+PARENT = r"""
+import asyncio, os, sys, time
+from tether.tools import LocalSession
+from tether.tools._lifeline import lifeline
+from tether.tools.sandbox import Sandbox
+
+async def main(work, boxed, steps):
+    sandbox = Sandbox.detect() if boxed == "1" else None
+    sessions, tasks = [], []
+    for step in steps:
+        kind, _, arg = step.partition(":")
+        if kind == "run":  # in the background, in a session of its own
+            session = LocalSession(work, sandbox=sandbox, default_timeout=300)
+            sessions.append(session)
+            tasks.append(asyncio.create_task(session.run(arg)))
+        elif kind == "await":
+            await tasks[-1]
+        elif kind == "wait":
+            while not os.path.exists(os.path.join(work, arg)):
+                await asyncio.sleep(0.01)
+        elif kind == "kill-watcher":
+            os.kill(lifeline.pid, 9)
+            while os.path.exists(f"/proc/{lifeline.pid}/status"):
+                with open(f"/proc/{lifeline.pid}/status") as f:
+                    if "zombie" in f.read():
+                        break
+                await asyncio.sleep(0.01)
+    with open(os.path.join(work, "ready"), "w") as f:
+        f.write(str(lifeline.pid))
+    await asyncio.sleep(300)
+
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3:]))
+"""
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` runs (a zombie waiting for its reaper does not)."""
+    return any(stat[1] == pgid for stat in _stats())
+
+
+def running(token: str) -> list[int]:
+    """Pids of live processes whose command line contains ``token``."""
+    out = []
+    for pid, _pgid in _stats():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if token in cmdline:
+            out.append(pid)
+    return out
+
+
+def _stats() -> list[tuple[int, int]]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] not in ("Z", "X"):
+            out.append((int(stat.parent.name), int(fields[2])))
+    return out
+
+
+def parent(work: Path, *steps: str, boxed: bool = False) -> subprocess.Popen[bytes]:
+    """Start the parent process; return once it has done ``steps`` (the commands run)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-c", PARENT, str(work), "1" if boxed else "0", *steps], env=env)
+    deadline = time.monotonic() + 30
+    while not (work / "ready").exists():
+        assert proc.poll() is None, "the parent process failed"
+        assert time.monotonic() < deadline, "the parent process did not get ready"
+        time.sleep(0.02)
+    return proc
+
+
+def kill_and_time(proc: subprocess.Popen[bytes], gone: Callable[[], bool]) -> float:
+    """SIGKILL the parent; seconds until ``gone()`` holds (fails past 5 s)."""
+    start = time.monotonic()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    while not gone():
+        assert time.monotonic() - start < 5, "the command outlived its parent by 5 s"
+        time.sleep(0.005)
+    return time.monotonic() - start
+
+
+def cleanup(*pgids: int) -> None:
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_command_and_its_children_die_with_a_parent_killed_9(tmp_path: Path) -> None:
+    """The command's whole process group goes within a second; its last line never runs."""
+    cmd = "echo $$ > pg; sleep 60 & sleep 2; echo late > effect"
+    proc = parent(tmp_path, f"run:{cmd}", "wait:pg")
+    pgid = int((tmp_path / "pg").read_text())
+    try:
+        assert group_alive(pgid)
+        took = kill_and_time(proc, lambda: not group_alive(pgid))
+        assert took < 1.0
+        time.sleep(2.5)  # past the command's sleep: had its shell lived on, it would write now
+        assert not (tmp_path / "effect").exists()
+    finally:
+        proc.kill()
+        cleanup(pgid)
+
+
+def test_what_an_ended_command_left_in_the_background_lives_on(tmp_path: Path) -> None:
+    """``nohup server &`` of a command that has ended is not the running command: it stays."""
+    server = "nohup sleep 60 > /dev/null 2>&1 & echo $! > server.pid; echo $$ > server.pg"
+    proc = parent(tmp_path, f"run:{server}", "await", "run:echo $$ > pg; sleep 60", "wait:pg")
+    pgid, server_pgid = int((tmp_path / "pg").read_text()), int((tmp_path / "server.pg").read_text())
+    server_pid = int((tmp_path / "server.pid").read_text())
+    try:
+        kill_and_time(proc, lambda: not group_alive(pgid))
+        time.sleep(0.2)
+        assert server_pid in {pid for pid, _ in _stats()}
+    finally:
+        proc.kill()
+        cleanup(pgid, server_pgid)
+
+
+def test_a_watcher_killed_is_replaced_and_told_the_running_commands(tmp_path: Path) -> None:
+    """The next command starts a new watcher, which also kills the command that ran before."""
+    proc = parent(
+        tmp_path,
+        "run:echo $$ > a.pg; sleep 60",
+        "wait:a.pg",
+        "kill-watcher",
+        "run:echo $$ > b.pg; sleep 60",
+        "wait:b.pg",
+    )
+    a, b = int((tmp_path / "a.pg").read_text()), int((tmp_path / "b.pg").read_text())
+    try:
+        assert group_alive(a) and group_alive(b)
+        took = kill_and_time(proc, lambda: not group_alive(a) and not group_alive(b))
+        assert took < 1.0
+    finally:
+        proc.kill()
+        cleanup(a, b)
+
+
+def test_a_sandboxed_command_dies_with_its_parent(tmp_path: Path) -> None:
+    """In the sandbox too (bwrap's own --die-with-parent, and the watcher)."""
+    found = Sandbox.detect()
+    if found is None:
+        pytest.skip("no working bwrap here: install the bubblewrap package")
+    found.close()
+    token = "59.125"  # a sleep no other process runs
+    proc = parent(tmp_path, f"run:touch started; sleep {token}; touch effect", "wait:started", boxed=True)
+    try:
+        assert running(token)
+        took = kill_and_time(proc, lambda: not running(token))
+        assert took < 1.0
+    finally:
+        proc.kill()
+        for pid in running(token):
+            os.kill(pid, signal.SIGKILL)
