@@ -4,10 +4,11 @@ A scripted model sends a script of shell commands; each appends its number to
 ``starts.log`` when it starts and to ``done.log`` when it has done its work, and carries
 a probe (``grep -qsx N done.log``) that tells a resume whether its effect is in place. The
 worker executing the run is killed -9 while one command sleeps: with that command (its
-own process group: a lost host or a killed container takes both), or alone. Another
-worker resumes the run: the commands that completed are not run again, the cut one is
-probed, found not done and run once more, and the run ends COMPLETED in the state a
-single-process run of the same script ends in.
+own process group: a lost host or a killed container takes both), or alone (then the
+command dies with its worker: tools/_lifeline.py). Another worker resumes the run: the
+commands that completed are not run again, the cut one is probed, found not done and run
+once more, and the run ends COMPLETED in the state a single-process run of the same
+script ends in.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ N = 5
 """Commands in the script."""
 HOLD = "hold"
 """While this file is in the deploy directory, a command sleeps as many seconds as it says."""
+ORPHAN_SLEEP = 4
+"""How long the cut command sleeps when its worker alone is killed."""
 
 
 def command(k: int) -> dict[str, Any]:
@@ -129,14 +132,14 @@ def alive(pgid: int) -> bool:
 async def test_a_deploy_killed_mid_script_resumes_on_another_worker(
     kill: str, fleet_factory: Any, dispatchers: Any, tmp_path: Path, queue: str
 ) -> None:
-    """``worker``: only the worker is killed; the command it ran lives on (it runs in a
-    session of its own) and is still sleeping when the other worker has run it again and
-    completed the run: had it woken, its effect would have landed twice (see
-    docs/scale-out.md). The test then kills it, so the outcome is the same either way."""
+    """``worker``: only the worker is killed; the command it ran (in a process group of its
+    own) dies with it within a second, before the other worker runs it again, and its
+    effect never lands: it would have slept ``ORPHAN_SLEEP`` seconds, then written its
+    mark, and the test waits past that."""
     store_at, broker_at = store_url("postgresql"), broker_url("amqp")
     repo = project(tmp_path / f"svc-{uuid.uuid4().hex[:6]}")
     starts, done = repo / "starts.log", repo / "done.log"
-    (repo / f"{HOLD}-{CUT}").write_text("30")
+    (repo / f"{HOLD}-{CUT}").write_text(str(ORPHAN_SLEEP) if kill == "worker" else "30")
     async with opened(store_at) as store:
         fleet = fleet_factory(store_at, broker_at)
         fleet.start(2, "--lease", "3", "--sweep-interval", "0.5", "--sweep-grace", "1")
@@ -145,21 +148,28 @@ async def test_a_deploy_killed_mid_script_resumes_on_another_worker(
         while CUT not in marks(starts):
             assert time.monotonic() < deadline, fleet.logs()[-3000:]
             await asyncio.sleep(0.05)
+        cut_started = time.monotonic()
         line = starts.read_text().splitlines()[-1].split()
         worker, shell = int(line[1]), int(line[2])
         assert worker in {p.pid for p in fleet.procs}
+        killed_at = time.monotonic()
         os.kill(worker, signal.SIGKILL)
         if kill == "worker and command":
             os.killpg(shell, signal.SIGKILL)
+        while alive(shell):  # the worker alone: its command goes with it
+            assert time.monotonic() - killed_at < 1.0, "the command outlived its worker by 1 s"
+            await asyncio.sleep(0.005)
+        assert marks(starts).count(CUT) == 1  # gone before the command's second start
         killed = next(p for p in fleet.procs if p.pid == worker)
         killed.wait()
         (repo / f"{HOLD}-{CUT}").unlink()  # the command run again does not wait
         try:
             state = await ended(store, run_id)
-            assert alive(shell) is (kill == "worker")  # the orphan still sleeps
         finally:
             if alive(shell):
                 os.killpg(shell, signal.SIGKILL)
+        if kill == "worker":  # past the time the killed start would have written its mark
+            await asyncio.sleep(max(0.0, cut_started + ORPHAN_SLEEP + 1 - time.monotonic()))
         # the completed commands ran once; the cut one once more; none after it twice
         assert marks(starts) == [1, 2, CUT, CUT, 4, 5]
         assert marks(done) == [1, 2, CUT, 4, 5]
