@@ -92,7 +92,8 @@ class LocalSession(ShellOptions):
     ``run("npm install")`` installs in ``app``, as an agent typing into a terminal
     expects. Only the directory carries over; ``export`` and ``source`` do not (pass
     ``env=``). Background processes (``nohup server &``) survive the command and the
-    session; their output should go to a file.
+    session; their output should go to a file. A command still running when this process
+    dies (``kill -9`` included) is killed with its process group (``tools/_lifeline.py``).
 
     Args:
         cwd: where commands start (default: the current directory, resolved now).
