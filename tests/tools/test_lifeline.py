@@ -7,6 +7,7 @@ a background process it started and its foreground child.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -130,6 +131,7 @@ def test_a_command_and_its_children_die_with_a_parent_killed_9(tmp_path: Path) -
         assert not (tmp_path / "effect").exists()
     finally:
         proc.kill()
+        proc.wait()
         cleanup(pgid)
 
 
@@ -145,6 +147,7 @@ def test_what_an_ended_command_left_in_the_background_lives_on(tmp_path: Path) -
         assert server_pid in {pid for pid, _ in _stats()}
     finally:
         proc.kill()
+        proc.wait()
         cleanup(pgid, server_pgid)
 
 
@@ -165,6 +168,7 @@ def test_a_watcher_killed_is_replaced_and_told_the_running_commands(tmp_path: Pa
         assert took < 1.0
     finally:
         proc.kill()
+        proc.wait()
         cleanup(a, b)
 
 
@@ -182,5 +186,65 @@ def test_a_sandboxed_command_dies_with_its_parent(tmp_path: Path) -> None:
         assert took < 1.0
     finally:
         proc.kill()
+        proc.wait()
         for pid in running(token):
             os.kill(pid, signal.SIGKILL)
+
+
+FORKING = r"""
+import asyncio, os, sys, threading
+from tether.tools import LocalSession
+
+work = sys.argv[1]
+
+async def start(command, mark):
+    task = asyncio.create_task(LocalSession(work).run(command))
+    while not os.path.exists(os.path.join(work, mark)):
+        await asyncio.sleep(0.01)
+    return task
+
+async def in_child():
+    await start("echo $$ > b.pg; sleep 60", "b.pg")
+    with open(os.path.join(work, "child.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    await asyncio.sleep(300)
+
+async def main():
+    await start("echo $$ > a.pg; sleep 60", "a.pg")
+    if os.fork() == 0:  # a fresh event loop in a thread of the child: the parent's is not its own
+        thread = threading.Thread(target=asyncio.run, args=(in_child(),))
+        thread.start()
+        thread.join()
+        os._exit(0)  # never unwind the parent's loop here: it would cancel, and kill, its command
+    await asyncio.sleep(300)
+
+asyncio.run(main())
+"""
+
+
+def test_a_forked_child_gets_a_watcher_of_its_own(tmp_path: Path) -> None:
+    """After ``fork()`` (no exec) the child's commands die with the child, the parent's with the parent."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-c", FORKING, str(tmp_path)], env=env)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "child.pid").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the parent process failed"
+        time.sleep(0.02)
+    time.sleep(0.05)  # the pid written in full
+    child = int((tmp_path / "child.pid").read_text())
+    a, b = int((tmp_path / "a.pg").read_text()), int((tmp_path / "b.pg").read_text())
+    try:
+        os.kill(child, signal.SIGKILL)
+        deadline = time.monotonic() + 1.0
+        while group_alive(b):
+            assert time.monotonic() < deadline, "the child's command outlived it by 1 s"
+            time.sleep(0.005)
+        assert group_alive(a)  # the parent lives: so does its command
+        took = kill_and_time(proc, lambda: not group_alive(a))
+        assert took < 1.0
+    finally:
+        proc.kill()
+        proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+        cleanup(a, b)
