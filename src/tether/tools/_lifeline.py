@@ -10,13 +10,17 @@ of its own, that reads a pipe whose only writer is this process. Each running co
 process group is registered on the pipe (``+PGID``) and unregistered when the command ends
 (``-PGID``). When this process dies, however it dies, the kernel closes the pipe: the
 watcher reads EOF, sends SIGKILL to every group still registered (the command and whatever
-it started in its group), and exits. Nothing is added to a command's start but one write
-(measured: see benchmarks/README.md, "bench_sandbox").
+it started in its group), and exits. A command's start gains a builtin ``echo`` and this
+process one pipe write at each end of it: tens of microseconds, lost in the noise of
+``benchmarks/bench_sandbox.py``.
 
 * No gap at the start: a plain command registers itself from its first line, through the
   pipe it gets as its standard input (:data:`SELF_REGISTER`), before it replaces that by
   ``/dev/null``; while it holds the pipe the watcher cannot see EOF, so a death of this
   process between the fork and that line still kills it.
+* A sandboxed command is registered by this process before its launcher gets its script
+  (until then the launcher runs nothing); ``bwrap --die-with-parent`` and its PID
+  namespace end it too, but only while the thread that started it lives.
 * Background processes of a command that has ended (``nohup server &``) are not killed:
   their group was unregistered when the command ended.
 * A process that leaves its group (``setsid``, a daemon's double fork) escapes, as it
@@ -24,7 +28,8 @@ it started in its group), and exits. Nothing is added to a command's start but o
   prefork pool) gives the child a watcher of its own when it starts a command.
 * ``prctl(PR_SET_PDEATHSIG)`` was not used: it signals one process (not its group), fires
   when the forking *thread* ends, and needs a ``preexec_fn`` (a slower fork) or one more
-  exec per command; it is Linux-only, where pipes, ``sh`` and ``kill`` are POSIX.
+  exec per command; and it is Linux-only, where this needs only POSIX pipes, ``sh`` and
+  ``kill`` (so it should hold on macOS too; tested on Linux).
 """
 
 from __future__ import annotations
