@@ -10,7 +10,8 @@ Dynamic routing: by default steps run in declaration order as their dependencies
 step or several (run in the order given), including steps that already ran: loops.
 Routing state lives in the runtime's part of the run's state (its ``route``: the queue of
 chosen steps and a visit count per step) and every decision is appended to the run's event log, both written
-with the step's own checkpoint, so a resumed run continues on the same path. Loops are
+with the step's own checkpoint, so a resumed run continues on the same path. A step writes
+what it changed in the route (the entry it leaves, the steps it chose), not the route. Loops are
 bounded per step (``Step.max_visits``) and per run (``Workflow.max_routed``).
 """
 
@@ -21,10 +22,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import ormsgpack
+
 from tether.errors import ConfigError
 from tether.runtime.events import Event
 from tether.runtime.failures import LogicError
-from tether.state.reserved import ROUTE, runtime_get, runtime_update
+from tether.state.reserved import ROUTE, route_step, runtime_get, runtime_update
+from tether.stores._patch import MIN_BYTES as PATCH_MIN_BYTES
 
 if TYPE_CHECKING:
     from tether.state import ExecutionContext
@@ -157,20 +161,28 @@ class StepContext:
         """Called by the runner when the step is done: a step that ran from the routing
         queue leaves it in the same checkpoint that records it done, so a crash anywhere
         inside the step (or between its attempts) finds it still queued and runs it again.
-        The route this step's ``goto`` calls chose is written here too, with it: one route
-        write a step instead of two."""
-        route = self._route if self._route is not None else runtime_get(self.state, ROUTE)
-        changed, self._route = self._route is not None, None
-        if self._from_queue and isinstance(route, dict):
-            pending = list(route.get("pending") or ())
-            # its entry is the first one after what goto() put in front of it during the step
-            for i in range(self._inserted, len(pending)):
-                if pending[i] == self.step.id:
-                    del pending[i]
-                    route, changed = {**route, "pending": pending}, True
-                    break
-        if changed:  # one write a step: goto's targets and this step's leaving together
-            self.state.merge(runtime_update(route=route))
+        The steps this step's ``goto`` calls chose are written here too, with it: one route
+        write a step, as a routing step ``[left, *chosen]`` (see
+        :func:`~tether.state.reserved.route_step`), not the whole route."""
+        chosen = (self._route or {}).get("pending", [])[: self._inserted]
+        self._route, self._inserted = None, 0
+        route = runtime_get(self.state, ROUTE)
+        left = -1
+        if self._from_queue:
+            self._from_queue = False
+            pending = (route.get("pending") or ()) if isinstance(route, dict) else ()
+            # its entry: the first one in the queue as it was before this step's goto calls
+            left = next((i for i, target in enumerate(pending) if target == self.step.id), -1)
+        if not chosen and left < 0:
+            return
+        step = [left, *chosen]
+        if len(ormsgpack.packb(step)) >= PATCH_MIN_BYTES:
+            # (the store's patches take every field of the runtime's part but the event log
+            # and the TODO list for an overwrite, and track those of this size: a long step
+            # is written as the route it makes)
+            self.state.merge(runtime_update(route=route_step(route, step)))
+        else:  # one write a step: goto's targets and this step's leaving together
+            self.state.merge(runtime_update(route=step))
 
     def goto(self, *targets: str, reason: str = "") -> None:
         """Choose the step(s) that run next, in the order given, before any already queued.
