@@ -10,7 +10,7 @@ import pytest
 
 from tests.runtime.test_routing import counter_loop
 from tests.stores.conftest import new_id
-from tether.runtime import Runner, Step, StepContext, Workflow
+from tether.runtime import RetryPolicy, Runner, Step, StepContext, Workflow
 from tether.state import ExecutionContext, RunStatus
 from tether.state.reserved import OP, REDUCER, RESERVED, route_step, runtime_state, runtime_update
 
@@ -160,3 +160,42 @@ async def test_a_resumed_old_run_counts_the_visits_it_stored(store):
     assert result.status is RunStatus.PAUSED  # work would run a third time: a LOGIC failure
     assert result.report is not None and result.report.error_type == "LoopLimitExceeded"
     assert result.state["n"] == 2  # one more work than the stored run, not two
+
+
+async def test_a_retried_step_routes_as_its_last_attempt_chose(store):
+    """A goto of an attempt that then failed is void: the retry's choice alone is queued,
+    counted and logged (and a retry that chooses nothing queues nothing)."""
+    attempts: list[int] = []
+
+    def pick(sc: StepContext) -> dict:
+        attempts.append(sc.attempt)
+        if sc.attempt == 1:
+            sc.goto("b", reason="first try")
+            raise ConnectionError("flaky")
+        if sc.get("quiet"):
+            return {"picked": None}
+        sc.goto("c", reason="second try")
+        return {"picked": "c"}
+
+    def mark(sc: StepContext) -> dict:
+        return {"trail": [*sc.get("trail", []), sc.step.id]}
+
+    for quiet in (False, True):
+        wf = Workflow(
+            [
+                Step(id="a", fn=pick, retry=RetryPolicy(attempts=2, initial=0.0, jitter=0.0)),
+                Step(id="b", fn=mark, deps=("a",)),
+                Step(id="c", fn=mark, deps=("a",)),
+            ]
+        )
+        run_id = new_id("retried")
+        result = await Runner(wf, store).start(run_id, {"quiet": quiet})
+        assert result.status is RunStatus.COMPLETED
+        part = runtime_state(result.state)
+        routes = [e["detail"]["to"] for e in part.get("event_log", []) if e["kind"] == "route"]
+        if quiet:
+            assert result.state["trail"] == ["b", "c"] and routes == [] and "route" not in part
+        else:
+            assert result.state["trail"] == ["c", "b"]  # c chosen, then b in declaration order
+            assert routes == [["c"]] and part["route"] == {"pending": [], "visits": {"c": 1}}
+    assert attempts == [1, 2, 1, 2]
