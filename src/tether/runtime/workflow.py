@@ -10,7 +10,8 @@ Dynamic routing: by default steps run in declaration order as their dependencies
 step or several (run in the order given), including steps that already ran: loops.
 Routing state lives in the runtime's part of the run's state (its ``route``: the queue of
 chosen steps and a visit count per step) and every decision is appended to the run's event log, both written
-with the step's own checkpoint, so a resumed run continues on the same path. Loops are
+with the step's own checkpoint, so a resumed run continues on the same path. A step writes
+what it changed in the route (the entry it leaves, the steps it chose), not the route. Loops are
 bounded per step (``Step.max_visits``) and per run (``Workflow.max_routed``).
 """
 
@@ -21,10 +22,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import ormsgpack
+
 from tether.errors import ConfigError
 from tether.runtime.events import Event
 from tether.runtime.failures import LogicError
-from tether.state.reserved import ROUTE, runtime_get, runtime_update
+from tether.state.reserved import ROUTE, route_step, runtime_get, runtime_update
+from tether.stores._patch import MIN_BYTES as PATCH_MIN_BYTES
 
 if TYPE_CHECKING:
     from tether.state import ExecutionContext
@@ -138,6 +142,10 @@ class StepContext:
     _inserted: int = field(default=0, init=False, repr=False)
     _route: dict[str, Any] | None = field(default=None, init=False, repr=False)
     """The route as this step's ``goto`` calls left it, written once when it is done."""
+    _events: list[dict[str, Any]] = field(default_factory=list, init=False, repr=False)
+    """The route events of those calls, appended to the event log with the route."""
+    _routed_in: int = field(default=0, init=False, repr=False)
+    """The attempt those calls were made in: a failed attempt's choices are dropped."""
 
     def __post_init__(self) -> None:
         self._from_queue = self._queued_first()
@@ -157,20 +165,37 @@ class StepContext:
         """Called by the runner when the step is done: a step that ran from the routing
         queue leaves it in the same checkpoint that records it done, so a crash anywhere
         inside the step (or between its attempts) finds it still queued and runs it again.
-        The route this step's ``goto`` calls chose is written here too, with it: one route
-        write a step instead of two."""
-        route = self._route if self._route is not None else runtime_get(self.state, ROUTE)
-        changed, self._route = self._route is not None, None
-        if self._from_queue and isinstance(route, dict):
-            pending = list(route.get("pending") or ())
-            # its entry is the first one after what goto() put in front of it during the step
-            for i in range(self._inserted, len(pending)):
-                if pending[i] == self.step.id:
-                    del pending[i]
-                    route, changed = {**route, "pending": pending}, True
-                    break
-        if changed:  # one write a step: goto's targets and this step's leaving together
-            self.state.merge(runtime_update(route=route))
+        The steps this step's ``goto`` calls chose are written here too, with it: one route
+        write a step, as a routing step ``[left, *chosen]`` (see
+        :func:`~tether.state.reserved.route_step`), not the whole route."""
+        self._forget_failed_attempts()
+        chosen = (self._route or {}).get("pending", [])[: self._inserted]
+        self._route, self._inserted = None, 0
+        route = runtime_get(self.state, ROUTE)
+        left = -1
+        if self._from_queue:
+            self._from_queue = False
+            pending = (route.get("pending") or ()) if isinstance(route, dict) else ()
+            # its entry: the first one in the queue as it was before this step's goto calls
+            left = next((i for i, target in enumerate(pending) if target == self.step.id), -1)
+        if not chosen and left < 0:
+            return
+        step = [left, *chosen]
+        events: dict[str, Any] = {"event_log": self._events} if self._events else {}
+        self._events = []
+        if len(ormsgpack.packb(step)) >= PATCH_MIN_BYTES:
+            # (the store's patches take every field of the runtime's part but the event log
+            # and the TODO list for an overwrite, and track those of this size: a long step
+            # is written as the route it makes)
+            self.state.merge(runtime_update(**events, route=route_step(route, step)))
+        else:  # one write a step: the goto events, their targets and this step's leaving together
+            self.state.merge(runtime_update(**events, route=step))
+
+    def _forget_failed_attempts(self) -> None:
+        """Drop what ``goto`` calls of an earlier attempt chose: that attempt failed."""
+        if self._routed_in != self.attempt:
+            self._route, self._inserted, self._events = None, 0, []
+            self._routed_in = self.attempt
 
     def goto(self, *targets: str, reason: str = "") -> None:
         """Choose the step(s) that run next, in the order given, before any already queued.
@@ -180,6 +205,7 @@ class StepContext:
         """
         if not targets:
             raise ConfigError("goto() needs at least one step id")
+        self._forget_failed_attempts()
         route = dict(self._route if self._route is not None else runtime_get(self.state, ROUTE, {}))
         visits = dict(route.get("visits") or {})
         # the steps routed so far: the visits' sum (a route written before kept it as "total")
@@ -211,10 +237,10 @@ class StepContext:
         self._inserted += len(targets)
         detail = {"from": self.step.id, "to": list(targets), "reason": reason, "total": total}
         event = Event(kind="route", run_id=self.run_id, step=self.step.id, detail=detail)
-        # (no "total": the visits' sum, which every checkpoint would rewrite) The route is kept
-        # here until the step is done (leave_route): a failed step's state is restored anyway.
+        # (no "total": the visits' sum, which every checkpoint would rewrite) The route and the
+        # event are kept here until the step is done (leave_route), and written with it.
         self._route = {"pending": pending, "visits": visits}
-        self.state.merge(runtime_update(event_log=[event.to_dict()]))
+        self._events.append(event.to_dict())
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.state.get(key, default)

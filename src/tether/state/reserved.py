@@ -15,8 +15,16 @@ its names::
 
 The part is changed through one replayable reducer (:data:`REDUCER`, registered by
 :func:`~tether.state.reducers.default_registry`): ``todo`` merges, ``event_log``
-appends, every other field is overwritten, and a delta stores only the update, so
-appending one event to a long log writes one event.
+appends, ``route`` takes a routing step (below) or is overwritten by a dict, every other
+field is overwritten, and a delta stores only the update, so appending one event to a
+long log writes one event.
+
+A routed step writes its routing as ``[left, *chosen]`` (:func:`route_step`), not the
+route it makes: ``left`` is the index in the queue of the entry the step leaves (-1:
+none), ``chosen`` the steps its ``goto`` calls put in front, each counted as one visit.
+A run loops for hundreds of steps: rewriting the queue and every step's visits each time
+took 18 KB of the 267 KB an orchestration of 200 iterations stored (its routing steps take
+5 KB). Runs that stored whole routes (dicts) replay as before.
 
 Runs written before this layout kept these fields as top-level keys (``_lease`` for
 the lease, ``_route`` for the route, which stayed there a while longer). :func:`runtime_state`
@@ -51,6 +59,7 @@ __all__ = [
     "is_legacy",
     "merge_part_into",
     "release_lease",
+    "route_step",
     "runtime_get",
     "runtime_state",
     "runtime_update",
@@ -94,6 +103,26 @@ _Readable = Union[Mapping[str, Any], "ExecutionContext"]
 """A state dict or a context: both answer ``get``."""
 
 
+def route_step(route: Any, step: list[Any]) -> dict[str, Any]:
+    """The route (``{pending, visits[, total]}``) a routing step ``[left, *chosen]`` makes
+    of ``route``: the queue's entry at index ``left`` removed (none when out of range, -1),
+    ``chosen`` put in front in their order, one visit counted for each (and the ``total``
+    of routes written before the visits' sum replaced it, when there is one). A new dict:
+    ``route`` is not changed."""
+    old = route if type(route) is dict else {}
+    left, chosen = step[0], step[1:]
+    pending = list(old.get("pending") or ())
+    if type(left) is int and 0 <= left < len(pending):
+        del pending[left]
+    visits = dict(old.get("visits") or {})
+    for target in chosen:
+        visits[target] = int(visits.get(target, 0)) + 1
+    new = {**old, "pending": [*chosen, *pending], "visits": visits}
+    if "total" in old:
+        new["total"] = int(old["total"]) + len(chosen)
+    return new
+
+
 def _merge_part(old: Any, update: Any) -> dict[str, Any]:
     part: dict[str, Any] = dict(old) if type(old) is dict else {}
     for name, value in update.items():
@@ -103,6 +132,8 @@ def _merge_part(old: Any, update: Any) -> dict[str, Any]:
         elif name == EVENT_LOG:
             prev = part.get(EVENT_LOG)
             part[EVENT_LOG] = prev + list(value) if type(prev) is list else list(value)
+        elif name == ROUTE and type(value) is list:
+            part[ROUTE] = route_step(part.get(ROUTE), value)
         else:
             part[name] = value
     return part
@@ -111,7 +142,8 @@ def _merge_part(old: Any, update: Any) -> dict[str, Any]:
 OP = "tether.state.reserved:part"
 """The op name of :data:`REDUCER` in stored deltas."""
 REDUCER = replayable(OP, _merge_part)
-"""The reducer of :data:`RESERVED`: merges ``todo``, appends ``event_log``, overwrites the rest."""
+"""The reducer of :data:`RESERVED`: merges ``todo``, appends ``event_log``, applies a
+routing step to ``route``, overwrites the rest."""
 
 
 def merge_part_into(part: dict[str, Any], update: Mapping[str, Any]) -> None:
@@ -123,6 +155,8 @@ def merge_part_into(part: dict[str, Any], update: Mapping[str, Any]) -> None:
             prev.update(value)
         elif name == EVENT_LOG and type(prev) is list:
             prev.extend(value)
+        elif name == ROUTE and type(value) is list:
+            part[ROUTE] = route_step(prev, value)
         else:
             part[name] = value
 
