@@ -66,10 +66,10 @@ def test_replaying_routing_steps_in_place_gives_what_the_reducer_gave():
 
 
 def long_loop(rounds: int, seen: dict[int, object]) -> Workflow:
-    """A loop between a step with a short id and one whose id is too long for a small
-    routing op (written as the whole route), recording the route each step starts from
+    """A loop between a step with a short id and one whose id makes a routing op long
+    enough for the store's patches to look at (they must leave it whole), recording the route each step starts from
     under the version it was loaded at."""
-    far = "a_step_whose_id_is_long_enough_to_be_written_whole"
+    far = "a_step_whose_id_makes_a_long_routing_op"
 
     def look(sc: StepContext) -> None:
         seen[sc.state.version] = copy.deepcopy(runtime_state(sc.state).get("route"))
@@ -106,7 +106,7 @@ async def test_every_version_of_a_routed_run_loads_with_the_route_it_ran_with(st
         cp = await store.load(run_id, version)
         assert cp is not None and runtime_state(cp.state).get("route") == route, version
     final = runtime_state((await store.load(run_id)).state)["route"]
-    visits = {"near": 12, "a_step_whose_id_is_long_enough_to_be_written_whole": 24}
+    visits = {"near": 12, "a_step_whose_id_makes_a_long_routing_op": 24}
     assert final == {"pending": [], "visits": visits}
 
 

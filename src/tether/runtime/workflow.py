@@ -22,13 +22,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import ormsgpack
-
 from tether.errors import ConfigError
 from tether.runtime.events import Event
 from tether.runtime.failures import LogicError
-from tether.state.reserved import ROUTE, route_step, runtime_get, runtime_update
-from tether.stores._patch import MIN_BYTES as PATCH_MIN_BYTES
+from tether.state.reserved import ROUTE, runtime_get, runtime_update
 
 if TYPE_CHECKING:
     from tether.state import ExecutionContext
@@ -183,13 +180,8 @@ class StepContext:
         step = [left, *chosen]
         events: dict[str, Any] = {"event_log": self._events} if self._events else {}
         self._events = []
-        if len(ormsgpack.packb(step)) >= PATCH_MIN_BYTES:
-            # (the store's patches take every field of the runtime's part but the event log
-            # and the TODO list for an overwrite, and track those of this size: a long step
-            # is written as the route it makes)
-            self.state.merge(runtime_update(**events, route=route_step(route, step)))
-        else:  # one write a step: the goto events, their targets and this step's leaving together
-            self.state.merge(runtime_update(**events, route=step))
+        # one write a step: the goto events, their targets and this step's leaving together
+        self.state.merge(runtime_update(**events, route=step))
 
     def _forget_failed_attempts(self) -> None:
         """Drop what ``goto`` calls of an earlier attempt chose: that attempt failed."""

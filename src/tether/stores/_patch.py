@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import ormsgpack
 
-from tether.state.reserved import EVENT_LOG, TODO
+from tether.state.reserved import EVENT_LOG, ROUTE, TODO
 from tether.state.reserved import OP as RESERVED_OP
 from tether.state.serde import pack_plain, unpack_dated
 
@@ -112,7 +112,8 @@ def _entries(
     patches: dict[str, Any] = {}
     size = 0
     for name, value in arg.items():
-        if reserved and name == EVENT_LOG:  # appended by the reducer: already a delta
+        if reserved and (name == EVENT_LOG or (name == ROUTE and type(value) is list)):
+            # appended (the event log) or applied (a routing step) by the reducer: a delta already
             _drop(known, *at, name)
             kept[name] = value
             continue
