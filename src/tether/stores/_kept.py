@@ -10,12 +10,14 @@ checked as usual. Rows are compared by value, never trusted by version, so nothi
 writer does can make a load return what the database does not hold. Keyed stores keep none:
 decrypting checks the row anyway.
 
-A chain read again whole also keeps what it replays to (a :class:`Replayed`: the state, the
-executed ids and the last head packed as one MessagePack body), so that a next read of the
-same rows, compared equal, decodes that one body instead of decoding and applying every row:
-the rows are still read and compared, only the work they imply is not done again. A chain
-that grew past them (later deltas) starts from it and applies only its new rows. It counts
-in the same budget.
+A chain read again whole also keeps what it replays to (a :class:`Replayed`: a private copy
+of the state, the executed ids and the last head), so that a next read of the same rows,
+compared equal, copies that instead of decoding and applying every row: the rows are still
+read and compared, only the work they imply is not done again. The copy makes new dicts and
+lists and shares the scalars, all immutable (``values.copy_value``, a walk in C that costs
+about half a decode), as ``memory_cached`` does for its runs. A chain that grew past those
+rows (later deltas) starts from it and applies only its new rows. A replay counts in the
+budget as its rows' bytes (the objects take a few times that).
 
 Pure: no I/O (the chain engine's contract).
 """
@@ -26,35 +28,39 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from tether.state.serde import pack_plain, plain_decoder
+from tether.state.values import copy_value
 
 __all__ = ["KeptRows", "Replayed"]
 
 
 class Replayed(NamedTuple):
-    """A chain's replay, packed: what a next read of the same rows decodes instead."""
+    """A chain's replay, kept: what a next read of the same rows copies instead."""
 
     version: int
     """The version it is the state of: its chain's last, the end of its last carrier."""
     carriers: tuple[int, ...]
     """The versions of that chain's rows that hold a payload, in order."""
-    packed: bytes
-    """MessagePack of ``[state, executed, node, status, ts, meta]``."""
+    fields: tuple[dict[str, Any], list[str], Any, Any, Any, Any]
+    """``(state, executed, node, status, ts, meta)``, owned here: never handed out."""
+    size: int
+    """What it counts for in the budget: the bytes of its rows."""
 
     def unpack(self) -> list[Any]:
-        """The six fields, freshly decoded (the caller may change them)."""
-        fields: list[Any] = plain_decoder(len(self.packed), datetimes=True)(self.packed)
-        return fields
+        """The six fields, as a new copy (the caller may change it)."""
+        state, executed, node, status, ts, meta = self.fields
+        return [copy_value(state), list(executed), node, status, ts, copy_value(meta) if meta else meta]
 
 
-def pack_replayed(version: int, chain: Sequence[tuple[int, bytes]], fields: list[Any]) -> Replayed | None:
-    """``fields`` (as :meth:`Replayed.unpack` returns them) packed for ``chain``, or None when
-    they do not pack (a value MessagePack cannot hold: the rows then replay each time)."""
+def keep_replayed(chain: Sequence[tuple[int, bytes]], fields: list[Any]) -> Replayed | None:
+    """A copy of ``fields`` (as :meth:`Replayed.unpack` returns them) as the replay of
+    ``chain``, which ends at its version; None when they do not copy (a key or a value no
+    state of this tether holds, decoded from a row all the same: the chain replays each time)."""
+    state, executed, node, status, ts, meta = fields
     try:
-        packed = pack_plain(fields, datetimes=True)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
+        kept = (copy_value(state), list(executed), node, status, ts, copy_value(meta) if meta else meta)
+    except (TypeError, ValueError):
         return None
-    return Replayed(version, tuple(v for v, p in chain if p), packed)
+    return Replayed(chain[-1][0], tuple(v for v, p in chain if p), kept, sum(len(p) for _, p in chain))
 
 
 class _Run:
@@ -96,6 +102,20 @@ class KeptRows:
             return [False] * len(chain)
         get = run.rows.get
         return [get(version) == payload or not payload for version, payload in chain]
+
+    def again(
+        self, run_id: str, chain: Sequence[tuple[int, bytes]]
+    ) -> tuple[list[bool], tuple[Replayed, int] | None]:
+        """:meth:`vouched` and :meth:`replayed` at once (a load's first step)."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return [False] * len(chain), None
+        get = run.rows.get
+        vouched = [get(version) == payload or not payload for version, payload in chain]
+        done = run.replayed
+        if done is None or len(chain) < 2:
+            return vouched, None
+        return vouched, self.replayed(run_id, chain, vouched)
 
     def replayed(
         self, run_id: str, chain: Sequence[tuple[int, bytes]], vouched: list[bool]
@@ -155,10 +175,11 @@ class KeptRows:
                 equal = {v for (v, p), same in zip(chain, vouched, strict=True) if same and p}
                 if equal.issuperset(old.replayed.carriers):
                     replayed = old.replayed  # its rows are all still here, unchanged: it holds
-            if replayed is not None:
+            half = limit // 2  # one big run would push every other one out
+            if replayed is not None and run.size + replayed.size <= half:
                 run.replayed = replayed
-                run.size += len(replayed.packed)
-            if run.size > limit // 2:  # one big run would push every other one out
+                run.size += replayed.size
+            if run.size > half:
                 return
             self._runs[run_id] = run
             self._bytes += run.size

@@ -15,7 +15,7 @@ from typing import Any
 from tether.errors import CheckpointCorrupt
 from tether.state.model import Checkpoint, RunStatus, make_checkpoint
 from tether.state.serde import Codec, decode_plain
-from tether.stores._kept import KeptRows, Replayed, pack_replayed
+from tether.stores._kept import KeptRows, Replayed, keep_replayed
 from tether.stores._segment import apply_ops, apply_segment, segment_length
 
 __all__ = ["Carrier", "apply_delta", "checkpoint_from", "lone_full", "replay_rows"]
@@ -114,16 +114,15 @@ def checkpoint_from(
     """The checkpoint a non-empty ``(version, payload)`` chain ends at.
 
     A chain whose rows were all kept (read before, compared equal now) is kept with
-    what it replays to, and a next read of it decodes that instead of its rows."""
+    what it replays to, and a next read of it copies that instead of replaying its rows."""
     number = chain[-1][0]
-    vouched = kept.vouched(run_id, chain)
+    vouched, start = kept.again(run_id, chain)
     if len(chain) == 1 and not codec.encrypted:  # keyed: plaintext is refused, not read
         cp = lone_full(run_id, number, chain[0][1], vouched=vouched[0])
         if cp is not None:
             kept.keep(run_id, chain, vouched)
             return cp
-    again = kept.limit > 0 and len(chain) > 1 and all(vouched)
-    start = kept.replayed(run_id, chain, vouched) if kept.limit and len(chain) > 1 else None
+    again = len(chain) > 1 and all(vouched)  # (all False when the run has no rows kept)
     pause = gc.isenabled()  # (see replay)
     if pause:
         gc.disable()
@@ -140,7 +139,7 @@ def checkpoint_from(
             )
             if again and tail is not None:  # (None: it ends inside a segment)
                 fields = [state, executed, node, status_text, ts, meta]
-                kept.keep(run_id, chain, vouched, pack_replayed(number, chain, fields))
+                kept.keep(run_id, chain, vouched, keep_replayed(chain, fields))
             elif start is not None:  # (else the replay kept its rows)
                 kept.keep(run_id, chain, vouched)
     finally:

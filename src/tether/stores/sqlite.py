@@ -64,7 +64,7 @@ _CHAIN_IF_SMALL_SQL = CHAIN_SQL.replace(
 read on the event loop (a payload not selected is never read from disk), else the size."""
 
 
-_RowidHint = tuple[ChainHint, tuple[int, ...], tuple[int, ...]]
+_RowidHint = tuple[ChainHint, list[int], tuple[int, ...]]
 """A chain's hint, the versions of its rows in order, and their rowids, in the same order."""
 
 
@@ -77,13 +77,17 @@ def _with_rowid(sql: str) -> str:
 @functools.lru_cache(maxsize=256)
 def _rowid_sql(n: int) -> str:
     """The rows of a hinted chain by rowid: one B-tree seek a row instead of two (the primary
-    key's index, then the table). ``+c.run_id`` keeps SQLite from scanning the run's rows by
-    that index instead; rows come in rowid order."""
+    key's index, then the table), and only the rows that prove the hint still holds: the
+    run's own (``+c.run_id``, which also keeps SQLite from scanning the run's rows by its
+    index instead), the run at the hint's latest and base versions, every row but the latest
+    with a payload. They come in rowid order."""
     keys = ", ".join("?" * n)
     return (
-        "SELECT c.version, c.payload, r.version, r.base_version FROM tether_runs r "
-        "CROSS JOIN tether_checkpoints c WHERE r.run_id = ? AND (r.expires_at IS NULL OR r.expires_at > ?) "
-        f"AND c.rowid IN ({keys}) AND +c.run_id = r.run_id"
+        "SELECT c.version, c.payload FROM tether_runs r CROSS JOIN tether_checkpoints c "
+        "WHERE r.run_id = ? AND r.version = ? AND r.base_version = ? "
+        "AND (r.expires_at IS NULL OR r.expires_at > ?) "
+        f"AND c.rowid IN ({keys}) AND +c.run_id = r.run_id "
+        "AND (length(c.payload) > 0 OR c.version = r.version)"
     )
 
 
@@ -96,27 +100,23 @@ def _rowid_hint(
     rowids = tuple(rowid_of[v] for v, _ in chain)
     if list(rowids) != sorted(rowids):
         return None
-    return hint, tuple(v for v, _ in chain), rowids
+    return hint, [v for v, _ in chain], rowids
 
 
 def _chain_by_rowid(
     conn: sqlite3.Connection, run_id: str, hint: ChainHint, by_rowid: _RowidHint
 ) -> list[tuple[int, bytes]] | None:
     """The chain of ``hint`` read by the rowids its rows had, if the rows found prove it the
-    latest chain still (as ``hinted_chain`` does): each of the run's own (its id checked in
-    the statement), at the version it had, the run at the same latest and base versions,
-    every carrier with a payload; else None (read it by key)."""
-    base, latest, carriers = hint
+    latest chain still (as ``hinted_chain`` does): as many as it has, each the run's own at
+    the version it had (distinct rows of one run: distinct versions), the run at the same
+    latest and base versions, every carrier with a payload; else None (read it by key)."""
     _hint_again, versions, rowids = by_rowid
-    rows = conn.execute(_rowid_sql(len(rowids)), (run_id, time.time(), *rowids)).fetchall()
-    if len(rows) != len(versions) or rows[0][2] != latest or rows[0][3] != base:
+    rows: list[tuple[int, bytes]] = conn.execute(
+        _rowid_sql(len(rowids)), (run_id, hint[1], hint[0], time.time(), *rowids)
+    ).fetchall()
+    if len(rows) != len(versions) or [r[0] for r in rows] != versions:
         return None
-    chain = [(r[0], r[1]) for r in rows]
-    n = len(carriers)
-    for at, (version, payload) in enumerate(chain):
-        if version != versions[at] or (at < n and not payload):
-            return None
-    return chain
+    return rows
 
 
 def _read_only_fs(path: str | os.PathLike[str]) -> bool:
