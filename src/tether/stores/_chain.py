@@ -164,7 +164,8 @@ _new_tuple = tuple.__new__
 
 
 VOUCH_BYTES = 32 * 1024 * 1024
-"""How many bytes of rows a store's engine keeps to vouch for (see :class:`ChainEngine`)."""
+"""How many bytes of rows (and of the replays kept with them) a store's engine keeps to vouch
+for (see ``_kept``)."""
 
 
 class ChainEngine:
