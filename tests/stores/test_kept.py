@@ -144,3 +144,18 @@ async def test_sqlite_loads_read_again_by_rowid_see_new_commits_and_damage(tmp_p
         with pytest.raises(CheckpointCorrupt, match="checksum mismatch") as err:
             await store.load("r")
         assert err.value.version == version
+
+
+async def test_a_run_deleted_and_written_again_loads_its_new_rows(tmp_path):
+    """Same id, same versions, other rows: neither the rowids nor the replay kept of the
+    first run can make a load return it."""
+    async with open_store(f"sqlite:///{tmp_path / 'again.db'}") as store:
+        for word in ("first", "second"):
+            ctx = ExecutionContext("r", {"messages": []}, reducers=_REG)
+            for i in range(30):
+                ctx.merge({"messages": [f"{word} run, message {i} " + "y" * 100]})
+                await store.commit(ctx)
+            for _ in range(3):
+                cp = await store.load("r")
+                assert cp.state == ctx.snapshot() and cp.state["messages"][0].startswith(word)
+            await store.delete("r")
