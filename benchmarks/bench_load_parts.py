@@ -11,10 +11,12 @@ timed warm, as a batch of calls, and the parts are interleaved round by round:
 
 - floor: the ``SELECT`` of the state's MessagePack bytes from a one-row table of a database
   opened with the store's settings, their decode, and both (the floor's whole load);
-- tether: the chain statement; the integrity check of its rows, as a first read does it
-  (CRC-32) and as a read of rows the store read before does it (compared with the bytes it
-  kept, see ``ChainEngine``); the decode of its rows both ways; the replay into a
-  ``Checkpoint`` both ways; and ``SqliteStore.load`` as a whole (rows read before).
+- tether: the chain statement (by rowid once the store has read the chain); the integrity
+  check of its rows, as a first read does it (CRC-32) and as a read of rows the store read
+  before does it (compared with the bytes it kept, see ``stores/_kept.py``); the decode of
+  its rows both ways; the copy of the replay kept with rows read again whole; the rows into
+  a ``Checkpoint`` both ways (read again: compared, then the kept replay copied); and
+  ``SqliteStore.load`` as a whole (rows read before).
 
 Target: ``SqliteStore.load`` / the floor's whole load <= 1.5x.
 """
@@ -90,6 +92,12 @@ async def measure(rep: Report, tmp: Path, kb: float, number: int, rounds: int) -
         kept = [True] * len(payloads)
         cold = ChainEngine(store.codec, store.compaction, seals=True, splits_state=False, vouch_bytes=0)
         sql = "SELECT v FROM floor WHERE k = ?"
+        for _ in range(2):  # read again whole: the replay is kept
+            store.engine.checkpoint_of("r", again)
+        rows_kept = store.engine.kept
+        start = rows_kept.replayed("r", again, rows_kept.vouched("r", again))
+        assert start is not None, "no replay kept"
+        replayed = start[0]
         parts: dict[str, Callable[[], Any]] = {
             "floor SELECT": lambda: conn.execute(sql, ("k",)).fetchone(),
             "floor decode": lambda: ormsgpack.unpackb(raw),
@@ -99,6 +107,7 @@ async def measure(rep: Report, tmp: Path, kb: float, number: int, rounds: int) -
             "check, read again: compare": lambda: [a == b for a, b in zip(payloads, copies, strict=True)],
             "decode of the rows, CRC-32": lambda: store.codec.decode_many(payloads),
             "decode of the rows, compared": lambda: store.codec.decode_many(copies, vouched=kept),
+            "copy of the kept replay": replayed.unpack,
             "rows -> Checkpoint, first read": lambda: cold.checkpoint_of("r", again),
             "rows -> Checkpoint, read again": lambda: store.engine.checkpoint_of("r", again),
             "SqliteStore.load": lambda: drive(store.load("r")),

@@ -265,8 +265,8 @@ def test_the_rows_kept_to_vouch_for_stay_under_their_budget():
             ctx.merge({"messages": ["x" * 1000 + str(i)]})
             known = _commit(engine, ctx, rows, known)
         assert engine.checkpoint_of(f"r{n}", rows.chain_to(rows.version)).state == ctx.snapshot()
-        kept = engine._kept
-        assert engine._kept_bytes == sum(size for size, _ in kept.values()) <= 10_000
+        kept = engine.kept.sizes()
+        assert engine.kept.nbytes == sum(kept.values()) <= 10_000
         assert f"r{n}" in kept  # the latest run read is kept, the oldest ones dropped
     keyed = ChainEngine(
         Codec(encryption_key=generate_key()), CompactionPolicy(), seals=True, splits_state=False

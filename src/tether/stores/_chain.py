@@ -18,14 +18,10 @@ payload (*sealed*), so a load reads one row per segment.
 from __future__ import annotations
 
 import gc
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from tether.errors import (
-    CheckpointCorrupt,
-)
 from tether.state.context import Changes
 from tether.state.model import (
     NO_CHAIN,
@@ -34,13 +30,14 @@ from tether.state.model import (
     RunInfo,
     RunStatus,
     chain_stats,
-    make_checkpoint,
 )
-from tether.state.serde import SCHEMA_VERSION, Codec, decode_plain, state_offset
+from tether.state.serde import SCHEMA_VERSION, Codec, state_offset
 from tether.state.values import check_value
 from tether.stores._checks import RunHead, check_write, next_fence
+from tether.stores._kept import KeptRows
 from tether.stores._patch import Values, patch_ops
-from tether.stores._segment import apply_ops, apply_segment, pack_segment, segment_length, split_segment
+from tether.stores._replay import Carrier, apply_delta, checkpoint_from, lone_full, replay_rows
+from tether.stores._segment import pack_segment, segment_length, split_segment
 from tether.stores.policies import CompactionPolicy
 
 __all__ = [
@@ -62,8 +59,6 @@ __all__ = [
     "lone_full",
     "next_fence",
 ]
-
-STATUS_OF: dict[Any, RunStatus] = {s.value: s for s in RunStatus}
 
 
 @dataclass(slots=True, kw_only=True)
@@ -135,12 +130,6 @@ class StaleSeal(Exception):
     run meanwhile): the save is retried as a plain delta. Internal."""
 
 
-Carrier = tuple[bytes, int, int]
-"""A row after the chain's full one that holds a payload: the payload, how many versions
-it holds, and its level (0 for a delta, see ``_segment``). What a store keeps of them for
-a run (:class:`Known`) is what it may pack into that run's next segment."""
-
-
 class Known(NamedTuple):
     """What a store knows of a run's chain as of one version, for its next commit."""
 
@@ -175,26 +164,20 @@ _new_tuple = tuple.__new__
 
 
 VOUCH_BYTES = 32 * 1024 * 1024
-"""How many bytes of rows a store's engine keeps to vouch for (see :class:`ChainEngine`)."""
+"""How many bytes of rows (and of the replays kept with them) a store's engine keeps to vouch
+for (see ``_kept``)."""
 
 
 class ChainEngine:
     """Plans, seals and replays the chains of one store (its codec and policy).
 
-    Every row a replay reads is checked (its CRC-32, or its AES-GCM tag when keyed), and the
-    CRC costs about what decoding the row does. So the engine keeps the rows of the chains
-    it last replayed whole (references to the bytes the backend returned, up to
-    ``vouch_bytes`` in all, the least recently read run dropped first): a row read again
-    whose bytes are equal to the kept ones, compared byte for byte, is as checked as they
-    were, and a comparison costs a fraction of a CRC. Any other row, a row another process
-    rewrote or a byte the disk changed among them, is checked as usual. Rows are compared by
-    value, never trusted by version, so nothing any writer does can make a load return what
-    the database does not hold. Keyed stores keep none: decrypting checks the row anyway.
+    Every row a replay reads is checked (its CRC-32, or its AES-GCM tag when keyed); the rows
+    of the chains it last replayed are kept, up to ``vouch_bytes`` in all, so that the same
+    bytes read again are checked by a comparison with them, and a chain read again whole
+    decodes the state they replay to instead of every row (see ``_kept``).
     """
 
-    __slots__ = (
-        "_kept", "_kept_bytes", "_kept_lock", "codec", "policy", "seals", "splits_state", "vouch_bytes",
-    )  # fmt: skip
+    __slots__ = ("codec", "kept", "policy", "seals", "splits_state")
 
     def __init__(
         self,
@@ -209,11 +192,12 @@ class ChainEngine:
         self.policy = policy
         self.seals = seals
         self.splits_state = splits_state
-        self.vouch_bytes = 0 if codec.encrypted else vouch_bytes
-        self._kept: dict[str, tuple[int, dict[int, bytes]]] = {}
-        """Per run: the bytes of the rows kept and the rows (version -> payload)."""
-        self._kept_bytes = 0
-        self._kept_lock = threading.Lock()
+        self.kept = KeptRows(0 if codec.encrypted else vouch_bytes)
+
+    @property
+    def vouch_bytes(self) -> int:
+        """The bytes of rows (and replays) kept to vouch for; 0 when keyed."""
+        return self.kept.limit
 
     # -- writing ---------------------------------------------------------------------
     def plan(
@@ -456,129 +440,14 @@ class ChainEngine:
         if pause:
             gc.disable()
         try:
-            return self._replay(run_id, chain, True)
+            return replay_rows(self.codec, self.kept, run_id, chain, True)
         finally:
             if pause:
                 gc.enable()
-
-    def _replay(
-        self, run_id: str, chain: Sequence[tuple[int, bytes]], tail: bool
-    ) -> tuple[dict[str, Any], list[str], dict[str, Any], list[Carrier] | None]:
-        """:meth:`replay`, with the collector as it is; ``tail=False``: no carriers (None)."""
-        vouched = self._vouched(run_id, chain)
-        first_version, first_payload = chain[0]
-        head = self.codec.decode(first_payload, run_id=run_id, version=first_version, vouched=vouched[0])
-        state = head.get("state")
-        if type(state) is not dict or head.get("kind") != "full":
-            raise CheckpointCorrupt(
-                "chain does not start with a full state", run_id=run_id, version=first_version
-            )
-        executed = head.get("executed")
-        if type(executed) is not list:
-            executed = list(executed or ())
-        if len(chain) == 1:
-            self._keep(run_id, chain, vouched)
-            return state, executed, head, [] if tail else None
-        target = chain[-1][0]
-        rows = [row for row in chain[1:] if row[1]]
-        versions = [v for v, _ in rows]
-        bodies = self.codec.decode_many(
-            [p for _, p in rows],
-            run_id=run_id,
-            versions=versions,
-            vouched=[flag for flag, row in zip(vouched[1:], chain[1:], strict=True) if row[1]],
-        )
-        last = head
-        expect = first_version + 1
-        carriers: list[Carrier] | None = [] if tail else None
-        for at, (number, body) in enumerate(zip(versions, bodies, strict=True)):
-            if number != expect:
-                why = "overlaps the segment before it" if number < expect else f"follows {expect - 1}"
-                raise CheckpointCorrupt(
-                    f"version {min(number, expect)} is missing from the chain (row {number} {why})",
-                    run_id=run_id,
-                    version=min(number, expect),
-                )
-            try:
-                if body.get("kind") == "segment":
-                    held = segment_length(body, run_id=run_id, version=number)
-                    count = min(held, target - number + 1)
-                    last = apply_segment(state, executed, body, count)
-                    expect = number + count
-                    if carriers is not None:
-                        level = body.get("lv")
-                        carriers.append((rows[at][1], held, level if type(level) is int and level > 0 else 1))
-                        if count < held:
-                            carriers = None
-                else:
-                    apply_delta(state, executed, body)
-                    last, expect = body, expect + 1
-                    if carriers is not None:
-                        carriers.append((rows[at][1], 1, 0))
-            except CheckpointCorrupt:
-                raise
-            except Exception as exc:
-                raise CheckpointCorrupt(f"cannot apply delta ({exc})", run_id=run_id, version=number) from exc
-        if expect != target + 1:
-            raise CheckpointCorrupt(
-                f"version {expect} is missing from the chain", run_id=run_id, version=expect
-            )
-        self._keep(run_id, chain, vouched)
-        return state, executed, last, carriers
-
-    def _vouched(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> list[bool]:
-        """For each row, whether its bytes equal those kept for its version (see the class);
-        True for a sealed row (it holds nothing) once the run has rows kept."""
-        kept = self._kept.get(run_id)
-        if kept is None:
-            return [False] * len(chain)
-        get = kept[1].get
-        return [get(version) == payload or not payload for version, payload in chain]
-
-    def _keep(self, run_id: str, chain: Sequence[tuple[int, bytes]], vouched: list[bool]) -> None:
-        """Keep the rows of a chain just replayed, every one of them checked."""
-        limit = self.vouch_bytes
-        if not limit:
-            return
-        with self._kept_lock:
-            old = self._kept.pop(run_id, None)
-            if old is not None:
-                if all(vouched):  # the same rows again: now the most recent run
-                    self._kept[run_id] = old
-                    return
-                self._kept_bytes -= old[0]
-            rows = {v: p for v, p in chain if p and type(p) is bytes}
-            size = sum(map(len, rows.values()))
-            if size > limit // 2:  # one big run would push every other one out
-                return
-            self._kept[run_id] = (size, rows)
-            self._kept_bytes += size
-            while self._kept_bytes > limit:
-                self._kept_bytes -= self._kept.pop(next(iter(self._kept)))[0]
 
     def checkpoint_of(self, run_id: str, chain: Sequence[tuple[int, bytes]]) -> Checkpoint:
-        """The checkpoint a non-empty ``(version, payload)`` chain ends at."""
-        number = chain[-1][0]
-        if len(chain) == 1 and not self.codec.encrypted:  # keyed: plaintext is refused, not read
-            vouched = self._vouched(run_id, chain)
-            cp = lone_full(run_id, number, chain[0][1], vouched=vouched[0])
-            if cp is not None:
-                self._keep(run_id, chain, vouched)
-                return cp
-        pause = gc.isenabled()  # (see replay)
-        if pause:
-            gc.disable()
-        try:
-            state, executed, last, _tail = self._replay(run_id, chain, False)  # decrypts; says what is wrong
-        finally:
-            if pause:
-                gc.enable()
-        status = STATUS_OF.get(last.get("status"))  # every payload carries its own head
-        ts = last.get("ts")
-        if status is None or (type(ts) is not float and type(ts) is not int):
-            raise CheckpointCorrupt("payload head is damaged", run_id=run_id, version=number)
-        meta = last.get("meta") or {}
-        return make_checkpoint(run_id, last.get("node"), state, executed, float(ts), number, status, meta)
+        """The checkpoint a non-empty ``(version, payload)`` chain ends at (see ``_replay``)."""
+        return checkpoint_from(self.codec, self.kept, run_id, chain)
 
     def known_from_run(self, info: RunInfo | None, version: int) -> Known:
         """What a store knows of a chain from its run record alone (the record of a run at
@@ -640,25 +509,6 @@ def last_bytes(rows: list[Carrier], limit: int) -> list[Carrier]:
     return rows[keep:]
 
 
-def lone_full(run_id: str, number: int, payload: bytes, *, vouched: bool = False) -> Checkpoint | None:
-    """A plain full row as its checkpoint in one step (the common load: one row, no key), or
-    None when it is anything else, for the general path to read or to report. ``vouched``:
-    as ``serde.decode_plain`` takes it."""
-    last = decode_plain(payload, vouched=vouched)
-    if last is None:
-        return None
-    state, executed, ts = last.get("state"), last.get("executed"), last.get("ts")
-    status = STATUS_OF.get(last.get("status"))
-    if type(state) is not dict or type(executed) is not list or last.get("kind") != "full" or status is None:
-        return None
-    if type(ts) is not float:
-        if type(ts) is not int:
-            return None
-        ts = float(ts)
-    meta = last.get("meta") or None  # {} for no metadata, made when read
-    return make_checkpoint(run_id, last.get("node"), state, executed, ts, number, status, meta)
-
-
 def full_head(cp: Checkpoint) -> dict[str, Any]:
     """A full row's payload for a checkpoint, all but its last pair, the state."""
     return {
@@ -675,11 +525,3 @@ def full_head(cp: Checkpoint) -> dict[str, Any]:
 def full_payload(cp: Checkpoint) -> dict[str, Any]:
     """A checkpoint as a full row's payload, the form a load reads back."""
     return {**full_head(cp), "state": cp.state}
-
-
-def apply_delta(state: dict[str, Any], executed: list[str], body: dict[str, Any]) -> None:
-    """Apply one delta in place."""
-    if body.get("kind") != "delta":
-        raise CheckpointCorrupt("expected a delta row")
-    apply_ops(state, body["ops"])
-    executed.extend(body.get("executed") or ())

@@ -14,6 +14,7 @@ fsync of that file) can run on a second connection and thread instead of inside 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import sqlite3
@@ -30,7 +31,15 @@ from tether.errors import ConfigError, StoreError, StoreNotWritable, StoreUnavai
 from tether.state.model import ChainStats
 from tether.stores._chain import Write
 from tether.stores._sql import Dialect, SqlBackend, SqlStore, Tx
-from tether.stores._sql_chain import CHAIN_SQL, chain_of, hint_of, hinted_chain, hinted_query, skips_sealed
+from tether.stores._sql_chain import (
+    CHAIN_SQL,
+    ChainHint,
+    chain_of,
+    hint_of,
+    hinted_chain,
+    hinted_query,
+    skips_sealed,
+)
 from tether.stores.backend import remember as _hint
 from tether.stores.base import split_store_options
 from tether.stores.blocking import BlockingLock
@@ -53,6 +62,61 @@ _CHAIN_IF_SMALL_SQL = CHAIN_SQL.replace(
 )
 """``CHAIN_SQL`` for a run of unknown size: payloads only if the chain is small enough to
 read on the event loop (a payload not selected is never read from disk), else the size."""
+
+
+_RowidHint = tuple[ChainHint, list[int], tuple[int, ...]]
+"""A chain's hint, the versions of its rows in order, and their rowids, in the same order."""
+
+
+@functools.lru_cache(maxsize=256)
+def _with_rowid(sql: str) -> str:
+    """A hinted chain's statement (``hinted_query``) that also selects each row's rowid."""
+    return sql.replace(" FROM tether_runs r ", ", c.rowid FROM tether_runs r ", 1)
+
+
+@functools.lru_cache(maxsize=256)
+def _rowid_sql(n: int) -> str:
+    """The rows of a hinted chain by rowid: one B-tree seek a row instead of two (the primary
+    key's index, then the table), and only the rows that prove the hint still holds: the
+    run's own (``+c.run_id``, which also keeps SQLite from scanning the run's rows by its
+    index instead), the run at the hint's latest and base versions, every row but the latest
+    with a payload. They come in rowid order."""
+    keys = ", ".join("?" * n)
+    return (
+        "SELECT c.version, c.payload FROM tether_runs r CROSS JOIN tether_checkpoints c "
+        "WHERE r.run_id = ? AND r.version = ? AND r.base_version = ? "
+        "AND (r.expires_at IS NULL OR r.expires_at > ?) "
+        f"AND c.rowid IN ({keys}) AND +c.run_id = r.run_id "
+        "AND (length(c.payload) > 0 OR c.version = r.version)"
+    )
+
+
+def _rowid_hint(
+    rows: list[tuple[Any, ...]], hint: ChainHint, chain: list[tuple[int, bytes]]
+) -> _RowidHint | None:
+    """The rowids of a hinted chain just read (``rows`` end with them), if they rise with its
+    versions, as a read by rowid returns them; else None (the chain is read by key)."""
+    rowid_of = {int(r[0]): int(r[4]) for r in rows}
+    rowids = tuple(rowid_of[v] for v, _ in chain)
+    if list(rowids) != sorted(rowids):
+        return None
+    return hint, [v for v, _ in chain], rowids
+
+
+def _chain_by_rowid(
+    conn: sqlite3.Connection, run_id: str, hint: ChainHint, by_rowid: _RowidHint
+) -> list[tuple[int, bytes]] | None:
+    """The chain of ``hint`` read by the rowids its rows had, if the rows found prove it the
+    latest chain still (as ``hinted_chain`` does): as many as it has, each the run's own at
+    the version it had (distinct rows of one run: distinct versions), the run at the same
+    latest and base versions, every carrier with a payload; else None (read it by key)."""
+    _hint_again, versions, rowids = by_rowid
+    rows: list[tuple[int, bytes]] = conn.execute(
+        _rowid_sql(len(rowids)), (run_id, hint[1], hint[0], time.time(), *rowids)
+    ).fetchall()
+    if len(rows) != len(versions) or [r[0] for r in rows] != versions:
+        return None
+    return rows
 
 
 def _read_only_fs(path: str | os.PathLike[str]) -> bool:
@@ -180,6 +244,8 @@ class SqliteBackend(SqlBackend):
         """Chains up to this size are read without a thread hop: the hop costs about what
         reading this much does, and the decode that follows holds the loop longer anyway."""
         self._chain_bytes: dict[str, int] = {}
+        self._rowids: dict[str, _RowidHint] = {}
+        """Per run, the rowids of the rows of its hinted chain (see ``_chain_by_rowid``)."""
         """Chain sizes this store last wrote or read, so a small read needs no size probe."""
         self.checkpoint_bytes = 0 if self.path == ":memory:" else checkpoint_bytes
         self._unchecked = 0
@@ -387,9 +453,16 @@ class SqliteBackend(SqlBackend):
             elif size <= limit:
                 hint = self._chains.get(run_id)
                 if hint is not None and skips_sealed(hint):
+                    by_rowid = self._rowids.get(run_id)
+                    if by_rowid is not None and by_rowid[0] == hint:
+                        found = _chain_by_rowid(conn, run_id, hint, by_rowid)
+                        if found is not None:
+                            return found
                     sql, params = hinted_query(run_id, hint)
-                    hinted = hinted_chain(conn.execute(sql, params).fetchall(), hint)
+                    rows = conn.execute(_with_rowid(sql), params).fetchall()
+                    hinted = hinted_chain(rows, hint)
                     if hinted is not None:
+                        _hint(self._rowids, run_id, _rowid_hint(rows, hint, hinted))
                         return hinted
                 chain = chain_of(conn.execute(CHAIN_SQL, (run_id, time.time())).fetchall())
             else:
