@@ -33,6 +33,8 @@ _IMMUTABLE = frozenset({str, int, float, bool, type(None), bytes, complex})
 _set_attr = object.__setattr__
 _MODEL_DEEPCOPY = BaseModel.__deepcopy__
 _new = object.__new__
+_BARE = frozenset({dict, list})
+"""Containers whose empty instances are copied with their own ``copy``."""
 _HOW: dict[type, Callable[[Any], Any]] = {}
 """How each type met so far is copied (see :func:`_how`)."""
 
@@ -128,14 +130,22 @@ def _how(tx: type) -> Callable[[Any], Any]:
 
 
 def _copy_model(x: BaseModel) -> BaseModel:
-    """What ``BaseModel.__deepcopy__`` does, without its memo (the cost of a deepcopy)."""
+    """What ``BaseModel.__deepcopy__`` does, without its memo (the cost of a deepcopy). The
+    empty dicts and lists most messages hold (``additional_kwargs``, ``tool_calls``...) are
+    copied in place, without a call each."""
     new = _new(type(x))
-    immutable = _IMMUTABLE
-    fields = x.__dict__
-    _set_attr(new, "__dict__", {k: v if type(v) in immutable else _copy(v) for k, v in fields.items()})
+    immutable, bare = _IMMUTABLE, _BARE
+    _set_attr(
+        new,
+        "__dict__",
+        {
+            k: v if type(v) in immutable else v.copy() if not v and type(v) in bare else _copy(v)
+            for k, v in x.__dict__.items()
+        },
+    )
     extra = x.__pydantic_extra__
     _set_attr(new, "__pydantic_extra__", None if extra is None else _copy_dict(extra))
-    _set_attr(new, "__pydantic_fields_set__", set(x.__pydantic_fields_set__))
+    _set_attr(new, "__pydantic_fields_set__", x.__pydantic_fields_set__.copy())
     private = getattr(x, "__pydantic_private__", None)
     _set_attr(new, "__pydantic_private__", None if private is None else _copy(private))
     return new
