@@ -530,11 +530,12 @@ def _p95(xs: Sequence[float]) -> float:
 
 def run_subjects(
     chosen: list[Subject], initial: list[AIMessage], args: argparse.Namespace, raw: RawWrites
-) -> dict[str, dict[str, Any]]:
+) -> tuple[dict[str, dict[str, Any]], float]:
     """Every saver open at once, their ``invoke`` calls interleaved rep by rep in a turning
     order, so that the disk's and the host's slow minutes hit them alike (a durable write
     on a shared disk takes 0.2 ms one minute and 5 ms the next: timed one saver after the
-    other, the same step varied 2x between runs)."""
+    other, the same step varied 2x between runs). Returns the rows and the median step of
+    the graph with no checkpointer, timed once per rep among them."""
     rows: dict[str, dict[str, Any]] = {}
     with ExitStack() as stack:
         running: list[Running] = []
@@ -543,13 +544,16 @@ def run_subjects(
                 running.append(start_subject(s, initial, args.steps, args.seed, stack))
             except Exception as exc:  # a server not running: say so, go on
                 print(f"  {s.name}: failed: {type(exc).__name__}: {str(exc)[:120]}")
+        bare: list[float] = []
         for rep in range(args.reps):
             turn = rep % max(1, len(running))
+            gc.collect()
+            bare.append(no_checkpointer_step(initial, args.steps))
             for r in running[turn:] + running[:turn]:
                 timed_steps(r, args.steps, raw)
         for r in running:
             rows[r.subject.name] = finish_subject(r, initial, args.reads, args.steps)
-    return rows
+    return rows, statistics.median(bare)
 
 
 def cold_reads(subjects: list[Subject], rows: dict[str, dict[str, Any]], reads: int, tmp: Path) -> None:
@@ -662,8 +666,7 @@ def run_size(
 ) -> None:
     """One run at one size: every saver in turn beside its base and floor, then the cold reads."""
     chosen = subjects(tmp, only, raw, names)
-    bare = no_checkpointer_step(initial, args.steps)
-    rows = run_subjects(chosen, initial, args, raw)
+    rows, bare = run_subjects(chosen, initial, args, raw)
     cold_reads(chosen, rows, args.cold_reads, tmp)
     for s in chosen:  # the servers are shared: leave no threads behind
         if s.name in rows and not s.floor:
