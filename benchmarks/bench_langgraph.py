@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import os
 import random
@@ -49,7 +50,8 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -125,7 +127,7 @@ def build(delta: bool = False) -> Any:
 
     def agent(state: Any) -> dict[str, Any]:
         left = state.get("left", 0)
-        return {"messages": [message(10_000_000 + left)], "left": left - 1}
+        return {"messages": [message(len(state["messages"]))], "left": left - 1}  # a new id each step
 
     g = StateGraph(schema)
     g.add_node("agent", agent)
@@ -449,86 +451,164 @@ def no_checkpointer_step(initial: list[AIMessage], steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def run_subject(
-    s: Subject, initial: list[AIMessage], steps: int, reads: int, seed: str, raw: RawWrites
-) -> dict[str, Any]:
+@dataclass
+class Running:
+    """One saver open for a size's run: its graph, its thread, and what was timed."""
+
+    subject: Subject
+    saver: Any
+    graph: Any
+    cfg: dict[str, Any]
+    setup: int
+    old_cfg: Any
+    steps: list[float] = field(default_factory=list)
+    raw: list[float] = field(default_factory=list)
+
+
+def start_subject(s: Subject, initial: list[AIMessage], steps: int, seed: str, stack: ExitStack) -> Running:
+    """Open ``s``'s saver (kept open in ``stack``) and seed a new thread with ``initial``."""
     thread = f"bench-{uuid.uuid4().hex[:10]}"
     cfg: dict[str, Any] = {"configurable": {"thread_id": thread}, "recursion_limit": steps + 10}
-    with s.open() as saver:
-        graph = build(s.delta).compile(checkpointer=saver)
-        if seed == "input":  # LangGraph then also stores the input channel: one more copy
-            graph.invoke({"messages": initial, "left": 0}, cfg)
-        else:
-            graph.update_state(cfg, {"messages": initial, "left": 0}, as_node="agent")
-        if hasattr(saver, "flush"):
-            saver.flush()
-        setup = s.stored(thread)
-        old_cfg = graph.get_state(cfg).config  # the checkpoint before the steps: time travel
-        floor = raw.median(s.backend)
-        t0 = time.perf_counter()
-        graph.invoke({"left": steps}, cfg)
-        step = (time.perf_counter() - t0) / steps
-        floor = (floor + raw.median(s.backend)) / 2
-        final = graph.get_state(cfg).values["messages"]
-        warm = _median_time(lambda: graph.get_state(cfg), reads)
-        old = _median_time(lambda: graph.get_state(old_cfg), reads)
-    assert len(final) == len(initial) + steps, (s.name, len(final))
+    saver = stack.enter_context(s.open())
+    graph = build(s.delta).compile(checkpointer=saver)
+    if seed == "input":  # LangGraph then also stores the input channel: one more copy
+        graph.invoke({"messages": initial, "left": 0}, cfg)
+    else:
+        graph.update_state(cfg, {"messages": initial, "left": 0}, as_node="agent")
+    if hasattr(saver, "flush"):
+        saver.flush()
+    setup = s.stored(thread)
+    old_cfg = graph.get_state(cfg).config  # the checkpoint before the steps: time travel
+    return Running(s, saver, graph, cfg, setup, old_cfg)
+
+
+def timed_steps(r: Running, steps: int, raw: RawWrites) -> None:
+    """One ``invoke`` of ``steps`` steps (and the flush of any writes it left waiting, so no
+    saver's background commit runs into the next subject's timing), after a collection,
+    beside a few raw writes on the saver's backend measured right before it."""
+    r.raw.append(raw.median(r.subject.backend, 8))
+    gc.collect()
+    t0 = time.perf_counter()
+    r.graph.invoke({"left": steps}, r.cfg)
+    if hasattr(r.saver, "flush"):
+        r.saver.flush()
+    r.steps.append((time.perf_counter() - t0) / steps)
+
+
+def finish_subject(r: Running, initial: list[AIMessage], reads: int, steps: int) -> dict[str, Any]:
+    """The warm reads and the stored bytes of a subject whose steps are done."""
+    graph, cfg = r.graph, r.cfg
+    final = graph.get_state(cfg).values["messages"]
+    warm = _median_time(lambda: graph.get_state(cfg), reads)
+    old = _median_time(lambda: graph.get_state(r.old_cfg), reads)
+    assert len(final) == len(initial) + steps * len(r.steps), (r.subject.name, len(final))
     serde = JsonPlusSerializer()
     size = len(serde.dumps_typed(final)[1])
     added = len(serde.dumps_typed(final[len(initial) :])[1])
-    total = s.stored(thread)
+    thread = cfg["configurable"]["thread_id"]
+    total = r.subject.stored(thread)
     return {
-        "raw": floor,
-        "step": step,
+        "raw": statistics.median(r.raw),
+        "step": statistics.median(r.steps),
+        "step_p95": _p95(r.steps),
+        "step_samples": list(r.steps),
         "warm": warm,
         "old": old,
         "thread": thread,
         "final": len(final),
         "stored": total / size,
-        "setup": setup / size,
-        "steps_bytes": (total - setup) / added,
+        "setup": r.setup / size,
+        "steps_bytes": (total - r.setup) / added,
     }
+
+
+def _p95(xs: Sequence[float]) -> float:
+    """The 95th percentile (nearest rank): the largest sample below 20 of them."""
+    ordered = sorted(xs)
+    return ordered[min(len(ordered) - 1, max(0, -(-95 * len(ordered) // 100) - 1))]
+
+
+def run_subjects(
+    chosen: list[Subject], initial: list[AIMessage], args: argparse.Namespace, raw: RawWrites
+) -> tuple[dict[str, dict[str, Any]], float]:
+    """Every saver open at once, their ``invoke`` calls interleaved rep by rep in a turning
+    order, so that the disk's and the host's slow minutes hit them alike (a durable write
+    on a shared disk takes 0.2 ms one minute and 5 ms the next: timed one saver after the
+    other, the same step varied 2x between runs). Returns the rows and the median step of
+    the graph with no checkpointer, timed once per rep among them."""
+    rows: dict[str, dict[str, Any]] = {}
+    with ExitStack() as stack:
+        running: list[Running] = []
+        for s in chosen:
+            try:
+                running.append(start_subject(s, initial, args.steps, args.seed, stack))
+            except Exception as exc:  # a server not running: say so, go on
+                print(f"  {s.name}: failed: {type(exc).__name__}: {str(exc)[:120]}")
+        bare: list[float] = []
+        for rep in range(args.reps):
+            turn = rep % max(1, len(running))
+            gc.collect()
+            bare.append(no_checkpointer_step(initial, args.steps))
+            for r in running[turn:] + running[:turn]:
+                timed_steps(r, args.steps, raw)
+        for r in running:
+            rows[r.subject.name] = finish_subject(r, initial, args.reads, args.steps)
+    return rows, statistics.median(bare)
 
 
 def cold_reads(subjects: list[Subject], rows: dict[str, dict[str, Any]], reads: int, tmp: Path) -> None:
     """``get_state`` through a freshly opened saver in a new process (no cache of this one
-    can help), subjects interleaved rep by rep so that the noise of a shared machine hits
-    them alike; the median goes to ``rows[...]["cold"]``."""
-    times: dict[str, list[float]] = {s.name: [] for s in subjects if s.name in rows}
-    for _ in range(reads):
-        for s in subjects:
-            if s.name not in rows or s.floor:  # a floor keeps its checkpoints in memory only
-                continue
+    can help), subjects interleaved rep by rep in a turning order so that the noise of a
+    shared machine hits them alike; ``rows[...]`` gets ``cold`` (the median), ``cold_p95``
+    and ``cold_open`` (the median time to open the saver, not counted in ``cold``)."""
+    names = [s.name for s in subjects if s.name in rows and not s.floor]  # a floor stores nothing
+    times: dict[str, list[float]] = {name: [] for name in names}
+    opens: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(reads):
+        turn = rep % max(1, len(names))
+        for name in names[turn:] + names[:turn]:
             out = subprocess.run(
-                [sys.executable, __file__, "--cold-read", s.name, rows[s.name]["thread"], "--dir", str(tmp)],
+                [sys.executable, __file__, "--cold-read", name, rows[name]["thread"], "--dir", str(tmp)],
                 check=True,
                 capture_output=True,
                 text=True,
             ).stdout.split()
-            assert int(out[1]) == rows[s.name]["final"], (s.name, out)
-            times[s.name].append(float(out[0]))
+            assert int(out[1]) == rows[name]["final"], (name, out)
+            times[name].append(float(out[0]))
+            opens[name].append(float(out[2]))
     for name, ts in times.items():
         if ts:
             rows[name]["cold"] = statistics.median(ts)
+            rows[name]["cold_p95"] = _p95(ts)
+            rows[name]["cold_open"] = statistics.median(opens[name])
 
 
 def cold_read(name: str, thread: str, tmp: Path) -> None:
     """In a new process: open saver ``name`` on ``tmp``'s databases, time one ``get_state``
-    of ``thread``; prints the seconds and the number of messages read."""
+    of ``thread``; prints the seconds, the number of messages read and the seconds the
+    opening took (imports of the saver's modules included)."""
     (s,) = [s for s in subjects(tmp, None, None) if s.name == name]
+    t0 = time.perf_counter()
     with s.open() as saver:
         graph = build(s.delta).compile(checkpointer=saver)
+        opened = time.perf_counter() - t0
         t0 = time.perf_counter()
         again = graph.get_state({"configurable": {"thread_id": thread}}).values["messages"]
         took = time.perf_counter() - t0
-    print(took, len(again))
+    print(took, len(again), opened)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 run, 10 steps, only the savers the targets name")
     ap.add_argument("--sizes", default="1MB,10MB", help="default 1MB,10MB")
-    ap.add_argument("--steps", type=int, default=None, help="steps per graph run (100; 10 with --quick)")
+    ap.add_argument("--steps", type=int, default=None, help="steps per invoke (100; 10 with --quick)")
+    ap.add_argument(
+        "--reps", type=int, default=None, help="timed invokes per saver, interleaved (3; 7 with --quick)"
+    )
+    ap.add_argument(
+        "--cold-reads", type=int, default=None, help="cold get_state processes per saver (9; 7 with --quick)"
+    )
     ap.add_argument("--runs", type=int, default=None, help="runs (3; 1 with --quick)")
     ap.add_argument("--only", default="", help="comma-separated saver name parts (e.g. tether,sqlitesaver)")
     ap.add_argument(
@@ -548,6 +628,8 @@ def main() -> None:
         return
     args.reads = args.reads or (3 if args.quick else 5)
     args.steps = args.steps or (10 if args.quick else 100)
+    args.reps = args.reps or (7 if args.quick else 3)
+    args.cold_reads = args.cold_reads or (7 if args.quick else 9)
     args.runs = args.runs or (1 if args.quick else 3)
     only = {o.strip().lower() for o in args.only.split(",") if o.strip()} or None
     rep = Report(
@@ -584,19 +666,16 @@ def run_size(
 ) -> None:
     """One run at one size: every saver in turn beside its base and floor, then the cold reads."""
     chosen = subjects(tmp, only, raw, names)
-    bare = no_checkpointer_step(initial, args.steps)
-    rows: dict[str, dict[str, Any]] = {}
-    for s in chosen:
-        try:
-            rows[s.name] = run_subject(s, initial, args.steps, args.reads, args.seed, raw)
-        except Exception as exc:  # a server not running: say so, go on
-            print(f"  {s.name}: failed: {type(exc).__name__}: {str(exc)[:120]}")
-    cold_reads(chosen, rows, args.reads, tmp)
+    rows, bare = run_subjects(chosen, initial, args, raw)
+    cold_reads(chosen, rows, args.cold_reads, tmp)
     for s in chosen:  # the servers are shared: leave no threads behind
         if s.name in rows and not s.floor:
             with s.open() as saver:
                 saver.delete_thread(rows[s.name]["thread"])
-    rep.section(f"{size}, {len(initial)} messages, {args.steps} steps")
+    rep.section(
+        f"{size}, {len(initial)} messages, {args.steps} steps per invoke, {args.reps} invokes per saver"
+        " (interleaved); step: median over the invokes (p95 beside it)"
+    )
     rep.line(f"{size} no checkpointer: step", bare * 1e3, "ms")
     alone = rows.get("LangGraph alone")
     if alone:
@@ -609,7 +688,9 @@ def run_size(
         backend = s.backend
         floor = rows.get(f"floor {backend}")
         base = bare + r["raw"]
-        beside = f"base {base * 1e3:.2f} ms" + (f", floor {floor['step'] * 1e3:.2f} ms" if floor else "")
+        beside = f"p95 {r['step_p95'] * 1e3:.2f} ms; base {base * 1e3:.2f} ms" + (
+            f", floor {floor['step'] * 1e3:.2f} ms (p95 {floor['step_p95'] * 1e3:.2f})" if floor else ""
+        )
         rep.line(f"{size} {s.name}: step", r["step"] * 1e3, "ms", note=beside)
         cold = r.get("cold")
         ref_cold = ref.get("cold") if ref else None
@@ -617,8 +698,9 @@ def run_size(
             f"{size} {s.name}: get_state warm / cold",
             r["warm"] * 1e3,
             "ms",
-            note=(f"cold {cold * 1e3:.1f} ms" if cold else "cold -")
-            + (f", SqliteSaver cold {ref_cold * 1e3:.1f} ms" if ref_cold else ""),
+            note=(f"cold {cold * 1e3:.1f} ms, p95 {r['cold_p95'] * 1e3:.1f}" if cold else "cold -")
+            + (f", SqliteSaver cold {ref_cold * 1e3:.1f} ms" if ref_cold else "")
+            + (f"; opening the saver {r['cold_open'] * 1e3:.0f} ms, not counted" if cold else ""),
         )
         rep.line(f"{size} {s.name}: stored / final state", r["stored"], "x")
         if not s.name.startswith("TetherSaver") or backend == "mysql":
@@ -629,11 +711,17 @@ def run_size(
             )
         if size.upper() == "1MB":
             if floor:
-                rep.target(f"{size} {s.name}: step / its floor", r["step"] / floor["step"], goal=1.5)
+                rep.target(f"{size} {s.name}: step / its floor", paired(r, floor), goal=1.5)
             if ref:
-                rep.target(f"{size} {s.name}: step / SqliteSaver's", r["step"] / ref["step"], goal=0.2)
+                rep.target(f"{size} {s.name}: step / SqliteSaver's", paired(r, ref), goal=0.2)
         if cold and ref_cold:
             rep.target(f"{size} {s.name}: cold get_state / SqliteSaver's", cold / ref_cold, goal=1.1)
+
+
+def paired(r: dict[str, Any], other: dict[str, Any]) -> float:
+    """The median of the invoke-by-invoke ratios of two savers (each pair timed one right
+    after the other, so a slow minute of the disk or the host hits both)."""
+    return statistics.median(a / b for a, b in zip(r["step_samples"], other["step_samples"], strict=True))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import gc
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,7 +32,11 @@ __all__ = ["copied", "gc_paused"]
 _IMMUTABLE = frozenset({str, int, float, bool, type(None), bytes, complex})
 _set_attr = object.__setattr__
 _MODEL_DEEPCOPY = BaseModel.__deepcopy__
-_MODELS: dict[type, bool] = {}
+_new = object.__new__
+_BARE = frozenset({dict, list})
+"""Containers whose empty instances are copied with their own ``copy``."""
+_HOW: dict[type, Callable[[Any], Any]] = {}
+"""How each type met so far is copied (see :func:`_how`)."""
 
 _gc_lock = threading.Lock()
 _gc_depth = 0
@@ -89,16 +93,15 @@ def _copy(x: Any) -> Any:
     tx = type(x)
     if tx in _IMMUTABLE:
         return x
-    if tx is dict:
-        return _copy_dict(x)
-    if tx is list:
-        immutable = _IMMUTABLE
-        return [v if type(v) in immutable else _copy(v) for v in x]
-    if tx is tuple:
-        return tuple(_copy(v) for v in x)
-    if _is_model(tx):
-        return _copy_model(x, tx)
-    return copy.deepcopy(x)
+    how = _HOW.get(tx)
+    if how is None:
+        how = _HOW[tx] = _how(tx)
+    return how(x)
+
+
+def _copy_list(x: list[Any]) -> list[Any]:
+    immutable = _IMMUTABLE
+    return [v if type(v) in immutable else _copy(v) for v in x]
 
 
 def _copy_dict(x: dict[Any, Any]) -> dict[Any, Any]:
@@ -107,22 +110,42 @@ def _copy_dict(x: dict[Any, Any]) -> dict[Any, Any]:
     return {k: v if type(v) in immutable else _copy(v) for k, v in x.items()} if x else {}
 
 
-def _is_model(tx: type) -> bool:
-    """A Pydantic model with Pydantic's own deep copy (cached: ``isinstance`` on a model
-    class goes through its metaclass)."""
-    hit = _MODELS.get(tx)
-    if hit is None:
-        hit = _MODELS[tx] = issubclass(tx, BaseModel) and tx.__deepcopy__ is _MODEL_DEEPCOPY
-    return hit
+def _copy_tuple(x: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(_copy(v) for v in x)
 
 
-def _copy_model(x: BaseModel, tx: type[BaseModel]) -> BaseModel:
-    """What ``BaseModel.__deepcopy__`` does, without its memo (the cost of a deepcopy)."""
-    new = tx.__new__(tx)
-    _set_attr(new, "__dict__", _copy_dict(x.__dict__))
+def _how(tx: type) -> Callable[[Any], Any]:
+    """How to copy an object of type ``tx`` (looked up once per type: ``isinstance`` on a
+    model class goes through its metaclass). A Pydantic model with Pydantic's own deep
+    copy is copied field by field; any other type with :func:`copy.deepcopy`."""
+    if tx is dict:
+        return _copy_dict
+    if tx is list:
+        return _copy_list
+    if tx is tuple:
+        return _copy_tuple
+    if issubclass(tx, BaseModel) and tx.__deepcopy__ is _MODEL_DEEPCOPY:
+        return _copy_model
+    return copy.deepcopy
+
+
+def _copy_model(x: BaseModel) -> BaseModel:
+    """What ``BaseModel.__deepcopy__`` does, without its memo (the cost of a deepcopy). The
+    empty dicts and lists most messages hold (``additional_kwargs``, ``tool_calls``...) are
+    copied in place, without a call each."""
+    new = _new(type(x))
+    immutable, bare = _IMMUTABLE, _BARE
+    _set_attr(
+        new,
+        "__dict__",
+        {
+            k: v if type(v) in immutable else v.copy() if not v and type(v) in bare else _copy(v)
+            for k, v in x.__dict__.items()
+        },
+    )
     extra = x.__pydantic_extra__
     _set_attr(new, "__pydantic_extra__", None if extra is None else _copy_dict(extra))
-    _set_attr(new, "__pydantic_fields_set__", set(x.__pydantic_fields_set__))
+    _set_attr(new, "__pydantic_fields_set__", x.__pydantic_fields_set__.copy())
     private = getattr(x, "__pydantic_private__", None)
     _set_attr(new, "__pydantic_private__", None if private is None else _copy(private))
     return new

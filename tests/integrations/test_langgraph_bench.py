@@ -1,0 +1,63 @@
+"""``benchmarks/bench_langgraph.py`` runs as its README says, and its interleaved step
+figures (median, p95, paired ratios) are computed as it prints them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import bench_langgraph  # noqa: E402
+
+
+def test_p95_is_the_nearest_rank() -> None:
+    assert bench_langgraph._p95([3.0]) == 3.0
+    assert bench_langgraph._p95([5.0, 1.0, 4.0, 2.0, 3.0]) == 5.0  # below 20 samples: the largest
+    assert bench_langgraph._p95([float(i) for i in range(1, 101)]) == 95.0
+
+
+def test_a_paired_ratio_is_the_median_of_the_invoke_by_invoke_ratios() -> None:
+    """A slow minute that hits both savers of a pair cancels out; a saver twice as slow
+    in every pair is 2x, whatever the disk did between the pairs."""
+    fast = {"step_samples": [1.0, 5.0, 1.0]}
+    slow = {"step_samples": [2.0, 10.0, 2.0]}
+    assert bench_langgraph.paired(slow, fast) == 2.0
+    with pytest.raises(ValueError):  # every saver ran the same number of invokes
+        bench_langgraph.paired(slow, {"step_samples": [1.0]})
+
+
+def test_the_script_runs_its_savers_interleaved_and_prints_each_step_beside_its_floor(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{BENCH}", "TMPDIR": str(tmp_path)}
+    env.pop("TETHER_BENCH_JSON", None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_langgraph.py"),
+            *("--quick", "--sizes", "1MB", "--steps", "2", "--reps", "2", "--cold-reads", "1"),
+            *("--only", "tethersaver sqlite,floor sqlite,sqlitesaver,langgraph alone"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "2 steps per invoke, 2 invokes per saver (interleaved)" in out
+    step = next(line for line in out.splitlines() if "1MB TetherSaver sqlite: step  " in line)
+    assert "p95 " in step and "floor " in step and "base " in step, step
+    cold = next(line for line in out.splitlines() if "TetherSaver sqlite: get_state warm / cold" in line)
+    assert "SqliteSaver cold" in cold and "opening the saver" in cold, cold
+    for target in ("step / its floor", "step / SqliteSaver's", "cold get_state / SqliteSaver's"):
+        assert f"1MB TetherSaver sqlite: {target}" in out
