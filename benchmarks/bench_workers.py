@@ -330,7 +330,7 @@ def main() -> None:
                 "time a run spends more on 1 worker",
                 1e3 * (1 / one - 1 / base.rate),
                 "ms",
-                note="broker round trips, Celery, the worker's read of the run",
+                note="broker round trips and Celery",
             )
             rep.target("1 worker / in-process", one / base.rate, goal=0.7, op=">=")
             for k in counts[1:]:

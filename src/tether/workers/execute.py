@@ -10,6 +10,13 @@ is only a hint to look at the run:
   Two workers racing for it both try to take the lease in a version-checked commit; one
   wins, the other gets :class:`~tether.errors.RunInProgress` and drops the message.
 
+The message of a run submitted ready to start carries its workflow and, when small, the
+state its submitter stored as version 1 (``submit``): the worker then takes the run without
+reading it, in a write the store accepts only while the run is still PENDING at version 1.
+A run changed, paused, taken or deleted since is looked at as above, and runs as stored,
+never as the message says (the broker is trusted with a first state as it is with the
+decision a message may carry).
+
 A run whose worker died inside a step is resumed and the step runs again. Each such crash
 is on record in the run's event log (the ``interrupted`` entry the resume writes), so a
 step that kills its worker every time is counted in the store, across workers: past
