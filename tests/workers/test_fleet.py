@@ -27,9 +27,10 @@ from tests.workers.conftest import (
     wait_status,
     wait_trace,
 )
+from tests.workers.flows import five
 from tether.state import RunStatus
 from tether.state.reserved import runtime_get
-from tether.workers import submit
+from tether.workers import Registry, store_for_message, submit
 
 pytestmark = pytest.mark.slow
 
@@ -111,6 +112,38 @@ async def test_duplicate_messages_execute_the_run_once(
         run_id = await submit(store, dispatcher, "five", inputs)
         for _ in range(3):  # the same run, submitted again at once
             dispatcher.send(run_id)
+        assert (
+            await wait_status(store, run_id, {RunStatus.COMPLETED, RunStatus.FAILED}) is RunStatus.COMPLETED
+        )
+        assert starts(trace, run_id) == dict.fromkeys(STEPS, 1)
+        await check_once(store, run_id, inputs)
+        deadline = time.monotonic() + 20
+        while fleet.logs().count("message dropped") < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert fleet.logs().count("message dropped") >= 3
+
+
+@pytest.mark.parametrize(("broker", "backend"), [("amqp", "postgresql"), ("redis", "redis")])
+async def test_copies_of_a_message_carrying_the_first_state_execute_the_run_once(
+    broker: str, backend: str, fleet_factory: Any, dispatchers: Any, tmp_path: Path, queue: str
+) -> None:
+    """``submit()`` with the workflow registered sends the run's first state along: the
+    worker that takes a copy first starts the run without reading it; the others, taken by
+    other consumers at once, find it no longer at that first version and are dropped."""
+    store_at, broker_at = store_url(backend), broker_url(broker)
+    trace = tmp_path / "trace.log"
+    async with opened(store_at) as store:
+        fleet = fleet_factory(store_at, broker_at)
+        fleet.start(2, *FAST, "--concurrency", "2")
+        dispatcher = dispatchers(broker_at)
+        inputs = _inputs(trace, delay=0.1)
+        registry = Registry([five()], bundled=False)
+        run_id, first = await store_for_message(  # what submit() stores and sends, 4 times
+            store, "five", inputs, registry=registry, queue=dispatcher.queue
+        )
+        assert first is not None and first["label"] == inputs["label"]
+        for _ in range(4):
+            dispatcher.send(run_id, workflow="five", first=first)
         assert (
             await wait_status(store, run_id, {RunStatus.COMPLETED, RunStatus.FAILED}) is RunStatus.COMPLETED
         )

@@ -1,11 +1,14 @@
-"""The executor's short path (one read per started run, one runner per workflow, the drain
-looked at by a timer instead of a task of its own) keeps what a message must lead to: a
-drain stops a run at its next checkpoint, or cancels a step that outlasts the drain
-timeout; a cancellation that is not a drain's is not swallowed."""
+"""The executor's short path (no read for a run whose message carries its first state, one
+read per other started run, one runner per workflow, the drain looked at by a timer instead
+of a task of its own) keeps what a message must lead to: a run changed after its submitter
+stored it is run as stored, or left as it is; a drain stops a run at its next checkpoint,
+or cancels a step that outlasts the drain timeout; a cancellation that is not a drain's is
+not swallowed."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import threading
 import time
 import uuid
@@ -19,7 +22,16 @@ from tests.workers.flows import five
 from tether.state import ExecutionContext, RunStatus
 from tether.state.reserved import runtime_get
 from tether.stores import CheckpointStore, open_store
-from tether.workers import QUEUE_KEY, WORKFLOW_KEY, Registry, RunExecutor, store_pending
+from tether.workers import (
+    QUEUE_KEY,
+    WORKFLOW_KEY,
+    Registry,
+    RunExecutor,
+    first_state,
+    store_for_message,
+    store_pending,
+)
+from tether.workers.dispatch import FIRST_STATE_BYTES
 
 
 @pytest.fixture
@@ -36,6 +48,96 @@ async def _ready(store: CheckpointStore, **inputs: Any) -> str:
     """A run stored as ``submit()`` stores it: PENDING, its TODO list made."""
     registry = Registry([five()], bundled=False)
     return await store_pending(store, "five", inputs, run_id=f"r-{uuid.uuid4().hex[:8]}", registry=registry)
+
+
+class CountingStore:
+    """The store, counting the runner's reads of a run (``load_run``)."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        self.store = store
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def load_run(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads += 1
+        return await self.store.load_run(*args, **kwargs)
+
+
+async def _submitted(store: CheckpointStore, **inputs: Any) -> tuple[str, dict[str, Any] | None]:
+    """A run stored as ``submit()`` stores it, and the first state its message carries."""
+    registry = Registry([five()], bundled=False)
+    return await store_for_message(
+        store, "five", inputs, run_id=f"r-{uuid.uuid4().hex[:8]}", registry=registry
+    )
+
+
+async def test_a_message_carrying_the_first_state_starts_the_run_without_reading_it(
+    store: CheckpointStore,
+) -> None:
+    rid, first = await _submitted(store, label="a")
+    assert first is not None and first["label"] == "a" and first[WORKFLOW_KEY] == "five"
+    counting = CountingStore(store)
+    ex = _executor(counting)  # type: ignore[arg-type]
+    out = await ex.execute(rid, workflow="five", first=first)
+    assert (out.action, out.status) == ("executed", "COMPLETED") and counting.reads == 0
+    cp = await store.load(rid)
+    info = await store.get_run(rid)
+    assert cp is not None and info is not None and done_steps(cp.state) == STEPS
+    assert cp.state["s5_output"] == "s5 of a" and info.fence > 0
+    assert runtime_get(cp.state, "lease") is None
+    version = info.version
+    again = await ex.execute(rid, workflow="five", first=first)  # a duplicate: read, and dropped
+    assert (again.action, again.status) == ("dropped", "COMPLETED") and counting.reads == 1
+    assert (await store.get_run(rid)).version == version  # type: ignore[union-attr]
+
+
+async def test_a_run_changed_after_it_was_submitted_runs_as_stored_not_as_its_message_says(
+    store: CheckpointStore,
+) -> None:
+    rid, first = await _submitted(store, label="sent")
+    loaded = await store.load_run(rid)
+    assert loaded is not None and first is not None
+    ctx = loaded[1]
+    ctx.put("label", "updated")  # (a person's update of the waiting run: version 2)
+    await store.commit(ctx, status=RunStatus.PENDING)
+    out = await _executor(store).execute(rid, workflow="five", first=first)
+    assert (out.action, out.status) == ("executed", "COMPLETED")
+    cp = await store.load(rid)
+    assert cp is not None and cp.state["label"] == "updated" and cp.state["s1_output"] == "s1 of updated"
+
+
+async def test_a_run_paused_after_it_was_submitted_stays_paused_and_unwritten(store: CheckpointStore) -> None:
+    rid, first = await _submitted(store, label="a")
+    loaded = await store.load_run(rid)
+    assert loaded is not None
+    await store.commit(loaded[1], status=RunStatus.PAUSED)
+    version = (await store.get_run(rid)).version  # type: ignore[union-attr]
+    out = await _executor(store).execute(rid, workflow="five", first=first)
+    assert (out.action, out.status) == ("dropped", "PAUSED")
+    info = await store.get_run(rid)
+    assert info is not None and info.status is RunStatus.PAUSED and info.version == version
+
+
+async def test_a_message_for_a_deleted_run_is_dropped(store: CheckpointStore) -> None:
+    rid, first = await _submitted(store, label="a")
+    await store.delete(rid)
+    out = await _executor(store).execute(rid, workflow="five", first=first)
+    assert (out.action, out.status) == ("dropped", None)
+    assert await store.get_run(rid) is None  # nothing written, not even a new run
+
+
+def test_only_a_small_plain_json_state_rides_on_a_message() -> None:
+    assert first_state({"a": [1, 2.5, None, True], "b": {"c": "d"}}) == {
+        "a": [1, 2.5, None, True],
+        "b": {"c": "d"},
+    }
+    assert first_state({"when": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)}) is None  # read from the store
+    assert first_state({"pair": (1, 2)}) is None  # would come back a list
+    assert first_state({"keys": {1: "one"}}) is None  # would come back "1"
+    assert first_state({"x": float("nan")}) is None
+    assert first_state({"big": "x" * FIRST_STATE_BYTES}) is None
 
 
 async def test_load_run_reads_the_record_and_the_context_of_one_version(store: CheckpointStore) -> None:

@@ -197,6 +197,7 @@ class Runner:
         decision: Decision | str | None = None,
         force: bool = False,
         only: RunStatus | None = None,
+        first: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """Continue a paused, interrupted or crashed run from its latest checkpoint.
 
@@ -205,25 +206,39 @@ class Runner:
         ``only``: continue the run only if it is stored with this status, else raise
         :class:`WrongRunStatus` having written nothing (a worker starting a run submitted
         PENDING, which must not continue one paused meanwhile, without a read of its own).
+        ``first`` (with ``only``): the state the run was stored with as its version 1, as its
+        submitter sent it along: the run is taken without being read, in a write that lands
+        only while it is still ``only`` at version 1; else WrongRunStatus, nothing written.
         """
-        loaded = await self.store.load_run(run_id, reducers=self.reducers)
-        if loaded is None:
-            raise RunNotFound(run_id)
-        info, ctx = loaded
-        if only is not None and info.status is not only:
-            raise WrongRunStatus(run_id, str(info.status), "resume", f"only a {only} run is resumed here")
-        finished = info.status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
-        if finished or (info.status is RunStatus.FAILED and decision is None):
-            return RunResult(run_id=run_id, status=info.status, version=ctx.version, state=ctx.state_view())
-        check_lease(run_id, runtime_get(ctx, "lease"), owner=self.owner, force=force, until=info.lease_until)
+        if first is not None and only is not None:
+            ctx = ExecutionContext(run_id, first, reducers=self.reducers)
+            ctx.version = 1
+            status, until, token = only, None, 0
+        else:
+            loaded = await self.store.load_run(run_id, reducers=self.reducers)
+            if loaded is None:
+                raise RunNotFound(run_id)
+            info, ctx = loaded
+            status, until, token = info.status, info.lease_until, info.fence
+        if only is not None and status is not only:
+            raise WrongRunStatus(run_id, str(status), "resume", f"only a {only} run is resumed here")
+        finished = status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
+        if finished or (status is RunStatus.FAILED and decision is None):
+            return RunResult(run_id=run_id, status=status, version=ctx.version, state=ctx.state_view())
+        check_lease(run_id, runtime_get(ctx, "lease"), owner=self.owner, force=force, until=until)
         upgrade_context(ctx)  # a run stored by an earlier tether keeps its keys at the top
         run = self._new_run(ctx)
         ctx.merge(runtime_update(lease=run.lease(), pause_reason=None))
-        if info.status is RunStatus.RUNNING:  # its holder stopped without a word: say so
-            self._taken_over(run, info.fence)
+        if status is RunStatus.RUNNING:  # its holder stopped without a word: say so
+            self._taken_over(run, token)
         try:
-            await run.take(require=info.status, metadata={"resumed": True})
-        except (VersionConflict, RunNotPaused) as exc:
+            await run.take(require=status, metadata={"resumed": True})
+        except (VersionConflict, RunNotPaused, RunNotFound) as exc:
+            if first is not None and only is not None:
+                hint = "it is no longer stored as its submitter sent it (changed, taken or deleted)"
+                raise WrongRunStatus(run_id, "changed", "start", hint) from exc
+            if isinstance(exc, RunNotFound):
+                raise
             raise RunInProgress(run_id, "another runner", " (it resumed first)") from exc
         run.record(
             "run_resumed", version=ctx.version, executed=ctx.executed_node_ids, workflow=self.workflow.name

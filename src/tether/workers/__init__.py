@@ -11,7 +11,15 @@ Celery is imported only by :mod:`tether.workers.app` (and when a Dispatcher is m
 
 from __future__ import annotations
 
-from tether.workers.dispatch import TASK, BrokerUnavailable, Dispatcher, store_pending, submit
+from tether.workers.dispatch import (
+    TASK,
+    BrokerUnavailable,
+    Dispatcher,
+    first_state,
+    store_for_message,
+    store_pending,
+    submit,
+)
 from tether.workers.execute import DRAINING, Outcome, RunExecutor
 from tether.workers.registry import QUEUE_KEY, WORKFLOW_KEY, Entry, Registry, UnknownWorkflow
 
@@ -27,6 +35,8 @@ __all__ = [
     "Registry",
     "RunExecutor",
     "UnknownWorkflow",
+    "first_state",
+    "store_for_message",
     "store_pending",
     "submit",
 ]

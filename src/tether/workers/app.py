@@ -149,9 +149,16 @@ def _install_task(app: Celery, queue: str, config: WorkerConfig) -> None:
             )
         return local.loop, local.executor
 
-    def execute_run(run_id: str, decision: str | None = None, workflow: str | None = None) -> str:
+    def execute_run(
+        run_id: str,
+        decision: str | None = None,
+        workflow: str | None = None,
+        first: dict[str, Any] | None = None,
+    ) -> str:
         loop, ex = executor()
-        outcome = loop.run_until_complete(ex.execute(run_id, decision=decision, workflow=workflow))
+        outcome = loop.run_until_complete(
+            ex.execute(run_id, decision=decision, workflow=workflow, first=first)
+        )
         if outcome.action == "requeue":  # handed back: another worker takes it at once
             raise Reject(outcome.reason, requeue=True)
         result = f"{outcome.action} {outcome.status}" if outcome.status else outcome.action

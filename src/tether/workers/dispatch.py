@@ -9,6 +9,7 @@ nothing is lost, and nothing is half made.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -27,10 +28,24 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TASK", "BrokerUnavailable", "Dispatcher", "store_pending", "submit"]
+__all__ = [
+    "FIRST_STATE_BYTES",
+    "TASK",
+    "BrokerUnavailable",
+    "Dispatcher",
+    "first_state",
+    "store_for_message",
+    "store_pending",
+    "submit",
+]
 
 TASK = "tether.execute_run"
-"""The Celery task every message names; its only arguments are a run id and a decision."""
+"""The Celery task every message names: a run id, and hints (a decision, the workflow and
+first state of a run stored ready to start)."""
+
+FIRST_STATE_BYTES = 16 * 1024
+"""A run's first state rides on its message up to this size (as JSON); a bigger one is read
+from the store by the worker."""
 
 
 class BrokerUnavailable(TetherError):
@@ -75,11 +90,14 @@ class Dispatcher:
         decision: str | None = None,
         queue: str | None = None,
         workflow: str | None = None,
+        first: Mapping[str, Any] | None = None,
     ) -> None:
         """Publish one message (blocking; confirmed by RabbitMQ before it returns).
 
         ``workflow`` names the workflow of a run stored ready to start (its TODO list made
-        by the submitter): the worker then starts it without reading it first."""
+        by the submitter); ``first``, the state it was stored with (:func:`first_state`):
+        the worker then takes the run without reading it first, in a write that lands only
+        while the run is still PENDING at that first version (else it reads the run)."""
         with self._lock:  # one connection, used by one thread at a time
             try:
                 if self._producer is None:
@@ -91,6 +109,7 @@ class Dispatcher:
                     kwargs={
                         **({"decision": decision} if decision else {}),
                         **({"workflow": workflow} if workflow else {}),
+                        **({"first": first} if first is not None and workflow else {}),
                     },
                     queue=queue or self.queue,
                     producer=self._producer,
@@ -108,9 +127,12 @@ class Dispatcher:
         decision: str | None = None,
         queue: str | None = None,
         workflow: str | None = None,
+        first: Mapping[str, Any] | None = None,
     ) -> None:
         """:meth:`send` from async code (in a thread: a publish blocks)."""
-        await asyncio.to_thread(self.send, run_id, decision=decision, queue=queue, workflow=workflow)
+        await asyncio.to_thread(
+            self.send, run_id, decision=decision, queue=queue, workflow=workflow, first=first
+        )
 
     def waiting(self, queue: str | None = None) -> int:
         """Messages ready in the queue (not counting those being executed)."""
@@ -155,6 +177,22 @@ async def store_pending(
 ) -> str:
     """Store a new run PENDING (what :func:`submit` does before it sends the message);
     returns its id. Raises :class:`~tether.errors.RunExists` for a run id already stored."""
+    rid, _ = await store_for_message(store, workflow, inputs, run_id=run_id, registry=registry, queue=queue)
+    return rid
+
+
+async def store_for_message(
+    store: CheckpointStore,
+    workflow: str,
+    inputs: Mapping[str, Any] | None = None,
+    *,
+    run_id: str | None = None,
+    registry: Registry | None = None,
+    queue: str = "tether",
+) -> tuple[str, dict[str, Any] | None]:
+    """:func:`store_pending`, returning also the state its message may carry
+    (:func:`first_state`; None when the run is not ready to start or the worker is to read
+    it): what :func:`submit` sends with :meth:`Dispatcher.send`."""
     data = dict(inputs or {})
     check_user_keys(data, where="the run's inputs")
     rid = run_id or f"{workflow}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -175,7 +213,22 @@ async def store_pending(
     except VersionConflict as exc:
         info = await store.get_run(rid)
         raise RunExists(rid, info.status if info else None) from exc
-    return rid
+    ready = registry is not None and registry.get(workflow).prepare is None
+    return rid, first_state(ctx.state_view()) if ready else None
+
+
+def first_state(state: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``state`` as a message carries it: plain JSON that reads back equal to it, at most
+    :data:`FIRST_STATE_BYTES`; None for anything else (a datetime, a tuple, bytes, a big
+    state), which the worker then reads from the store."""
+    try:
+        text = json.dumps(state, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
+    if len(text) > FIRST_STATE_BYTES:
+        return None
+    back: dict[str, Any] = json.loads(text)
+    return back if back == state else None
 
 
 async def submit(
@@ -197,7 +250,9 @@ async def submit(
     Raises :class:`~tether.errors.RunExists` for a run id already stored.
     """
     target = queue or dispatcher.queue
-    rid = await store_pending(store, workflow, inputs, run_id=run_id, registry=registry, queue=target)
+    rid, first = await store_for_message(
+        store, workflow, inputs, run_id=run_id, registry=registry, queue=target
+    )
     ready = registry is not None and registry.get(workflow).prepare is None
-    await dispatcher.enqueue(rid, queue=target, workflow=workflow if ready else None)
+    await dispatcher.enqueue(rid, queue=target, workflow=workflow if ready else None, first=first)
     return rid

@@ -10,6 +10,13 @@ is only a hint to look at the run:
   Two workers racing for it both try to take the lease in a version-checked commit; one
   wins, the other gets :class:`~tether.errors.RunInProgress` and drops the message.
 
+The message of a run submitted ready to start carries its workflow and, when small, the
+state its submitter stored as version 1 (``submit``): the worker then takes the run without
+reading it, in a write the store accepts only while the run is still PENDING at version 1.
+A run changed, paused, taken or deleted since is looked at as above, and runs as stored,
+never as the message says (the broker is trusted with a first state as it is with the
+decision a message may carry).
+
 A run whose worker died inside a step is resumed and the step runs again. Each such crash
 is on record in the run's event log (the ``interrupted`` entry the resume writes), so a
 step that kills its worker every time is counted in the store, across workers: past
@@ -202,23 +209,31 @@ class RunExecutor:
         self._runners: dict[str, tuple[Entry, Runner]] = {}
 
     async def execute(
-        self, run_id: str, *, decision: str | None = None, workflow: str | None = None
+        self,
+        run_id: str,
+        *,
+        decision: str | None = None,
+        workflow: str | None = None,
+        first: Mapping[str, Any] | None = None,
     ) -> Outcome:
         """Execute or resume ``run_id`` if this message should; see the module docstring.
 
         ``workflow`` (from a submitter that stored the run ready to start) lets a PENDING
         run start without a read of its own here: the runner's read checks the status, and
         anything but PENDING (a duplicate message, a run paused meanwhile) comes back
-        unwritten to be looked at as any other message."""
+        unwritten to be looked at as any other message. With ``first``, the state the
+        submitter stored, the runner does not read the run either: its take lands only
+        while the run is still PENDING at that first version."""
         if self.draining.is_set():
             return Outcome(run_id, "requeue", None, "this worker is shutting down")
         if workflow is not None and decision is None and workflow in self.registry:
             entry = self.registry.get(workflow)
-            if entry.workflow is not None:  # the runner's read checks it is PENDING still
+            if entry.workflow is not None:  # the runner checks it is PENDING still
+                runner = self._runner(entry, {})
                 try:
-                    return await self._drive(self._runner(entry, {}), run_id, None, only=RunStatus.PENDING)
+                    return await self._drive(runner, run_id, None, only=RunStatus.PENDING, first=first)
                 except (WrongRunStatus, RunNotFound):
-                    pass  # (nothing written) a duplicate, a run deleted: looked at below
+                    pass  # (nothing written) a duplicate, a run changed or deleted: looked at below
         loaded = await self.store.load_run(run_id)
         if loaded is None:
             return self._drop(run_id, None, "no such run in the store (deleted or expired)")
@@ -314,6 +329,7 @@ class RunExecutor:
         decision: str | None,
         *,
         only: RunStatus | None = None,
+        first: Mapping[str, Any] | None = None,
         after: Callable[[RunResult], Awaitable[RunResult]] | None = None,
     ) -> Outcome:
         """Drive the run in this task (then ``after``: the workflow's own resume, see
@@ -321,7 +337,7 @@ class RunExecutor:
         cancels it here (the runner records INTERRUPTED from the last checkpoint)."""
         watch = _DrainWatch(self.draining, self.drain_timeout)
         try:
-            result = await runner.resume(run_id, decision=decision, only=only)
+            result = await runner.resume(run_id, decision=decision, only=only, first=first)
             if after is not None:
                 result = await after(result)
         except RunInProgress as exc:
