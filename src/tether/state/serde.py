@@ -206,7 +206,7 @@ def pack_plain(payload: dict[str, Any], *, datetimes: bool = True) -> bytes:
 
     ``datetimes=False`` promises the payload holds no ``datetime`` (``check_value`` says
     so as it checks values in): it is then packed by msgspec, whose MessagePack is the same
-    bytes for everything else tether stores. Its encoding work is about ormsgpack's (0.8 to
+    bytes for everything else tether stores. Its encoding work is about ormsgpack's (0.75 to
     1.0 of its time on chat-like state); what differs is the output buffer. ormsgpack grows
     its own by doubling, and glibc serves a block that big with fresh ``mmap``'ed pages, a
     page fault per 4 KB, until the process has freed a bigger block (which raises glibc's
