@@ -146,10 +146,14 @@ def _unpack(body: bytes | memoryview) -> Any:
 
     A 10 MB state decodes into ~100k containers, and every 700 new ones trigger a collection
     that scans them, now and then an older generation's that scans the whole heap: pure
-    waste, since decoded MessagePack cannot form a cycle. Paused, one young collection runs
-    later instead (``benchmarks/bench_decode_gc.py``; figures in its README). The pause is
-    process-wide and lasts only the decode; a collector someone else disabled stays
-    disabled.
+    waste, since decoded MessagePack cannot form a cycle. Paused, the decoded containers are
+    walked once by the young collection that follows, and later by the collections that
+    promote them, as any new objects are (``benchmarks/bench_decode_gc.py``; figures in its
+    README). Filing them straight into the oldest generation (``gc.freeze`` then
+    ``unfreeze``) would skip that walk too, but it resets the collector's counts, so a
+    process loading big rows often would never run a full collection again and other
+    code's garbage cycles would pile up: not done. The pause is process-wide and lasts only
+    the decode; a collector someone else disabled stays disabled.
     """
     if len(body) < _BULK_BYTES or not gc.isenabled():
         return ormsgpack.unpackb(body, ext_hook=_ext_hook)
@@ -202,11 +206,17 @@ def pack_plain(payload: dict[str, Any], *, datetimes: bool = True) -> bytes:
 
     ``datetimes=False`` promises the payload holds no ``datetime`` (``check_value`` says
     so as it checks values in): it is then packed by msgspec, whose MessagePack is the same
-    bytes for everything else tether stores, in about a third of ormsgpack's time from
-    100 KB up on chat-like state (``benchmarks/bench_encode.py``; the same at 1 KB).
-    msgspec cannot be told how to write a datetime (it writes its own timestamp form and
-    loses the zone, or a bare string for a naive one), so a payload that may hold one goes
-    to ormsgpack and our extension type.
+    bytes for everything else tether stores. Its encoding work is about ormsgpack's (0.75 to
+    1.0 of its time on chat-like state); what differs is the output buffer. ormsgpack grows
+    its own by doubling, and glibc serves a block that big with fresh ``mmap``'ed pages, a
+    page fault per 4 KB, until the process has freed a bigger block (which raises glibc's
+    mmap threshold); msgspec grows its buffer in place on the heap, whose pages stay. So in
+    a process that has not freed a bigger block, msgspec takes a quarter to a half of
+    ormsgpack's time from 100 KB up; in one that has, about the same. A whole
+    :meth:`Codec.encode` (CRC and frame included) takes 0.3 to 1.0 of its time
+    (``benchmarks/bench_encode.py`` measures the three). msgspec cannot be told how to write a
+    datetime (it writes its own timestamp form and loses the zone, or a bare string for a
+    naive one), so a payload that may hold one goes to ormsgpack and our extension type.
     """
     if not datetimes:
         try:
