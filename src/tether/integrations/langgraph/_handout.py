@@ -164,20 +164,19 @@ def _how(tx: type) -> Callable[[Any], Any]:
 
 def _copy_model(x: BaseModel) -> BaseModel:
     """What ``BaseModel.__deepcopy__`` does, without its memo (the cost of a deepcopy). The
-    empty dicts and lists most messages hold (``additional_kwargs``, ``tool_calls``...) are
-    copied in place, without a call each."""
+    model's dict is copied at C speed, then its mutable values replaced by copies; the
+    empty dicts and lists most messages hold (``additional_kwargs``, ``tool_calls``...)
+    are copied in place, without a call each."""
     new = _new(type(x))
     immutable, bare = _IMMUTABLE, _BARE
-    _set_attr(
-        new,
-        "__dict__",
-        {
-            k: v if type(v) in immutable else v.copy() if not v and type(v) in bare else _copy(v)
-            for k, v in x.__dict__.items()
-        },
-    )
+    fields = x.__dict__.copy()
+    for k, v in fields.items():
+        tv = type(v)
+        if tv not in immutable:
+            fields[k] = v.copy() if not v and tv in bare else _copy(v)
+    _set_attr(new, "__dict__", fields)
     extra = x.__pydantic_extra__
-    _set_attr(new, "__pydantic_extra__", None if extra is None else _copy_dict(extra))
+    _set_attr(new, "__pydantic_extra__", extra if extra is None else _copy_dict(extra) if extra else {})
     _set_attr(new, "__pydantic_fields_set__", x.__pydantic_fields_set__.copy())
     private = getattr(x, "__pydantic_private__", None)
     _set_attr(new, "__pydantic_private__", None if private is None else _copy(private))
