@@ -5,9 +5,16 @@ from __future__ import annotations
 import dataclasses
 import gc
 import threading
+import weakref
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
 
-from langchain_core.messages import AIMessage, ToolMessage
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
 
+from tether.integrations.langgraph import TetherSaver, _handout
 from tether.integrations.langgraph._handout import copied, gc_paused
 
 
@@ -84,9 +91,14 @@ def test_the_collector_pause_nests_across_threads_and_ends() -> None:
     assert gc.isenabled()
 
 
-def test_what_a_pause_built_is_filed_as_old_without_a_young_collection() -> None:
+def test_what_a_pause_built_is_filed_as_old_without_a_young_collection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A large state built in a pause leaves the young generation empty: the next allocation
     triggers no collection that walks it (and no collection runs on leaving)."""
+    monkeypatch.setattr(_handout, "_young_owed", False)  # (what an earlier settle owes)
+    monkeypatch.setattr(_handout, "_settled_ever", False)
+    monkeypatch.setattr(_handout, "_filed", 0)
     passes: list[int] = []
 
     def seen(phase: str, info: dict[str, int]) -> None:
@@ -117,3 +129,69 @@ def test_a_process_that_froze_its_heap_keeps_it_frozen() -> None:
         assert gc.get_freeze_count() == frozen and len(state) == 20_000
     finally:
         gc.unfreeze()
+
+
+class _Cycle:
+    """A garbage cycle once dropped: only the cycle collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+class _Chat(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def test_garbage_cycles_made_around_reads_of_a_big_thread_are_collected(tmp_path: Path) -> None:
+    """A loop that reads a big thread again and again (each copy filed as old at once)
+    while the application makes garbage cycles: the cycles are collected as the
+    collector alone would, not kept for good. Filing as old resets the collector's
+    counts; a cycle made right before a read was filed with the copy and stayed alive,
+    and no middle or full collection ran again (300 of 300 cycles alive before the fix)."""
+    g = StateGraph(_Chat)
+    g.add_node("agent", lambda s: {"messages": [AIMessage(content="ok")]})
+    g.add_edge(START, "agent")
+    g.add_edge("agent", END)
+    with TetherSaver.from_url(f"sqlite:///{tmp_path / 'gc.db'}") as saver:
+        graph = g.compile(checkpointer=saver)
+        cfg: Any = {"configurable": {"thread_id": "big"}}
+        messages = [HumanMessage(content=f"m{i}", id=str(i)) for i in range(5000)]
+        graph.update_state(cfg, {"messages": messages}, as_node="agent")
+        graph.get_state(cfg)  # (what the first settle files as old waits for a full collection)
+        gc.collect()
+        refs: list[weakref.ref[_Cycle]] = []
+        older = gc.get_stats()[1]["collections"]
+        for i in range(60):
+            work = [{"n": i} for _ in range(2000)]  # the application's own allocations
+            cycle = _Cycle()  # dropped right before the read: young when the copy is settled
+            refs.append(weakref.ref(cycle))
+            del cycle
+            state = graph.get_state(cfg)
+            assert len(state.values["messages"]) == 5000
+            del state, work
+        alive = [i for i, r in enumerate(refs) if r() is not None]
+        assert alive in ([], [59])  # the last read's cycle waits for the next collection
+        assert gc.get_stats()[1]["collections"] > older  # middle collections still run
+
+
+def test_a_cycle_already_old_is_collected_within_the_full_collection_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Garbage in the oldest generation waits for a full collection; settles, which reset
+    the counts that would trigger one, run it themselves once they have filed
+    ``_FULL_AFTER`` objects."""
+    monkeypatch.setattr(_handout, "_FULL_AFTER", 100_000)
+    monkeypatch.setattr(_handout, "_filed", 0)
+    held: _Cycle | None = _Cycle()
+    ref = weakref.ref(held)
+    gc.collect(1)  # alive: moved to the oldest generation
+    held = None
+    assert ref() is not None
+    settles = 0
+    while ref() is not None and settles < 20:
+        with gc_paused():
+            state = [{"n": [i]} for i in range(25_000)]
+        settles += 1
+        del state
+    assert ref() is None
+    assert settles <= 5  # 25,000 objects filed per settle, a full collection at 100,000

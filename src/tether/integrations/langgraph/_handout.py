@@ -43,6 +43,14 @@ _gc_depth = 0
 _gc_was_enabled = False
 _SETTLE_AFTER = 10_000
 """Objects allocated in a pause from which they are filed as old at once (see :func:`_settle`)."""
+_FULL_AFTER = 4_000_000
+"""Objects filed as old by settles after which a full collection runs (see :func:`_settle`)."""
+_filed = 0
+"""Objects filed as old by settles since the last full collection this module ran."""
+_young_owed = False
+"""A settle reset the collector's counts since the young generations were last collected."""
+_settled_ever = False
+"""This process has settled a pause: each pause then starts with a young collection."""
 
 
 @contextmanager
@@ -51,36 +59,61 @@ def gc_paused() -> Iterator[None]:
     a large state allocates many objects that all stay alive, and each collection pass it
     triggers walks them again for nothing. Collection resumes on leaving, with what the
     pause allocated filed as old (:func:`_settle`)."""
-    global _gc_depth, _gc_was_enabled
+    global _gc_depth, _gc_was_enabled, _young_owed
+    if _settled_ever and _gc_depth == 0 and gc.isenabled():
+        # the young garbage made since the last pause is collected before this pause may
+        # file it as old, and the middle generation too when a settle skipped its pass
+        # (both small: a few hundred to a few thousand objects)
+        owed, _young_owed = _young_owed, False
+        gc.collect(1 if owed else 0)
     with _gc_lock:
         if _gc_depth == 0:
             _gc_was_enabled = gc.isenabled()
             gc.disable()
         _gc_depth += 1
+    full = False
     try:
         yield
     finally:
         with _gc_lock:
             _gc_depth -= 1
             if _gc_depth == 0 and _gc_was_enabled:
-                _settle()
+                full = _settle()
                 gc.enable()
+    if full:  # (outside the lock: a finalizer the pass runs may pause again)
+        gc.collect()
 
 
-def _settle() -> None:
-    """File everything the collector tracks in its oldest generation, without a pass.
+def _settle() -> bool:
+    """File everything the collector tracks in its oldest generation, without a pass;
+    returns whether a full collection is due now (the caller runs it).
 
     A large state built in a pause (about 100k containers at 10 MB) sits in the youngest
     generation: the first allocation after the pause would trigger a collection that walks
     all of it, only to find it alive. ``freeze`` then ``unfreeze`` moves every tracked
-    object to the oldest generation by splicing two lists (no walk) and resets the young
-    count; a full collection, when the heap has grown enough to call for one, walks them
-    as it walks every old object. Young garbage cycles made meanwhile wait for that full
-    collection too. Skipped when the process keeps objects frozen itself (a server that
-    froze its heap before forking must keep it frozen)."""
-    if gc.get_count()[0] >= _SETTLE_AFTER and gc.get_freeze_count() == 0:
-        gc.freeze()
-        gc.unfreeze()
+    object to the oldest generation by splicing two lists (no walk). It also resets the
+    collector's counts, so left alone the middle and full collections would never run
+    again in a process that reads big states often, and garbage cycles filed old with the
+    state would stay for good. So once a pause has settled, every pause starts with a
+    collection of the young generation (of the middle one too after a settle: what the
+    reset skipped; both small), so that young garbage is not filed as old, and a full
+    collection runs once settles have filed :data:`_FULL_AFTER` objects since the last
+    one (about 40 copies of a 10 MB chat between passes of tens of milliseconds). What
+    settles still file as old (young garbage made before the first settle, or by another
+    thread during a pause) waits for that full collection. Skipped when the process keeps
+    objects frozen itself (a server that froze its heap before forking must keep it frozen)."""
+    global _filed, _young_owed, _settled_ever
+    young = gc.get_count()[0]
+    if young < _SETTLE_AFTER or gc.get_freeze_count() != 0:
+        return False
+    gc.freeze()
+    gc.unfreeze()
+    _young_owed = _settled_ever = True
+    _filed += young
+    if _filed < _FULL_AFTER:
+        return False
+    _filed = 0
+    return True
 
 
 def copied(value: Any) -> Any:
@@ -131,20 +164,19 @@ def _how(tx: type) -> Callable[[Any], Any]:
 
 def _copy_model(x: BaseModel) -> BaseModel:
     """What ``BaseModel.__deepcopy__`` does, without its memo (the cost of a deepcopy). The
-    empty dicts and lists most messages hold (``additional_kwargs``, ``tool_calls``...) are
-    copied in place, without a call each."""
+    model's dict is copied at C speed, then its mutable values replaced by copies; the
+    empty dicts and lists most messages hold (``additional_kwargs``, ``tool_calls``...)
+    are copied in place, without a call each."""
     new = _new(type(x))
     immutable, bare = _IMMUTABLE, _BARE
-    _set_attr(
-        new,
-        "__dict__",
-        {
-            k: v if type(v) in immutable else v.copy() if not v and type(v) in bare else _copy(v)
-            for k, v in x.__dict__.items()
-        },
-    )
+    fields = x.__dict__.copy()
+    for k, v in fields.items():
+        tv = type(v)
+        if tv not in immutable:
+            fields[k] = v.copy() if not v and tv in bare else _copy(v)
+    _set_attr(new, "__dict__", fields)
     extra = x.__pydantic_extra__
-    _set_attr(new, "__pydantic_extra__", None if extra is None else _copy_dict(extra))
+    _set_attr(new, "__pydantic_extra__", extra if extra is None else _copy_dict(extra) if extra else {})
     _set_attr(new, "__pydantic_fields_set__", x.__pydantic_fields_set__.copy())
     private = getattr(x, "__pydantic_private__", None)
     _set_attr(new, "__pydantic_private__", None if private is None else _copy(private))
