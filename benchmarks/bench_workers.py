@@ -105,12 +105,12 @@ SERVICES = {"postgres": "PostgreSQL", "beam.smp": "RabbitMQ"}
 """Processes counted in a line's whole-system CPU besides the workers and this one, by name."""
 
 
-def _ticks(pid: int | str, children: bool = False) -> int:
+def _ticks(pid: int | str, children: bool = False, gone: int = 0) -> int:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().decode().rpartition(")")[2].split()
     except OSError:
-        return 0
+        return gone
     return sum(int(x) for x in fields[11 : 15 if children else 13])
 
 
@@ -167,7 +167,7 @@ class Cpu:
         snap = cls(workers)
         bench = 0 if start is None else _ticks(os.getpid(), children=True)
         snap.roles = services({*workers, os.getpid()}) if start is None else start.roles
-        snap.per_pid = {pid: _ticks(pid) for pid in snap.roles}
+        snap.per_pid = {pid: ticks for pid in snap.roles if (ticks := _ticks(pid, gone=-1)) >= 0}
         snap.ticks = {
             "workers": sum(_ticks(pid, children=True) for pid in workers),
             "host": host_busy(),
@@ -176,14 +176,15 @@ class Cpu:
         return snap
 
     def since(self, before: Cpu) -> dict[str, float]:
-        """CPU seconds per role from ``before`` to this snapshot (a process that started
-        meanwhile, such as a new PostgreSQL backend, is not seen: the bench's and the workers'
-        connections are open before the lines start)."""
+        """CPU seconds per role from ``before`` to this snapshot. A process that started
+        meanwhile, such as a new PostgreSQL backend, is not seen (the bench's and the workers'
+        connections are open before the lines start), nor one that ended meanwhile."""
         out = {k: (v - before.ticks[k]) / TICK for k, v in self.ticks.items()}
         for role in (*SERVICES.values(), "sidecars"):
             out[role] = 0.0
-        for pid, ticks in self.per_pid.items():
-            out[self.roles[pid]] += (ticks - before.per_pid.get(pid, 0)) / TICK
+        for pid, ticks in self.per_pid.items():  # (one gone meanwhile, such as a rabbitmqctl's: left out)
+            if pid in before.per_pid:
+                out[self.roles[pid]] += (ticks - before.per_pid[pid]) / TICK
         return out
 
 
@@ -471,6 +472,12 @@ def main() -> None:
                 lin = lines[k].rate / (k * one)
                 if k <= cores:
                     rep.target(f"{k} workers / ({k} x 1 worker): linearity", lin, goal=0.8, op=">=")
+                    rep.line(
+                        f"{k} workers at 0.8 x linear would keep busy",
+                        0.8 * k * one * lines[k].used["host"] / lines[k].runs,
+                        "cores",
+                        note=f"of {cores}: the host's busy CPU per run on this line times 0.8 x {k} x 1 worker's rate",
+                    )
                 else:
                     rep.line(f"{k} workers / ({k} x 1 worker), past the {cores} cores", lin, "x")
                     rep.line(f"{k} workers / {cores} workers", lines[k].rate / lines[cores].rate, "x")
