@@ -15,15 +15,17 @@ line in ``--rounds`` interleaved rounds (in-process, 1 worker, 2 workers, 4 work
 and a line's rate is its runs over the sum of its rounds. The runs of a worker line are stored
 PENDING and their messages published while its workers are stopped (SIGSTOP), as a queue that
 filled while they were busy; the clock runs from their SIGCONT to the last run's final commit
-(as the store dates it). Beside each rate: the CPU seconds per run of
-the worker processes (in-process: of this process), which shows what Celery adds apart from
-waiting on the store; and under it the whole system's CPU per run: the workers, this process
-(the runner in-process; the submitter's watcher beside a fleet), the heartbeat sidecars,
-PostgreSQL's and RabbitMQ's processes (/proc/PID/stat), with how many of the host's cores were busy meanwhile (/proc/stat,
-everything on the host): a line near all the cores is CPU-bound, and its rate moves with the CPU
-a run costs the whole system, not with the workers' CPU alone. The workers' sweepers are off here (``--sweep-interval 0``): a sweep
-looks at the shared store only while the queue is empty, once every 2 s for the whole fleet,
-and the test database holds other runs that would make it cost what a fleet's would not.
+(as the store dates it). Beside each rate: the CPU seconds per run of the worker processes
+(in-process: of this process), which shows what Celery adds apart from waiting on the store;
+and under it the whole system's CPU per run: the workers, this process (the runner in-process;
+the submitter's watcher beside a fleet), the heartbeat sidecars, PostgreSQL's and RabbitMQ's
+processes (/proc/PID/stat), with how many of the host's cores were busy meanwhile (/proc/stat,
+everything on the host): a line near all the cores is CPU-bound, and its rate moves with the
+CPU a run costs the whole system, not with the workers' CPU alone. Under each linearity target:
+how many cores the line would keep busy at 0.8x linear, at the host CPU per run it cost. The
+workers' sweepers are off here (``--sweep-interval 0``): a sweep looks at the shared store only
+while the queue is empty, once every 2 s for the whole fleet, and the test database holds other
+runs that would make it cost what a fleet's would not.
 """
 
 from __future__ import annotations
