@@ -15,11 +15,17 @@ line in ``--rounds`` interleaved rounds (in-process, 1 worker, 2 workers, 4 work
 and a line's rate is its runs over the sum of its rounds. The runs of a worker line are stored
 PENDING and their messages published while its workers are stopped (SIGSTOP), as a queue that
 filled while they were busy; the clock runs from their SIGCONT to the last run's final commit
-(as the store dates it). Beside each rate: the CPU seconds per run of
-the worker processes (in-process: of this process), which shows what Celery adds apart from
-waiting on the store. The workers' sweepers are off here (``--sweep-interval 0``): a sweep
-looks at the shared store only while the queue is empty, once every 2 s for the whole fleet,
-and the test database holds other runs that would make it cost what a fleet's would not.
+(as the store dates it). Beside each rate: the CPU seconds per run of the worker processes
+(in-process: of this process), which shows what Celery adds apart from waiting on the store;
+and under it the whole system's CPU per run: the workers, this process (the runner in-process;
+the submitter's watcher beside a fleet), the heartbeat sidecars, PostgreSQL's and RabbitMQ's
+processes (/proc/PID/stat), with how many of the host's cores were busy meanwhile (/proc/stat,
+everything on the host): a line near all the cores is CPU-bound, and its rate moves with the
+CPU a run costs the whole system, not with the workers' CPU alone. Under each linearity target:
+how many cores the line would keep busy at 0.8x linear, at the host CPU per run it cost. The
+workers' sweepers are off here (``--sweep-interval 0``): a sweep looks at the shared store only
+while the queue is empty, once every 2 s for the whole fleet, and the test database holds other
+runs that would make it cost what a fleet's would not.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,6 +103,93 @@ def drop_queue(dispatcher: Dispatcher) -> None:
     dispatcher.close()
 
 
+SERVICES = {"postgres": "PostgreSQL", "beam.smp": "RabbitMQ"}
+"""Processes counted in a line's whole-system CPU besides the workers and this one, by name."""
+
+
+def _ticks(pid: int | str, children: bool = False, gone: int = 0) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().decode().rpartition(")")[2].split()
+    except OSError:
+        return gone
+    return sum(int(x) for x in fields[11 : 15 if children else 13])
+
+
+def services(parents: set[int]) -> dict[int, str]:
+    """The store's and the broker's processes on this host (PostgreSQL's backends included),
+    and the children of ``parents`` (the runners' heartbeat sidecars), by role."""
+    found = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    head, _, tail = f.read().decode().rpartition(")")
+            except OSError:
+                continue
+            role = SERVICES.get(head.partition("(")[2])
+            if role is None and int(tail.split()[1]) in parents and _is_sidecar(entry.name):
+                role = "sidecars"
+            if role is not None:
+                found[int(entry.name)] = role
+    return found
+
+
+def _is_sidecar(pid: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"_heartbeat_sidecar" in f.read()
+    except OSError:
+        return False
+
+
+def host_busy() -> int:
+    """Busy ticks of all the host's cores so far (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    return sum(ticks) - ticks[3] - ticks[4]
+
+
+@dataclass
+class Cpu:
+    """A snapshot of the CPU ticks a line is charged: its workers (or nothing in-process), the
+    bench process, their live children (heartbeat sidecars), PostgreSQL's and RabbitMQ's
+    processes, and the whole host."""
+
+    workers: list[int]
+    ticks: dict[str, int] = field(default_factory=dict)
+    per_pid: dict[int, int] = field(default_factory=dict)
+    roles: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def take(cls, workers: list[int], start: Cpu | None = None) -> Cpu:
+        """At a line's start (``start`` None): the processes are found (a scan of /proc) and
+        this process's ticks read last; at its end the same processes are read, this one's
+        first, so that neither scan nor read is charged to the line."""
+        snap = cls(workers)
+        bench = 0 if start is None else _ticks(os.getpid(), children=True)
+        snap.roles = services({*workers, os.getpid()}) if start is None else start.roles
+        snap.per_pid = {pid: ticks for pid in snap.roles if (ticks := _ticks(pid, gone=-1)) >= 0}
+        snap.ticks = {
+            "workers": sum(_ticks(pid, children=True) for pid in workers),
+            "host": host_busy(),
+            "bench": bench if start is not None else _ticks(os.getpid(), children=True),
+        }
+        return snap
+
+    def since(self, before: Cpu) -> dict[str, float]:
+        """CPU seconds per role from ``before`` to this snapshot. A process that started
+        meanwhile, such as a new PostgreSQL backend, is not seen (the bench's and the workers'
+        connections are open before the lines start), nor one that ended meanwhile."""
+        out = {k: (v - before.ticks[k]) / TICK for k, v in self.ticks.items()}
+        for role in (*SERVICES.values(), "sidecars"):
+            out[role] = 0.0
+        for pid, ticks in self.per_pid.items():  # (one gone meanwhile, such as a rabbitmqctl's: left out)
+            if pid in before.per_pid:
+                out[self.roles[pid]] += (ticks - before.per_pid[pid]) / TICK
+        return out
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU seconds of processes and their children reaped so far (the
     heartbeat sidecar counts once it exited; a live one's share is small: it only renews)."""
@@ -117,6 +211,33 @@ class Line:
     runs: int = 0
     seconds: float = 0.0
     cpu: float = 0.0
+    used: dict[str, float] = field(default_factory=dict)
+    """CPU seconds per role (workers, bench, PostgreSQL, RabbitMQ, host) over ``window``."""
+    window: float = 0.0
+
+    def add(self, runs: int, seconds: float, cpu: float, used: dict[str, float], window: float) -> None:
+        self.runs, self.seconds, self.cpu, self.window = (
+            self.runs + runs,
+            self.seconds + seconds,
+            self.cpu + cpu,
+            self.window + window,
+        )
+        for k, v in used.items():
+            self.used[k] = self.used.get(k, 0.0) + v
+
+    def system_note(self) -> str:
+        """The whole system's CPU per run and how busy the host's cores were."""
+        ms = {k: 1e3 * v / self.runs for k, v in self.used.items()}
+        parts = ", ".join(
+            f"{k} {ms[k]:.2f}" for k in ("workers", "bench", "sidecars", "PostgreSQL", "RabbitMQ") if ms[k]
+        )
+        cores = self.used["host"] / self.window if self.window else float("nan")
+        return f"{parts}; host busy {cores:.2f} of {os.cpu_count()} cores, {ms['host']:.2f} ms/run"
+
+    @property
+    def system(self) -> float:
+        """ms CPU per run of the processes the line uses (workers, bench, PostgreSQL, RabbitMQ)."""
+        return 1e3 * sum(v for k, v in self.used.items() if k != "host") / self.runs
 
     @property
     def rate(self) -> float:
@@ -133,15 +254,22 @@ class Fleet:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
 
-async def in_process(store: CheckpointStore, runner: Runner, n: int, tag: str) -> tuple[float, float]:
+Measured = tuple[float, float, dict[str, float], float]
+"""Seconds, the CPU seconds of the line's runner (this process or the workers), the CPU
+seconds per role of the whole system, and the window those were taken over."""
+
+
+async def in_process(store: CheckpointStore, runner: Runner, n: int, tag: str) -> Measured:
     """Seconds and CPU seconds for ``n`` runs one after another in this process (no broker)."""
+    s0 = Cpu.take([])
     c0, t0 = time.process_time(), time.perf_counter()
     for i in range(n):
         await runner.start(f"bw-inproc-{tag}-{i}", {"label": str(i)})
-    return time.perf_counter() - t0, time.process_time() - c0
+    secs, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return secs, cpu, Cpu.take([], s0).since(s0), secs
 
 
-async def on_fleet(store: CheckpointStore, fleet: Fleet, n: int, tag: str) -> tuple[float, float]:
+async def on_fleet(store: CheckpointStore, fleet: Fleet, n: int, tag: str) -> Measured:
     """Seconds from the release of ``n`` queued runs to the last one's final commit, and the CPU
     seconds the worker processes spent meanwhile.
 
@@ -166,24 +294,34 @@ async def on_fleet(store: CheckpointStore, fleet: Fleet, n: int, tag: str) -> tu
         for rid, first in stored:  # as submit() sends them
             fleet.dispatcher.send(rid, workflow="five", first=first)
     finally:
-        c0, t0 = cpu_seconds(pids), time.time()
+        s0 = Cpu.take(pids)
+        c0, t0, w0 = cpu_seconds(pids), time.time(), time.perf_counter()
         for pid in pids:
             os.kill(pid, signal.SIGCONT)
-    return await last_commit(store, ids, t0), cpu_seconds(pids) - c0
+    seen: list[tuple[Cpu, float]] = []
+    secs = await last_commit(store, ids, t0, lambda: seen.append((Cpu.take(pids, s0), time.perf_counter())))
+    s1, w1 = seen[0]
+    return secs, cpu_seconds(pids) - c0, s1.since(s0), w1 - w0
 
 
-async def last_commit(store: CheckpointStore, ids: list[str], t0: float) -> float:
+async def last_commit(
+    store: CheckpointStore, ids: list[str], t0: float, done: Callable[[], object] = lambda: None
+) -> float:
     """Seconds from ``t0`` to the latest final commit of ``ids`` as the store dated it.
 
     While the runs go, only the newest-queued one is read, once every 20 ms: it completes
     last or nearly (a queue is taken in order), and this process shares the host's cores
     with the workers and the database, so watching must cost them next to nothing. (One
     read per completed run, as before, made this process and its database connection take
-    a few percent of a core during the worker lines only.) Then every run is read once."""
-    left, end = list(ids), t0
+    a few percent of a core during the worker lines only.) Then every run is read once, after
+    ``done()`` is called (the whole system's CPU is taken there, without those reads)."""
+    left, end, seen = list(ids), t0, False
     while left:
         info = await store.get_run(left[-1])
         if info is not None and info.status is RunStatus.COMPLETED:
+            if not seen:
+                seen = True
+                done()
             waiting = []
             for rid in left:
                 got = await store.get_run(rid)
@@ -210,12 +348,9 @@ async def throughput(
         runner = Runner(five(), store)
         for size in sizes:
             tag = uuid.uuid4().hex[:8]
-            secs, cpu = await in_process(store, runner, size, tag)
-            base.runs, base.seconds, base.cpu = base.runs + size, base.seconds + secs, base.cpu + cpu
+            base.add(size, *await in_process(store, runner, size, tag))
             for f in fleets:
-                secs, cpu = await on_fleet(store, f, size, f"{tag}-{f.k}")
-                line = lines[f.k]
-                line.runs, line.seconds, line.cpu = line.runs + size, line.seconds + secs, line.cpu + cpu
+                lines[f.k].add(size, *await on_fleet(store, f, size, f"{tag}-{f.k}"))
     return base, lines
 
 
@@ -318,6 +453,7 @@ def main() -> None:
                 "runs/s",
                 note=f"{1e3 * base.cpu / base.runs:.1f} ms CPU/run",
             )
+            rep.line("in-process: whole system CPU/run", base.system, "ms", note=base.system_note())
             for k, line in lines.items():
                 rep.line(
                     f"{k} worker(s)",
@@ -325,6 +461,7 @@ def main() -> None:
                     "runs/s",
                     note=f"{1e3 * line.cpu / line.runs:.1f} ms CPU/run in the workers",
                 )
+                rep.line(f"{k} worker(s): whole system CPU/run", line.system, "ms", note=line.system_note())
             one = lines[1].rate
             rep.line(
                 "time a run spends more on 1 worker",
@@ -337,6 +474,12 @@ def main() -> None:
                 lin = lines[k].rate / (k * one)
                 if k <= cores:
                     rep.target(f"{k} workers / ({k} x 1 worker): linearity", lin, goal=0.8, op=">=")
+                    rep.line(
+                        f"{k} workers at 0.8 x linear would keep busy",
+                        0.8 * k * one * lines[k].used["host"] / lines[k].runs,
+                        "cores",
+                        note=f"of {cores}: the host's busy CPU per run on this line times 0.8 x {k} x 1 worker's rate",
+                    )
                 else:
                     rep.line(f"{k} workers / ({k} x 1 worker), past the {cores} cores", lin, "x")
                     rep.line(f"{k} workers / {cores} workers", lines[k].rate / lines[cores].rate, "x")
