@@ -148,10 +148,20 @@ class Drive:
         """Commit the run RUNNING under a new lease token (a start, ``require`` None, or a
         resume of a run stored ``require``), and start renewing it."""
         self.fence.until = time.time() + self.settings.lease_ttl
-        version = await self.store.commit(
-            self.ctx, status=RunStatus.RUNNING, metadata=metadata, _require_status=require, fence=self.fence
-        )
+        # live before the lease is stored: another thread of this process that reads the
+        # run between the commit and this line would take the lease for a dead drive's
         ACTIVE_DRIVES.add(self.token)
+        try:
+            version = await self.store.commit(
+                self.ctx,
+                status=RunStatus.RUNNING,
+                metadata=metadata,
+                _require_status=require,
+                fence=self.fence,
+            )
+        except BaseException:
+            ACTIVE_DRIVES.discard(self.token)
+            raise
         if self.settings.heartbeat:
             self._beat = start_heartbeat(self.store, self.run_id, self.fence.token, self.settings.lease_ttl)
         return version
