@@ -23,8 +23,9 @@ A routed step writes its routing as ``[left, *chosen]`` (:func:`route_step`), no
 route it makes: ``left`` is the index in the queue of the entry the step leaves (-1:
 none), ``chosen`` the steps its ``goto`` calls put in front, each counted as one visit.
 A run loops for hundreds of steps: rewriting the queue and every step's visits each time
-took 18 KB of the 267 KB an orchestration of 200 iterations stored (its routing steps take
-5 KB). Runs that stored whole routes (dicts) replay as before.
+was the largest share of what an orchestration stored beyond its final state (see
+``benchmarks/README.md``, ``bench_storage.py``). Runs that stored whole routes (dicts) replay
+as before.
 
 Runs written before this layout kept these fields as top-level keys (``_lease`` for
 the lease, ``_route`` for the route, which stayed there a while longer). :func:`runtime_state`

@@ -206,15 +206,15 @@ def pack_plain(payload: dict[str, Any], *, datetimes: bool = True) -> bytes:
 
     ``datetimes=False`` promises the payload holds no ``datetime`` (``check_value`` says
     so as it checks values in): it is then packed by msgspec, whose MessagePack is the same
-    bytes for everything else tether stores. Its encoding work is about ormsgpack's (0.75 to
-    1.0 of its time on chat-like state); what differs is the output buffer. ormsgpack grows
+    bytes for everything else tether stores. Its encoding work is about ormsgpack's on
+    chat-like state; what differs is the output buffer. ormsgpack grows
     its own by doubling, and glibc serves a block that big with fresh ``mmap``'ed pages, a
     page fault per 4 KB, until the process has freed a bigger block (which raises glibc's
     mmap threshold); msgspec grows its buffer in place on the heap, whose pages stay. So in
-    a process that has not freed a bigger block, msgspec takes a quarter to a half of
-    ormsgpack's time from 100 KB up; in one that has, about the same. A whole
-    :meth:`Codec.encode` (CRC and frame included) takes 0.3 to 1.0 of its time
-    (``benchmarks/bench_encode.py`` measures the three). msgspec cannot be told how to write a
+    a process that has not freed a bigger block, msgspec is much faster from 100 KB up; in
+    one that has, about as fast; a whole :meth:`Codec.encode` (CRC and frame included) is
+    never slower (``benchmarks/bench_encode.py`` measures the three; figures in
+    ``benchmarks/README.md``). msgspec cannot be told how to write a
     datetime (it writes its own timestamp form and loses the zone, or a bare string for a
     naive one), so a payload that may hold one goes to ormsgpack and our extension type.
     """

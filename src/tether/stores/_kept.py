@@ -43,8 +43,8 @@ class Replayed(NamedTuple):
     fields: tuple[dict[str, Any], list[str], Any, Any, Any, Any]
     """``(state, executed, node, status, ts, meta)``, owned here: never handed out."""
     size: int
-    """What it counts for in the budget: 1.5x the bytes of its rows (a state's objects took
-    1.3x its MessagePack bytes at 100 KB and 1 MB of chat messages, under ``tracemalloc``)."""
+    """What it counts for in the budget: 1.5x the bytes of its rows (a chat state's objects
+    take somewhat more memory than its MessagePack bytes, as ``tracemalloc`` shows)."""
 
     def unpack(self) -> list[Any]:
         """The six fields, as a new copy (the caller may change it)."""
@@ -61,7 +61,7 @@ def keep_replayed(chain: Sequence[tuple[int, bytes]], fields: list[Any]) -> Repl
         kept = (copy_value(state), list(executed), node, status, ts, copy_value(meta) if meta else meta)
     except (TypeError, ValueError):
         return None
-    size = sum(len(p) for _, p in chain) * 3 // 2  # the objects: ~1.3x their MessagePack on chat state
+    size = sum(len(p) for _, p in chain) * 3 // 2  # the objects: more than their MessagePack (see Replayed.size)
     return Replayed(chain[-1][0], tuple(v for v, p in chain if p), kept, size)
 
 
