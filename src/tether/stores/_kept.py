@@ -61,7 +61,7 @@ def keep_replayed(chain: Sequence[tuple[int, bytes]], fields: list[Any]) -> Repl
         kept = (copy_value(state), list(executed), node, status, ts, copy_value(meta) if meta else meta)
     except (TypeError, ValueError):
         return None
-    size = sum(len(p) for _, p in chain) * 3 // 2  # the objects: more than their MessagePack (see Replayed.size)
+    size = sum(len(p) for _, p in chain) * 3 // 2  # see Replayed.size
     return Replayed(chain[-1][0], tuple(v for v, p in chain if p), kept, size)
 
 
