@@ -254,6 +254,9 @@ class Fleet:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
 
+MADE: list[str] = []
+"""The runs this bench stored, deleted at its end (the store is shared with the test suite)."""
+
 Measured = tuple[float, float, dict[str, float], float]
 """Seconds, the CPU seconds of the line's runner (this process or the workers), the CPU
 seconds per role of the whole system, and the window those were taken over."""
@@ -266,6 +269,7 @@ async def in_process(store: CheckpointStore, runner: Runner, n: int, tag: str) -
     for i in range(n):
         await runner.start(f"bw-inproc-{tag}-{i}", {"label": str(i)})
     secs, cpu = time.perf_counter() - t0, time.process_time() - c0
+    MADE.extend(f"bw-inproc-{tag}-{i}" for i in range(n))
     return secs, cpu, Cpu.take([], s0).since(s0), secs
 
 
@@ -287,6 +291,7 @@ async def on_fleet(store: CheckpointStore, fleet: Fleet, n: int, tag: str) -> Me
         for i in range(n)
     ]
     ids = [rid for rid, _ in stored]
+    MADE.extend(ids)
     pids = [p.pid for p in fleet.procs]
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
@@ -388,6 +393,7 @@ async def recovery(store_url: str, broker: str, tmp: Path, extra: list[str]) -> 
         wait_ready(procs)
         async with open_store(store_url) as store:
             rid = await store_pending(store, "five", {"trace": str(trace), "delay_s3": 1.0}, queue=queue)
+            MADE.append(rid)
             dispatcher.send(rid, workflow="five")
             while not trace.exists() or " s3 " not in trace.read_text():
                 await asyncio.sleep(0.01)
@@ -499,7 +505,16 @@ def main() -> None:
             rep.line("kill -9 -> next commit (Redis broker, sweep 1 s)", took, "s")
             rep.target("recovery (Redis broker) - lease", took - LEASE, goal=2.0, op="<=", unit="s")
             rep.target("steps re-run per crash (Redis broker)", rerun, goal=1, op="<=", unit="")
+    asyncio.run(remove_runs(args.store))
     rep.finish()
+
+
+async def remove_runs(store_url: str) -> None:
+    """Delete the runs this bench stored (after every line: not timed)."""
+    async with open_store(store_url) as store:
+        for rid in MADE:
+            await store.delete(rid)
+    MADE.clear()
 
 
 if __name__ == "__main__":
