@@ -416,6 +416,30 @@ async def test_status_and_list_runs(store):
     assert len(newest) == 1
 
 
+async def test_list_runs_in_a_window_of_update_times(store):
+    """updated_after / updated_before (exclusive) keep the runs last updated in that window,
+    with the status filter too, and a naive datetime is read as UTC."""
+    a = await committed(store, {"x": 1})
+    await asyncio.sleep(0.05)
+    mid = dt.datetime.now(dt.UTC)
+    await asyncio.sleep(0.05)
+    b = await committed(store, {"x": 2})
+    c = await committed(store, {"x": 3})
+    await store.set_status(c.run_id, RunStatus.PAUSED)
+    ours = {a.run_id, b.run_id, c.run_id}
+
+    async def ids(**window: object) -> set[str]:
+        return {r.run_id for r in await store.list_runs(limit=10_000, **window)} & ours  # type: ignore[arg-type]
+
+    assert await ids(updated_after=mid) == {b.run_id, c.run_id}
+    assert await ids(updated_before=mid) == {a.run_id}
+    assert await ids(updated_after=mid, status=RunStatus.PAUSED) == {c.run_id}
+    assert await ids(updated_after=mid.replace(tzinfo=None)) == {b.run_id, c.run_id}
+    assert await ids(updated_after=mid, updated_before=mid) == set()
+    far = mid + dt.timedelta(days=1)
+    assert await ids(updated_before=far) == ours
+
+
 async def test_delete_removes_everything(store):
     """delete(): the run, its versions and its status are gone."""
     ctx = await committed(store, {"x": 1}, {"x": 2})

@@ -188,13 +188,11 @@ async def list_runs(
     skipped = 0
     page, at = 500, 0
     while len(wanted) <= limit:  # one extra tells whether there is a next page
-        batch = await store.list_runs(status=status, limit=page, offset=at)
+        batch = await store.list_runs(
+            status=status, limit=page, offset=at, updated_after=after, updated_before=before
+        )
         for info in batch:
             if not token.owns(info.run_id):
-                continue
-            if after is not None and info.updated_at <= after:
-                continue
-            if before is not None and info.updated_at >= before:
                 continue
             if skipped < offset:
                 skipped += 1

@@ -424,12 +424,26 @@ class SqlBackend(abc.ABC):
             return None
         return _run_info(rows[0])
 
-    async def list_runs(self, *, status: RunStatus | None, limit: int, offset: int) -> list[RunInfo]:
+    async def list_runs(
+        self,
+        *,
+        status: RunStatus | None,
+        limit: int,
+        offset: int,
+        updated_after: float | None = None,
+        updated_before: float | None = None,
+    ) -> list[RunInfo]:
         sql = f"SELECT {_RUN_COLS} FROM tether_runs WHERE (expires_at IS NULL OR expires_at > ?)"
         params: list[Any] = [time.time()]
         if status is not None:
             sql += " AND status = ?"
             params.append(str(RunStatus(status)))
+        if updated_after is not None:
+            sql += " AND updated_at > ?"
+            params.append(updated_after)
+        if updated_before is not None:
+            sql += " AND updated_at < ?"
+            params.append(updated_before)
         sql += " ORDER BY updated_at DESC, run_id DESC LIMIT ? OFFSET ?"
         params += [limit, offset]
         return [_run_info(r) for r in await self._query(sql, params)]

@@ -102,8 +102,18 @@ class Backend(Protocol):
         """The run record, or None when absent or expired."""
         ...
 
-    async def list_runs(self, *, status: RunStatus | None, limit: int, offset: int) -> list[RunInfo]:
-        """Runs, most recently updated first."""
+    async def list_runs(
+        self,
+        *,
+        status: RunStatus | None,
+        limit: int,
+        offset: int,
+        updated_after: float | None = None,
+        updated_before: float | None = None,
+    ) -> list[RunInfo]:
+        """Runs, most recently updated first; ``updated_after`` / ``updated_before``
+        (seconds since the epoch, both exclusive) keep those updated in that window, found
+        by the store's own index rather than by reading every run."""
         ...
 
     async def set_status(self, run_id: str, status: RunStatus, expires_at: float | None) -> None:

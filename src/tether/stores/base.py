@@ -9,6 +9,7 @@ conformance suite covers them all.
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import logging
 import os
@@ -202,11 +203,23 @@ class CheckpointStore(RunOperations, LeaseOperations):
         return await self._retried(lambda: self.backend.get_run(run_id))
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        updated_after: dt.datetime | None = None,
+        updated_before: dt.datetime | None = None,
     ) -> list[RunInfo]:
-        """Runs, most recently updated first."""
+        """Runs, most recently updated first; ``updated_after`` / ``updated_before`` (both
+        exclusive) keep those last updated in that window (a naive datetime is UTC)."""
         status = None if status is None else RunStatus(status)
-        return await self._retried(lambda: self.backend.list_runs(status=status, limit=limit, offset=offset))
+        after, before = _epoch(updated_after), _epoch(updated_before)
+        return await self._retried(
+            lambda: self.backend.list_runs(
+                status=status, limit=limit, offset=offset, updated_after=after, updated_before=before
+            )
+        )
 
     async def delete(self, run_id: str) -> bool:
         """Delete a run and all its checkpoints; False when there was nothing."""
@@ -405,3 +418,10 @@ class CheckpointStore(RunOperations, LeaseOperations):
         that landed changes nothing the second time it lands."""
         check_run_id(run_id)
         return await self._retried(lambda: self._backend.rewrite_rows(run_id, payloads, expected_version))
+
+
+def _epoch(when: dt.datetime | None) -> float | None:
+    """Seconds since the epoch of ``when`` (a naive datetime is UTC), as run records keep it."""
+    if when is None:
+        return None
+    return (when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)).timestamp()

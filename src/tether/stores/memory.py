@@ -174,11 +174,23 @@ class MemoryBackend:
             run = self._live(run_id)
             return None if run is None else run.info
 
-    async def list_runs(self, *, status: RunStatus | None, limit: int, offset: int) -> list[RunInfo]:
+    async def list_runs(
+        self,
+        *,
+        status: RunStatus | None,
+        limit: int,
+        offset: int,
+        updated_after: float | None = None,
+        updated_before: float | None = None,
+    ) -> list[RunInfo]:
         with self._lock:
             infos = [r.info for rid in list(self._runs) if (r := self._live(rid)) is not None]
         if status is not None:
             infos = [i for i in infos if i.status is RunStatus(status)]
+        if updated_after is not None:
+            infos = [i for i in infos if i.updated_at.timestamp() > updated_after]
+        if updated_before is not None:
+            infos = [i for i in infos if i.updated_at.timestamp() < updated_before]
         infos.sort(key=lambda i: (i.updated_at, i.run_id), reverse=True)
         return infos[offset : offset + limit]
 

@@ -237,8 +237,22 @@ class TieredBackend:
     async def history(self, run_id: str, *, before: int | None, limit: int | None) -> list[CheckpointInfo]:
         return await self.sql.history(run_id, before=before, limit=limit)
 
-    async def list_runs(self, *, status: RunStatus | None, limit: int, offset: int) -> list[RunInfo]:
-        return await self.sql.list_runs(status=status, limit=limit, offset=offset)
+    async def list_runs(
+        self,
+        *,
+        status: RunStatus | None,
+        limit: int,
+        offset: int,
+        updated_after: float | None = None,
+        updated_before: float | None = None,
+    ) -> list[RunInfo]:
+        return await self.sql.list_runs(
+            status=status,
+            limit=limit,
+            offset=offset,
+            updated_after=updated_after,
+            updated_before=updated_before,
+        )
 
 
 class TieredStore(BackendSettings, CheckpointStore):

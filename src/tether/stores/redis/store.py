@@ -319,9 +319,20 @@ class RedisBackend:
         info, _, _ = await self.keyspace.fetch(run_id, None, record=True)
         return info
 
-    async def list_runs(self, *, status: RunStatus | None, limit: int, offset: int) -> list[RunInfo]:
+    async def list_runs(
+        self,
+        *,
+        status: RunStatus | None,
+        limit: int,
+        offset: int,
+        updated_after: float | None = None,
+        updated_before: float | None = None,
+    ) -> list[RunInfo]:
         if limit <= 0:
             return []
+        # the run index is scored by updated_at: a window is a range of scores
+        high = "+inf" if updated_before is None else f"({updated_before!r}"
+        low = "-inf" if updated_after is None else f"({updated_after!r}"
         want = None if status is None else RunStatus(status)
         found: list[RunInfo] = []
         stale: list[str] = []
@@ -329,8 +340,8 @@ class RedisBackend:
         ks = self.keyspace
         with ks.errors():
             while len(found) < offset + limit:
-                ids: list[bytes] = await self.client.zrevrange(  # type: ignore[assignment]
-                    ks.index_key, start, start + batch - 1
+                ids: list[bytes] = await self.client.zrevrangebyscore(  # type: ignore[assignment]
+                    ks.index_key, high, low, start=start, num=batch
                 )
                 if not ids:
                     break
