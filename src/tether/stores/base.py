@@ -10,6 +10,7 @@ conformance suite covers them all.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
 import logging
 import os
@@ -215,11 +216,8 @@ class CheckpointStore(RunOperations, LeaseOperations):
         exclusive) keep those last updated in that window (a naive datetime is UTC)."""
         status = None if status is None else RunStatus(status)
         after, before = _epoch(updated_after), _epoch(updated_before)
-        return await self._retried(
-            lambda: self.backend.list_runs(
-                status=status, limit=limit, offset=offset, updated_after=after, updated_before=before
-            )
-        )
+        call = functools.partial(self.backend.list_runs, status=status, limit=limit, offset=offset)
+        return await self._retried(lambda: call(updated_after=after, updated_before=before))
 
     async def delete(self, run_id: str) -> bool:
         """Delete a run and all its checkpoints; False when there was nothing."""
