@@ -51,6 +51,13 @@ logger = logging.getLogger(__name__)
 PIPE_DRAIN_SECONDS = 0.5
 """After the shell exits, how long to wait for background processes to release its pipes."""
 
+FENCED = (
+    "this process's lease on its run ran out unrenewed (the process was stopped, or cut off from "
+    "the store, for longer than the lease), so another runner may be running this step now: "
+    "{what} until the lease is renewed; the runner stops at its next write if the run was taken over"
+)
+"""Why a command was refused or killed: see ``tools/_lifeline.py`` and ``runtime/_heartbeat_sidecar.py``."""
+
 PIPES_HELD_NOTE = (
     "[tether: the command exited but a background process still holds its output pipes; "
     "they were closed, so that process may die on its next write: redirect its output, "
@@ -198,6 +205,8 @@ class LocalSession(ShellOptions):
         """
         if self._closed:
             raise SessionError("LocalSession is closed")
+        if lifeline.fenced():
+            raise SessionError(FENCED.format(what="commands are refused"))
         limit = self.default_timeout if timeout is None else timeout
         start_dir, note = self._start_dir(cwd)
         merged = self._merged_env(env)
@@ -280,6 +289,8 @@ class LocalSession(ShellOptions):
         stderr = note + stderr
         if pipes_held:
             stderr = add_note(stderr, PIPES_HELD_NOTE)
+        if returncode == -signal.SIGKILL and not timed_out and lifeline.fenced():
+            stderr = add_note(stderr, f"[tether: killed: {FENCED.format(what='commands are killed')}]")
         if where is not None and not timed_out:
             self._follow_cd(start_dir, os.fsdecode(where))
         exit_code = TIMEOUT_EXIT_CODE if timed_out else exit_code_of(returncode or 0)
