@@ -204,3 +204,55 @@ def test_the_watcher_fenced_kills_its_commands_and_each_new_one_until_unfenced()
         if watcher.poll() is None:
             watcher.kill()
         watcher.wait()
+
+
+CUT_OFF = r"""
+import asyncio, json, os, sys, time
+from tether.errors import SessionError
+from tether.runtime.heartbeat import start_heartbeat
+from tether.stores import create_store
+from tether.tools import LocalSession
+
+async def main(work, ttl):
+    store = create_store("postgresql://tether@127.0.0.1:9/unreachable")  # nothing listens there
+    session = LocalSession(work)
+    task = asyncio.create_task(session.run("echo $$ > pg; sleep 60"))
+    while not os.path.exists(os.path.join(work, "pg")):
+        await asyncio.sleep(0.01)
+    held = time.time()
+    beat = start_heartbeat(store, "cut-off", 1, float(ttl))
+    first = await task
+    ended = time.time()
+    try:
+        await session.run("echo late > effect")
+        second = "ran"
+    except SessionError as exc:
+        second = str(exc)
+    beat.stop()
+    with open(os.path.join(work, "result"), "w") as f:
+        json.dump({"held": held, "ended": ended, "first": [first.exit_code, first.stderr], "second": second}, f)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def test_a_holder_cut_off_from_its_store_has_its_command_killed_as_its_lease_runs_out(tmp_path: Path) -> None:
+    """The process runs (the sidecar does not see it stopped), but no renewal reaches the
+    store: the lease runs out all the same, another runner may take the run over, so the
+    command is killed and the next one refused."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", CUT_OFF, str(tmp_path), str(TTL)],
+        env=env,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "result").read_text())
+    took = result["ended"] - result["held"]
+    print(f"\ncut off from the store: command killed {took:.3f}s into a {TTL}s lease")
+    assert TTL - 0.4 - 0.3 < took < TTL
+    assert result["first"][0] == 128 + signal.SIGKILL and "lease" in result["first"][1]
+    assert "refused" in result["second"] and not (tmp_path / "effect").exists()
+    assert "not renewed in time" in proc.stderr

@@ -103,6 +103,7 @@ class Switch:
         self.name: str | None = first.get("lifeline")
         self.file: str | None = first.get("fence_file")
         self.fenced = False
+        self.flag(False)  # left by a sidecar killed while fenced: its successor starts unfenced
         self.done = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
@@ -118,12 +119,12 @@ class Switch:
         if lapsed:  # sent again each tick: a watcher started since (or a signal reordered) is fenced too
             if not self.fenced:
                 print(
-                    f"tether heartbeat: lease of {lapsed[0]} not renewed in time or taken over; "
-                    "killing this runner's commands",
+                    f"tether heartbeat: the lease on run {lapsed[0]} was not renewed in time, or was taken "
+                    "over: killing this process's shell commands, and refusing new ones, until it is "
+                    "renewed or released",
                     file=sys.stderr,
                     flush=True,
                 )
-            if not self.fenced:
                 self.flag(True)  # first: the parent refuses new commands, the watcher kills the running
             self.fenced = True
             self.signal(FENCE)
