@@ -212,6 +212,7 @@ from tether.errors import SessionError
 from tether.runtime.heartbeat import start_heartbeat
 from tether.stores import create_store
 from tether.tools import LocalSession
+from tether.tools._lifeline import lifeline
 
 async def main(work, ttl):
     store = create_store("postgresql://tether@127.0.0.1:9/unreachable")  # nothing listens there
@@ -230,7 +231,7 @@ async def main(work, ttl):
         second = str(exc)
     beat.stop()
     with open(os.path.join(work, "result"), "w") as f:
-        json.dump({"held": held, "ended": ended, "first": [first.exit_code, first.stderr], "second": second}, f)
+        json.dump({"fence": lifeline.fence_file, "held": held, "ended": ended, "first": [first.exit_code, first.stderr], "second": second}, f)
 
 asyncio.run(main(*sys.argv[1:]))
 """
@@ -256,3 +257,4 @@ def test_a_holder_cut_off_from_its_store_has_its_command_killed_as_its_lease_run
     assert result["first"][0] == 128 + signal.SIGKILL and "lease" in result["first"][1]
     assert "refused" in result["second"] and not (tmp_path / "effect").exists()
     assert "not renewed in time" in proc.stderr
+    assert not os.path.exists(result["fence"])  # lifted at exit

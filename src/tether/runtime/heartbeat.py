@@ -116,6 +116,8 @@ class _Sidecar:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        with contextlib.suppress(OSError):  # a fence the killed sidecar could not lift
+            os.unlink(lifeline.fence_file)
 
     def hold(self, run_id: str, token: int, ttl: float, url: str, options: dict[str, Any]) -> Beat | None:
         hold = {"hold": run_id, "token": token, "ttl": ttl, "at": time.time(), "url": url, "options": options}
