@@ -26,6 +26,15 @@ process one pipe write at each end of it: tens of microseconds, lost in the nois
 * A process that leaves its group (``setsid``, a daemon's double fork) escapes, as it
   escapes a timeout. A ``fork()`` without exec (multiprocessing's ``fork``, Celery's
   prefork pool) gives the child a watcher of its own when it starts a command.
+* A process that does not die but stalls (SIGSTOP, a long pause, cut off from its store)
+  past its lease keeps its pipe open, while another runner takes the run over and runs
+  the step again. It cannot act while stopped, so its heartbeat sidecar
+  (``runtime/_heartbeat_sidecar.py``), which sees its leases lapse, fences it: SIGUSR1 to
+  this watcher kills every registered group and each registered after, and a file
+  (:attr:`Lifeline.fence_file`) makes ``LocalSession`` and ``SSHSession`` refuse new
+  commands, until the lease is renewed (SIGUSR2) or dropped. A command that registers
+  while fenced may run its first statements before its kill lands; the file check before
+  the start keeps that to commands already starting when the fence came.
 * ``prctl(PR_SET_PDEATHSIG)`` was not used: it signals one process (not its group), fires
   when the forking *thread* ends, and needs a ``preexec_fn`` (a slower fork) or one more
   exec per command; and it is Linux-only, where this needs only POSIX pipes, ``sh`` and
@@ -44,7 +53,7 @@ import tempfile
 import threading
 from collections import Counter
 
-__all__ = ["FENCE", "SELF_REGISTER", "UNFENCE", "WATCHER_NAME", "Lifeline", "lifeline"]
+__all__ = ["FENCE", "FENCED", "SELF_REGISTER", "UNFENCE", "WATCHER_NAME", "Lifeline", "lifeline"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +85,13 @@ FENCE, UNFENCE = signal.SIGUSR1, signal.SIGUSR2
 """What the heartbeat sidecar sends the watcher when its parent's lease ran out unrenewed
 (kill every command, and each one started after), and when the lease is renewed again or
 released."""
+
+FENCED = (
+    "this process's lease on its run ran out unrenewed (the process was stopped, or cut off from "
+    "the store, for longer than the lease), so another runner may be running this step now: "
+    "{what} until the lease is renewed; the runner stops at its next write if the run was taken over"
+)
+"""Why a command was refused or killed while fenced (``{what}``: which)."""
 
 SELF_REGISTER = "trap '' PIPE; echo \"+$$\" >&0 2>/dev/null; trap - PIPE; exec </dev/null; "
 """A plain command's first words: register its group (``$$``, its own: a new session) on

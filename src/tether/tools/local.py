@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from tether.errors import CommandTimeout, ConfigError, SessionError
-from tether.tools._lifeline import SELF_REGISTER, lifeline
+from tether.tools._lifeline import FENCED, SELF_REGISTER, lifeline
 from tether.tools._output import (
     SENTINEL_RESERVE,
     OutputBuffer,
@@ -50,13 +50,6 @@ logger = logging.getLogger(__name__)
 
 PIPE_DRAIN_SECONDS = 0.5
 """After the shell exits, how long to wait for background processes to release its pipes."""
-
-FENCED = (
-    "this process's lease on its run ran out unrenewed (the process was stopped, or cut off from "
-    "the store, for longer than the lease), so another runner may be running this step now: "
-    "{what} until the lease is renewed; the runner stops at its next write if the run was taken over"
-)
-"""Why a command was refused or killed: see ``tools/_lifeline.py`` and ``runtime/_heartbeat_sidecar.py``."""
 
 PIPES_HELD_NOTE = (
     "[tether: the command exited but a background process still holds its output pipes; "

@@ -18,6 +18,7 @@ from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from tether.errors import CommandTimeout, ConfigError, SessionError
+from tether.tools._lifeline import FENCED, lifeline
 from tether.tools._output import (
     SENTINEL_RESERVE,
     OutputBuffer,
@@ -346,6 +347,8 @@ class SSHSession(ShellOptions):
         env: Mapping[str, str] | None = None,
     ) -> CommandResult:
         """Run one shell line on the host and return its result."""
+        if lifeline.fenced():  # as LocalSession: no new command once another runner may run the step
+            raise SessionError(FENCED.format(what="commands are refused"))
         conn = await self._connection()
         limit = self.default_timeout if timeout is None else timeout
         start_dir = self._start_dir(cwd)
