@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 
 from tests.stores.conftest import new_id, open_test_store, require_url
-from tests.tools.test_lifeline import cleanup, group_alive
+from tests.tools.test_lifeline import cleanup, group_alive, parent, running
 from tether.runtime.lease import lease_is_dead
 from tether.state import RunStatus
 from tether.state.reserved import runtime_get
 from tether.tools._lifeline import FENCE, UNFENCE, WATCHER, WATCHER_NAME
+from tether.tools.sandbox import Sandbox
 
 pytestmark = [
     pytest.mark.slow,
@@ -262,3 +263,26 @@ def test_a_holder_cut_off_from_its_store_has_its_command_killed_as_its_lease_run
     assert "refused" in result["second"] and not (tmp_path / "effect").exists()
     assert "not renewed in time" in proc.stderr
     assert not os.path.exists(result["fence"])  # lifted at exit
+
+
+def test_a_fence_kills_a_sandboxed_command(tmp_path: Path) -> None:
+    """The watcher registers a sandboxed command's launcher group: the fence ends it too."""
+    found = Sandbox.detect()
+    if found is None:
+        pytest.skip("no working bwrap here: install the bubblewrap package")
+    found.close()
+    token = "59.625"  # a sleep no other process runs
+    proc = parent(tmp_path, f"run:touch started; sleep {token}; touch effect", "wait:started", boxed=True)
+    try:
+        assert [pid for pid in running(token) if pid != proc.pid]
+        os.kill(int((tmp_path / "ready").read_text()), FENCE)  # the parent's watcher
+        deadline = time.monotonic() + 2
+        while [pid for pid in running(token) if pid != proc.pid]:  # (the token is in its argv too)
+            assert time.monotonic() < deadline, "the fenced sandboxed command still runs"
+            time.sleep(0.01)
+        assert proc.poll() is None  # the parent itself is not touched
+    finally:
+        proc.kill()
+        proc.wait()
+        for pid in running(token):
+            os.kill(pid, signal.SIGKILL)
