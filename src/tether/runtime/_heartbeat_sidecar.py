@@ -4,7 +4,7 @@ Started by :mod:`tether.runtime.heartbeat` (one per runner process), run as a sc
 that it starts on the standard library alone: tether and a store driver are imported only
 when a renewal is first due. It reads JSON lines on stdin::
 
-    {"parent": PID}                                              first line
+    {"parent": PID, "lifeline": NAME}                            first line
     {"hold": RUN_ID, "token": T, "ttl": S, "at": EPOCH, "url": URL, "options": {...}}
     {"drop": RUN_ID, "token": T}
 
@@ -13,6 +13,18 @@ and renews each held lease every ``ttl / 3`` seconds with a fenced write
 state ``T`` (SIGSTOP, a debugger) is not renewed, so its lease runs out and another runner
 may take the run over. A renewal refused with LeaseLost drops that lease. The sidecar exits
 when its parent does (stdin closes, or the pid is gone).
+
+It is also the dead man's switch of its parent's shell commands (``tools/_lifeline.py``):
+a lease not renewed until shortly before it runs out (its parent stopped, or the store out
+of reach) may pass to another runner, which runs the step again; a stopped process cannot
+stop its own command, so a thread here (:class:`Switch`, apart from renewals, which can
+block on a store) tells the parent's command watchers (its children named ``NAME``) to
+kill every command the parent runs, and each it starts after, until the lease is renewed
+again or the parent drops it. A renewal refused because another runner took the run over
+keeps them fenced until the parent drops that lease (its next write is refused: it stops).
+Only commands are killed: the parent itself may be a pool of runs, whose other leases are
+its own to keep. The switch fences all of the parent's commands, not only those of the
+lapsed run: a stall stops every run of the process at once.
 
 The sidecar reads its pipe once per tick (:data:`POLL`), not on every line: most runs of a
 busy worker hold and drop their lease within a tick, and waking this process twice per run
@@ -26,6 +38,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -41,6 +54,15 @@ if (
 POLL = 0.2
 """Seconds between reads of the pipe and checks of the parent when no renewal is due sooner."""
 
+FENCE, UNFENCE = signal.SIGUSR1, signal.SIGUSR2
+"""The command watcher's signals (``tools/_lifeline.py``): kill them all and each new one; stop."""
+
+
+def margin(ttl: float) -> float:
+    """How long before a lease unrenewed runs out its commands are killed: a new holder can
+    take the run over once it has, and its first command must not meet the old one."""
+    return min(2 * POLL, ttl / 5)
+
 
 def parent_state(pid: int) -> str | None:
     """The parent's scheduler state (R, S, D, T, t, Z…) from ``/proc``; None when it is gone."""
@@ -50,6 +72,95 @@ def parent_state(pid: int) -> str | None:
     except OSError:
         return None
     return stat.rpartition(")")[2].split()[0]
+
+
+def watchers(parent: int, name: str) -> list[int]:
+    """The parent's command watchers: its children whose last argument is ``name``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            if int(stat.rpartition(b")")[2].split()[1]) != parent:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if f.read().endswith(b"\0" + name.encode() + b"\0"):
+                    found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+class Switch:
+    """The dead man's switch (see the module docstring): a thread that fences the parent's
+    commands while any lease it holds has lapsed (not renewed until ``margin`` before it
+    runs out) or was taken over, and lifts the fence once none has."""
+
+    def __init__(self, first: dict[str, Any], held: dict[str, dict[str, Any]], lock: threading.Lock) -> None:
+        self.parent, self.held, self.lock = int(first["parent"]), held, lock
+        self.name: str | None = first.get("lifeline")
+        self.file: str | None = first.get("fence_file")
+        self.fenced = False
+        self.flag(False)  # left by a sidecar killed while fenced: its successor starts unfenced
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        while not self.done.wait(POLL):
+            self.check(time.time())
+
+    def check(self, now: float) -> None:
+        with self.lock:
+            lapsed = [
+                run for run, h in self.held.items() if h.get("lost") or now >= h["expires"] - margin(h["ttl"])
+            ]
+        if lapsed:  # sent again each tick: a watcher started since (or a signal reordered) is fenced too
+            if not self.fenced:
+                print(
+                    f"tether heartbeat: the lease on run {lapsed[0]} was not renewed in time, or was taken "
+                    "over: killing this process's shell commands, and refusing new ones, until it is "
+                    "renewed or released",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                self.flag(True)  # first: the parent refuses new commands, the watcher kills the running
+            self.fenced = True
+            self.signal(FENCE)
+        elif self.fenced:
+            self.fenced = False
+            self.signal(UNFENCE)
+            self.flag(False)
+
+    def flag(self, on: bool) -> None:
+        """Create or remove the parent's fence file (``Lifeline.fence_file``)."""
+        if self.file is None:
+            return
+        try:
+            if on:
+                with open(self.file, "w"):
+                    pass
+            else:
+                os.unlink(self.file)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.done.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=2 * POLL)
+        if self.fenced:
+            self.flag(False)
+
+    def signal(self, sig: int) -> None:
+        if self.name is None:
+            return
+        for pid in watchers(self.parent, self.name):
+            try:
+                os.kill(pid, sig)
+            except OSError:  # gone since
+                pass
 
 
 class Pipe:
@@ -104,8 +215,9 @@ class Renewer:
         self.loop = asyncio.new_event_loop()
         self.stores: dict[str, Any] = {}
 
-    def renew(self, hold: dict[str, Any], until: float) -> bool:
-        """Renew one lease; False when it was taken over (LeaseLost) or its run is gone."""
+    def renew(self, hold: dict[str, Any], until: float) -> str:
+        """Renew one lease: ``renewed``; ``released`` (by its holder, whose drop is on its
+        way, or its run is gone); ``taken`` (another runner holds the run now)."""
         from tether.errors import LeaseLost
 
         store = self.stores.get(hold["url"])
@@ -116,9 +228,9 @@ class Renewer:
             self.stores[hold["url"]] = store
         try:
             self.loop.run_until_complete(store.renew_lease(hold["run"], hold["token"], until))
-        except LeaseLost:
-            return False
-        return True
+        except LeaseLost as exc:
+            return "taken" if exc.current > exc.held else "released"
+        return "renewed"
 
     def close(self) -> None:
         for store in self.stores.values():
@@ -145,6 +257,9 @@ def main() -> None:
     # the first renewal is due a third of a lease from now: import the stores meanwhile
     threading.Thread(target=_preload, daemon=True).start()
     held: dict[str, dict[str, Any]] = {}
+    lock = threading.Lock()
+    switch = Switch(first, held, lock)
+    switch.thread.start()
     renewer: Renewer | None = None
     stopped = False
     try:
@@ -154,12 +269,20 @@ def main() -> None:
             if wait > 0:
                 time.sleep(wait)
             for cmd in pipe.lines():
-                if "hold" in cmd:
-                    ttl = float(cmd["ttl"])
-                    since = min(float(cmd.get("at", now)), time.time())
-                    held[cmd["hold"]] = {**cmd, "run": cmd["hold"], "ttl": ttl, "due": since + ttl / 3}
-                elif "drop" in cmd and held.get(cmd["drop"], {}).get("token") == cmd.get("token"):
-                    held.pop(cmd["drop"], None)
+                with lock:
+                    if "hold" in cmd:
+                        ttl = float(cmd["ttl"])
+                        since = min(float(cmd.get("at", now)), time.time())
+                        due = since + ttl / 3
+                        held[cmd["hold"]] = {
+                            **cmd,
+                            "run": cmd["hold"],
+                            "ttl": ttl,
+                            "due": due,
+                            "expires": since + ttl,
+                        }
+                    elif "drop" in cmd and held.get(cmd["drop"], {}).get("token") == cmd.get("token"):
+                        held.pop(cmd["drop"], None)
             if pipe.closed:
                 return  # the parent closed the pipe: it exited
             state = parent_state(parent)
@@ -180,11 +303,15 @@ def main() -> None:
                     print(f"tether heartbeat: renewing {run_id} failed: {exc!r}", file=sys.stderr, flush=True)
                     hold["due"] = now + min(1.0, hold["ttl"] / 6)
                     continue
-                if not kept:
-                    held.pop(run_id, None)
-                    continue
-                hold["due"] = now + hold["ttl"] / 3
+                with lock:
+                    if kept == "released":
+                        held.pop(run_id, None)
+                    elif kept == "taken":  # fenced until the parent drops it
+                        hold["lost"], hold["due"] = True, float("inf")
+                    else:
+                        hold["due"], hold["expires"] = now + hold["ttl"] / 3, now + hold["ttl"]
     finally:
+        switch.close()
         if renewer is not None:
             renewer.close()
 

@@ -8,7 +8,11 @@ renewals come from outside the process: a small sidecar process per runner proce
 lease its parent holds, every third of the lease, with a fenced write
 (:meth:`~tether.stores.base.CheckpointStore.renew_lease`), and only while the parent is
 alive and not stopped: a SIGSTOPped holder's lease runs out, so another runner can take
-the run over, and the stale holder's writes are then refused by its old token.
+the run over, and the stale holder's writes are then refused by its old token. The same
+sidecar stops the shell commands of a holder whose lease runs out unrenewed (it cannot
+stop them itself while stopped): it fences them through the process's command watcher
+(``tools/_lifeline.py``), so no copy of a step's command runs on once another runner may
+run the step again.
 
 A store that another process cannot open (an in-memory store, one built without a URL)
 is renewed by a task on the runner's event loop instead, which a blocked loop stops.
@@ -32,6 +36,7 @@ from typing import IO, Any, Protocol
 
 from tether.errors import LeaseLost
 from tether.stores.base import CheckpointStore
+from tether.tools._lifeline import WATCHER_NAME, lifeline
 
 __all__ = ["Beat", "start_heartbeat"]
 
@@ -80,7 +85,8 @@ class _Sidecar:
             assert proc.stdin is not None
             with contextlib.suppress(OSError, AttributeError):  # room for a tick of holds and drops
                 fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-            proc.stdin.write(json.dumps({"parent": os.getpid()}).encode() + b"\n")
+            first = {"parent": os.getpid(), "lifeline": WATCHER_NAME, "fence_file": lifeline.fence_file}
+            proc.stdin.write(json.dumps(first).encode() + b"\n")
         assert proc.stdin is not None
         return proc.stdin
 
@@ -110,6 +116,8 @@ class _Sidecar:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        with contextlib.suppress(OSError):  # a fence the killed sidecar could not lift
+            os.unlink(lifeline.fence_file)
 
     def hold(self, run_id: str, token: int, ttl: float, url: str, options: dict[str, Any]) -> Beat | None:
         hold = {"hold": run_id, "token": token, "ttl": ttl, "at": time.time(), "url": url, "options": options}

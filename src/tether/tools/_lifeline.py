@@ -26,6 +26,15 @@ process one pipe write at each end of it: tens of microseconds, lost in the nois
 * A process that leaves its group (``setsid``, a daemon's double fork) escapes, as it
   escapes a timeout. A ``fork()`` without exec (multiprocessing's ``fork``, Celery's
   prefork pool) gives the child a watcher of its own when it starts a command.
+* A process that does not die but stalls (SIGSTOP, a long pause, cut off from its store)
+  past its lease keeps its pipe open, while another runner takes the run over and runs
+  the step again. It cannot act while stopped, so its heartbeat sidecar
+  (``runtime/_heartbeat_sidecar.py``), which sees its leases lapse, fences it: SIGUSR1 to
+  this watcher kills every registered group and each registered after, and a file
+  (:attr:`Lifeline.fence_file`) makes ``LocalSession`` and ``SSHSession`` refuse new
+  commands, until the lease is renewed (SIGUSR2) or dropped. A command that registers
+  while fenced may run its first statements before its kill lands; the file check before
+  the start keeps that to commands already starting when the fence came.
 * ``prctl(PR_SET_PDEATHSIG)`` was not used: it signals one process (not its group), fires
   when the forking *thread* ends, and needs a ``preexec_fn`` (a slower fork) or one more
   exec per command; and it is Linux-only, where this needs only POSIX pipes, ``sh`` and
@@ -37,24 +46,52 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
+import signal
 import subprocess
+import tempfile
 import threading
 from collections import Counter
 
-__all__ = ["SELF_REGISTER", "Lifeline", "lifeline"]
+__all__ = ["FENCE", "FENCED", "SELF_REGISTER", "UNFENCE", "WATCHER_NAME", "Lifeline", "lifeline"]
 
 logger = logging.getLogger(__name__)
 
-WATCHER = r"""live=' '
-while read -r id; do
+WATCHER = r"""live=' ' fenced=
+trap 'sig=1 fenced=1; for id in $live; do kill -s KILL -- "-$id" 2>/dev/null; done; live=" "' USR1
+trap 'sig=1 fenced=' USR2
+while :; do
+  sig=
+  if ! read -r id; then
+    [ -n "$sig" ] || break
+    continue
+  fi
   case $id in
-    +*) live="$live${id#+} " ;;
+    +*) if [ -n "$fenced" ]; then kill -s KILL -- "-${id#+}" 2>/dev/null; else live="$live${id#+} "; fi ;;
     -*) id=${id#-}; case $live in *" $id "*) live="${live%% $id *} ${live#* $id }" ;; esac ;;
   esac
 done
 for id in $live; do kill -s KILL -- "-$id" 2>/dev/null; done
 """
-"""The watcher: keeps the registered groups in a string; at EOF kills those left."""
+"""The watcher: keeps the registered groups in a string; at EOF kills those left. SIGUSR1
+(:data:`FENCE`) kills them at once and every group registered after it, until SIGUSR2
+(:data:`UNFENCE`). A trapped signal makes ``read`` fail without EOF (``sig`` tells the two
+apart); whole lines are written at once, so it interrupts no line."""
+
+WATCHER_NAME = "tether-lifeline"
+"""The watcher's ``$0``: how the heartbeat sidecar finds its parent's watchers in ``/proc``."""
+
+FENCE, UNFENCE = signal.SIGUSR1, signal.SIGUSR2
+"""What the heartbeat sidecar sends the watcher when its parent's lease ran out unrenewed
+(kill every command, and each one started after), and when the lease is renewed again or
+released."""
+
+FENCED = (
+    "this process's lease on its run ran out unrenewed (the process was stopped, or cut off from "
+    "the store, for longer than the lease), so another runner may be running this step now: "
+    "{what} until the lease is renewed; the runner stops at its next write if the run was taken over"
+)
+"""Why a command was refused or killed while fenced (``{what}``: which)."""
 
 SELF_REGISTER = "trap '' PIPE; echo \"+$$\" >&0 2>/dev/null; trap - PIPE; exec </dev/null; "
 """A plain command's first words: register its group (``$$``, its own: a new session) on
@@ -78,6 +115,7 @@ class Lifeline:
         """The watcher could not be started: do not try again for every command."""
         self._generation = 0
         """Counts the watchers started (a command registered on a dead one is sent again)."""
+        self._fence_file: str | None = None
 
     def stdin(self) -> tuple[int, int] | None:
         """The pipe for a plain command's stdin (its script starts with :data:`SELF_REGISTER`)
@@ -107,6 +145,20 @@ class Lifeline:
                 self._send(f"-{pgid}\n")
 
     @property
+    def fence_file(self) -> str:
+        """A path of this process's own: the heartbeat sidecar creates it while this
+        process's commands are fenced (a lease ran out unrenewed), so that new ones are
+        refused before they start, and removes it when the fence is lifted."""
+        if self._fence_file is None:
+            where = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+            self._fence_file = os.path.join(where, f"tether-fenced-{os.getpid()}-{secrets.token_hex(6)}")
+        return self._fence_file
+
+    def fenced(self) -> bool:
+        """Whether this process's commands are fenced now (see :attr:`fence_file`)."""
+        return self._fence_file is not None and os.path.exists(self._fence_file)
+
+    @property
     def pid(self) -> int | None:
         """The watcher's pid, if one runs."""
         return self._proc.pid if self._proc is not None else None
@@ -120,7 +172,7 @@ class Lifeline:
         read, write = os.pipe()
         try:
             self._proc = subprocess.Popen(
-                [self.shell, "-c", WATCHER],
+                [self.shell, "-c", WATCHER, WATCHER_NAME],
                 stdin=read,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -170,6 +222,7 @@ class Lifeline:
         if self._proc is not None:
             _not_ours.append(self._proc)  # dropped, its Popen would warn that it still runs
         self._fd, self._proc, self._live, self._broken = None, None, Counter(), False
+        self._fence_file = None
 
 
 _not_ours: list[subprocess.Popen[bytes]] = []

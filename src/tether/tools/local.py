@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from tether.errors import CommandTimeout, ConfigError, SessionError
-from tether.tools._lifeline import SELF_REGISTER, lifeline
+from tether.tools._lifeline import FENCED, SELF_REGISTER, lifeline
 from tether.tools._output import (
     SENTINEL_RESERVE,
     OutputBuffer,
@@ -198,6 +198,8 @@ class LocalSession(ShellOptions):
         """
         if self._closed:
             raise SessionError("LocalSession is closed")
+        if lifeline.fenced():
+            raise SessionError(FENCED.format(what="commands are refused"))
         limit = self.default_timeout if timeout is None else timeout
         start_dir, note = self._start_dir(cwd)
         merged = self._merged_env(env)
@@ -280,6 +282,8 @@ class LocalSession(ShellOptions):
         stderr = note + stderr
         if pipes_held:
             stderr = add_note(stderr, PIPES_HELD_NOTE)
+        if returncode == -signal.SIGKILL and not timed_out and lifeline.fenced():
+            stderr = add_note(stderr, f"[tether: killed: {FENCED.format(what='commands are killed')}]")
         if where is not None and not timed_out:
             self._follow_cd(start_dir, os.fsdecode(where))
         exit_code = TIMEOUT_EXIT_CODE if timed_out else exit_code_of(returncode or 0)

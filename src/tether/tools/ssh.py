@@ -18,6 +18,7 @@ from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from tether.errors import CommandTimeout, ConfigError, SessionError
+from tether.tools._lifeline import FENCED, lifeline
 from tether.tools._output import (
     SENTINEL_RESERVE,
     OutputBuffer,
@@ -264,6 +265,7 @@ class SSHSession(ShellOptions):
         )
         self.credentials = credentials
         self._pid_marker = new_marker("pid")
+        self._env_end = new_marker("env")
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
 
@@ -345,6 +347,8 @@ class SSHSession(ShellOptions):
         env: Mapping[str, str] | None = None,
     ) -> CommandResult:
         """Run one shell line on the host and return its result."""
+        if lifeline.fenced():  # as LocalSession: no new command once another runner may run the step
+            raise SessionError(FENCED.format(what="commands are refused"))
         conn = await self._connection()
         limit = self.default_timeout if timeout is None else timeout
         start_dir = self._start_dir(cwd)
@@ -356,10 +360,9 @@ class SSHSession(ShellOptions):
             cwd_sentinel=self._sentinel if self.persist_cwd else None,
             cwd=start_dir,
             fallback_cwd=(self._base_cwd or "~") if cwd is None else None,
-            env=merged,
             pid_marker=self._pid_marker,
-            env_on_stdin=True,  # values (secrets) never in the remote argv or asyncssh's log
         )
+        script = _watched(script, self._env_end if merged else None)
         logger.debug("run on %s: %s", self.credentials.target, preview(command, self._redact))
         loop = asyncio.get_running_loop()
         started = time.monotonic()
@@ -370,9 +373,9 @@ class SSHSession(ShellOptions):
                 f"exec /bin/sh -c {shlex.quote(script)}",
                 encoding=None,
             )
-            if merged:
-                chan.write(env_exports(merged))
-            chan.write_eof()
+            if merged:  # values (secrets) never in the remote argv or asyncssh's log
+                chan.write(env_exports(merged) + self._env_end + b"\n")
+            # no EOF: the channel's stdin stays open while the command runs (see _watched)
         except Exception as exc:  # channel refused, connection dropped
             raise SessionError(f"cannot run a command on {self.credentials.target}: {exc}") from exc
         timed_out = pipes_held = False
@@ -473,6 +476,34 @@ class SSHSession(ShellOptions):
             await asyncio.wait_for(conn.run(cmd, check=False), 10.0)
         except Exception as exc:  # connection gone: the server will reap the channel
             logger.debug("could not signal remote process group %d: %s", pid, exc)
+
+
+def _watched(script: str, env_end: bytes | None) -> str:
+    """The remote script, after a prelude that ties the command to the channel.
+
+    A command must not outlive the process that started it: killed, it can no longer see
+    the command's outcome, and another worker that resumes its run runs the command again.
+    Without a terminal the remote command gets no SIGHUP when the connection drops, so the
+    prelude forks a watcher (a shell loop, no exec) that reads the channel's stdin, which
+    this side never closes while the command runs: when the connection drops (this process
+    died, ``kill -9`` included), sshd closes it, and the watcher kills the command's
+    process group, if its shell still runs (a command that ended left its background
+    processes, as ``LocalSession`` does). The command itself gets ``/dev/null`` as stdin.
+
+    With ``env_end`` the ``export`` lines (:func:`env_exports`) arrive first on stdin,
+    read up to a line ``env_end`` (not up to EOF, which no longer comes).
+    """
+    lines = []
+    if env_end is not None:
+        lines.append(
+            f'_t_e=; while IFS= read -r _t_l && [ "$_t_l" != {env_end.decode()} ]; do _t_e="$_t_e$_t_l\n"; '
+            'done; eval "$_t_e"; unset _t_e _t_l'
+        )
+    lines.append(
+        "exec 3<&0 </dev/null; { while read -r _t_l; do :; done; kill -0 $$ && kill -s KILL -- -$$; } "
+        "<&3 >/dev/null 2>&1 & exec 3<&-"
+    )
+    return "\n".join(lines) + "\n" + script
 
 
 async def _quietly(awaitable: Any, limit: float) -> None:
