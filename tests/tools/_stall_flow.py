@@ -1,6 +1,6 @@
 """A runner in a child process whose one step runs a shell command through ``LocalSession``.
 
-    python -m tests.tools._stall_flow URL RUN_ID start|resume TTL KIND SECONDS WORK
+    python -m tests.tools._stall_flow URL RUN_ID start|resume|pair TTL KIND SECONDS WORK
 
 The step starts ``echo $$ > WORK/<tag>.pg; sleep SECONDS; echo <tag> >> WORK/effects``
 (``tag``: ``start`` or ``resume``), prints ``in:cmd`` once the command runs, and then:
@@ -11,7 +11,9 @@ The step starts ``echo $$ > WORK/<tag>.pg; sleep SECONDS; echo <tag> >> WORK/eff
 * ``KIND`` ``gil``: holds the GIL in C code (no thread of this process runs) until the
   command has ended, then writes its result.
 
-At the end the process prints the run's status or ``LEASE_LOST`` (exit code 3).
+At the end the process prints the run's status or ``LEASE_LOST`` (exit code 3). ``pair``
+starts two runs in this process, ``RUN_ID`` (tag ``start``) and ``RUN_ID-b`` (tag ``b``,
+whose second command is tried again while it is refused), and prints both outcomes.
 """
 
 from __future__ import annotations
@@ -60,12 +62,18 @@ def make_workflow(store: object, tag: str, kind: str, seconds: float, work: str)
         if kind == "gil":
             hold_gil_until(os.path.join(work, "effects"), seconds + 30)
         first = await task
-        results = {"first": [first.exit_code, first.stderr]}
-        try:
-            second = await session.run(f"echo {tag} >> seconds")
-            results["second"] = [second.exit_code, second.stderr]
-        except SessionError as exc:
-            results["second"] = ["refused", str(exc)]
+        results: dict = {"first": [first.exit_code, first.stderr], "refused": 0}
+        while True:  # the run of a pair whose lease was not taken over: until it is renewed
+            try:
+                second = await session.run(f"echo {tag} >> seconds")
+                results["second"] = [second.exit_code, second.stderr]
+                break
+            except SessionError as exc:
+                results["second"] = ["refused", str(exc)]
+                results["refused"] += 1
+                if tag != "b" or results["refused"] >= 100:
+                    break
+                await asyncio.sleep(0.1)
         with open(os.path.join(work, f"{tag}.result"), "w") as f:
             json.dump(results, f)
         return {"ran": tag}
@@ -76,8 +84,18 @@ def make_workflow(store: object, tag: str, kind: str, seconds: float, work: str)
 async def main(url: str, run_id: str, mode: str, ttl: str, kind: str, seconds: str, work: str) -> int:
     store = create_store(url)
     await store.setup()
-    runner = Runner(make_workflow(store, mode, kind, float(seconds), work), store, lease_ttl=float(ttl))
+    tag = "start" if mode == "pair" else mode
+    runner = Runner(make_workflow(store, tag, kind, float(seconds), work), store, lease_ttl=float(ttl))
     try:
+        if mode == "pair":  # two runs in this process, as a worker's pool of threads has
+            other = Runner(make_workflow(store, "b", kind, float(seconds), work), store, lease_ttl=float(ttl))
+            outcomes = await asyncio.gather(
+                runner.start(run_id, {"user_input": "go"}),
+                other.start(f"{run_id}-b", {"user_input": "go"}),
+                return_exceptions=True,
+            )
+            print(" ".join("LEASE_LOST" if isinstance(o, LeaseLost) else str(o.status) for o in outcomes))
+            return 0
         if mode == "start":
             result = await runner.start(run_id, {"user_input": "go"})
         else:

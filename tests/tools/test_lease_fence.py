@@ -133,6 +133,49 @@ async def test_a_stopped_holders_command_is_killed_as_its_lease_runs_out(backend
     assert (again.version, again.status) == (after.version, RunStatus.COMPLETED)
 
 
+async def test_a_fence_refuses_only_the_commands_of_runs_whose_lease_was_taken_over(tmp_path):
+    """Two runs in one process (a worker's pool), stopped past their leases: both commands
+    are killed. Another runner takes over only the first run. Woken, the process has the
+    first run's next command refused (it gets LeaseLost), while the second run, whose lease
+    it renews again, runs its next command and completes."""
+    url = require_url("sqlite", tmp_path)
+    run_id = new_id("pair")
+    async with open_test_store("sqlite", url) as store:
+        stale = spawn(url, run_id, "pair", TTL, "wait", 60, tmp_path)
+        pgids = []
+        try:
+            wait_line(stale, "in:cmd")
+            wait_line(stale, "in:cmd")
+            pgids = [int((tmp_path / f"{tag}.pg").read_text()) for tag in ("start", "b")]
+            os.kill(stale.pid, signal.SIGSTOP)
+            stopped_at = time.time()
+            while any(map(group_alive, pgids)):
+                assert time.time() - stopped_at < TTL + 5, "a stopped holder's command outlived its lease"
+                await asyncio.sleep(0.01)
+            while not await lease_dead(store, run_id):
+                assert time.time() - stopped_at < TTL + 5
+                await asyncio.sleep(0.05)
+            second = spawn(url, run_id, "resume", TTL, "wait", 0.2, tmp_path)
+            out, err = second.communicate(timeout=60)
+            assert out.split()[-1] == "COMPLETED", err
+            os.kill(stale.pid, signal.SIGCONT)
+            out, err = stale.communicate(timeout=60)
+        finally:
+            if stale.poll() is None:
+                os.kill(stale.pid, signal.SIGCONT)
+                stale.kill()
+                stale.communicate()
+            cleanup(*pgids)
+        assert stale.returncode == 0 and out.split()[-2:] == ["LEASE_LOST", "COMPLETED"], (out, err)
+        assert (await store.get_run(f"{run_id}-b")).status is RunStatus.COMPLETED
+    a = json.loads((tmp_path / "start.result").read_text())
+    b = json.loads((tmp_path / "b.result").read_text())
+    assert a["first"][0] == b["first"][0] == 128 + signal.SIGKILL
+    assert a["second"][0] == "refused"
+    assert b["second"][0] == 0  # once its lease was renewed (refused meanwhile, if the sidecar was slower)
+    assert sorted(lines(tmp_path / "seconds")) == ["b", "resume"]
+
+
 async def test_a_command_lives_while_its_runner_holds_the_gil_for_three_leases(tmp_path):
     """The step holds the GIL in C code (no thread of its process runs, nor its event loop)
     while its command sleeps for three leases: the sidecar renews the lease, so the command

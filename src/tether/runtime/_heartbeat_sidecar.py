@@ -18,20 +18,13 @@ It is also the dead man's switch of its parent's shell commands (``tools/_lifeli
 a lease not renewed until shortly before it runs out (its parent stopped, or the store out
 of reach) may pass to another runner, which runs the step again; a stopped process cannot
 stop its own command, so a thread here (:class:`Switch`, apart from renewals, which can
-block on a store) tells the parent's command watchers (its children named ``NAME``) to
-kill every command the parent runs, and each it starts after, until the lease is renewed
-again or the parent drops it. A renewal refused because another runner took the run over
-keeps them fenced until the parent drops that lease (its next write is refused: it stops).
-Only commands are killed: the parent itself may be a pool of runs, whose other leases are
-its own to keep. The switch fences all of the parent's commands, not only those of the
-lapsed run: a stall stops every run of the process at once.
-
-The sidecar reads its pipe once per tick (:data:`POLL`), not on every line: most runs of a
-busy worker hold and drop their lease within a tick, and waking this process twice per run
-cost about a tenth of a short run's CPU (see benchmarks/README.md, ``bench_workers``). A
-hold carries the time it was sent (``at``), and its first renewal is due a third of a lease
-after that, so reading it up to a tick late moves no renewal. A drop read late is harmless:
-renewing a lease its holder released is refused (LeaseLost) and drops it here too.
+block on a store) fences the parent. The fence file names the leases that lapsed, or were
+taken over, so the parent refuses the new commands of those runs. While a lease is lapsed,
+the parent's command watchers (its children named ``NAME``) kill every command it runs,
+and each one it starts. The kill covers all the parent's commands, because a stall stops
+every run of the process at once and a watcher does not know a command's run. A lease
+renewed again leaves the file. One taken over stays there until the parent drops it (its
+next write is refused: it stops).
 """
 
 from __future__ import annotations
@@ -103,7 +96,10 @@ class Switch:
         self.name: str | None = first.get("lifeline")
         self.file: str | None = first.get("fence_file")
         self.fenced = False
-        self.flag(False)  # left by a sidecar killed while fenced: its successor starts unfenced
+        """Whether the watcher is fenced (while a lease lapsed)."""
+        self.keys: list[str] = []
+        """The leases the fence file names."""
+        self.flag([])  # left by a sidecar killed while fenced: its successor starts unfenced
         self.done = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
@@ -114,33 +110,38 @@ class Switch:
     def check(self, now: float) -> None:
         with self.lock:
             lapsed = [
-                run for run, h in self.held.items() if h.get("lost") or now >= h["expires"] - margin(h["ttl"])
+                h for h in self.held.values() if not h.get("lost") and now >= h["expires"] - margin(h["ttl"])
             ]
-        if lapsed:  # sent again each tick: a watcher started since (or a signal reordered) is fenced too
-            if not self.fenced:
+            lost = [h for h in self.held.values() if h.get("lost")]
+        keys = sorted(str(h.get("key") or f"{h['token']}:{h['run']}") for h in lapsed + lost)
+        if keys != self.keys:  # first: the parent refuses new commands of these runs
+            if lapsed and not self.fenced:
                 print(
-                    f"tether heartbeat: the lease on run {lapsed[0]} was not renewed in time, or was taken "
-                    "over: killing this process's shell commands, and refusing new ones, until it is "
-                    "renewed or released",
+                    f"tether heartbeat: the lease on run {lapsed[0]['run']} was not renewed in time: "
+                    "killing this process's shell commands, and refusing new ones of its runs whose "
+                    "lease lapsed, until each is renewed or released",
                     file=sys.stderr,
                     flush=True,
                 )
-                self.flag(True)  # first: the parent refuses new commands, the watcher kills the running
+            self.flag(keys)
+            self.keys = keys
+        if lapsed:  # sent again each tick: a watcher started since (or a signal reordered) is fenced too
             self.fenced = True
             self.signal(FENCE)
-        elif self.fenced:
+        elif self.fenced:  # renewed again, or taken over (those stay in the file until dropped)
             self.fenced = False
             self.signal(UNFENCE)
-            self.flag(False)
 
-    def flag(self, on: bool) -> None:
-        """Create or remove the parent's fence file (``Lifeline.fence_file``)."""
+    def flag(self, keys: list[str]) -> None:
+        """Write the parent's fence file (``Lifeline.fence_file``): the leases it is up
+        for, one a line; none: no file."""
         if self.file is None:
             return
         try:
-            if on:
-                with open(self.file, "w"):
-                    pass
+            if keys:
+                with open(self.file + ".new", "w") as f:
+                    f.write("".join(f"{k}\n" for k in keys))
+                os.replace(self.file + ".new", self.file)  # a reader sees the old list or the new
             else:
                 os.unlink(self.file)
         except OSError:
@@ -150,8 +151,8 @@ class Switch:
         self.done.set()
         if self.thread.is_alive():
             self.thread.join(timeout=2 * POLL)
-        if self.fenced:
-            self.flag(False)
+        if self.keys:
+            self.flag([])
 
     def signal(self, sig: int) -> None:
         if self.name is None:

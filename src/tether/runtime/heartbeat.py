@@ -36,7 +36,7 @@ from typing import IO, Any, Protocol
 
 from tether.errors import LeaseLost
 from tether.stores.base import CheckpointStore
-from tether.tools._lifeline import WATCHER_NAME, lifeline
+from tether.tools._lifeline import LEASE, WATCHER_NAME, lifeline
 
 __all__ = ["Beat", "start_heartbeat"]
 
@@ -58,12 +58,18 @@ def start_heartbeat(store: CheckpointStore, run_id: str, token: int, ttl: float)
     """Renew the lease ``token`` on ``run_id`` every ``ttl / 3`` seconds until stopped or
     taken over: from the process's sidecar when the store can be opened there, else from
     a task on this event loop."""
+    LEASE.set(lease_key(run_id, token))  # the run's commands are refused while a fence is up for it
     opened = store.opened_from()
     if opened is not None and sys.platform.startswith("linux"):
         beat = _sidecar().hold(run_id, token, ttl, *opened)
         if beat is not None:
             return beat
     return _TaskBeat(store, run_id, token, ttl)
+
+
+def lease_key(run_id: str, token: int) -> str:
+    """How a fence names a lease (``tools/_lifeline.py``, ``LEASE``)."""
+    return f"{token}:{run_id}"
 
 
 class _Sidecar:
@@ -120,7 +126,15 @@ class _Sidecar:
             os.unlink(lifeline.fence_file)
 
     def hold(self, run_id: str, token: int, ttl: float, url: str, options: dict[str, Any]) -> Beat | None:
-        hold = {"hold": run_id, "token": token, "ttl": ttl, "at": time.time(), "url": url, "options": options}
+        hold = {
+            "hold": run_id,
+            "token": token,
+            "key": lease_key(run_id, token),
+            "ttl": ttl,
+            "at": time.time(),
+            "url": url,
+            "options": options,
+        }
         if not self.send(hold):
             logger.warning("heartbeat sidecar could not start; renewing %s from the event loop", run_id)
             return None

@@ -30,9 +30,10 @@ process one pipe write at each end of it: tens of microseconds, lost in the nois
   past its lease keeps its pipe open, while another runner takes the run over and runs
   the step again. It cannot act while stopped, so its heartbeat sidecar
   (``runtime/_heartbeat_sidecar.py``), which sees its leases lapse, fences it: SIGUSR1 to
-  this watcher kills every registered group and each registered after, and a file
-  (:attr:`Lifeline.fence_file`) makes ``LocalSession`` and ``SSHSession`` refuse new
-  commands, until the lease is renewed (SIGUSR2) or dropped. A command that registers
+  this watcher kills every registered group and each registered after, until no lease
+  is lapsed (SIGUSR2). A file (:attr:`Lifeline.fence_file`) names the leases lapsed or
+  taken over: ``LocalSession`` and ``SSHSession`` refuse the new commands of those runs
+  (:data:`LEASE`), until the lease is renewed or dropped. A command that registers
   while fenced may run its first statements before its kill lands; the file check before
   the start keeps that to commands already starting when the fence came.
 * ``prctl(PR_SET_PDEATHSIG)`` was not used: it signals one process (not its group), fires
@@ -52,8 +53,9 @@ import subprocess
 import tempfile
 import threading
 from collections import Counter
+from contextvars import ContextVar
 
-__all__ = ["FENCE", "FENCED", "SELF_REGISTER", "UNFENCE", "WATCHER_NAME", "Lifeline", "lifeline"]
+__all__ = ["FENCE", "FENCED", "LEASE", "SELF_REGISTER", "UNFENCE", "WATCHER_NAME", "Lifeline", "lifeline"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +94,10 @@ FENCED = (
     "{what} until the lease is renewed; the runner stops at its next write if the run was taken over"
 )
 """Why a command was refused or killed while fenced (``{what}``: which)."""
+
+LEASE: ContextVar[str | None] = ContextVar("tether_lease", default=None)
+"""The lease the running code's run holds (``TOKEN:RUN_ID``), set by the heartbeat when a
+runner takes it: the fence file names the leases it is up for."""
 
 SELF_REGISTER = "trap '' PIPE; echo \"+$$\" >&0 2>/dev/null; trap - PIPE; exec </dev/null; "
 """A plain command's first words: register its group (``$$``, its own: a new session) on
@@ -155,8 +161,22 @@ class Lifeline:
         return self._fence_file
 
     def fenced(self) -> bool:
-        """Whether this process's commands are fenced now (see :attr:`fence_file`)."""
+        """Whether a fence is up in this process now (see :attr:`fence_file`)."""
         return self._fence_file is not None and os.path.exists(self._fence_file)
+
+    def refuses(self) -> bool:
+        """Whether a new command must be refused: a fence is up for the lease this code runs
+        under (:data:`LEASE`; any fence when it runs under none). Another run of the process
+        (a pool of runs) whose lease holds keeps starting commands."""
+        if self._fence_file is None:
+            return False
+        try:
+            with open(self._fence_file) as f:
+                keys = f.read().splitlines()
+        except OSError:  # no fence (the common case: one failed open)
+            return False
+        key = LEASE.get()
+        return key is None or key in keys
 
     @property
     def pid(self) -> int | None:

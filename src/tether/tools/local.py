@@ -198,7 +198,7 @@ class LocalSession(ShellOptions):
         """
         if self._closed:
             raise SessionError("LocalSession is closed")
-        if lifeline.fenced():
+        if lifeline.refuses():
             raise SessionError(FENCED.format(what="commands are refused"))
         limit = self.default_timeout if timeout is None else timeout
         start_dir, note = self._start_dir(cwd)

@@ -347,7 +347,7 @@ class SSHSession(ShellOptions):
         env: Mapping[str, str] | None = None,
     ) -> CommandResult:
         """Run one shell line on the host and return its result."""
-        if lifeline.fenced():  # as LocalSession: no new command once another runner may run the step
+        if lifeline.refuses():  # as LocalSession: no new command once another runner may run the step
             raise SessionError(FENCED.format(what="commands are refused"))
         conn = await self._connection()
         limit = self.default_timeout if timeout is None else timeout
