@@ -22,7 +22,9 @@ _NEVER = ExpiryPolicy(checkpoint_ttl=None, completed_ttl=None)
 
 def _record(info: RunInfo | None) -> tuple[object, ...]:
     assert info is not None
-    expires = None if info.expires_at is None else round(info.expires_at.timestamp() - info.updated_at.timestamp())
+    expires = (
+        None if info.expires_at is None else round(info.expires_at.timestamp() - info.updated_at.timestamp())
+    )
     return info.version, info.status, info.node_id, info.chain, expires, info.fence
 
 
