@@ -60,10 +60,11 @@ MAX_BYTES = 256 * 1024
 """Values bigger than this are not kept: the memory and the diff would cost more than the
 rewrite saves (a key rewritten whole at this size is better kept as a list of appends)."""
 SKIP = 8
-"""After an overwrite that could not be patched, the path's next overwrites are stored whole
-without a diff until this many have gone by (then it is tried again): a value that changes
-whole every time (a serialised record, an id, a version string) would otherwise pay an
-unpack, a diff and a pack at every commit for nothing. An unchanged value is still left
+"""After three overwrites in a row that could not be patched, a path's overwrites are stored
+whole without a diff but for every ``SKIP``-th (until one is patched again): a value that
+changes whole every time (a serialised record, an id, a version string) would otherwise pay
+an unpack, a diff and a pack at every commit for nothing. A value replaced whole once among
+patched ones (two misses: to it and back) is still diffed. An unchanged value is still left
 out (that takes only a comparison of bytes)."""
 
 
@@ -144,12 +145,12 @@ def _overwrite(known: Values, path: tuple[str, ...], value: Any) -> tuple[Any, i
     if old == packed:
         known[path] = (packed, misses) if misses else packed
         return None, 0
-    if misses and misses < SKIP:
+    if misses > 2 and misses % SKIP:
         known[path] = (packed, misses + 1)
         return False, len(packed)
     found = _patch(old, value, packed) if old is not None else False
     if found is False:
-        known[path] = (packed, 1) if old is not None else packed
+        known[path] = (packed, misses + 1) if old is not None else packed
         return False, len(packed)
     known[path] = packed
     return found
@@ -162,8 +163,13 @@ def sized(value: Any) -> int:
 
 def _drop(known: Values, *prefix: str) -> None:
     """Forget every known value at or under ``prefix`` (its value changed in a way not tracked)."""
-    n = len(prefix)
-    for path in [p for p in known if p[:n] == prefix]:
+    if len(prefix) == 1:  # a key's own paths: no tuple sliced per path (most calls)
+        key = prefix[0]
+        gone = [p for p in known if p[0] == key]
+    else:
+        n = len(prefix)
+        gone = [p for p in known if p[:n] == prefix]
+    for path in gone:
         del known[path]
 
 
