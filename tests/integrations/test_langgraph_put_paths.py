@@ -75,3 +75,21 @@ def test_a_message_replaced_in_the_middle_is_stored_as_replaced(tmp_path: Path) 
         ]
         _put(saver, "t", cid, edited, 2)
     assert [m.content for m in _stored(url, "t")] == [m.content for m in edited]
+
+
+def test_a_put_after_another_process_wrote_the_thread_reloads_and_stores_its_own_values(
+    tmp_path: Path,
+) -> None:
+    """Saver A's cached state is one version behind once saver B (another process) put a
+    checkpoint: A's next put must not be stored as a delta on what A last saw."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    m = [AIMessage(content=f"m{i}", id=f"m{i}") for i in range(4)]
+    with TetherSaver.from_url(url) as a, TetherSaver.from_url(url) as b:
+        first = _put(a, "t", None, [m[0]], 1)
+        seen = b.get_tuple({"configurable": {"thread_id": "t"}})
+        assert seen is not None
+        second = _put(b, "t", first, [*seen.checkpoint["channel_values"]["messages"], m[1]], 2)
+        mine = [m[0], AIMessage(content="m1", id="m1"), m[2], m[3]]  # A's own objects
+        third = _put(a, "t", second, mine, 3)
+        _put(a, "t", third, [*mine, AIMessage(content="m4", id="m4")], 4)  # A's cache is current again
+    assert [x.content for x in _stored(url, "t")] == ["m0", "m1", "m2", "m3", "m4"]
