@@ -23,7 +23,7 @@ from tether.state.model import ChainStats, chain_stats
 from tether.stores._chain import Write
 from tether.stores._sql_schema import Tx
 
-__all__ = ["NotAtExpected", "fits", "write_delta"]
+__all__ = ["NotAtExpected", "write_delta"]
 
 _MOVE = (
     "UPDATE tether_runs SET status = ?, version = version + 1, node_id = ?, "
@@ -45,19 +45,8 @@ class NotAtExpected(Exception):
     rolls back, nothing changed, and the general write takes over. Internal."""
 
 
-def fits(w: Write) -> bool:
-    """Whether ``w`` may take this path: a delta at an expected version, no lease, no status."""
-    return (
-        w.kind == "delta"
-        and bool(w.expected_version)
-        and not w.fence
-        and not w.take
-        and w.require_status is None
-    )
-
-
 async def write_delta(tx: Tx, w: Write) -> tuple[int, ChainStats]:
-    """Store ``w`` (see :func:`fits`) as the run's next version, in ``tx``; NotAtExpected when
+    """Store ``w`` (a ``Write.plain_delta``) as the run's next version, in ``tx``; NotAtExpected when
     the run is not live at ``w.expected_version``."""
     status = str(w.status)
     head: tuple[Any, ...] = (

@@ -39,7 +39,7 @@ from tether.stores._sql_chain import (
     hinted_query,
     skips_sealed,
 )
-from tether.stores._sqlite_write import NotAtExpected, fits, write_delta
+from tether.stores._sqlite_write import NotAtExpected, write_delta
 from tether.stores.backend import remember as _hint
 from tether.stores.base import split_store_options
 from tether.stores.blocking import BlockingLock
@@ -418,7 +418,7 @@ class SqliteBackend(SqlBackend):
 
     async def _commit_write(self, w: Write) -> tuple[int, ChainStats]:
         with suppress(NotAtExpected):  # (it changed nothing: the general write says why)
-            if fits(w):
+            if w.plain_delta():
                 return await self._in_tx(functools.partial(write_delta, w=w), write=True)
         return await super()._commit_write(w)
 

@@ -1,10 +1,11 @@
-"""SQLite's delta write in fewer statements (``_sqlite_write``) leaves the run as the general
-write would, and hands every case it does not cover (a conflict, an expired run, a change of
-expiry) to the general write."""
+"""The shortest delta writes (SQLite's ``_sqlite_write``, PostgreSQL's ``_DELTA_WRITE``, taken
+by a ``Write.plain_delta``) leave the run as the general write would, and hand every case they
+do not cover (a conflict, an expired run, a change of expiry) to the general write."""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 
 import pytest
@@ -28,10 +29,22 @@ def _record(info: RunInfo | None) -> tuple[object, ...]:
     return info.version, info.status, info.node_id, info.chain, expires, info.fence
 
 
-async def test_deltas_leave_the_run_record_as_on_the_memory_store(tmp_path: Path) -> None:
+def _url(backend: str, tmp_path: Path) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path}/t.db"
+    url = os.environ.get("TETHER_TEST_POSTGRESQL_URL")
+    if not url:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but TETHER_TEST_POSTGRESQL_URL is not set")
+        pytest.skip("set TETHER_TEST_POSTGRESQL_URL to run the postgresql store tests")
+    return url
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_deltas_leave_the_run_record_as_on_the_memory_store(backend: str, tmp_path: Path) -> None:
     """The same commits (with an expiry, without one, and changing between them, status and
     node changes among them) give the same run record and state as the memory store's."""
-    stores = [create_store(f"sqlite:///{tmp_path}/t.db"), create_store("memory://")]
+    stores = [create_store(_url(backend, tmp_path)), create_store("memory://")]
     run_id = new_id()
     seen = []
     for store in stores:
@@ -48,12 +61,16 @@ async def test_deltas_leave_the_run_record_as_on_the_memory_store(tmp_path: Path
         cp = await store.load(run_id)
         assert cp is not None
         seen.append((records, cp.state))
+        await store.delete(run_id)  # (a shared database: leave nothing behind)
         await store.aclose()
     assert seen[0] == seen[1]
 
 
-async def test_a_delta_after_another_writer_or_an_expiry_says_so_and_stores_nothing(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/t.db"
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_delta_after_another_writer_or_an_expiry_says_so_and_stores_nothing(
+    backend: str, tmp_path: Path
+) -> None:
+    url = _url(backend, tmp_path)
     mine, other = create_store(url, expiry=_NEVER), create_store(url, expiry=_NEVER)
     await mine.setup()
     await other.setup()
@@ -76,6 +93,8 @@ async def test_a_delta_after_another_writer_or_an_expiry_says_so_and_stores_noth
         late.merge({"messages": ["b"]})
         with pytest.raises(RunExpired):
             await mine.commit(late)
+        for run_id in (ctx.run_id, late.run_id):
+            await other.delete(run_id)
     finally:
         await mine.aclose()
         await other.aclose()
