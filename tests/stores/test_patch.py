@@ -17,7 +17,7 @@ from tether.state.reducers import default_registry
 from tether.state.reserved import runtime_update
 from tether.state.serde import Codec
 from tether.stores._chain import ChainEngine, Known
-from tether.stores._patch import PATCH, apply_patch, diff, patch_ops
+from tether.stores._patch import PATCH, SKIP, apply_patch, diff, patch_ops
 from tether.stores.policies import CompactionPolicy
 
 _REG = default_registry().register("index", "merge")
@@ -131,3 +131,32 @@ def test_a_long_dict_of_counts_is_patched_by_the_entries_that_changed():
     p = diff(old, new)
     assert p == [0, {"s7": [2], "s1000": [1], "s1001": [1]}]
     assert list(apply_patch(copy.deepcopy(old), p)) == list(new)
+
+
+def test_a_value_that_changes_whole_is_stored_whole_and_patched_again_once_it_grows() -> None:
+    """A value no patch can shrink (a new record each commit) is written as it is without a
+    diff for a while after three misses in a row; once it only grows again, patches come back within
+    ``SKIP`` commits, and an unchanged value is still left out meanwhile. A value replaced
+    whole once among patched ones is patched again at the next commit."""
+    items = [f"line {n}" * 4 for n in range(30)]
+    values = None
+    kinds = []
+    for i in range(4):
+        items.append(f"more {i}" * 4)
+        log = list(items) if i != 1 else ["replaced"] * 40
+        ops, values, _ = patch_ops((("doc", "set", {"log": log}),), values)
+        kinds.append(ops[0][1])
+    assert kinds == ["set", "set", "set", PATCH]  # (new, then replaced whole, then back)
+    values = None
+    for i in range(5):  # a fresh blob every time: nothing to patch
+        ops, values, _ = patch_ops((("rec", "set", {"blob": bytes([i]) * 200}),), values)
+        assert [op for _k, op, _a in ops] == ["set"]
+    same, values, rewrite = patch_ops((("rec", "set", {"blob": bytes([4]) * 200}),), values)
+    assert same == [] and rewrite == 0  # an unchanged value needs no diff to be left out
+    items = [f"line {n}" * 4 for n in range(30)]
+    kinds = []
+    for i in range(SKIP + 3):  # now it grows by one line a commit
+        items.append(f"more {i}" * 4)
+        ops, values, _ = patch_ops((("rec", "set", {"blob": b"", "log": list(items)}),), values)
+        kinds.append(ops[0][1])
+    assert kinds[-1] == PATCH and kinds.index(PATCH) <= SKIP, kinds

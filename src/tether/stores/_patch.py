@@ -44,9 +44,10 @@ __all__ = ["PATCH", "Values", "apply_patch", "patch_ops"]
 PATCH = "patch"
 """The op name of a patch in a delta (replayed by ``_segment.apply_ops``)."""
 
-Values = dict[tuple[str, ...], bytes]
+Values = dict[tuple[str, ...], "bytes | tuple[bytes, int]"]
 """What a store last wrote at each path of a run's state (``(key,)`` for a whole value,
-``(key, name)`` for a dict entry, ``("_tether", "todo", step)`` for a TODO item), packed."""
+``(key, name)`` for a dict entry, ``("_tether", "todo", step)`` for a TODO item), packed;
+``(packed, misses)`` for a path whose last overwrite could not be patched (see ``SKIP``)."""
 
 _OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
 
@@ -58,6 +59,13 @@ MIN_BYTES = 32
 MAX_BYTES = 256 * 1024
 """Values bigger than this are not kept: the memory and the diff would cost more than the
 rewrite saves (a key rewritten whole at this size is better kept as a list of appends)."""
+SKIP = 8
+"""After three overwrites in a row that could not be patched, a path's overwrites are stored
+whole without a diff but for every ``SKIP``-th (until one is patched again): a value that
+changes whole every time (a serialised record, an id, a version string) would otherwise pay
+an unpack, a diff and a pack at every commit for nothing. A value replaced whole once among
+patched ones (two misses: to it and back) is still diffed. An unchanged value is still left
+out (that takes only a comparison of bytes)."""
 
 
 def patch_ops(ops: tuple[Any, ...], values: Values | None) -> tuple[list[list[Any]], Values, int]:
@@ -71,23 +79,11 @@ def patch_ops(ops: tuple[Any, ...], values: Values | None) -> tuple[list[list[An
     rewrite = 0
     for key, op, arg in ops:
         if op == "set":
-            old = known.get((key,))  # as of the ops before this one (this delta's included)
-            _drop(known, key)
-            packed = _pack(arg)
-            if packed is None:
-                out.append([key, op, arg])
-                rewrite += sized(arg)
-                continue
-            known[(key,)] = packed
-            p = _patch(old, arg, packed) if old is not None else False
+            p, size = _overwrite(known, (key,), arg)  # as of the ops before this one
             if p is None:
                 continue  # the same value again: nothing to store
-            if p is False:
-                out.append([key, op, arg])
-                rewrite += len(packed)
-            else:
-                out.append([key, PATCH, p[0]])
-                rewrite += p[1]
+            rewrite += size
+            out.append([key, op, arg] if p is False else [key, PATCH, p])
         elif (op == "merge" or op == RESERVED_OP) and type(arg) is dict and arg:
             known.pop((key,), None)
             kept, patches, size = _entries(known, (key,), arg, reserved=op == RESERVED_OP)
@@ -126,25 +122,38 @@ def _entries(
             if item_patches:
                 patches[name] = [_DICT, item_patches]
             continue
-        path = (*at, name)
-        old = known.get(path)
-        _drop(known, *path)
-        packed = _pack(value)
-        if packed is None:
-            kept[name] = value
-            size += sized(value)
-            continue
-        known[path] = packed
-        p = _patch(old, value, packed) if old is not None else False
+        p, n = _overwrite(known, (*at, name), value)
         if p is None:
             continue
+        size += n
         if p is False:
             kept[name] = value
-            size += len(packed)
         else:
-            patches[name] = p[0]
-            size += p[1]
+            patches[name] = p
     return kept, patches, size
+
+
+def _overwrite(known: Values, path: tuple[str, ...], value: Any) -> tuple[Any, int]:
+    """How to store ``value`` at ``path``: ``(patch, its size)``, ``(None, 0)`` when it is
+    the value known there, ``(False, its size)`` to store it whole; ``known`` is updated."""
+    held = known.get(path)
+    _drop(known, *path)
+    packed = _pack(value)
+    if packed is None:
+        return False, sized(value)
+    old, misses = held if isinstance(held, tuple) else (held, 0)
+    if old == packed:
+        known[path] = (packed, misses) if misses else packed
+        return None, 0
+    if misses > 2 and misses % SKIP:
+        known[path] = (packed, misses + 1)
+        return False, len(packed)
+    found = _patch(old, value, packed) if old is not None else False
+    if found is False:
+        known[path] = (packed, misses + 1) if old is not None else packed
+        return False, len(packed)
+    known[path] = packed
+    return found
 
 
 def sized(value: Any) -> int:
@@ -154,8 +163,13 @@ def sized(value: Any) -> int:
 
 def _drop(known: Values, *prefix: str) -> None:
     """Forget every known value at or under ``prefix`` (its value changed in a way not tracked)."""
-    n = len(prefix)
-    for path in [p for p in known if p[:n] == prefix]:
+    if len(prefix) == 1:  # a key's own paths: no tuple sliced per path (most calls)
+        key = prefix[0]
+        gone = [p for p in known if p[0] == key]
+    else:
+        n = len(prefix)
+        gone = [p for p in known if p[:n] == prefix]
+    for path in gone:
         del known[path]
 
 
@@ -172,12 +186,10 @@ def _pack(value: Any) -> bytes | None:
     return packed
 
 
-def _patch(old: bytes, new: Any, packed: bytes) -> tuple[Any, int] | Literal[False] | None:
+def _patch(old: bytes, new: Any, packed: bytes) -> tuple[Any, int] | Literal[False]:
     """``(patch, its size)`` turning the value packed as ``old`` into ``new`` (packed as
-    ``packed``) when smaller than ``packed``; None when they are the same; False when no
-    patch is worth storing."""
-    if old == packed:
-        return None
+    ``packed``, other bytes than ``old``) when smaller than ``packed``; False when no patch
+    is worth storing."""
     base = unpack_dated(old)
     p = diff(base, new)
     if p is None or len(p) == 1:  # a replacement: no patch

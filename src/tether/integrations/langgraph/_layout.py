@@ -131,13 +131,28 @@ def run_index_key(run_id: str, prefix: str = "lg") -> str:
 def extends(new: list[Any], old: Sequence[Any], *, equal: bool = False) -> bool:
     """Whether ``new`` starts with the items of ``old``: the same objects (what LangGraph's
     reducers produce), or with ``equal``, equal ones (values decoded afresh, as an
-    import reads them)."""
+    import reads them).
+
+    Without ``equal``, the first and the last item must be the very objects, and the list
+    comparison in C does the rest: it takes an item that is the same object as equal without
+    calling its ``__eq__``, a pointer comparison, where a Python loop of ``is`` cost a call
+    per item (a long chat is thousands of messages, compared at every put). An item between
+    them that is another object but equal (a message replaced by an equal one) counts as
+    kept; one whose ``==`` fails (an array's) makes the items compared one by one by identity."""
     n = len(old)
     if len(new) < n:
         return False
-    if all(map(operator.is_, new, old)):  # C-speed: stops at the shorter, old
+    if not n:
         return True
-    return equal and new[:n] == list(old)
+    prefix = old if type(old) is list else list(old)
+    if equal:
+        return new[:n] == prefix
+    if new[0] is not prefix[0] or new[n - 1] is not prefix[n - 1]:
+        return False
+    try:
+        return new[:n] == prefix
+    except Exception:  # an item whose ``==`` is not a truth value
+        return all(map(operator.is_, new, prefix))
 
 
 def chunks_extend(new: list[Any], old: list[Any]) -> bool:

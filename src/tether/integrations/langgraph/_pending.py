@@ -162,10 +162,12 @@ class PendingWrites:
         ctx: ExecutionContext,
         batch: Batch,
         refs: Mapping[tuple[str, bytes], tuple[str, int]] | None = None,
+        grow: dict[str, Any] | None = None,
     ) -> bool:
         """Add one batch of writes to ``ctx``; False when all of it is stored already.
         ``refs``: chunks this commit appends, by channel and bytes: a write with the same
-        bytes is stored as a reference to its chunk."""
+        bytes is stored as a reference to its chunk. ``grow``: where new writes go to be
+        appended with the caller's own appends, in one merge (the only batch of a put)."""
         cid, entries, special = batch
         ix = ctx.get("ix") or []
         late = cid in n.pos and cid != ix[-1][0]
@@ -186,7 +188,10 @@ class PendingWrites:
             new = list(add.values())
             if refs:
                 new = [as_ref(e, refs) for e in new]
-            ctx.merge_trusted({"w": new}, PLAIN)
+            if grow is None:
+                ctx.merge_trusted({"w": new}, PLAIN)
+            else:
+                grow["w"] = new
         return True
 
     async def flush_locked(self, n: Space) -> None:

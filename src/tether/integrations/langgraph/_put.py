@@ -99,6 +99,7 @@ class Puts:
         versions: Mapping[str, Any] = checkpoint["channel_versions"]
         given: Mapping[str, Any] = checkpoint["channel_values"]
         update: dict[str, Any] = {}
+        grow: dict[str, Any] = {}  # appends (chunks, writes) and the put's own keys: one merge
         refs = dict(n.recent)
         ref_channels = {k[0] for k in refs}
         # channels that pending writes refer to by chunk: those must be made whole first
@@ -136,13 +137,13 @@ class Puts:
                         t, b = self.spaces.dumps(value[len(old) :])
                         refs[ch, b] = (t, len(chunks))
                         ref_channels.add(ch)
-                        ctx.merge_trusted({key: [[t, b]]}, PLAIN)
+                        grow[key] = [[t, b]]
                 elif chunks:
                     refs = self.replaced(ctx, ch, refs, ref_channels, referred)
                     ctx.put_trusted(key, [self.spaces.dumps(value)])
                     noted += self.note_chunks(note, ch, chunks)
                 else:  # a first value is an append to nothing: growth, not a rewrite
-                    ctx.merge_trusted({key: [self.spaces.dumps(value)]}, PLAIN)
+                    grow[key] = [self.spaces.dumps(value)]
                     if note is not None:
                         note["n"][ch] = 0
                 snaps[ch], kind = list(value), LIST
@@ -155,15 +156,16 @@ class Puts:
             values[ch] = value
             update[ch] = [ver, kind]
         for batch in taken:  # writes waiting for this checkpoint: one commit for both
-            self.pending.apply_writes(n, ctx, batch, refs)
+            # (several batches are merged one by one: each must see those before it)
+            self.pending.apply_writes(n, ctx, batch, refs, grow if len(taken) == 1 else None)
         record = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "channel_versions")}
-        own: dict[str, Any] = {"cp": self.spaces.dumps(record)}
+        grow["cp"] = self.spaces.dumps(record)
         if update:
-            own["m"] = update
+            grow["m"] = update
         if ix:
-            own["p"] = note if noted <= NOTE_BYTES else None
-        own["ix"] = [[cid, ctx.version + 1, parent_id, *self.spaces.dumps(dict(metadata))]]
-        ctx.merge_trusted(own, PLAIN)
+            grow["p"] = note if noted <= NOTE_BYTES else None
+        grow["ix"] = [[cid, ctx.version + 1, parent_id, *self.spaces.dumps(dict(metadata))]]
+        ctx.merge_trusted(grow, PLAIN)
         pending: list[Any] = ctx.get("w") or []
         # The previous checkpoint's writes stay in this version too: those that waited for
         # this put are stored only here (see ``_state_of``).
