@@ -1,5 +1,5 @@
 """The shortest delta writes (SQLite's ``_sqlite_write``, PostgreSQL's ``_DELTA_WRITE``, taken
-by a ``Write.plain_delta``) leave the run as the general write would, and hand every case they
+by a plain delta) leave the run as the general write would, and hand every case they
 do not cover (a conflict, an expired run, a change of expiry) to the general write."""
 
 from __future__ import annotations

@@ -112,17 +112,6 @@ class Write:
     """With a holder's write, the lease deadline to store in the run record: None leaves it,
     0 clears it (the holder released the run)."""
 
-    def plain_delta(self) -> bool:
-        """A delta at an expected version, by no lease holder and requiring no status: every
-        check a backend makes of it fits the WHERE of one statement (its shortest write)."""
-        return (
-            self.kind == "delta"
-            and bool(self.expected_version)
-            and not self.fence
-            and not self.take
-            and self.require_status is None
-        )
-
     def chain_after(self, prev: ChainStats, version: int) -> ChainStats:
         """The run's chain statistics once this write is version ``version``."""
         if self.kind == "full":

@@ -46,8 +46,9 @@ class NotAtExpected(Exception):
 
 
 async def write_delta(tx: Tx, w: Write) -> tuple[int, ChainStats]:
-    """Store ``w`` (a ``Write.plain_delta``) as the run's next version, in ``tx``; NotAtExpected when
-    the run is not live at ``w.expected_version``."""
+    """Store ``w`` (a plain delta: at an expected version, by no lease holder, requiring no
+    status) as the run's next version, in ``tx``; NotAtExpected when the run is not live at
+    ``w.expected_version``."""
     status = str(w.status)
     head: tuple[Any, ...] = (
         status,

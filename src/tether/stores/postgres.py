@@ -109,10 +109,11 @@ WITH up AS (
 SELECT up.version, up.base_version, up.base_bytes, up.growth_bytes, up.rewrite_bytes, up.chain_len, up.fence
 FROM up, ins
 """
-"""``_FAST_WRITE`` for a ``Write.plain_delta`` (every LangGraph put): the UPDATE takes the row
-lock and checks the version itself (another writer's commit makes it match nothing), with no
-locking read before it and no case for a full row or a lease: less for the server to plan
-and run, on the one round trip a put waits for."""
+"""``_FAST_WRITE`` for a plain delta (every LangGraph put: a delta at an expected version, by no
+lease holder and requiring no status): the UPDATE takes the row lock and checks the version
+itself (another writer's commit makes it match nothing), with no locking read before it and no
+case for a full row or a lease: less for the server to plan and run, on the one round trip a
+put waits for."""
 
 _FAST_CREATE = """
 WITH run AS (
@@ -384,7 +385,9 @@ class PostgresBackend(SqlBackend):
                         _FAST_SEAL
                         if w.kind == "segment"
                         else _DELTA_WRITE
-                        if w.plain_delta()
+                        if w.kind == "delta"
+                        and w.expected_version
+                        and not (w.fence or w.take or w.require_status)
                         else _FAST_WRITE
                     )
                     cur = await conn.execute(sql, params)

@@ -418,7 +418,7 @@ class SqliteBackend(SqlBackend):
 
     async def _commit_write(self, w: Write) -> tuple[int, ChainStats]:
         with suppress(NotAtExpected):  # (it changed nothing: the general write says why)
-            if w.plain_delta():
+            if w.kind == "delta" and w.expected_version and not (w.fence or w.take or w.require_status):
                 return await self._in_tx(functools.partial(write_delta, w=w), write=True)
         return await super()._commit_write(w)
 
