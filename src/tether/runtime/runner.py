@@ -270,9 +270,11 @@ class Runner:
                 log=True,
                 token=token,
                 reason=(
-                    f"the runner holding lease fence {token} stopped in this step (or before it); side "
-                    "effects it ran after its last checkpoint, or runs if it wakes before its next write "
-                    "is refused, are unconfirmed: check them before relying on this step's outcome"
+                    f"the runner holding lease fence {token} stopped in this step (or before it). If its "
+                    "host still runs, its heartbeat killed the shell commands it ran through LocalSession "
+                    "when its lease ran out, and it cannot start new ones; commands it ran over SSH and "
+                    "any other side effect since its last checkpoint are unconfirmed: check them before "
+                    "relying on this step's outcome"
                 ),
             )
 
