@@ -195,3 +195,43 @@ def test_a_cycle_already_old_is_collected_within_the_full_collection_bound(
         del state
     assert ref() is None
     assert settles <= 5  # 25,000 objects filed per settle, a full collection at 100,000
+
+
+def test_a_first_read_of_a_mid_sized_thread_is_not_walked_by_a_young_collection(tmp_path: Path) -> None:
+    """A saver opened afresh reads a thread of 800 messages (about a 1 MB chat's count, some
+    6,000 containers once decoded): what the read built is filed as old, so no collection
+    during or right after the read walks it as young (one did, for about a tenth of a 1 MB
+    chat's read, while only pauses that built 10,000 objects were settled)."""
+    g = StateGraph(_Chat)
+    g.add_node("agent", lambda s: {"messages": [AIMessage(content="ok")]})
+    g.add_edge(START, "agent")
+    g.add_edge("agent", END)
+    url = f"sqlite:///{tmp_path / 'mid.db'}"
+    cfg: Any = {"configurable": {"thread_id": "mid"}}
+    with TetherSaver.from_url(url) as saver:
+        messages = [
+            AIMessage(
+                content=f"a{i}", id=f"a{i}", tool_calls=[{"id": f"c{i}", "name": "f", "args": {"i": i}}]
+            )
+            if i % 2
+            else HumanMessage(content=f"h{i}", id=f"h{i}")
+            for i in range(800)
+        ]
+        g.compile(checkpointer=saver).update_state(cfg, {"messages": messages}, as_node="agent")
+    young: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            young.append(gc.get_count()[0])  # what this pass walks as young
+
+    with TetherSaver.from_url(url) as saver:
+        graph = g.compile(checkpointer=saver)
+        gc.collect()
+        gc.callbacks.append(seen)
+        try:
+            state = graph.get_state(cfg)
+            after = [[i] for i in range(2000)]  # the application goes on
+        finally:
+            gc.callbacks.remove(seen)
+    assert len(state.values["messages"]) == 800 and after
+    assert all(n < 2000 for n in young), young

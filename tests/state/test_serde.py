@@ -146,6 +146,24 @@ def test_a_chain_decodes_in_one_call_and_damage_still_names_the_version():
         codec.decode_many(future, run_id="r", versions=[1, 2, 3])
 
 
+@pytest.mark.parametrize("at", [4, 8, 1_000, 2_500_000, -1])
+def test_a_changed_byte_in_a_row_checked_while_it_decodes_is_corrupt(at):
+    """A row of several megabytes is checked in another thread while it decodes: a byte
+    changed anywhere in it is still reported as a checksum mismatch (the slow path names
+    it), never handed out as state, and an intact one decodes whole."""
+    codec = Codec(compress_min_bytes=None)
+    rows = [{"i": i, "text": f"message {i} " * 20} for i in range(25_000)]
+    data = codec.encode({"v": 1, "kind": "full", "state": {"rows": rows}})
+    assert len(data) > 5 * 1024 * 1024
+    assert codec.decode(data)["state"]["rows"] == rows
+    damaged = bytearray(data)
+    damaged[at] ^= 0x01
+    with pytest.raises(CheckpointCorrupt, match="run 'r' version 4: checksum mismatch"):
+        codec.decode(bytes(damaged), run_id="r", version=4)
+    with pytest.raises(CheckpointCorrupt, match="run 'r' version 4: checksum mismatch"):
+        codec.decode_many([codec.encode(payload(n=1)), bytes(damaged)], run_id="r", versions=[3, 4])
+
+
 def test_big_decodes_pause_the_collector_and_always_give_it_back():
     """Big bodies decode with the cyclic GC paused (decoded data has no cycles); it must be
     running again afterwards, after damage too, and stay off if someone else turned it off."""

@@ -108,7 +108,9 @@ def blocking_twin(store: CheckpointStore, url: str, options: dict[str, Any]) -> 
         retry=RetryPolicy(attempts=1),
     )
     try:
-        run_inline(twin.get_run("tether-connect"))  # connect now, as the store's setup did
+        # connect now, as the store's setup did, with a read: a new database session's first
+        # chain read loads the tables' catalog entries and plans its statement
+        run_inline(twin.load("tether-connect"))
     except BaseException:
         run_inline(twin.aclose())
         raise
