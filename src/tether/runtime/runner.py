@@ -430,8 +430,9 @@ class Runner:
         """Whether ``step``, just done, ends the run: no step left, no pause or early finish
         asked for, and no context hook that could add a commit after it. Then its checkpoint
         is also the run's final one (COMPLETED, lease released): one durable write less per
-        run, and a crash right before it leaves what a crash before the separate final
-        commit left, a RUNNING run whose resume finishes it."""
+        run. A crash before that commit is a crash inside the last step (a resume runs it
+        again, as any step cut before its checkpoint); no window is left where every step
+        is done and the run still RUNNING."""
         if self.on_checkpoint is not None or self.on_phase_complete is not None:
             return False
         if sc.finish_requested is not None or sc.pause_requested or step.pause_after:
