@@ -204,6 +204,46 @@ async def test_a_drain_stops_the_run_after_the_step_in_progress(
     assert " s3 " not in trace.read_text()
 
 
+async def test_a_drain_during_the_last_step_lets_the_run_complete(
+    store: CheckpointStore, tmp_path: Path
+) -> None:
+    """The last step's checkpoint is the run's final commit: a drain that comes during it
+    leaves nothing to hand back (before, the run was stored INTERRUPTED with every step
+    done, for another worker to finish)."""
+    draining = threading.Event()
+    ex = _executor(store, draining=draining, drain_timeout=30)
+    trace = tmp_path / "trace.log"
+    rid = await _ready(store, trace=str(trace), delay_s5=0.5)
+    work = asyncio.ensure_future(ex.execute(rid, workflow="five"))
+    while " s5 " not in (trace.read_text() if trace.exists() else ""):
+        await asyncio.sleep(0.01)
+    threading.Thread(target=draining.set).start()
+    out = await asyncio.wait_for(work, 10)
+    assert (out.action, out.status) == ("executed", "COMPLETED")
+    info = await store.get_run(rid)
+    assert info is not None and info.status is RunStatus.COMPLETED and info.lease_until is None
+
+
+async def test_a_drain_before_the_first_step_hands_the_run_back_unstarted(store: CheckpointStore) -> None:
+    """A drain between the take and the first step: INTERRUPTED at once, lease released,
+    no step run."""
+    draining = threading.Event()
+    ex = _executor(store, draining=draining, drain_timeout=30)
+    rid = await _ready(store)
+
+    def started(event: Any) -> None:
+        if event.kind == "run_resumed":  # the take is committed; the first step is next
+            draining.set()
+
+    ex.on_event = started
+    out = await ex.execute(rid, workflow="five")
+    assert (out.action, out.status) == ("requeue", "INTERRUPTED")
+    cp = await store.load(rid)
+    info = await store.get_run(rid)
+    assert cp is not None and info is not None and info.status is RunStatus.INTERRUPTED
+    assert done_steps(cp.state) == [] and runtime_get(cp.state, "lease") is None
+
+
 async def test_a_step_outlasting_the_drain_timeout_is_stopped_from_its_last_checkpoint(
     store: CheckpointStore, tmp_path: Path
 ) -> None:

@@ -154,6 +154,11 @@ class Runner:
         self.redact: Callable[[str], str] = redact or default_redactor()
         self.heartbeat = heartbeat
         self.owner = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.before_step: Callable[[], None] | None = None
+        """Called before each step; what it raises stops the drive as an interruption
+        (INTERRUPTED from the last checkpoint, lease released): how a worker that shuts down
+        stops its runs between steps without a checkpoint hook, which would cost every run
+        its folded final commit."""
 
     # == entry points ===============================================================
     async def start(self, run_id: str, inputs: Mapping[str, Any] | None = None) -> RunResult:
@@ -325,6 +330,8 @@ class Runner:
             step = run.workflow.next_step(settled, skipped, hint=run.hint, route=runtime_get(run.ctx, ROUTE))
             if step is None:
                 return
+            if self.before_step is not None:
+                self.before_step()
             await self._run_item(run, step)
 
     def _settled(self, run: Drive) -> tuple[set[str], set[str]]:
@@ -395,21 +402,46 @@ class Runner:
         )
         ctx.mark_executed(step.id)
         sc.leave_route()  # a routed step leaves the queue in the checkpoint that records it done
-        lease = runtime_get(ctx, "lease")
-        if not isinstance(lease, dict) or lease.get("expires_at", 0) - time.time() < self.lease_ttl / 2:
-            ctx.merge_trusted(runtime_update(lease=run.lease()))
         if run.settled_cache is not None:
             run.settled_cache[0].add(step.id)
-        version = await run.commit(node_id=step.id, metadata={"node_name": step.name} if step.name else None)
+        last = self._completes(run, step, sc)
+        if last:  # the run ends here: its status and the lease's release ride this commit
+            ctx.merge_trusted(runtime_update(lease=None, pause_reason=None))
+        else:
+            lease = runtime_get(ctx, "lease")
+            if not isinstance(lease, dict) or lease.get("expires_at", 0) - time.time() < self.lease_ttl / 2:
+                ctx.merge_trusted(runtime_update(lease=run.lease()))
+        version = await run.commit(
+            node_id=step.id,
+            status=RunStatus.COMPLETED if last else RunStatus.RUNNING,
+            metadata={"node_name": step.name} if step.name else None,
+        )
         run.step = None
         run.record("step_done", step.id, version=version, attempts=sc.attempt)
         await self._after_checkpoint(run, step, version)
+        if last:
+            raise Stop(RunStatus.COMPLETED, committed=True)
         if sc.finish_requested is not None:
             await self._finish_early(run, step, *sc.finish_requested)
         if sc.pause_requested or step.pause_after:
             reason = sc.pause_requested or f"review after {step.title}"
             run.record("pause_requested", step.id, reason=reason)
             raise Stop(RunStatus.PAUSED, reason=reason)
+
+    def _completes(self, run: Drive, step: Step, sc: StepContext) -> bool:
+        """Whether ``step``, just done, ends the run: no step left, no pause or early finish
+        asked for, and no context hook that could add a commit after it. Then its checkpoint
+        is also the run's final one (COMPLETED, lease released): one durable write less per
+        run. A crash before that commit is a crash inside the last step (a resume runs it
+        again, as any step cut before its checkpoint); no window is left where every step
+        is done and the run still RUNNING."""
+        if self.on_checkpoint is not None or self.on_phase_complete is not None:
+            return False
+        if sc.finish_requested is not None or sc.pause_requested or step.pause_after:
+            return False
+        settled, skipped = self._settled(run)
+        route = runtime_get(run.ctx, ROUTE)
+        return run.workflow.next_step(settled, skipped, hint=run.hint, route=route) is None
 
     def _retrying(self, run: Drive, step: Step, attempt: int, exc: BaseException) -> None:
         run.record("step_retry", step.id, attempt=attempt - 1, error=self.redact(repr(exc)))

@@ -68,7 +68,7 @@ except ImportError:  # pragma: no cover - stores without fencing tokens
 
 
 DRAINING = threading.Event()
-"""Set when this process shuts down: runs executing here stop at their next checkpoint."""
+"""Set when this process shuts down: runs executing here stop before their next step."""
 
 CRASH_REASON = "its process stopped"
 """How the runner's resume records a holder that died (the start of its reason)."""
@@ -87,7 +87,7 @@ class Outcome:
 
 
 class Draining(Exception):
-    """Raised at a checkpoint to stop a run because its worker shuts down."""
+    """Raised before a step to stop a run because its worker shuts down."""
 
 
 class _DrainWatch:
@@ -289,7 +289,7 @@ class RunExecutor:
 
     def _runner(self, entry: Entry, state: Mapping[str, Any]) -> Runner:
         """The runner of a run of ``entry``, holding leases as this executor's owner and
-        stopping at its next checkpoint once this process drains. A plain workflow's runner
+        stopping before its next step once this process drains. A plain workflow's runner
         serves all its runs (a runner keeps nothing of a run between drives); a factory's
         is built per run, from the run's state."""
         if entry.factory is None:
@@ -299,15 +299,14 @@ class RunExecutor:
         runner = entry.runner(self.store, state)
         runner.owner = self.owner
         runner.lease_ttl = self.lease_ttl
-        user_hook, user_events = runner.on_checkpoint, runner.on_event
+        user_events = runner.on_event
         draining = self.draining
 
-        def at_checkpoint(version: int, ctx: ExecutionContext) -> Any:  # (the runner awaits what needs it)
+        def before_step() -> None:
             if draining.is_set():
                 raise Draining(f"the worker on {HOST} is shutting down; another worker continues the run")
-            return None if user_hook is None else user_hook(version, ctx)
 
-        runner.on_checkpoint = at_checkpoint
+        runner.before_step = before_step
         sinks = [sink for sink in (user_events, self.on_event) if sink is not None]
         if len(sinks) > 1:
 
