@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.runtime.test_fencing import lease_dead, wait_line
 from tests.stores.conftest import new_id, open_test_store, require_url
 from tests.tools.test_lifeline import cleanup, group_alive, parent, running
-from tether.runtime.lease import lease_is_dead
 from tether.state import RunStatus
-from tether.state.reserved import runtime_get
 from tether.tools._lifeline import FENCE, UNFENCE, WATCHER, WATCHER_NAME
 from tether.tools.sandbox import Sandbox
 
@@ -61,18 +60,6 @@ def spawn(
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def wait_line(proc: subprocess.Popen[str], want: str) -> None:
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.strip() == want, (line, proc.stderr.read() if proc.stderr and proc.poll() is not None else "")
-
-
-async def lease_dead(store, run_id: str) -> bool:
-    info = await store.get_run(run_id)
-    cp = await store.load(run_id)
-    return lease_is_dead(runtime_get(cp.state, "lease"), until=info.lease_until)
 
 
 def lines(path: Path) -> list[str]:
