@@ -138,21 +138,16 @@ def wrap_script(
     cwd_sentinel: bytes | None,
     cwd: str | None = None,
     fallback_cwd: str | None = None,
-    env: Mapping[str, str] | None = None,
     pid_marker: bytes | None = None,
-    env_on_stdin: bool = False,
 ) -> str:
     """The ``sh -c`` script that runs ``command`` and reports where it ended.
 
     An EXIT trap prints ``"\\n" + sentinel + $PWD`` as the last line of stdout, so a ``cd``
-    in one command can carry over to the next (the trap keeps the exit status). ``cwd``
-    and ``env`` are set inside the script (used over SSH, where the channel's own env
-    requests are usually refused); ``pid_marker`` makes the shell print its pid to stderr
-    first, so a timeout can kill its process group from another channel.
-
-    With ``env_on_stdin`` the values are not in the script: it reads ``export`` lines
-    from its standard input (:func:`env_exports`, then EOF), so they appear in no
-    process list and no log of the command line.
+    in one command can carry over to the next (the trap keeps the exit status). ``cwd`` is
+    set inside the script (used over SSH); ``pid_marker`` makes the shell print its pid to
+    stderr first, so a timeout can kill its process group from another channel. An SSH
+    command's environment arrives on its stdin instead (:func:`env_exports`), so that its
+    values appear in no process list and no log of the command line.
     """
     lines: list[str] = []
     if pid_marker is not None:
@@ -165,14 +160,6 @@ def wrap_script(
             lines.append(f"{go} 2>/dev/null || {{ printf '%s\\n' {note} >&2; {back} || exit 1; }}")
         else:
             lines.append(f"{go} || exit 1")
-    if env_on_stdin and env:
-        for name in env:
-            check_env_name(name)
-        lines.append('eval "$(cat)"')  # the exports arrive on stdin, which then ends
-    else:
-        for name, value in (env or {}).items():
-            check_env_name(name)
-            lines.append(f"export {name}={shlex.quote(value)}")
     if cwd_sentinel is not None:
         lines.append(f'trap \'printf "\\n%s%s\\n" {cwd_sentinel.decode()} "$PWD"\' EXIT')
     lines.append(command)
@@ -180,7 +167,8 @@ def wrap_script(
 
 
 def env_exports(env: Mapping[str, str]) -> bytes:
-    """What a script made with ``env_on_stdin`` reads on its standard input."""
+    """The ``export`` lines an SSH command's script reads on its standard input (the names
+    checked: a bad one is a ConfigError before anything runs)."""
     lines = []
     for name, value in env.items():
         check_env_name(name)

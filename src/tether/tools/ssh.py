@@ -362,7 +362,8 @@ class SSHSession(ShellOptions):
             fallback_cwd=(self._base_cwd or "~") if cwd is None else None,
             pid_marker=self._pid_marker,
         )
-        script = _watched(script, self._env_end if merged else None)
+        exports = env_exports(merged) if merged else b""  # names checked before anything runs
+        script = _watched(script, self._env_end if exports else None)
         logger.debug("run on %s: %s", self.credentials.target, preview(command, self._redact))
         loop = asyncio.get_running_loop()
         started = time.monotonic()
@@ -373,8 +374,8 @@ class SSHSession(ShellOptions):
                 f"exec /bin/sh -c {shlex.quote(script)}",
                 encoding=None,
             )
-            if merged:  # values (secrets) never in the remote argv or asyncssh's log
-                chan.write(env_exports(merged) + self._env_end + b"\n")
+            if exports:  # values (secrets) never in the remote argv or asyncssh's log
+                chan.write(exports + self._env_end + b"\n")
             # no EOF: the channel's stdin stays open while the command runs (see _watched)
         except Exception as exc:  # channel refused, connection dropped
             raise SessionError(f"cannot run a command on {self.credentials.target}: {exc}") from exc
