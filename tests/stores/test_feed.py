@@ -236,3 +236,90 @@ async def _take(feed: Feed, run_id: str, quiet: float) -> AsyncIterator[Change]:
             return
         if change.run_id == run_id:
             yield change
+
+
+async def test_postgres_commits_notify_only_while_a_feed_listens(tmp_path):
+    """Notifying makes committing transactions wait on one another, so the trigger sends
+    nothing while no feed listens: a bare ``LISTEN`` hears a commit only while a feed is
+    open beside it."""
+    import psycopg
+
+    url = require_url("postgresql", tmp_path)
+    run_id = new_id("feed-quiet")
+    async with open_test_store("postgresql", url) as store:
+        async with open_feed(store):  # installs the trigger
+            pass
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as bare:
+            await bare.execute("LISTEN tether_runs")
+            ctx = ExecutionContext(run_id, {"n": 0})
+            await store.commit(ctx)
+            assert [n async for n in bare.notifies(timeout=0.5)] == []
+            async with open_feed(store) as feed:
+                ctx.put("n", 1)
+                await store.commit(ctx)
+                heard = [n.payload async for n in bare.notifies(timeout=5, stop_after=1)]
+                assert heard == [f"2:{run_id}"]
+                assert (await changes_until(feed, run_id, 2))[-1] == Change(run_id, 2)
+
+
+async def test_postgres_a_write_in_flight_while_the_listener_reconnects_is_reported(tmp_path):
+    """A writer whose trigger ran while no feed listened (so it did not notify) and that
+    commits only after the feed reconnected and re-read the store: the feed waits for
+    such writers after subscribing and reads again, so the change still arrives."""
+    import psycopg
+
+    url = require_url("postgresql", tmp_path)
+    run_id = new_id("feed-flight")
+    async with open_test_store("postgresql", url) as store, open_feed(store) as feed:
+        await store.commit(ExecutionContext(run_id, {}))
+        assert (await changes_until(feed, run_id, 1))[-1] == Change(run_id, 1)
+        pid = feed.listener_pid
+        # blocking calls: the feed cannot reconnect before the writer's trigger has run
+        writer = psycopg.connect(url)
+        try:
+            with psycopg.connect(url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                deadline = time.monotonic() + 10
+                while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                    assert time.monotonic() < deadline
+                    time.sleep(0.01)
+            writer.execute(
+                "UPDATE tether_runs SET status = 'PAUSED', updated_at = %s WHERE run_id = %s",
+                (time.time(), run_id),
+            )
+            async with asyncio.timeout(10):
+                while feed.listener_pid in (None, pid) or not feed.reconnects:
+                    await asyncio.sleep(0.02)
+            # the reconnected feed re-read the store (which may report the run again as it
+            # was); the write is not in it yet
+            assert {c async for c in _take(feed, run_id, 0.3)} <= {Change(run_id, 1)}
+            writer.commit()
+        finally:
+            writer.close()
+        assert (await changes_until(feed, run_id, 1, timeout=5))[-1] == Change(run_id, 1)
+        assert (await store.get_run(run_id)).status is RunStatus.PAUSED  # type: ignore[union-attr]
+
+
+async def test_postgres_an_older_trigger_that_always_notified_is_replaced(tmp_path):
+    """A database set up by an older version has a trigger that notifies on every commit:
+    the first feed that listens replaces it, the trigger itself stays."""
+    import psycopg
+
+    from tether.stores.feed import LISTENING_LOCK
+
+    url = require_url("postgresql", tmp_path)
+    source = "SELECT prosrc FROM pg_proc WHERE proname = 'tether_runs_notify'"
+    async with open_test_store("postgresql", url) as store:
+        async with open_feed(store):
+            pass
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+            await admin.execute(
+                "CREATE OR REPLACE FUNCTION tether_runs_notify() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                "BEGIN PERFORM pg_notify('tether_runs', NEW.version::text || ':' || NEW.run_id); RETURN NULL; END $$"
+            )
+            assert str(LISTENING_LOCK) not in (await (await admin.execute(source)).fetchall())[0][0]
+            async with open_feed(store):
+                pass
+            assert str(LISTENING_LOCK) in (await (await admin.execute(source)).fetchall())[0][0]
+            triggers = "SELECT count(*) FROM pg_trigger WHERE tgname = 'tether_runs_notify'"
+            assert (await (await admin.execute(triggers)).fetchall())[0][0] == 1

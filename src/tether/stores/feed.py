@@ -11,7 +11,9 @@ How each store tells:
 
 - PostgreSQL: ``LISTEN tether_runs``; a trigger on ``tether_runs`` (installed by the
   feed itself, once, idempotently) sends ``NOTIFY`` on every new version and status
-  change, delivered when the writer's transaction commits.
+  change, delivered when the writer's transaction commits. It does so only while some
+  feed listens (listeners hold a shared advisory lock the trigger probes), because a
+  transaction that notifies makes every other committing one wait for its log flush.
 - Redis: the write and status scripts ``PUBLISH`` on ``<prefix>changes``.
 - SQLite, MySQL/MariaDB, tiered, memory: polling. One small query every ``interval``
   seconds (default 0.25) reads the runs updated lately (``list_runs``, which walks the
@@ -218,10 +220,18 @@ def _parse(payload: str | bytes) -> tuple[str, int] | None:
 
 
 # -- PostgreSQL ------------------------------------------------------------------------
+LISTENING_LOCK = 727368657203
+"""The advisory lock every listening connection holds (shared) for as long as it listens:
+the trigger notifies only when it cannot take it exclusively."""
+
 _PG_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION tether_runs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM pg_notify('{CHANNEL}', NEW.version::text || ':' || NEW.run_id);
+  IF pg_try_advisory_lock({LISTENING_LOCK}) THEN
+    PERFORM pg_advisory_unlock({LISTENING_LOCK});
+  ELSE
+    PERFORM pg_notify('{CHANNEL}', NEW.version::text || ':' || NEW.run_id);
+  END IF;
   RETURN NULL;
 END $$"""
 _PG_TRIGGER = (
@@ -229,13 +239,26 @@ _PG_TRIGGER = (
     "FOR EACH ROW EXECUTE FUNCTION tether_runs_notify()"
 )
 _PG_HAS_TRIGGER = (
+    "SELECT 1 FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid "
+    "WHERE t.tgname = 'tether_runs_notify' AND t.tgrelid = to_regclass('tether_runs') "
+    f"AND p.prosrc LIKE '%{LISTENING_LOCK}%'"
+)
+_PG_TRIGGER_EXISTS = (
     "SELECT 1 FROM pg_trigger WHERE tgname = 'tether_runs_notify' AND tgrelid = to_regclass('tether_runs')"
 )
+_PG_IN_FLIGHT = (
+    "SELECT coalesce(array_agg(x::text), '{}') FROM unnest(%s::xid8[]) x "
+    "WHERE pg_xact_status(x) = 'in progress'"
+)
+SETTLE_POLL = 0.02
+"""Seconds between two checks, after subscribing, of whether the writers that were in
+flight meanwhile have finished."""
 
 
 async def install_pg_trigger(conn: Any) -> None:
     """The trigger that notifies ``tether_runs`` listeners, created once (concurrent
-    setups are serialised by an advisory lock; an existing trigger is left alone)."""
+    setups are serialised by an advisory lock; an up-to-date trigger is left alone, one
+    from an older version that notified on every commit is replaced)."""
     cur = await conn.execute("SELECT to_regclass('tether_runs')")
     row = await cur.fetchone()
     if row is None or row[0] is None:
@@ -247,7 +270,23 @@ async def install_pg_trigger(conn: Any) -> None:
         if await (await conn.execute(_PG_HAS_TRIGGER)).fetchone():
             return
         await conn.execute(_PG_FUNCTION)
-        await conn.execute(_PG_TRIGGER)
+        if not await (await conn.execute(_PG_TRIGGER_EXISTS)).fetchone():
+            await conn.execute(_PG_TRIGGER)
+
+
+_PG_NOW = "SELECT pg_current_snapshot()::text, pg_current_xact_id()::text"
+
+
+def _in_flight(snapshot: str, assigned: str) -> list[str]:
+    """The ids of the transactions that ``snapshot`` (``xmin:xmax:xip,…``) holds in
+    progress and that began before transaction ``assigned``."""
+    _, xmax, listed = snapshot.split(":")
+    return [x for x in listed.split(",") if x] + [str(x) for x in range(int(xmax), int(assigned))]
+
+
+async def _pg_value(conn: Any, query: str, *params: object) -> Any:
+    row = await (await conn.execute(query, params or None)).fetchone()
+    return row[0]
 
 
 def _pg_connect(conninfo: str, feed: Feed) -> Any:
@@ -264,10 +303,28 @@ def _pg_connect(conninfo: str, feed: Feed) -> Any:
                 await install_pg_trigger(conn)
             except psycopg.errors.InsufficientPrivilege as exc:
                 raise _CannotListen(f"no right to create the notify trigger on tether_runs: {exc}") from exc
+            await conn.execute(f"SELECT pg_advisory_lock_shared({LISTENING_LOCK})")
             await conn.execute(f"LISTEN {CHANNEL}")
             feed.listener_pid = conn.info.backend_pid
+            # A writer whose trigger looked before the lock above found nobody listening
+            # and did not notify; if it had not committed yet, the feed's first read
+            # misses it too. Such writers were in flight now: read again once they end.
+            # Those are the transactions a snapshot taken now holds in progress (listed,
+            # or from its xmax on) with an id below one assigned after it.
+            ((snapshot, assigned),) = await (await conn.execute(_PG_NOW)).fetchall()
+            in_flight = _in_flight(snapshot, assigned)
 
             async def notes() -> AsyncIterator[tuple[str, int]]:
+                nonlocal in_flight
+                while in_flight:
+                    in_flight = await _pg_value(conn, _PG_IN_FLIGHT, in_flight)
+                    if not in_flight:
+                        await feed.scan()
+                        break
+                    async for note in conn.notifies(timeout=SETTLE_POLL):
+                        parsed = _parse(note.payload)
+                        if parsed is not None:
+                            yield parsed
                 while True:
                     async for note in conn.notifies(timeout=feed.interval):
                         parsed = _parse(note.payload)
