@@ -11,6 +11,9 @@ The step starts ``echo $$ > WORK/<tag>.pg; sleep SECONDS; echo <tag> >> WORK/eff
 * ``KIND`` ``gil``: holds the GIL in C code (no thread of this process runs) until the
   command has ended, then writes its result.
 
+With ``TETHER_STALL_SSH`` set to ``PORT KEY KNOWN_HOSTS``, the commands run through an
+``SSHSession`` to that sshd on loopback instead (same files: the host is this machine).
+
 At the end the process prints the run's status or ``LEASE_LOST`` (exit code 3). ``pair``
 starts two runs in this process, ``RUN_ID`` (tag ``start``) and ``RUN_ID-b`` (tag ``b``,
 whose second command is tried again while it is refused), and prints both outcomes.
@@ -19,6 +22,7 @@ whose second command is tried again while it is refused), and prints both outcom
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import os
 import sys
@@ -27,7 +31,7 @@ import time
 from tether.errors import LeaseLost, SessionError
 from tether.runtime import Runner, Step, StepContext, Workflow
 from tether.stores import create_store
-from tether.tools import LocalSession
+from tether.tools import LocalSession, Session, SSHCredentials, SSHSession
 
 
 def hold_gil_until(path: str, limit: float) -> None:
@@ -49,11 +53,22 @@ async def renewed(store: object, run_id: str, timeout: float) -> None:
         await asyncio.sleep(0.05)
 
 
+def open_session(work: str) -> Session:
+    ssh = os.environ.get("TETHER_STALL_SSH")
+    if not ssh:
+        return LocalSession(work, default_timeout=600)
+    port, key, known = ssh.split()
+    creds = SSHCredentials(
+        host="127.0.0.1", port=int(port), username=getpass.getuser(), key_path=key, known_hosts=known
+    )
+    return SSHSession(creds, cwd=work, default_timeout=600)
+
+
 def make_workflow(store: object, tag: str, kind: str, seconds: float, work: str) -> Workflow:
     async def step(sc: StepContext) -> dict:
         if kind == "gil":
             await renewed(store, sc.run_id, 30)
-        session = LocalSession(work, default_timeout=600)
+        session = open_session(work)
         command = f"echo $$ > {tag}.pg; sleep {seconds}; echo {tag} >> effects"
         task = asyncio.create_task(session.run(command))
         while not os.path.exists(os.path.join(work, f"{tag}.pg")) and not task.done():

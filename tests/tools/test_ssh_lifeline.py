@@ -9,6 +9,7 @@ that ended normally keeps what it left in the background, and leaves no watcher 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -20,9 +21,15 @@ import pytest
 
 pytest.importorskip("asyncssh")
 
+from tests.runtime.test_fencing import lease_dead, wait_line
+from tests.stores.conftest import new_id, open_test_store, require_url
 from tests.tools.test_lifeline import cleanup, group_alive, kill_and_time, running
 from tests.tools.test_openssh import OpenSSH, sshd  # noqa: F401 - the fixture
+from tether.state import RunStatus
 from tether.tools import SSHSession
+
+ROOT = Path(__file__).resolve().parents[2]
+TTL = 2.0
 
 PARENT = r"""
 import asyncio, getpass, sys
@@ -76,6 +83,8 @@ async def test_an_ended_remote_command_keeps_its_background_and_leaves_no_watche
 ) -> None:
     token = "61.375"  # a sleep no other process runs
     async with SSHSession(sshd.creds(), cwd=str(tmp_path)) as s:
+        relays = running("socket.socket(fileno=0)")
+        assert len(relays) >= 1  # the connection goes through a relay (tools/_relay.py)
         result = await s.run(f"nohup sleep {token} > /dev/null 2>&1 & echo $$ > pg; echo done")
         assert (result.exit_code, result.stdout) == (0, "done\n")
         assert (await s.run('printf "%s\\n" "$X"', env={"X": "a\nb 'c' \\d"})).stdout == "a\nb 'c' \\d\n"
@@ -85,7 +94,98 @@ async def test_an_ended_remote_command_keeps_its_background_and_leaves_no_watche
         assert running(f"sleep {token}")
         left = [pid for pid in running("while read -r _t_l") if pid != os.getpid()]
         assert left == []
+        assert not set(relays) & set(running("socket.socket(fileno=0)"))  # the relay ended with the session
     finally:
         for pid in running(f"sleep {token}"):
             os.kill(pid, signal.SIGKILL)
         cleanup(pgid)
+
+
+def stall_flow(ssh: OpenSSH, url: str, run_id: str, mode: str, work: Path) -> subprocess.Popen[str]:
+    """A runner whose step runs ``sleep 60`` over SSH (``tests/tools/_stall_flow.py``)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "TETHER_STALL_SSH": f"{ssh.port} {ssh.client_key} {ssh.known_hosts}",
+    }
+    seconds = "60" if mode == "start" else "0.2"
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.tools._stall_flow",
+            url,
+            run_id,
+            mode,
+            str(TTL),
+            "wait",
+            seconds,
+            str(work),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+@pytest.mark.slow
+async def test_a_stopped_holders_remote_command_ends_as_its_lease_runs_out(
+    sshd: OpenSSH,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP a runner while its SSH command sleeps. A stopped process cannot close its
+    connection, so the command watcher kills the relay that holds it: the remote command is
+    gone by the time the lease runs out, before another runner takes the run over and runs
+    the step (and its command) again. The woken runner writes nothing."""
+    url = require_url("sqlite", tmp_path)
+    run_id = new_id("fence-ssh")
+    stale = stall_flow(sshd, url, run_id, "start", tmp_path)
+    pgid = None
+    try:
+        wait_line(stale, "in:cmd")
+        pgid = int((tmp_path / "start.pg").read_text())
+        os.kill(stale.pid, signal.SIGSTOP)
+        stopped_at = time.time()
+        while group_alive(pgid):
+            assert time.time() - stopped_at < TTL + 5, (
+                "a stopped holder's remote command outlived its lease by 5 s"
+            )
+            await asyncio.sleep(0.01)
+        gone_at = time.time()
+        async with open_test_store("sqlite", url) as store:
+            until = (await store.get_run(run_id)).lease_until  # type: ignore[union-attr]
+            assert until is not None
+            print(f"\nlease {TTL}s; remote command gone {gone_at - until:+.3f}s after the lease ran out")
+            assert gone_at - until < 0.3
+            while not await lease_dead(store, run_id):
+                assert time.time() - stopped_at < TTL + 5
+                await asyncio.sleep(0.05)
+            second = stall_flow(sshd, url, run_id, "resume", tmp_path)
+            out, err = second.communicate(timeout=60)
+            assert out.split()[-1] == "COMPLETED", err
+            after = await store.get_run(run_id)
+            os.kill(stale.pid, signal.SIGCONT)
+            out, err = stale.communicate(timeout=60)
+            assert stale.returncode == 3 and out.split()[-1] == "LEASE_LOST", (out, err)
+            again = await store.get_run(run_id)
+            assert after is not None and again is not None
+            assert (again.version, again.status) == (after.version, RunStatus.COMPLETED)
+    finally:
+        if stale.poll() is None:
+            os.kill(stale.pid, signal.SIGCONT)
+            stale.kill()
+            stale.communicate()
+        if pgid is not None:
+            cleanup(pgid)
+    effects = (tmp_path / "effects").read_text().split()
+    assert effects == ["resume"]  # the stale remote command never reached its end
+
+
+async def test_a_direct_connection_without_a_relay_runs_commands(sshd: OpenSSH, tmp_path: Path) -> None:  # noqa: F811
+    """``relay=False`` connects directly: no relay process, the same results."""
+    before = set(running("socket.socket(fileno=0)"))
+    async with SSHSession(sshd.creds(), cwd=str(tmp_path), relay=False) as s:
+        assert set(running("socket.socket(fileno=0)")) <= before
+        assert (await s.run("echo $((6 * 7))")).stdout == "42\n"

@@ -31,6 +31,7 @@ from tether.tools._output import (
     timeout_note,
     wrap_script,
 )
+from tether.tools._relay import Relay
 from tether.tools.result import TIMEOUT_EXIT_CODE, CommandResult
 
 if TYPE_CHECKING:
@@ -252,6 +253,7 @@ class SSHSession(ShellOptions):
         kill_grace: float = 2.0,
         raise_on_timeout: bool = False,
         redact: Callable[[str], str] | None = None,
+        relay: bool = True,
     ) -> None:
         super().__init__(
             cwd=cwd,
@@ -268,6 +270,13 @@ class SSHSession(ShellOptions):
         self._env_end = new_marker("env")
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
+        self.relay = relay
+        """Whether the connection is held by a relay process (``tools/_relay.py``) that the
+        command watcher kills when this process's lease runs out unrenewed, so that a
+        stopped process's remote command ends before another runner runs the step again.
+        ``False`` connects directly (one process and one copy of each byte less): the
+        remote command of a stopped process then runs on."""
+        self._relay: Relay | None = None
 
     def __repr__(self) -> str:
         return f"SSHSession({self.credentials.target}, cwd={self._cwd!r})"
@@ -299,6 +308,12 @@ class SSHSession(ShellOptions):
         if conn is not None:
             conn.close()
             await conn.wait_closed()
+        await self._drop_relay()
+
+    async def _drop_relay(self) -> None:
+        relay, self._relay = self._relay, None
+        if relay is not None:
+            await relay.close()
 
     async def host_facts(self) -> HostFacts:
         from tether.tools.facts import gather_host_facts
@@ -313,10 +328,19 @@ class SSHSession(ShellOptions):
                 return self._conn
             lib = _import_asyncssh()
             creds = self.credentials
+            await self._drop_relay()  # the last connection's, if it was lost
             try:
-                conn: asyncssh.SSHClientConnection = await asyncio.wait_for(
-                    lib.connect(**creds.connect_options()), creds.connect_timeout + 5
-                )
+                options = creds.connect_options()
+                if self.relay:
+                    self._relay = await Relay.open(creds.host, creds.port, creds.connect_timeout)
+                    options["sock"] = self._relay.sock
+                try:
+                    conn: asyncssh.SSHClientConnection = await asyncio.wait_for(
+                        lib.connect(**options), creds.connect_timeout + 5
+                    )
+                except BaseException:
+                    await self._drop_relay()
+                    raise
             except lib.PermissionDenied as exc:
                 raise SessionError(
                     f"SSH authentication failed for {creds.target}: check the username, password or key"
