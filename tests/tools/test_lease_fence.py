@@ -316,3 +316,19 @@ def test_a_fence_kills_a_sandboxed_command(tmp_path: Path) -> None:
         proc.wait()
         for pid in running(token):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_fence_files_of_processes_that_are_gone_are_swept(tmp_path: Path) -> None:
+    """A sidecar killed with its parent while fenced leaves the parent's fence file: the
+    next process that may be fenced removes the files of dead processes, not of live ones."""
+    from tether.tools._lifeline import FENCE_PREFIX, sweep_fence_files
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = tmp_path / f"{FENCE_PREFIX}{gone.pid}-0123456789ab"
+    live = tmp_path / f"{FENCE_PREFIX}{os.getpid()}-0123456789ab"
+    other = tmp_path / "tether-fenced-notapid"
+    for path in (dead, live, other):
+        path.write_text("1:run\n")
+    assert sweep_fence_files(str(tmp_path)) == 1
+    assert not dead.exists() and live.exists() and other.exists()

@@ -106,6 +106,39 @@ but the registration (``EPIPE`` ignored). On the first line, so shells' error me
 keep their line numbers."""
 
 
+FENCE_PREFIX = "tether-fenced-"
+"""Fence files are named ``tether-fenced-PID-RANDOM`` (``PID``: the process they fence)."""
+
+
+def sweep_fence_files(where: str) -> int:
+    """Remove the fence files of processes that are gone; returns how many. A sidecar
+    removes its parent's file when the fence lifts, but one killed together with its
+    parent while fenced leaves it behind; each new process that may be fenced sweeps."""
+    removed = 0
+    try:
+        names = [n for n in os.listdir(where) if n.startswith(FENCE_PREFIX)]
+    except OSError:
+        return 0
+    for name in names:
+        pid = name[len(FENCE_PREFIX) :].partition("-")[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(where, name))
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
 class Lifeline:
     """This process's watcher: see the module docstring. Thread-safe; one per process."""
 
@@ -157,7 +190,8 @@ class Lifeline:
         refused before they start, and removes it when the fence is lifted."""
         if self._fence_file is None:
             where = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-            self._fence_file = os.path.join(where, f"tether-fenced-{os.getpid()}-{secrets.token_hex(6)}")
+            sweep_fence_files(where)
+            self._fence_file = os.path.join(where, f"{FENCE_PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
         return self._fence_file
 
     def fenced(self) -> bool:
