@@ -1,7 +1,11 @@
 """PostgreSQL store (psycopg 3, async).
 
-Payloads travel in binary (no hex doubling of 10 MB states) and the payload column
-uses lz4 TOAST compression, faster than the default pglz on big inserts.
+Payloads travel in binary (no hex doubling of 10 MB states). The payload column is stored
+uncompressed out of line (``STORAGE EXTERNAL``, schema version 4), so that a big state is
+read back in slices the server fetches from TOAST one at a time, neither decompressing
+nor copying it whole (see :func:`_sliced`); a text-heavy state then takes more disk than
+it did lz4-compressed (the codec's ``compress_min_bytes`` compresses on the client where
+disk matters more). Rows written before version 4 stay compressed and read whole.
 """
 
 from __future__ import annotations
