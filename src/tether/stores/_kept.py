@@ -171,7 +171,8 @@ class KeptRows:
                     self._runs[run_id] = old
                     self._bytes += old.size
                     return
-            rows = {v: p for v, p in chain if p and type(p) is bytes}
+            # (a bytearray: a payload a backend put together from slices, never changed after)
+            rows = {v: p for v, p in chain if p and type(p) in (bytes, bytearray)}
             run = _Run(rows, sum(map(len, rows.values())))
             if replayed is None and old is not None and old.replayed is not None:
                 equal = {v for (v, p), same in zip(chain, vouched, strict=True) if same and p}

@@ -46,6 +46,8 @@ class Dialect:
     of an existing table makes the driver log a warning (MySQL) on every start."""
     extra: tuple[str, ...] = ()
     """Engine-specific statements of the first schema version (e.g. column compression)."""
+    payload_storage: tuple[str, ...] = ()
+    """Engine-specific statements of schema version 4: how the payload column is stored."""
 
     def migrations(self) -> list[list[str]]:
         """Schema versions; position + 1 is the version. Append, never edit."""
@@ -100,4 +102,5 @@ class Dialect:
                 f"ALTER TABLE tether_runs ADD COLUMN fence {d.bigint} NOT NULL DEFAULT 0",
                 f"ALTER TABLE tether_runs ADD COLUMN lease_until {d.real}",
             ],
+            list(d.payload_storage),
         ]
