@@ -127,6 +127,7 @@ class Puts:
             if type(value) is list:
                 old = snaps.get(ch) if ent is not None and ent[1] == LIST else None
                 grew = old is not None and extends(value, old, equal=equal)
+                same = grew and not equal  # ``old``'s items are ``value``'s own
                 if old is not None and not grew:
                     handed = n.given.get(ch)  # a graph that read the state extends its copy
                     grew = handed is not None and len(handed) == len(old) and extends(value, handed)
@@ -146,7 +147,13 @@ class Puts:
                     grow[key] = [self.spaces.dumps(value)]
                     if note is not None:
                         note["n"][ch] = 0
-                snaps[ch], kind = list(value), LIST
+                if same and old is not None:
+                    # the snapshot grows by the appended items in place, not copied whole at
+                    # every put (a failed commit forgets the namespace's snapshots)
+                    old += value[len(old) :]
+                else:
+                    snaps[ch] = list(value)
+                kind = LIST
             else:
                 refs = self.replaced(ctx, ch, refs, ref_channels, referred)
                 ctx.put_trusted(key, [self.spaces.dumps(value)])
