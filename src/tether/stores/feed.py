@@ -250,9 +250,9 @@ _PG_IN_FLIGHT = (
     "SELECT coalesce(array_agg(x::text), '{}') FROM unnest(%s::xid8[]) x "
     "WHERE pg_xact_status(x) = 'in progress'"
 )
-SETTLE_POLL = 0.02
-"""Seconds between two checks, after subscribing, of whether the writers that were in
-flight meanwhile have finished."""
+SETTLE_POLL = 0.01
+"""Seconds before the first check, after subscribing, of whether the writers that were in
+flight meanwhile have finished (doubled at each check, up to a second)."""
 
 
 async def install_pg_trigger(conn: Any) -> None:
@@ -316,12 +316,14 @@ def _pg_connect(conninfo: str, feed: Feed) -> Any:
 
             async def notes() -> AsyncIterator[tuple[str, int]]:
                 nonlocal in_flight
+                wait = SETTLE_POLL
                 while in_flight:
                     in_flight = await _pg_value(conn, _PG_IN_FLIGHT, in_flight)
                     if not in_flight:
                         await feed.scan()
                         break
-                    async for note in conn.notifies(timeout=SETTLE_POLL):
+                    wait = min(2 * wait, 1.0)  # a writer idle in its transaction may take long
+                    async for note in conn.notifies(timeout=wait):
                         parsed = _parse(note.payload)
                         if parsed is not None:
                             yield parsed
