@@ -231,7 +231,12 @@ class LocalSession(ShellOptions):
                         [self.shell, "-c", script], workdir=self._base_cwd, cwd=start_dir, network=network
                     )
                     argv = launch.argv
-                watch = lifeline.stdin() if launch is None else None
+                # uvloop's spawn leaves copies of the child's standard streams open in the
+                # child: one of the watcher's pipe would keep it from ever seeing this
+                # process die. Under such a loop the command is registered from here after
+                # the spawn instead (a death in between leaves that command unwatched).
+                own_pipe = launch is None and isinstance(loop, asyncio.BaseEventLoop)
+                watch = lifeline.stdin() if own_pipe else None
                 if watch is not None:  # the command registers itself: see tools/_lifeline.py
                     argv = [self.shell, "-c", SELF_REGISTER + script]
                 transport, proto = await loop.subprocess_exec(
