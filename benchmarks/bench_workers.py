@@ -43,6 +43,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness import Report
 
@@ -57,6 +58,26 @@ from tether.state import RunStatus  # noqa: E402
 from tether.stores import open_store  # noqa: E402
 from tether.stores.base import CheckpointStore  # noqa: E402
 from tether.workers import Dispatcher, Registry, store_for_message, store_pending  # noqa: E402
+from tether.workers import app as worker_app  # noqa: E402
+
+LOOP_FACTORY: Callable[[], asyncio.AbstractEventLoop] | None = getattr(worker_app, "new_event_loop", None)
+"""The event loop a worker's pool thread runs on (uvloop's where installed): the in-process
+line runs on the same kind, so that the two differ by Celery alone."""
+
+
+def run(coro: Any) -> Any:
+    """``asyncio.run`` on the workers' kind of event loop."""
+    with asyncio.Runner(loop_factory=LOOP_FACTORY) as runner:
+        return runner.run(coro)
+
+
+def loop_kind() -> str:
+    loop = LOOP_FACTORY() if LOOP_FACTORY is not None else asyncio.new_event_loop()
+    try:
+        return f"{type(loop).__module__}.{type(loop).__name__}"
+    finally:
+        loop.close()
+
 
 LEASE = 30.0
 TICK = os.sysconf("SC_CLK_TCK")
@@ -444,15 +465,16 @@ def main() -> None:
         f"{n} runs of 5 no-op steps a line: Celery workers (concurrency 1) vs one process; kill -9 recovery",
     )
     rep.line("store", 0, note=args.store.split("@")[-1])
+    rep.line("event loop", 0, note=f"{loop_kind()}, in the workers' pool threads and in-process alike")
     tmp = Path(tempfile.mkdtemp(prefix="bench-workers-"))
     rep.line("lease", LEASE, "s", note="the worker default (--lease)")
     if "heartbeat" in inspect.signature(Runner.__init__).parameters:
         rep.line("heartbeat interval", LEASE / 3, "s", note="a third of the lease, from a sidecar process")
     fleets = start_fleets(args.store, args.broker, counts, tmp)
     try:
-        asyncio.run(warm_up(args.store, fleets))
+        run(warm_up(args.store, fleets))
         for _ in rep.runs(repeats):
-            base, lines = asyncio.run(throughput(args.store, fleets, n, rounds))
+            base, lines = run(throughput(args.store, fleets, n, rounds))
             rep.line(
                 "in-process (no Celery)",
                 base.rate,
@@ -495,17 +517,17 @@ def main() -> None:
             drop_queue(f.dispatcher)
     if not args.no_recovery:
         for _ in range(1 if args.quick else 3):
-            took, rerun = asyncio.run(recovery(args.store, args.broker, tmp, []))
+            took, rerun = run(recovery(args.store, args.broker, tmp, []))
             rep.line("kill -9 -> next commit (RabbitMQ)", took, "s")
             rep.target("recovery (RabbitMQ) - lease", took - LEASE, goal=2.0, op="<=", unit="s")
             rep.target("steps re-run per crash (RabbitMQ)", rerun, goal=1, op="<=", unit="")
-            took, rerun = asyncio.run(
+            took, rerun = run(
                 recovery(args.store, args.redis_broker, tmp, ["--sweep-interval", "1", "--sweep-grace", "1"])
             )
             rep.line("kill -9 -> next commit (Redis broker, sweep 1 s)", took, "s")
             rep.target("recovery (Redis broker) - lease", took - LEASE, goal=2.0, op="<=", unit="s")
             rep.target("steps re-run per crash (Redis broker)", rerun, goal=1, op="<=", unit="")
-    asyncio.run(remove_runs(args.store))
+    run(remove_runs(args.store))
     rep.finish()
 
 

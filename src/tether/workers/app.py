@@ -22,7 +22,8 @@ Settings, and why:
 * The ``threads`` pool: one worker process is one lease holder (host, pid); its threads
   execute several runs at once, each on its own event loop and store connection. For
   CPU-heavy steps run one worker process per core instead of more threads.
-* Each pool thread's event loop waits on ``poll`` rather than ``epoll``: a store driver
+* Each pool thread's event loop is uvloop's when it is installed (the ``celery`` extra
+  brings it); without it, asyncio's, waiting on ``poll`` rather than ``epoll``: a store driver
   adds and removes a reader around each of its statements (psycopg does), which ``epoll``
   turns into two more system calls each time, and a pool thread's loop watches a handful
   of descriptors, where ``poll`` costs no more per wait.
@@ -122,10 +123,15 @@ def create_celery_app(
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """A pool thread's event loop (see the module docstring): on ``poll`` where the
-    platform has it."""
-    poll = getattr(selectors, "PollSelector", None)
-    return asyncio.new_event_loop() if poll is None else asyncio.SelectorEventLoop(poll())
+    """A pool thread's event loop (see the module docstring): uvloop's where it is
+    installed (the ``celery`` extra brings it: a run's statements, broker frames and
+    callbacks cost less CPU on it), else asyncio's on ``poll`` where the platform has it."""
+    try:
+        import uvloop
+    except ImportError:
+        poll = getattr(selectors, "PollSelector", None)
+        return asyncio.new_event_loop() if poll is None else asyncio.SelectorEventLoop(poll())
+    return uvloop.new_event_loop()
 
 
 class _ThreadState(threading.local):
