@@ -257,3 +257,23 @@ def test_a_forked_child_gets_a_watcher_of_its_own(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
         cleanup(a, b)
+
+
+def test_a_gated_command_runs_nothing_when_its_parent_died_before_registering_it(tmp_path: Path) -> None:
+    """Under uvloop a command waits until its parent has registered it with the watcher:
+    the end of its gate pipe instead (the parent died) means it exits before its first line;
+    the gate's line lets it run, with ``/dev/null`` as its standard input."""
+    from tether.tools._lifeline import GATED
+
+    script = GATED + "echo ran > mark; cat > seen"
+    read, write = os.pipe()
+    os.close(write)
+    died = subprocess.run(["/bin/sh", "-c", script], stdin=read, cwd=tmp_path, timeout=10)
+    os.close(read)
+    assert died.returncode == 137 and not (tmp_path / "mark").exists()
+    read, write = os.pipe()
+    os.write(write, b"\n")
+    ran = subprocess.run(["/bin/sh", "-c", script], stdin=read, cwd=tmp_path, timeout=10)
+    os.close(read)
+    os.close(write)  # (still open: the command must not read it after its gate)
+    assert ran.returncode == 0 and (tmp_path / "mark").exists() and (tmp_path / "seen").read_text() == ""

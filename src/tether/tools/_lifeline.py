@@ -55,7 +55,17 @@ import threading
 from collections import Counter
 from contextvars import ContextVar
 
-__all__ = ["FENCE", "FENCED", "LEASE", "SELF_REGISTER", "UNFENCE", "WATCHER_NAME", "Lifeline", "lifeline"]
+__all__ = [
+    "FENCE",
+    "FENCED",
+    "GATED",
+    "LEASE",
+    "SELF_REGISTER",
+    "UNFENCE",
+    "WATCHER_NAME",
+    "Lifeline",
+    "lifeline",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +147,12 @@ def _alive(pid: int) -> bool:
     except OSError:  # another user's process
         return True
     return True
+
+
+GATED = "read -r _t_go || exit 137; unset _t_go; exec </dev/null; "
+"""A plain command's first words where it cannot register itself (under uvloop, see
+``LocalSession``): wait on standard input until this process has registered it, then give
+that up for ``/dev/null``. End of file instead means this process died first: run nothing."""
 
 
 class Lifeline:

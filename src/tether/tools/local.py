@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from tether.errors import CommandTimeout, ConfigError, SessionError
-from tether.tools._lifeline import FENCED, SELF_REGISTER, lifeline
+from tether.tools._lifeline import FENCED, GATED, SELF_REGISTER, lifeline
 from tether.tools._output import (
     SENTINEL_RESERVE,
     OutputBuffer,
@@ -231,25 +231,37 @@ class LocalSession(ShellOptions):
                         [self.shell, "-c", script], workdir=self._base_cwd, cwd=start_dir, network=network
                     )
                     argv = launch.argv
-                # uvloop's spawn leaves copies of the child's standard streams open in the
-                # child: one of the watcher's pipe would keep it from ever seeing this
-                # process die. Under such a loop the command is registered from here after
-                # the spawn instead (a death in between leaves that command unwatched).
-                own_pipe = launch is None and isinstance(loop, asyncio.BaseEventLoop)
-                watch = lifeline.stdin() if own_pipe else None
-                if watch is not None:  # the command registers itself: see tools/_lifeline.py
-                    argv = [self.shell, "-c", SELF_REGISTER + script]
-                transport, proto = await loop.subprocess_exec(
-                    lambda: _Capture(loop, self.max_output_bytes),
-                    *argv,
-                    stdin=asyncio.subprocess.DEVNULL if watch is None else watch[0],
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
-                    cwd=start_dir,
-                    env=merged,
-                    start_new_session=True,
-                )
-                lifeline.started(transport.get_pid(), registered=None if watch is None else watch[1])
+                watch = lifeline.stdin() if launch is None else None
+                gate: tuple[int, int] | None = None
+                given: int = asyncio.subprocess.DEVNULL
+                if watch is not None and isinstance(loop, asyncio.BaseEventLoop):
+                    # the command registers itself: see tools/_lifeline.py
+                    argv, given = [self.shell, "-c", SELF_REGISTER + script], watch[0]
+                elif watch is not None:
+                    # uvloop's spawn leaves copies of the child's standard streams open in
+                    # the child: one of the watcher's pipe would keep it from ever seeing
+                    # this process die. So this process registers the command, which waits
+                    # for that on a pipe of its own (and exits if this process died first).
+                    gate = os.pipe()
+                    argv, given, watch = [self.shell, "-c", GATED + script], gate[0], None
+                try:
+                    transport, proto = await loop.subprocess_exec(
+                        lambda: _Capture(loop, self.max_output_bytes),
+                        *argv,
+                        stdin=given,
+                        stdout=asyncio.subprocess.PIPE,
+                        stderr=asyncio.subprocess.PIPE,
+                        cwd=start_dir,
+                        env=merged,
+                        start_new_session=True,
+                    )
+                    lifeline.started(transport.get_pid(), registered=None if watch is None else watch[1])
+                    if gate is not None:
+                        os.write(gate[1], b"\n")
+                finally:
+                    if gate is not None:
+                        os.close(gate[0])
+                        os.close(gate[1])
         except (OSError, subprocess.SubprocessError) as exc:
             if launch is not None:
                 launch.close()
