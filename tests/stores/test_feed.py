@@ -9,7 +9,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +24,25 @@ from .conftest import ROOT, new_id, open_test_store, require_url
 pytestmark = pytest.mark.slow
 
 LISTENING = {"postgresql": "listen", "redis": "pubsub"}
+
+
+@pytest.fixture
+def quiet_pg(tmp_path: Path) -> Iterator[str]:
+    """A PostgreSQL database of this test's own: whether any feed listens is per database,
+    and on the shared one other tests' feeds come and go."""
+    import urllib.parse
+
+    import psycopg
+
+    url = require_url("postgresql", tmp_path)
+    name = f"tether_feed_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield urllib.parse.urlsplit(url)._replace(path=f"/{name}").geturl()
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 WRITER = """
@@ -238,13 +259,13 @@ async def _take(feed: Feed, run_id: str, quiet: float) -> AsyncIterator[Change]:
             yield change
 
 
-async def test_postgres_commits_notify_only_while_a_feed_listens(tmp_path):
+async def test_postgres_commits_notify_only_while_a_feed_listens(quiet_pg):
     """Notifying makes committing transactions wait on one another, so the trigger sends
     nothing while no feed listens: a bare ``LISTEN`` hears a commit only while a feed is
     open beside it."""
     import psycopg
 
-    url = require_url("postgresql", tmp_path)
+    url = quiet_pg
     run_id = new_id("feed-quiet")
     async with open_test_store("postgresql", url) as store:
         async with open_feed(store):  # installs the trigger
@@ -262,13 +283,13 @@ async def test_postgres_commits_notify_only_while_a_feed_listens(tmp_path):
                 assert (await changes_until(feed, run_id, 2))[-1] == Change(run_id, 2)
 
 
-async def test_postgres_a_write_in_flight_while_the_listener_reconnects_is_reported(tmp_path):
+async def test_postgres_a_write_in_flight_while_the_listener_reconnects_is_reported(quiet_pg):
     """A writer whose trigger ran while no feed listened (so it did not notify) and that
     commits only after the feed reconnected and re-read the store: the feed waits for
     such writers after subscribing and reads again, so the change still arrives."""
     import psycopg
 
-    url = require_url("postgresql", tmp_path)
+    url = quiet_pg
     run_id = new_id("feed-flight")
     async with open_test_store("postgresql", url) as store, open_feed(store) as feed:
         await store.commit(ExecutionContext(run_id, {}))
