@@ -14,9 +14,10 @@ import pytest
 
 from tests.stores.conftest import new_id, open_test_store, require_url
 from tether.state import ExecutionContext, ReducerRegistry
-from tether.stores import CheckpointStore, CompactionPolicy, postgres
+from tether.stores import CheckpointStore, CompactionPolicy
+from tether.stores._pg_slices import SLICE as _SLICE
+from tether.stores._pg_slices import Slices
 from tether.stores.blocking import blocking_twin, run_inline
-from tether.stores.postgres import _SLICE
 
 _APPEND = ReducerRegistry().register("items", "append")
 
@@ -84,8 +85,8 @@ async def test_big_payloads_are_stored_uncompressed_and_read_back_in_slices(sche
     big rows stored uncompressed and read in slices."""
     url, admin, name = schema
     slices = []
-    add = postgres._Slices.add
-    monkeypatch.setattr(postgres._Slices, "add", lambda self, row: (slices.append(row[-2]), add(self, row)))
+    add = Slices.add
+    monkeypatch.setattr(Slices, "add", lambda self, row: (slices.append(row[-2]), add(self, row)))
     rng = random.Random(7)
     items = [_text(rng, 5 * _SLICE + 123)] + [_text(rng, rng.choice([300, 2 * _SLICE + 5])) for _ in range(6)]
     async with open_test_store("postgresql", url, compaction=CompactionPolicy(max_chain=100)) as store:

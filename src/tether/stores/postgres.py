@@ -3,7 +3,7 @@
 Payloads travel in binary (no hex doubling of 10 MB states). The payload column is stored
 uncompressed out of line (``STORAGE EXTERNAL``, schema version 4), so that a big state is
 read back in slices the server fetches from TOAST one at a time, neither decompressing
-nor copying it whole (see :func:`_sliced`); a text-heavy state then takes more disk than
+nor copying it whole (``stores/_pg_slices.py``); a text-heavy state then takes more disk than
 it did lz4-compressed (the codec's ``compress_min_bytes`` compresses on the client where
 disk matters more). Rows written before version 4 stay compressed and read whole.
 """
@@ -11,7 +11,6 @@ disk matters more). Rows written before version 4 stay compressed and read whole
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -28,6 +27,7 @@ from tether.errors import (
 )
 from tether.state.model import ChainStats, chain_stats
 from tether.stores._chain import Write, next_fence
+from tether.stores._pg_slices import SLICE, Slices, sliced
 from tether.stores._sql import Dialect, SqlBackend, SqlStore, Tx
 from tether.stores.backend import remember as _hint
 from tether.stores.base import split_store_options
@@ -52,7 +52,7 @@ _DIALECT = Dialect(
         "EXECUTE 'ALTER TABLE tether_checkpoints ALTER COLUMN payload SET COMPRESSION lz4'; "
         "END IF; EXCEPTION WHEN others THEN NULL; END $$",
     ),
-    # uncompressed, out of line: a big payload is read in slices (see _sliced); rows
+    # uncompressed, out of line: a big payload is read in slices (_pg_slices.py); rows
     # stored before stay compressed and are read whole
     payload_storage=("ALTER TABLE tether_checkpoints ALTER COLUMN payload SET STORAGE EXTERNAL",),
 )
@@ -222,86 +222,6 @@ def _psycopg() -> Any:
     return psycopg
 
 
-_SLICE = 64 * 1024
-"""A chain read returns an uncompressed payload bigger than this in slices of this size."""
-
-
-@functools.lru_cache(maxsize=64)
-def _sliced(sql: str) -> tuple[str, int, int] | None:
-    """A chain read (``SELECT …, c.payload, … FROM …``, one row per ``c.version``) rewritten
-    so that each uncompressed payload over :data:`_SLICE` bytes comes back as rows of slices,
-    with the positions of the payload and the version in the original row; None for any
-    other statement.
-
-    A payload read whole costs several fresh buffers of its size on both sides (the server
-    detoasts it and builds its message, libpq holds that message and its result, psycopg
-    copies it into ``bytes``), each paid in page faults by a new process or a new session
-    (a cold read). In slices, the server fetches each from TOAST on its own and both sides
-    reuse the same small buffers: the client fills one buffer of the payload's size
-    (:class:`_Slices`). A compressed payload (a row written before the column was stored
-    uncompressed) cannot be sliced without decompressing it from its start for each slice,
-    so it comes whole. The result arrives in no particular order (sorting the slices would
-    spill them to disk): :class:`_Slices` puts them in place and the rows in version order."""
-    head, sep, rest = sql.partition(" FROM ")
-    if not head.startswith("SELECT ") or not sep:
-        return None
-    cols = head[len("SELECT ") :].split(", ")
-    if "c.payload" not in cols or "c.version" not in cols:
-        return None
-    k, v = cols.index("c.payload"), cols.index("c.version")
-    body = rest.partition(" ORDER BY ")[0]
-    names = [f"q{i}" for i in range(len(cols))]
-    payload = f"q.q{k}"
-    kept = ", ".join(f"q.{name}" for i, name in enumerate(names) if i != k)
-    sliceable = f"q.n > {_SLICE} AND q.stored >= q.n"  # (a compressed payload's stored size is smaller)
-    return (
-        f"SELECT {kept}, q.n, s.at, "
-        f"CASE WHEN s.at IS NULL THEN {payload} ELSE substring({payload} FROM s.at FOR {_SLICE}) END "
-        f"FROM ({head}, octet_length(c.payload), pg_column_size(c.payload) FROM {body}) "
-        f"AS q({', '.join(names)}, n, stored) "
-        f"LEFT JOIN LATERAL generate_series(1, CASE WHEN {sliceable} THEN q.n ELSE 0 END, {_SLICE}) "
-        "AS s(at) ON TRUE",
-        k,
-        v,
-    )
-
-
-class _Slices:
-    """The rows of a chain read from the rows of its :func:`_sliced` statement: each sliced
-    payload put together in one ``bytearray`` (never changed once complete)."""
-
-    __slots__ = ("bufs", "filled", "k", "rows", "v")
-
-    def __init__(self, k: int, v: int) -> None:
-        self.k, self.v = k, v if v < k else v - 1
-        self.rows: list[tuple[Any, ...]] = []
-        self.bufs: dict[Any, bytearray] = {}
-        self.filled: dict[Any, int] = {}
-
-    def add(self, row: tuple[Any, ...]) -> None:
-        k = self.k
-        cols, total, at, part = row[:-3], row[-3], row[-2], row[-1]
-        if at is None:
-            self.rows.append((*cols[:k], part, *cols[k:]))
-            return
-        version = cols[self.v]
-        buf = self.bufs.get(version)
-        if buf is None:
-            buf = self.bufs[version] = bytearray(total)
-            self.filled[version] = 0
-            self.rows.append((*cols[:k], buf, *cols[k:]))
-        buf[at - 1 : at - 1 + len(part)] = part
-        self.filled[version] += len(part)
-
-    def result(self) -> list[tuple[Any, ...]]:
-        for version, buf in self.bufs.items():
-            if self.filled[version] != len(buf):  # (slices of one statement: cannot happen)
-                raise StoreError(f"postgresql: version {version} was read incompletely")
-        v = self.v if self.v < self.k else self.v + 1
-        self.rows.sort(key=lambda r: -1 if r[v] is None else r[v])
-        return self.rows
-
-
 class _PgTx:
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self._conn = conn
@@ -348,7 +268,7 @@ class PostgresBackend(SqlBackend):
         _psycopg()
         self._small: dict[str, bool] = {}
         """Runs whose chain held no payload to slice when last read or written here: read
-        whole, with a statement psycopg prepares (see :func:`_sliced`)."""
+        whole, with a statement psycopg prepares (see ``stores/_pg_slices.py``)."""
         self._conninfo = conninfo
         self._conn = conn
         self._owns = conn is None
@@ -411,15 +331,15 @@ class PostgresBackend(SqlBackend):
     async def _query(
         self, sql: str, params: Sequence[Any] = (), *, run_id: str | None = None
     ) -> list[tuple[Any, ...]]:
-        sliced = None if run_id is None else _sliced(sql)
+        plan = None if run_id is None else sliced(sql)
         async with self._guard() as conn:  # autocommit: one statement, one round trip
-            if sliced is None or run_id in self._small:
+            if plan is None or run_id in self._small:
                 # (a statement read whole is prepared after a few uses; a stream never is)
                 cur = await conn.execute(sql.replace("?", "%s"), params or None, binary=True)
                 rows = await cur.fetchall()
             else:
-                statement, k, v = sliced
-                into = _Slices(k, v)
+                statement, k, v = plan
+                into = Slices(k, v)
                 stream: Any = conn.cursor(binary=True).stream(statement.replace("?", "%s"), params or None)
                 try:  # row by row (one result each): the slices' buffers are reused
                     async for row in stream:
@@ -427,14 +347,14 @@ class PostgresBackend(SqlBackend):
                 finally:
                     await stream.aclose()
                 rows = into.result()
-        if sliced is not None and run_id is not None:
-            k = sliced[1]
-            small = all(r[k] is None or len(r[k]) <= _SLICE for r in rows)
+        if plan is not None and run_id is not None:
+            k = plan[1]
+            small = all(r[k] is None or len(r[k]) <= SLICE for r in rows)
             _hint(self._small, run_id, True if small else None)
         return rows
 
     async def _commit_write(self, w: Write) -> tuple[int, ChainStats]:
-        if len(w.payload) > _SLICE:
+        if len(w.payload) > SLICE:
             _hint(self._small, w.run_id, None)
         if len(w.payload) > MAX_PAYLOAD_BYTES:
             raise StateTooLarge(

@@ -1,0 +1,97 @@
+"""Reading a big PostgreSQL payload in slices: one fresh buffer of its size, not five.
+
+A payload read whole costs several fresh buffers of its size on both sides (the server
+detoasts it and builds its message, libpq holds that message and its result, psycopg
+copies it into ``bytes``), each paid in page faults by a new process or a new session (a
+cold read). The payload column is stored uncompressed out of line (schema version 4), so
+the server can fetch each slice from TOAST on its own: both sides then reuse the same
+small buffers, and the client fills one buffer of the payload's size (:class:`Slices`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from tether.errors import StoreError
+
+__all__ = ["SLICE", "Slices", "sliced"]
+
+SLICE = 64 * 1024
+"""A chain read returns an uncompressed payload bigger than this in slices of this size."""
+
+
+@functools.lru_cache(maxsize=64)
+def sliced(sql: str) -> tuple[str, int, int] | None:
+    """A chain read (``SELECT …, c.payload, … FROM …``, one row per ``c.version``) rewritten
+    so that each uncompressed payload over :data:`SLICE` bytes comes back as rows of slices,
+    with the positions of the payload and the version in the original row; None for any
+    other statement.
+
+    A payload read whole costs several fresh buffers of its size on both sides (the server
+    detoasts it and builds its message, libpq holds that message and its result, psycopg
+    copies it into ``bytes``), each paid in page faults by a new process or a new session
+    (a cold read). In slices, the server fetches each from TOAST on its own and both sides
+    reuse the same small buffers: the client fills one buffer of the payload's size
+    (:class:`Slices`). A compressed payload (a row written before the column was stored
+    uncompressed) cannot be sliced without decompressing it from its start for each slice,
+    so it comes whole. The result arrives in no particular order (sorting the slices would
+    spill them to disk): :class:`Slices` puts them in place and the rows in version order."""
+    head, sep, rest = sql.partition(" FROM ")
+    if not head.startswith("SELECT ") or not sep:
+        return None
+    cols = head[len("SELECT ") :].split(", ")
+    if "c.payload" not in cols or "c.version" not in cols:
+        return None
+    k, v = cols.index("c.payload"), cols.index("c.version")
+    body = rest.partition(" ORDER BY ")[0]
+    names = [f"q{i}" for i in range(len(cols))]
+    payload = f"q.q{k}"
+    kept = ", ".join(f"q.{name}" for i, name in enumerate(names) if i != k)
+    sliceable = f"q.n > {SLICE} AND q.stored >= q.n"  # (a compressed payload's stored size is smaller)
+    return (
+        f"SELECT {kept}, q.n, s.at, "
+        f"CASE WHEN s.at IS NULL THEN {payload} ELSE substring({payload} FROM s.at FOR {SLICE}) END "
+        f"FROM ({head}, octet_length(c.payload), pg_column_size(c.payload) FROM {body}) "
+        f"AS q({', '.join(names)}, n, stored) "
+        f"LEFT JOIN LATERAL generate_series(1, CASE WHEN {sliceable} THEN q.n ELSE 0 END, {SLICE}) "
+        "AS s(at) ON TRUE",
+        k,
+        v,
+    )
+
+
+class Slices:
+    """The rows of a chain read from the rows of its :func:`sliced` statement: each sliced
+    payload put together in one ``bytearray`` (never changed once complete)."""
+
+    __slots__ = ("bufs", "filled", "k", "rows", "v")
+
+    def __init__(self, k: int, v: int) -> None:
+        self.k, self.v = k, v if v < k else v - 1
+        self.rows: list[tuple[Any, ...]] = []
+        self.bufs: dict[Any, bytearray] = {}
+        self.filled: dict[Any, int] = {}
+
+    def add(self, row: tuple[Any, ...]) -> None:
+        k = self.k
+        cols, total, at, part = row[:-3], row[-3], row[-2], row[-1]
+        if at is None:
+            self.rows.append((*cols[:k], part, *cols[k:]))
+            return
+        version = cols[self.v]
+        buf = self.bufs.get(version)
+        if buf is None:
+            buf = self.bufs[version] = bytearray(total)
+            self.filled[version] = 0
+            self.rows.append((*cols[:k], buf, *cols[k:]))
+        buf[at - 1 : at - 1 + len(part)] = part
+        self.filled[version] += len(part)
+
+    def result(self) -> list[tuple[Any, ...]]:
+        for version, buf in self.bufs.items():
+            if self.filled[version] != len(buf):  # (slices of one statement: cannot happen)
+                raise StoreError(f"postgresql: version {version} was read incompletely")
+        v = self.v if self.v < self.k else self.v + 1
+        self.rows.sort(key=lambda r: -1 if r[v] is None else r[v])
+        return self.rows
