@@ -387,6 +387,8 @@ class PostgresBackend(SqlBackend):
                 if w.take:
                     w.fence = taken
                 return 1, chain_stats(1, len(w.payload), 0, 0, 0)
+        if w.expected_version and w.kind == "delta" and not (w.fence or w.take or w.require_status):
+            return await self._write_delta(w)
         if w.expected_version:
             params = {
                 "run": w.run_id,
@@ -413,15 +415,7 @@ class PostgresBackend(SqlBackend):
             }
             try:
                 async with self._guard() as conn:
-                    sql = (
-                        _FAST_SEAL
-                        if w.kind == "segment"
-                        else _DELTA_WRITE
-                        if w.kind == "delta"
-                        and w.expected_version
-                        and not (w.fence or w.take or w.require_status)
-                        else _FAST_WRITE
-                    )
+                    sql = _FAST_SEAL if w.kind == "segment" else _FAST_WRITE
                     cur = await conn.execute(sql, params)
                     row = await cur.fetchone()
             except Exception as exc:
@@ -435,6 +429,35 @@ class PostgresBackend(SqlBackend):
                     int(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5])
                 )
         return await super()._commit_write(w)
+
+    async def _write_delta(self, w: Write) -> tuple[int, ChainStats]:
+        """A plain delta (see ``_DELTA_WRITE``): every LangGraph put but the sealing ones,
+        with the parameters its statement names only."""
+        params = {
+            "run": w.run_id,
+            "expected": w.expected_version,
+            "now": time.time(),
+            "node": w.node_id,
+            "status": str(w.status),
+            "created": w.created_at,
+            "nbytes": len(w.payload),
+            "payload": w.payload,
+            "expires": w.expires_at,
+            "growth": w.growth_bytes,
+            "rewrite": w.rewrite_bytes,
+            "wid": w.write_id or None,
+        }
+        try:
+            async with self._guard() as conn:
+                cur = await conn.execute(_DELTA_WRITE, params)
+                row = await cur.fetchone()
+        except Exception as exc:
+            if self._is_duplicate(exc):
+                raise VersionConflict(w.run_id, expected=w.expected_version, actual=None) from exc
+            raise
+        if row is None:  # (the general transaction says why)
+            return await super()._commit_write(w)
+        return int(row[0]), chain_stats(int(row[1]), int(row[2]), int(row[3]), int(row[4]), int(row[5]))
 
     def _is_duplicate(self, exc: BaseException) -> bool:
         return isinstance(exc, _psycopg().errors.UniqueViolation)
