@@ -367,17 +367,27 @@ class ChainEngine:
                 break
             start, total, level = start - more, merged, level + 1
         first = version + 2 - sum(r[1] for r in rows[start:])
-        bodies: list[dict[str, Any]] = []
-        at = first
-        last = len(rows) - 1
-        for i, (data, count, lv) in enumerate(rows[start:], start):
-            if i == last and body is not None:
-                bodies.append(body)
-                continue
-            decoded = self.codec.decode(data, run_id=run_id, version=at)
-            bodies.extend(split_segment(decoded) if lv else [decoded])
-            at += count
-        return first, level, self.codec.encode(pack_segment(first, bodies, level))
+        # the collector is paused meanwhile, as for a replay: the rows decoded, split and
+        # packed again are many containers dropped at once (a merge of four segments
+        # decodes every version they hold), none of them in a cycle
+        pause = gc.isenabled()
+        if pause:
+            gc.disable()
+        try:
+            bodies: list[dict[str, Any]] = []
+            at = first
+            last = len(rows) - 1
+            for i, (data, count, lv) in enumerate(rows[start:], start):
+                if i == last and body is not None:
+                    bodies.append(body)
+                    continue
+                decoded = self.codec.decode(data, run_id=run_id, version=at)
+                bodies.extend(split_segment(decoded) if lv else [decoded])
+                at += count
+            return first, level, self.codec.encode(pack_segment(first, bodies, level))
+        finally:
+            if pause:
+                gc.enable()
 
     def after(
         self,
