@@ -7,6 +7,7 @@ state; a prune's cut replays to the same states as the rows it replaces.
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -272,3 +273,35 @@ def test_the_rows_kept_to_vouch_for_stay_under_their_budget():
         Codec(encryption_key=generate_key()), CompactionPolicy(), seals=True, splits_state=False
     )
     assert keyed.vouch_bytes == 0  # decrypting checks every row anyway
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps, policies, st.booleans())
+def test_a_seal_packs_the_delta_it_was_handed_as_it_would_its_bytes(script, policy, collecting):
+    """A seal given the body a delta was encoded from writes the segment it writes from the
+    delta's bytes, and leaves the cyclic collector as it found it (it pauses it meanwhile)."""
+    engine = ChainEngine(Codec(), policy, seals=True, splits_state=False)
+    seal = ChainEngine.seal
+
+    def both(
+        self: ChainEngine, run_id: str, version: int, tail: Any, payload: bytes, body: Any = None
+    ) -> Any:
+        handed = seal(self, run_id, version, tail, payload, body)
+        assert gc.isenabled() is collecting
+        assert handed == seal(self, run_id, version, tail, payload)
+        return handed
+
+    ctx = ExecutionContext("r", {"messages": []}, reducers=_REG)
+    rows = Rows()
+    was = gc.isenabled()
+    (gc.enable if collecting else gc.disable)()
+    ChainEngine.seal = both  # type: ignore[method-assign]
+    try:
+        known = _commit(engine, ctx, rows, Known(0, NO_CHAIN, []))
+        for key, value in script:
+            _apply(ctx, key, value)
+            known = _commit(engine, ctx, rows, known)
+    finally:
+        ChainEngine.seal = seal  # type: ignore[method-assign]
+        (gc.enable if was else gc.disable)()
+    assert rows.version == len(script) + 1

@@ -221,18 +221,17 @@ class ChainEngine:
         run_id, version, ops_taken, executed, full_only, state, all_executed, datetimes = changes[:8]
         if not full_only and version > 0:
             ops, values, rewrite = patch_ops(ops_taken, known.values)
-            payload = self.codec.encode(
-                {
-                    "v": SCHEMA_VERSION,
-                    "node": node,
-                    "status": str(status),
-                    "ts": now,
-                    "meta": meta,
-                    "kind": "delta",
-                    "ops": ops,
-                    "executed": list(executed),
-                }
-            )
+            body = {
+                "v": SCHEMA_VERSION,
+                "node": node,
+                "status": str(status),
+                "ts": now,
+                "meta": meta,
+                "kind": "delta",
+                "ops": ops,
+                "executed": list(executed),
+            }
+            payload = self.codec.encode(body)
             rewrite = min(rewrite, len(payload))
             growth = len(payload) - rewrite
             if not self.policy.due(known.chain, growth=growth, rewrite=rewrite, sealed=self.seals):
@@ -251,7 +250,7 @@ class ChainEngine:
                     write_id=write_id,
                 )
                 if known.tail is not None and self.seals:
-                    seal_from, level, packed = self.seal(run_id, version, known.tail, payload)
+                    seal_from, level, packed = self.seal(run_id, version, known.tail, payload, body)
                     if level:
                         w.kind, w.payload, w.seal_from = "segment", packed, seal_from
                         return _new_tuple(Plan, (w, level, payload, None, values))
@@ -291,7 +290,14 @@ class ChainEngine:
         )
         return _new_tuple(Plan, (w, 0, b"", walked, None))
 
-    def seal(self, run_id: str, version: int, tail: list[Carrier], payload: bytes) -> tuple[int, int, bytes]:
+    def seal(
+        self,
+        run_id: str,
+        version: int,
+        tail: list[Carrier],
+        payload: bytes,
+        body: dict[str, Any] | None = None,
+    ) -> tuple[int, int, bytes]:
         """``(seal_from, level, segment)`` for a delta about to become ``version + 1``:
         a segment when the deltas at the end of the chain are enough (``seal_versions`` or
         ``seal_tail_bytes``), merged with the ``seal_fanout - 1`` segments of its level
@@ -302,8 +308,27 @@ class ChainEngine:
         one *open* segment from the second on (a segment of level 1 holding fewer than
         ``seal_versions``), which each commit rewrites until they are enough to seal into
         the big one. A load pays per row it reads (its lookup, decode and apply), which at
-        these sizes costs as much as the bytes do; rewriting so few costs less."""
+        these sizes costs as much as the bytes do; rewriting so few costs less.
+
+        ``body``: what ``payload`` was encoded from, packed as it is instead of decoded again
+        (the segment is encoded here, before its caller can change any of it)."""
         policy = self.policy
+        if min(policy.seal_whole_bytes, policy.seal_bytes) < len(payload):
+            # not a small chain (its rows add up to more than that): most commits seal
+            # nothing, and that is told from the deltas at the tail's end alone
+            start = len(tail)
+            while start and tail[start - 1][2] == 0:
+                start -= 1
+            deltas = len(tail) - start + 1
+            if (
+                not policy.seal_versions
+                or deltas < 2
+                or (
+                    deltas < policy.seal_versions
+                    and len(payload) + sum(len(r[0]) for r in tail[start:]) < policy.seal_tail_bytes
+                )
+            ):
+                return 0, 0, payload
         rows = [*tail, (payload, 1, 0)]
         start = len(rows)
         while start and rows[start - 1][2] == 0:
@@ -342,13 +367,27 @@ class ChainEngine:
                 break
             start, total, level = start - more, merged, level + 1
         first = version + 2 - sum(r[1] for r in rows[start:])
-        bodies: list[dict[str, Any]] = []
-        at = first
-        for data, count, lv in rows[start:]:
-            body = self.codec.decode(data, run_id=run_id, version=at)
-            bodies.extend(split_segment(body) if lv else [body])
-            at += count
-        return first, level, self.codec.encode(pack_segment(first, bodies, level))
+        # the collector is paused meanwhile, as for a replay: the rows decoded, split and
+        # packed again are many containers dropped at once (a merge of four segments
+        # decodes every version they hold), none of them in a cycle
+        pause = gc.isenabled()
+        if pause:
+            gc.disable()
+        try:
+            bodies: list[dict[str, Any]] = []
+            at = first
+            last = len(rows) - 1
+            for i, (data, count, lv) in enumerate(rows[start:], start):
+                if i == last and body is not None:
+                    bodies.append(body)
+                    continue
+                decoded = self.codec.decode(data, run_id=run_id, version=at)
+                bodies.extend(split_segment(decoded) if lv else [decoded])
+                at += count
+            return first, level, self.codec.encode(pack_segment(first, bodies, level))
+        finally:
+            if pause:
+                gc.enable()
 
     def after(
         self,

@@ -138,9 +138,9 @@ def _overwrite(known: Values, path: tuple[str, ...], value: Any) -> tuple[Any, i
     the value known there, ``(False, its size)`` to store it whole; ``known`` is updated."""
     held = known.get(path)
     _drop(known, *path)
-    packed = _pack(value)
+    packed, size = _pack(value)
     if packed is None:
-        return False, sized(value)
+        return False, sized(value) if size is None else size
     old, misses = held if isinstance(held, tuple) else (held, 0)
     if old == packed:
         known[path] = (packed, misses) if misses else packed
@@ -173,17 +173,18 @@ def _drop(known: Values, *prefix: str) -> None:
         del known[path]
 
 
-def _pack(value: Any) -> bytes | None:
-    """The exact bytes of a value worth tracking, else None."""
+def _pack(value: Any) -> tuple[bytes | None, int | None]:
+    """The exact bytes of a value worth tracking (else None), and the size of the bytes packed
+    (None when none were: a small value is then not packed a second time to be counted)."""
     if value is None or type(value) in (bool, int, float):
-        return None
+        return None, None
     try:
         packed = pack_plain(value)
     except (TypeError, ValueError, OverflowError):  # not plain data: the write says why
-        return None
+        return None, None
     if len(packed) < MIN_BYTES or len(packed) > MAX_BYTES:
-        return None
-    return packed
+        return None, len(packed)
+    return packed, len(packed)
 
 
 def _patch(old: bytes, new: Any, packed: bytes) -> tuple[Any, int] | Literal[False]:
