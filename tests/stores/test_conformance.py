@@ -453,6 +453,7 @@ async def test_delete_removes_everything(store):
 
 
 # -- expiry --------------------------------------------------------------------------
+@pytest.mark.xdist_group("purge")  # beside the test that purges: not while this one's run lies expired
 async def test_writing_to_an_expired_run_says_so_not_another_writer(make_store):
     """A commit onto a run that expired under its writer is RunExpired, never "another
     writer saved first"."""
@@ -469,6 +470,7 @@ async def test_writing_to_an_expired_run_says_so_not_another_writer(make_store):
             await s.commit(ctx)
 
 
+@pytest.mark.xdist_group("purge")  # purges every expired run on the shared servers
 async def test_checkpoints_expire_after_their_ttl(make_store):
     """With a short checkpoint TTL a run disappears; purge_expired cleans up."""
     async with make_store(expiry=ExpiryPolicy(checkpoint_ttl=dt.timedelta(seconds=0.6))) as s:
