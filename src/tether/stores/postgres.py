@@ -28,10 +28,11 @@ from tether.errors import (
 from tether.state.model import ChainStats, chain_stats
 from tether.stores._chain import Write, next_fence
 from tether.stores._pg_slices import SLICE, Slices, sliced
+from tether.stores._pg_sync import connect_sync
 from tether.stores._sql import Dialect, SqlBackend, SqlStore, Tx
 from tether.stores.backend import remember as _hint
 from tether.stores.base import split_store_options
-from tether.stores.blocking import BlockingLock, Ready
+from tether.stores.blocking import BlockingLock
 
 if TYPE_CHECKING:
     import psycopg
@@ -101,14 +102,22 @@ WHERE r.run_id = %(run)s
 RETURNING r.version, r.base_version, r.base_bytes, r.growth_bytes, r.rewrite_bytes, r.chain_len, r.fence
 """
 )
-_DELTA_WRITE = """
+
+
+def _delta_write(held: bool) -> str:
+    """The one-statement delta write; ``held``: a lease holder's, which also checks the
+    holder's token and may move the lease's deadline in the same UPDATE."""
+    lease = ",\n        lease_until = CASE WHEN %(set_until)s THEN %(until)s::double precision "
+    lease += "ELSE lease_until END"
+    return f"""
 WITH up AS (
     UPDATE tether_runs SET
         status = %(status)s, version = version + 1, node_id = %(node)s,
         updated_at = %(created)s, expires_at = %(expires)s,
         growth_bytes = growth_bytes + %(growth)s::bigint, rewrite_bytes = rewrite_bytes + %(rewrite)s::bigint,
-        chain_len = chain_len + 1, write_id = %(wid)s
+        chain_len = chain_len + 1, write_id = %(wid)s{lease if held else ""}
     WHERE run_id = %(run)s AND version = %(expected)s AND (expires_at IS NULL OR expires_at > %(now)s)
+      {"AND fence = %(fence)s::bigint" if held else ""}
     RETURNING version, base_version, base_bytes, growth_bytes, rewrite_bytes, chain_len, fence
 ), ins AS (
     INSERT INTO tether_checkpoints (run_id, version, kind, node_id, status, created_at, nbytes, payload)
@@ -118,11 +127,13 @@ WITH up AS (
 SELECT up.version, up.base_version, up.base_bytes, up.growth_bytes, up.rewrite_bytes, up.chain_len, up.fence
 FROM up, ins
 """
-"""``_FAST_WRITE`` for a plain delta (every LangGraph put: a delta at an expected version, by no
-lease holder and requiring no status): the UPDATE takes the row lock and checks the version
-itself (another writer's commit makes it match nothing), with no locking read before it and no
-case for a full row or a lease: less for the server to plan and run, on the one round trip a
-put waits for."""
+
+
+_DELTA_WRITE, _HELD_DELTA_WRITE = _delta_write(False), _delta_write(True)
+"""``_FAST_WRITE`` for a delta at an expected version, requiring no status (every LangGraph put,
+every runner's step): the UPDATE locks the row and checks the version (and a holder's token)
+itself, no locking read before it: less for the server to run, and fencing costs it one
+comparison. No row: the general transaction says why."""
 
 _FAST_CREATE = """
 WITH run AS (
@@ -297,7 +308,7 @@ class PostgresBackend(SqlBackend):
         caller gave (``conn=``), which is async."""
         if options.get("conn") is not None:
             return None
-        return cls.from_url(url, connect=_connect_sync, lock=BlockingLock(), **options)
+        return cls.from_url(url, connect=connect_sync, lock=BlockingLock(), **options)
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
@@ -390,7 +401,7 @@ class PostgresBackend(SqlBackend):
                 if w.take:
                     w.fence = taken
                 return 1, chain_stats(1, len(w.payload), 0, 0, 0)
-        if w.expected_version and w.kind == "delta" and not (w.fence or w.take or w.require_status):
+        if w.expected_version and w.kind == "delta" and not (w.take or w.require_status):
             return await self._write_delta(w)
         if w.expected_version:
             params = {
@@ -434,9 +445,9 @@ class PostgresBackend(SqlBackend):
         return await super()._commit_write(w)
 
     async def _write_delta(self, w: Write) -> tuple[int, ChainStats]:
-        """A plain delta (see ``_DELTA_WRITE``): every LangGraph put but the sealing ones,
-        with the parameters its statement names only."""
-        params = {
+        """A plain delta (``_DELTA_WRITE``, a holder's ``_HELD_DELTA_WRITE``), with the
+        parameters its statement names only."""
+        params: dict[str, Any] = {
             "run": w.run_id,
             "expected": w.expected_version,
             "now": time.time(),
@@ -450,13 +461,17 @@ class PostgresBackend(SqlBackend):
             "rewrite": w.rewrite_bytes,
             "wid": w.write_id or None,
         }
+        sql = _DELTA_WRITE
+        if w.fence:
+            sql = _HELD_DELTA_WRITE
+            params.update(fence=w.fence, set_until=w.lease_until is not None, until=w.lease_until or None)
         try:
             async with self._guard() as conn:
                 held = self._delta_cursor
                 if held is None or held[0] is not conn:
                     held = self._delta_cursor = (conn, conn.cursor())
                 cur = held[1]
-                await cur.execute(_DELTA_WRITE, params)
+                await cur.execute(sql, params)
                 row = await cur.fetchone()
         except Exception as exc:
             if self._is_duplicate(exc):
@@ -483,101 +498,6 @@ async def _connect_async(conninfo: str, connect_timeout: float) -> psycopg.Async
         conninfo, autocommit=True, connect_timeout=max(1, int(connect_timeout))
     )
     return conn
-
-
-# == a blocking twin's connection: psycopg's sync one, behind the async interface =======
-async def _connect_sync(conninfo: str, connect_timeout: float) -> _SyncConnection:
-    """Connects in the calling thread (never suspends): a blocking twin's ``connect``."""
-    conn = _psycopg().connect(conninfo, autocommit=True, connect_timeout=max(1, int(connect_timeout)))
-    return _SyncConnection(conn)
-
-
-class _SyncCursor:
-    def __init__(self, cur: Any) -> None:
-        self._cur = cur
-
-    @property
-    def rowcount(self) -> int:
-        return int(self._cur.rowcount)
-
-    def fetchall(self) -> Ready:
-        return Ready(self._cur.fetchall())
-
-    def fetchone(self) -> Ready:
-        return Ready(self._cur.fetchone())
-
-
-class _SyncConnection:
-    """The parts of ``psycopg.AsyncConnection`` this backend uses, on a sync connection."""
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._conn.closed)
-
-    @property
-    def broken(self) -> bool:
-        return bool(getattr(self._conn, "broken", False))
-
-    def execute(self, *args: Any, **kwargs: Any) -> Ready:
-        return Ready(_SyncCursor(self._conn.execute(*args, **kwargs)))
-
-    def transaction(self) -> _SyncTransaction:
-        return _SyncTransaction(self._conn)
-
-    def cursor(self, *, binary: bool = False) -> _SyncStreamer:
-        return _SyncStreamer(self._conn.cursor(binary=binary))
-
-    def close(self) -> Ready:
-        return Ready(self._conn.close())
-
-
-class _SyncStreamer:
-    """A sync cursor as the async cursor: its ``stream`` an async iterator, its ``execute``
-    and ``fetchone`` awaitables (none of them suspends)."""
-
-    def __init__(self, cur: Any) -> None:
-        self._cur = cur
-
-    def stream(self, *args: Any, **kwargs: Any) -> _SyncRows:
-        return _SyncRows(self._cur.stream(*args, **kwargs))
-
-    def execute(self, *args: Any, **kwargs: Any) -> Ready:
-        self._cur.execute(*args, **kwargs)
-        return Ready(self)
-
-    def fetchone(self) -> Ready:
-        return Ready(self._cur.fetchone())
-
-
-class _SyncRows:
-    def __init__(self, rows: Any) -> None:
-        self._rows = rows
-
-    def __aiter__(self) -> _SyncRows:
-        return self
-
-    def __anext__(self) -> Ready:
-        try:
-            return Ready(next(self._rows))
-        except StopIteration:
-            raise StopAsyncIteration from None
-
-    def aclose(self) -> Ready:
-        return Ready(self._rows.close())
-
-
-class _SyncTransaction:
-    def __init__(self, conn: Any) -> None:
-        self._cm = conn.transaction()
-
-    async def __aenter__(self) -> Any:
-        return self._cm.__enter__()
-
-    async def __aexit__(self, *exc: Any) -> Any:
-        return self._cm.__exit__(*exc)
 
 
 class PostgresStore(SqlStore):
