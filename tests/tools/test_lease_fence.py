@@ -177,7 +177,8 @@ async def test_a_command_lives_while_its_runner_holds_the_gil_for_three_leases(t
             pgid = int((tmp_path / "start.pg").read_text())
             token = (await store.get_run(run_id)).fence
             while not (tmp_path / "effects").exists():
-                assert group_alive(pgid), (
+                # (a command that has just written its effect and ended is not one killed)
+                assert group_alive(pgid) or (tmp_path / "effects").exists(), (
                     f"the command of a runner holding the GIL was killed: {holder.communicate()}"
                 )
                 assert holder.poll() is None

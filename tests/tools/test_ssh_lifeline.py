@@ -25,8 +25,10 @@ from tests.runtime.test_fencing import lease_dead, wait_line
 from tests.stores.conftest import new_id, open_test_store, require_url
 from tests.tools.test_lifeline import cleanup, group_alive, kill_and_time, running
 from tests.tools.test_openssh import OpenSSH, sshd  # noqa: F401 - the fixture
+from tether.errors import ConfigError
 from tether.state import RunStatus
 from tether.tools import SSHSession
+from tether.tools._lifeline import LEASE_TTL
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL = 2.0
@@ -92,13 +94,18 @@ async def test_an_ended_remote_command_keeps_its_background_and_leaves_no_watche
     try:
         time.sleep(0.5)  # the session closed: a watcher would have acted by now
         assert running(f"sleep {token}")
-        left = [pid for pid in running("while read -r _t_l") if pid != os.getpid()]
-        assert left == []
+        assert watchers(token) == []
         assert not set(relays) & set(my_relays())  # the relay ended with the session
     finally:
         for pid in running(f"sleep {token}"):
             os.kill(pid, signal.SIGKILL)
         cleanup(pgid)
+
+
+def watchers(token: str) -> list[int]:
+    """The watchers (and keepalive timers) of this test's remote commands, told from other
+    tests' by ``token`` in the command (a remote shell's command line holds its script)."""
+    return [pid for pid in set(running("while read -r _t_l")) & set(running(token)) if pid != os.getpid()]
 
 
 def my_relays() -> list[int]:
@@ -201,3 +208,66 @@ async def test_a_direct_connection_without_a_relay_runs_commands(sshd: OpenSSH, 
     async with SSHSession(sshd.creds(), cwd=str(tmp_path), relay=False) as s:
         assert my_relays() == []
         assert (await s.run("echo $((6 * 7))")).stdout == "42\n"
+
+
+async def test_a_host_that_stops_hearing_from_its_command_kills_it_after_the_keepalive(
+    sshd: OpenSSH,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """This machine cut off from the host, as when it is lost: the relay that holds the
+    connection is stopped, so nothing more reaches the host and no end of the connection
+    either. The host's watcher has heard no line for the keepalive (here two thirds of the
+    lease, as a run's command gets by default) and kills the command's group; its last line
+    never runs."""
+    LEASE_TTL.set(2.0)
+    keepalive = 2.0 * 2 / 3
+    cmd = "echo $$ > pg; sleep 60; echo late > effect"
+    async with SSHSession(sshd.creds(), cwd=str(tmp_path)) as s:
+        (relay,) = my_relays()
+        task = asyncio.create_task(s.run(cmd))
+        while not (tmp_path / "pg").exists() or not (tmp_path / "pg").read_text().strip():
+            assert not task.done(), task
+            await asyncio.sleep(0.02)
+        pgid = int((tmp_path / "pg").read_text())
+        try:
+            await asyncio.sleep(1.5)  # alive past the keepalive's first timer: the lines keep it
+            assert group_alive(pgid)
+            os.kill(relay, signal.SIGSTOP)
+            cut_at = time.monotonic()
+            while group_alive(pgid):
+                assert time.monotonic() - cut_at < keepalive + 1.0, "the command outlived its keepalive"
+                await asyncio.sleep(0.02)
+            took = time.monotonic() - cut_at
+            print(f"\nlease 2s: remote command gone {took:.3f}s after the host stopped hearing from it")
+            assert took > keepalive * 2 / 3 - 0.2  # not before the last line's timer ran out
+        finally:
+            os.kill(relay, signal.SIGCONT)
+            cleanup(pgid)
+        result = await asyncio.wait_for(task, 30)
+        assert result.exit_code == 128 + signal.SIGKILL, result
+    assert not (tmp_path / "effect").exists()
+
+
+async def test_a_command_longer_than_its_keepalive_runs_to_its_end(sshd: OpenSSH, tmp_path: Path) -> None:  # noqa: F811
+    """The lines sent every third of the keepalive hold it; no timer is left once it ends."""
+    token = "62.125"
+    async with SSHSession(sshd.creds(), cwd=str(tmp_path), keepalive=1.0) as s:
+        result = await s.run(f"sleep 3.5; echo done; nohup sleep {token} > /dev/null 2>&1 &")
+        assert (result.exit_code, result.stdout) == (0, "done\n")
+    try:
+        time.sleep(0.5)
+        assert running(f"sleep {token}")  # its background process lives on, as without a keepalive
+        assert watchers(token) == []
+    finally:
+        for pid in running(f"sleep {token}"):
+            os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_command_outside_a_leased_run_has_no_keepalive_by_default(sshd: OpenSSH) -> None:  # noqa: F811
+    assert SSHSession(sshd.creds())._keepalive() is None
+    LEASE_TTL.set(7.5)
+    assert SSHSession(sshd.creds())._keepalive() == 5.0
+    assert SSHSession(sshd.creds(), keepalive=None)._keepalive() is None
+    for bad in (0, -1.0, "30", True):
+        with pytest.raises(ConfigError, match="keepalive"):
+            SSHSession(sshd.creds(), keepalive=bad)  # type: ignore[arg-type]

@@ -36,7 +36,7 @@ from typing import IO, Any, Protocol
 
 from tether.errors import LeaseLost
 from tether.stores.base import CheckpointStore
-from tether.tools._lifeline import LEASE, WATCHER_NAME, lifeline
+from tether.tools._lifeline import LEASE, LEASE_TTL, WATCHER_NAME, lifeline
 
 __all__ = ["Beat", "start_heartbeat"]
 
@@ -59,6 +59,7 @@ def start_heartbeat(store: CheckpointStore, run_id: str, token: int, ttl: float)
     taken over: from the process's sidecar when the store can be opened there, else from
     a task on this event loop."""
     LEASE.set(lease_key(run_id, token))  # the run's commands are refused while a fence is up for it
+    LEASE_TTL.set(ttl)  # and its remote commands die on hosts that stop hearing from it this long
     opened = store.opened_from()
     if opened is not None and sys.platform.startswith("linux"):
         beat = _sidecar().hold(run_id, token, ttl, *opened)

@@ -60,6 +60,7 @@ __all__ = [
     "FENCED",
     "GATED",
     "LEASE",
+    "LEASE_TTL",
     "SELF_REGISTER",
     "UNFENCE",
     "WATCHER_NAME",
@@ -108,6 +109,10 @@ FENCED = (
 LEASE: ContextVar[str | None] = ContextVar("tether_lease", default=None)
 """The lease the running code's run holds (``TOKEN:RUN_ID``), set by the heartbeat when a
 runner takes it: the fence file names the leases it is up for."""
+
+LEASE_TTL: ContextVar[float | None] = ContextVar("tether_lease_ttl", default=None)
+"""That lease's length in seconds: how long a remote command may go without hearing from
+this process before its host kills it (``SSHSession``'s ``keepalive``)."""
 
 SELF_REGISTER = "trap '' PIPE; echo \"+$$\" >&0 2>/dev/null; trap - PIPE; exec </dev/null; "
 """A plain command's first words: register its group (``$$``, its own: a new session) on

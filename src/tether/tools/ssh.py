@@ -6,6 +6,7 @@ asyncssh is an optional dependency (``pip install 'tether[ssh]'``), imported on 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import posixpath
@@ -18,7 +19,7 @@ from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from tether.errors import CommandTimeout, ConfigError, SessionError
-from tether.tools._lifeline import FENCED, lifeline
+from tether.tools._lifeline import FENCED, LEASE_TTL, lifeline
 from tether.tools._output import (
     SENTINEL_RESERVE,
     OutputBuffer,
@@ -239,6 +240,15 @@ class SSHSession(ShellOptions):
         cwd: where commands start (default: the login directory).
         env, default_timeout, max_output_bytes, persist_cwd, kill_grace,
         raise_on_timeout, redact: as for ``LocalSession``.
+        relay: hold the connection in a relay process (see below).
+        keepalive: seconds after which the host kills a running command it has not heard
+            from this process (this machine lost or cut off from the network, or this
+            process stopped or frozen), so that the command does not run on beside the
+            runner that takes its run over. While a command runs, this side sends a line on
+            its standard input every third of that. ``"lease"`` (the default): two thirds
+            of the lease of the run the command runs under, and never for a command outside
+            a leased run (nobody else can run its step then). ``None``: never; the command
+            then runs on until the host's sshd drops the connection.
     """
 
     def __init__(
@@ -254,7 +264,14 @@ class SSHSession(ShellOptions):
         raise_on_timeout: bool = False,
         redact: Callable[[str], str] | None = None,
         relay: bool = True,
+        keepalive: float | Literal["lease"] | None = "lease",
     ) -> None:
+        if (
+            keepalive is not None
+            and keepalive != "lease"
+            and not (type(keepalive) in (int, float) and keepalive > 0)
+        ):
+            raise ConfigError(f'keepalive: seconds (> 0), "lease" or None, not {keepalive!r}')
         super().__init__(
             cwd=cwd,
             env=env,
@@ -277,6 +294,18 @@ class SSHSession(ShellOptions):
         ``False`` connects directly (one process and one copy of each byte less): the
         remote command of a stopped process then runs on."""
         self._relay: Relay | None = None
+        self.keepalive = keepalive
+
+    def _keepalive(self) -> float | None:
+        """The keepalive of a command starting now (see the class's ``keepalive``). Under a
+        lease, two thirds of it: the host may have last heard from this process up to a
+        third of a lease before it was cut off, and the heartbeat sidecar may have last
+        renewed the lease up to a third of one before; the command then ends before the
+        lease can run out and another runner take the run over."""
+        if self.keepalive == "lease":
+            ttl = LEASE_TTL.get()
+            return None if ttl is None else ttl * 2 / 3
+        return self.keepalive
 
     def __repr__(self) -> str:
         return f"SSHSession({self.credentials.target}, cwd={self._cwd!r})"
@@ -387,7 +416,8 @@ class SSHSession(ShellOptions):
             pid_marker=self._pid_marker,
         )
         exports = env_exports(merged) if merged else b""  # names checked before anything runs
-        script = _watched(script, self._env_end if exports else None)
+        keepalive = self._keepalive()
+        script = _watched(script, self._env_end if exports else None, keepalive)
         logger.debug("run on %s: %s", self.credentials.target, preview(command, self._redact))
         loop = asyncio.get_running_loop()
         started = time.monotonic()
@@ -403,6 +433,7 @@ class SSHSession(ShellOptions):
             # no EOF: the channel's stdin stays open while the command runs (see _watched)
         except Exception as exc:  # channel refused, connection dropped
             raise SessionError(f"cannot run a command on {self.credentials.target}: {exc}") from exc
+        beat = None if keepalive is None else asyncio.create_task(_keep_alive(chan, keepalive / 3))
         timed_out = pipes_held = False
         try:
             try:
@@ -415,6 +446,8 @@ class SSHSession(ShellOptions):
             except TimeoutError:
                 pipes_held = not timed_out
         finally:
+            if beat is not None:
+                beat.cancel()
             if not capture.exited.done():  # cancelled: best effort, do not wait long
                 await _quietly(self._signal_group(conn, capture.pid, "KILL"), 2.0)
             chan.close()
@@ -503,7 +536,7 @@ class SSHSession(ShellOptions):
             logger.debug("could not signal remote process group %d: %s", pid, exc)
 
 
-def _watched(script: str, env_end: bytes | None) -> str:
+def _watched(script: str, env_end: bytes | None, keepalive: float | None = None) -> str:
     """The remote script, after a prelude that ties the command to the channel.
 
     A command must not outlive the process that started it: killed, it can no longer see
@@ -515,6 +548,15 @@ def _watched(script: str, env_end: bytes | None) -> str:
     process group, if its shell still runs (a command that ended left its background
     processes, as ``LocalSession`` does). The command itself gets ``/dev/null`` as stdin.
 
+    A connection that does not drop but goes silent (this machine lost or cut off, this
+    process stopped) ends nothing, until TCP gives up, hours later. With ``keepalive`` the
+    watcher also keeps a timer (a subshell sleeping that many seconds, then killing the
+    group) and starts it again at each line this side sends (every third of it): a host
+    that stops hearing from this process kills the command when the timer runs out.
+    POSIX ``sh`` has no ``read -t``, hence the timer. Its ``sleep`` gets a fraction of a
+    second where it has one (POSIX asks only for whole seconds: a ``sleep`` that refuses it
+    fails at once, and a timer whose ``sleep`` failed kills nothing).
+
     With ``env_end`` the ``export`` lines (:func:`env_exports`) arrive first on stdin,
     read up to a line ``env_end`` (not up to EOF, which no longer comes).
     """
@@ -524,11 +566,28 @@ def _watched(script: str, env_end: bytes | None) -> str:
             f'_t_e=; while IFS= read -r _t_l && [ "$_t_l" != {env_end.decode()} ]; do _t_e="$_t_e$_t_l\n"; '
             'done; eval "$_t_e"; unset _t_e _t_l'
         )
-    lines.append(
-        "exec 3<&0 </dev/null; { while read -r _t_l; do :; done; kill -0 $$ && kill -s KILL -- -$$; } "
-        "<&3 >/dev/null 2>&1 & exec 3<&-"
-    )
+    kill = "kill -0 $$ && kill -s KILL -- -$$"
+    if keepalive is None:
+        watcher = f"while read -r _t_l; do :; done; {kill}"
+        lines.append(f"exec 3<&0 </dev/null; {{ {watcher}; }} <&3 >/dev/null 2>&1 & exec 3<&-")
+    else:
+        timer = (
+            f"_t_t() {{ {{ trap 'kill $_t_s 2>/dev/null; exit' TERM; sleep {keepalive:.3f} & _t_s=$!; "
+            f"wait $_t_s && {kill}; }} </dev/null & _t_k=$!; }}"
+        )
+        lines.append(
+            f"exec 3<&0 </dev/null; {{ {timer}; _t_t; while read -r _t_l; do kill $_t_k; _t_t; done; "
+            f"kill $_t_k; {kill}; }} <&3 >/dev/null 2>&1 & exec 3<&-"
+        )
     return "\n".join(lines) + "\n" + script
+
+
+async def _keep_alive(chan: Any, interval: float) -> None:
+    """A line on a running command's stdin every ``interval`` seconds (see :func:`_watched`)."""
+    with contextlib.suppress(Exception):  # the channel closed: nothing more to keep alive
+        while True:
+            await asyncio.sleep(interval)
+            chan.write(b"\n")
 
 
 async def _quietly(awaitable: Any, limit: float) -> None:
