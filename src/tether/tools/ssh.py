@@ -248,7 +248,9 @@ class SSHSession(ShellOptions):
             its standard input every third of that. ``"lease"`` (the default): two thirds
             of the lease of the run the command runs under, and never for a command outside
             a leased run (nobody else can run its step then). ``None``: never; the command
-            then runs on until the host's sshd drops the connection.
+            then runs on until the host's sshd drops the connection. The lines come from
+            this process's event loop: a step that blocks the loop or holds the GIL that
+            long while its command runs has the command killed.
     """
 
     def __init__(
