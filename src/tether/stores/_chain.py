@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from tether.errors import CheckpointCorrupt
 from tether.state.context import Changes
 from tether.state.model import (
     NO_CHAIN,
@@ -382,7 +383,9 @@ class ChainEngine:
                     bodies.append(body)
                     continue
                 decoded = self.codec.decode(data, run_id=run_id, version=at)
-                bodies.extend(split_segment(decoded) if lv else [decoded])
+                if lv and segment_length(decoded, run_id=run_id, version=at) != count:
+                    raise CheckpointCorrupt("segment row is damaged", run_id=run_id, version=at)
+                bodies.append(decoded)  # a segment is packed by its ops, not split first
                 at += count
             return first, level, self.codec.encode(pack_segment(first, bodies, level))
         finally:
