@@ -147,7 +147,7 @@ def _take_segment(
     ``pack_segment`` is packing; returns the index after its last version. Its appends
     join the ones before them of the same key, as its versions' own appends one by one
     would (a merged append's marks moved by ``base`` versions and by the items before)."""
-    count = seg["n"]
+    count: int = seg["n"]
     before = len(executed)
     executed.extend(seg["executed"])
     if "ends" in seg:
