@@ -185,3 +185,35 @@ def test_appends_of_merged_segments_join_into_one_op_with_their_marks_moved():
         [0, 1, [0, 0, 1, 1, 2, 2, 3, 3, 4, 4], 0, struct.pack("<10I", 0, 2, 1, 4, 2, 6, 3, 8, 4, 10)]
     ]
     assert merged["names"] == ["messages", "append"] and merged["n"] == 5 and "ends" not in merged
+
+
+def test_a_seal_decodes_its_carriers_without_checking_their_checksum_again(monkeypatch):
+    """The rows a seal packs are bytes the store encoded or checked as it read them (its
+    carriers, kept in memory since): their CRC is not computed a second time."""
+    from tether.state import serde
+    from tether.state.serde import Codec
+    from tether.stores._chain import ChainEngine
+    from tether.stores.policies import CompactionPolicy
+
+    codec = Codec()
+    engine = ChainEngine(codec, CompactionPolicy(seal_versions=4), seals=True, splits_state=False)
+    deltas = [
+        {"v": 2, "kind": "delta", "node": "n", "status": "running", "ts": float(i), "meta": {},
+         "executed": [], "ops": [["messages", "append", [i]]]}
+        for i in range(4)
+    ]  # fmt: skip
+    tail = [(codec.encode(body), 1, 0) for body in deltas[:3]]
+    payload = codec.encode(deltas[3])
+
+    def checked(data: bytes) -> None:
+        raise AssertionError("a carrier's checksum computed again")
+
+    monkeypatch.setattr(serde, "_checked", checked)
+    monkeypatch.setattr(serde, "_unpack_checked", checked)
+    first, level, packed = engine.seal("r", 4, tail, payload, deltas[3])
+    monkeypatch.undo()
+    assert (first, level) == (2, 1)
+    seg = codec.decode(packed)  # the segment itself carries a checksum, checked here
+    state: dict[str, Any] = {"messages": []}
+    apply_segment(state, [], seg, 4)
+    assert state == {"messages": [0, 1, 2, 3]}
