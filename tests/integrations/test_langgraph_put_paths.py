@@ -93,3 +93,31 @@ def test_a_put_after_another_process_wrote_the_thread_reloads_and_stores_its_own
         third = _put(a, "t", second, mine, 3)
         _put(a, "t", third, [*mine, AIMessage(content="m4", id="m4")], 4)  # A's cache is current again
     assert [x.content for x in _stored(url, "t")] == ["m0", "m1", "m2", "m3", "m4"]
+
+
+def test_writes_of_older_checkpoints_are_dropped_once_their_bytes_are_worth_it(tmp_path: Path) -> None:
+    """The writes of checkpoints before the previous one stay until dropping them pays: a
+    few small ones stay, one big one (over 32 KB of pending writes) goes at the next put."""
+    from tether.integrations.langgraph._layout import ns_key
+    from tether.sync import open_store_sync
+
+    url = f"sqlite:///{tmp_path}/t.db"
+    msgs = [AIMessage(content="m0", id="m0")]
+
+    def writes_of(ids: list[str]) -> list[str]:
+        with open_store_sync(url) as store:
+            cp = store.load(ns_key("t", ""))
+            assert cp is not None
+            return [i for i in ids if any(e[0] == i for e in cp.state.get("w") or [])]
+
+    with TetherSaver.from_url(url, flush_delay=None) as saver:
+        ids = [_put(saver, "t", None, msgs, 1)]
+        for n, size in ((2, 10), (3, 10), (4, 40_000), (5, 10)):
+            cfg = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": ids[-1]}}
+            saver.put_writes(cfg, [("note", "x" * size)], f"task{n}")  # type: ignore[arg-type]
+            ids.append(_put(saver, "t", ids[-1], msgs, n))
+            if n == 3:
+                assert writes_of(ids) == ids[0:2]  # the small writes of an older one: kept
+            if n == 4:
+                assert writes_of(ids) == ids[2:3]  # over 32 KB pending: the older ones went
+    assert writes_of(ids) == ids[3:4]  # and the big one once it is older

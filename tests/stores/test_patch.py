@@ -160,3 +160,20 @@ def test_a_value_that_changes_whole_is_stored_whole_and_patched_again_once_it_gr
         ops, values, _ = patch_ops((("rec", "set", {"blob": b"", "log": list(items)}),), values)
         kinds.append(ops[0][1])
     assert kinds[-1] == PATCH and kinds.index(PATCH) <= SKIP, kinds
+
+
+def test_an_overwrite_forgets_the_entries_known_under_it_and_an_append_forgets_the_value():
+    """A key merged entry by entry, then overwritten whole, then merged again: its entries
+    known from before the overwrite are not taken as still there (the merge writes them)."""
+    entry = {"text": "x" * 40}
+    ops, known, _ = patch_ops((("cfg", "merge", {"a": entry, "b": entry}),), None)
+    assert set(known) == {("cfg", "a"), ("cfg", "b")}
+    ops, known, _ = patch_ops((("cfg", "merge", {"a": entry}),), known)
+    assert ops == []  # the same entry again: nothing to store
+    ops, known, _ = patch_ops((("cfg", "set", {"z": 1}),), known)
+    assert ("cfg", "a") not in known and ("cfg", "b") not in known
+    ops, known, _ = patch_ops((("cfg", "merge", {"a": entry}),), known)
+    assert ops == [["cfg", "merge", {"a": entry}]]
+    value = ["y" * 40]
+    ops, known, _ = patch_ops((("log", "set", value), ("log", "append", ["z"]), ("log", "set", value)), None)
+    assert [op[1] for op in ops] == ["set", "append", "set"] and ("log",) in known

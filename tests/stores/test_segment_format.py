@@ -134,3 +134,86 @@ def test_consecutive_appends_of_a_key_become_one_op():
     assert seg["executed"] == ["n0", "n1", "n2", "n3", "n4"]
     assert seg["ends"] == struct.pack("<5I", 1, 2, 3, 4, 5) and seg["ts"] == struct.pack("<5d", 0, 1, 2, 3, 4)
     assert deltas[0]["ops"][0][2] == [0]  # the first delta's list was copied, not extended
+
+
+@settings(max_examples=300, deadline=None)
+@given(bodies, bodies, bodies, st.integers(1, 3))
+def test_segments_packed_whole_into_a_merged_one_replay_as_their_deltas(a, b, c, level):
+    """A merge packs decoded segments by their ops (never split into versions first): the
+    segment it makes replays, whole and up to every version, as all the deltas one by one,
+    and splits back into each version's head."""
+    deltas = [*a, *b, *c]
+    assume(_valid(deltas))
+    original = copy.deepcopy(deltas)
+    parts = (
+        [_roundtrip(pack_segment(4, a)), *b[:1], _roundtrip(pack_segment(5 + len(a), b[1:]))]
+        if len(b) > 1
+        else [
+            _roundtrip(pack_segment(4, a)),
+            *b,
+        ]
+    )
+    parts.append(_roundtrip(pack_segment(0, c)) if len(c) > 1 else c[0])
+    kept = copy.deepcopy(parts)
+    merged = pack_segment(4, parts, level + 1)
+    assert deltas == original and parts == kept  # the parts are not changed
+    assert merged["n"] == len(deltas) and merged["lv"] == level + 1
+    seg = _roundtrip(merged)
+    for count in range(1, len(deltas) + 1):
+        state, executed = {"messages": ["old"]}, ["n0"]
+        head = apply_segment(state, executed, _roundtrip(seg), count)
+        want_state, want_executed = _replay_each({"messages": ["old"]}, deltas[:count])
+        assert (state, executed) == (want_state, ["n0", *want_executed]), count
+        assert head == {k: deltas[count - 1][k] for k in ("node", "status", "ts", "meta")}
+    for got, want in zip(split_segment(seg), deltas, strict=True):
+        assert {k: got[k] for k in ("node", "status", "ts", "meta", "executed")} == {
+            k: want[k] for k in ("node", "status", "ts", "meta", "executed")
+        }
+    # the same ops as a merge of the versions split one by one (what a merge packed before)
+    assert merged == pack_segment(4, deltas, level + 1)
+
+
+def test_appends_of_merged_segments_join_into_one_op_with_their_marks_moved():
+    def delta(i: int) -> dict[str, Any]:
+        return {"node": "n", "status": "running", "ts": float(i), "meta": {}, "executed": [],
+                "ops": [["messages", "append", [i, i]]]}  # fmt: skip
+
+    first = _roundtrip(pack_segment(1, [delta(0), delta(1)]))
+    second = _roundtrip(pack_segment(3, [delta(2), delta(3)]))
+    merged = pack_segment(1, [first, second, delta(4)], 2)
+    assert merged["ops"] == [
+        [0, 1, [0, 0, 1, 1, 2, 2, 3, 3, 4, 4], 0, struct.pack("<10I", 0, 2, 1, 4, 2, 6, 3, 8, 4, 10)]
+    ]
+    assert merged["names"] == ["messages", "append"] and merged["n"] == 5 and "ends" not in merged
+
+
+def test_a_seal_decodes_its_carriers_without_checking_their_checksum_again(monkeypatch):
+    """The rows a seal packs are bytes the store encoded or checked as it read them (its
+    carriers, kept in memory since): their CRC is not computed a second time."""
+    from tether.state import serde
+    from tether.state.serde import Codec
+    from tether.stores._chain import ChainEngine
+    from tether.stores.policies import CompactionPolicy
+
+    codec = Codec()
+    engine = ChainEngine(codec, CompactionPolicy(seal_versions=4), seals=True, splits_state=False)
+    deltas = [
+        {"v": 2, "kind": "delta", "node": "n", "status": "running", "ts": float(i), "meta": {},
+         "executed": [], "ops": [["messages", "append", [i]]]}
+        for i in range(4)
+    ]  # fmt: skip
+    tail = [(codec.encode(body), 1, 0) for body in deltas[:3]]
+    payload = codec.encode(deltas[3])
+
+    def checked(data: bytes) -> None:
+        raise AssertionError("a carrier's checksum computed again")
+
+    monkeypatch.setattr(serde, "_checked", checked)
+    monkeypatch.setattr(serde, "_unpack_checked", checked)
+    first, level, packed = engine.seal("r", 4, tail, payload, deltas[3])
+    monkeypatch.undo()
+    assert (first, level) == (2, 1)
+    seg = codec.decode(packed)  # the segment itself carries a checksum, checked here
+    state: dict[str, Any] = {"messages": []}
+    apply_segment(state, [], seg, 4)
+    assert state == {"messages": [0, 1, 2, 3]}

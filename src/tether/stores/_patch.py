@@ -75,25 +75,28 @@ def patch_ops(ops: tuple[Any, ...], values: Values | None) -> tuple[list[list[An
     appends, a merge's entries and the runtime's part counted by what they replace, its
     event log being appended)."""
     known: Values = dict(values) if values else {}
+    # the paths with known paths under them: the others have none to forget (a scan of
+    # every known path per op was a third of the work, for the few keys ever merged)
+    under = {path[:n] for path in known for n in range(1, len(path))}
     out: list[list[Any]] = []
     rewrite = 0
     for key, op, arg in ops:
         if op == "set":
-            p, size = _overwrite(known, (key,), arg)  # as of the ops before this one
+            p, size = _overwrite(known, under, (key,), arg)  # as of the ops before this one
             if p is None:
                 continue  # the same value again: nothing to store
             rewrite += size
             out.append([key, op, arg] if p is False else [key, PATCH, p])
         elif (op == "merge" or op == RESERVED_OP) and type(arg) is dict and arg:
             known.pop((key,), None)
-            kept, patches, size = _entries(known, (key,), arg, reserved=op == RESERVED_OP)
+            kept, patches, size = _entries(known, under, (key,), arg, reserved=op == RESERVED_OP)
             if kept:
                 out.append([key, op, kept])
             if patches:
                 out.append([key, PATCH, [_DICT, patches]])
             rewrite += size
         else:
-            _drop(known, key)
+            _forget(known, under, (key,))
             out.append([key, op, arg])
             if op != "append" and op != "add":  # (appends are growth)
                 rewrite += sized(arg)
@@ -101,7 +104,7 @@ def patch_ops(ops: tuple[Any, ...], values: Values | None) -> tuple[list[list[An
 
 
 def _entries(
-    known: Values, at: tuple[str, ...], arg: dict[str, Any], *, reserved: bool
+    known: Values, under: set[tuple[str, ...]], at: tuple[str, ...], arg: dict[str, Any], *, reserved: bool
 ) -> tuple[dict[str, Any], dict[str, Any], int]:
     """A merge's entries split into those written as they are and those patched."""
     kept: dict[str, Any] = {}
@@ -110,19 +113,19 @@ def _entries(
     for name, value in arg.items():
         if reserved and (name == EVENT_LOG or (name == ROUTE and type(value) is list)):
             # appended (the event log) or applied (a routing step) by the reducer: a delta already
-            _drop(known, *at, name)
+            _forget(known, under, (*at, name))
             kept[name] = value
             continue
         if reserved and name == TODO and type(value) is dict:
             known.pop((*at, name), None)
-            items, item_patches, n = _entries(known, (*at, name), value, reserved=False)
+            items, item_patches, n = _entries(known, under, (*at, name), value, reserved=False)
             size += n
             if items:
                 kept[name] = items
             if item_patches:
                 patches[name] = [_DICT, item_patches]
             continue
-        p, n = _overwrite(known, (*at, name), value)
+        p, n = _overwrite(known, under, (*at, name), value)
         if p is None:
             continue
         size += n
@@ -133,15 +136,19 @@ def _entries(
     return kept, patches, size
 
 
-def _overwrite(known: Values, path: tuple[str, ...], value: Any) -> tuple[Any, int]:
+def _overwrite(
+    known: Values, under: set[tuple[str, ...]], path: tuple[str, ...], value: Any
+) -> tuple[Any, int]:
     """How to store ``value`` at ``path``: ``(patch, its size)``, ``(None, 0)`` when it is
-    the value known there, ``(False, its size)`` to store it whole; ``known`` is updated."""
-    held = known.get(path)
-    _drop(known, *path)
+    the value known there, ``(False, its size)`` to store it whole; ``known`` is updated
+    (and ``under``, the paths with known paths under them)."""
+    held = _forget(known, under, path)
     packed, size = _pack(value)
     if packed is None:
         return False, sized(value) if size is None else size
-    old, misses = held if isinstance(held, tuple) else (held, 0)
+    if len(path) > 1:
+        under.update(path[:n] for n in range(1, len(path)))
+    old, misses = held if type(held) is tuple else (held, 0)
     if old == packed:
         known[path] = (packed, misses) if misses else packed
         return None, 0
@@ -161,16 +168,16 @@ def sized(value: Any) -> int:
     return len(ormsgpack.packb(value, default=str, option=_OPTS))
 
 
-def _drop(known: Values, *prefix: str) -> None:
-    """Forget every known value at or under ``prefix`` (its value changed in a way not tracked)."""
-    if len(prefix) == 1:  # a key's own paths: no tuple sliced per path (most calls)
-        key = prefix[0]
-        gone = [p for p in known if p[0] == key]
-    else:
-        n = len(prefix)
-        gone = [p for p in known if p[:n] == prefix]
-    for path in gone:
-        del known[path]
+def _forget(known: Values, under: set[tuple[str, ...]], path: tuple[str, ...]) -> Any:
+    """Forget every known value at or under ``path`` (its value changed in a way not
+    tracked); returns the one at ``path`` (None when none was). ``under``: the paths with
+    known paths under them (a path stays in it once forgotten: it then costs a scan)."""
+    held = known.pop(path, None)
+    if path in under:
+        n = len(path)
+        for gone in [p for p in known if p[:n] == path]:
+            del known[gone]
+    return held
 
 
 def _pack(value: Any) -> tuple[bytes | None, int | None]:

@@ -62,7 +62,12 @@ SEGMENT_SCHEMA = 2
 
 
 def pack_segment(first: int, bodies: list[dict[str, Any]], level: int = 1) -> dict[str, Any]:
-    """One segment payload for the delta bodies of versions ``first``, ``first + 1``…
+    """One segment payload for the versions ``first``, ``first + 1``… of ``bodies``, in
+    order: delta bodies (one version each) and decoded segments (their ``n`` versions each).
+
+    A segment is taken in whole, by its ops (grouped by key, version order within a key,
+    as this packs them), not split into one body per version first: a merge of segments
+    then costs per op it keeps, not per version's op twice (split, then packed again).
 
     The bodies' own lists are not changed: a merged append gets a list of its own (a
     body's ops may be the live state's objects, for a delta not yet encoded)."""
@@ -70,9 +75,21 @@ def pack_segment(first: int, bodies: list[dict[str, Any]], level: int = 1) -> di
     last_of: dict[str, list[Any]] = {}
     executed: list[str] = []
     ends: list[int] = []
-    for i, body in enumerate(bodies):
+    nodes: list[Any] = []
+    statuses: list[Any] = []
+    metas: list[Any] = []
+    times: list[float] = []
+    i = 0  # the version index (in the new segment) of the body's first version
+    for body in bodies:
+        if body.get("kind") == "segment":
+            i = _take_segment(body, i, ops, last_of, executed, ends, (nodes, statuses, metas, times))
+            continue
         executed.extend(body.get("executed") or ())
         ends.append(len(executed))
+        nodes.append(body.get("node"))
+        statuses.append(body["status"])
+        metas.append(body.get("meta") or {})
+        times.append(body["ts"])
         for key, op, arg in body["ops"]:
             prev = last_of.get(key)
             if (
@@ -91,16 +108,17 @@ def pack_segment(first: int, bodies: list[dict[str, Any]], level: int = 1) -> di
             entry = [key, op, arg, i]
             ops.append(entry)
             last_of[key] = entry
+        i += 1
     seg: dict[str, Any] = {
         "v": SCHEMA_VERSION,
         "kind": "segment",
         "first": first,
-        "n": len(bodies),
+        "n": i,
         "lv": level,
-        "node": _column([b.get("node") for b in bodies]),
-        "status": _column([b["status"] for b in bodies]),
-        "meta": _column([b.get("meta") or {} for b in bodies]),
-        "ts": _floats([b["ts"] for b in bodies]),
+        "node": _column(nodes),
+        "status": _column(statuses),
+        "meta": _column(metas),
+        "ts": _floats(times),
         "executed": executed,
         "ops": ops,
     }
@@ -114,6 +132,62 @@ def pack_segment(first: int, bodies: list[dict[str, Any]], level: int = 1) -> di
     if executed:
         seg["ends"] = _counts(ends)
     return seg
+
+
+def _take_segment(
+    seg: dict[str, Any],
+    base: int,
+    ops: list[list[Any]],
+    last_of: dict[str, list[Any]],
+    executed: list[str],
+    ends: list[int],
+    columns: tuple[list[Any], list[Any], list[Any], list[float]],
+) -> int:
+    """Add a decoded segment's versions, from version index ``base``, to what
+    ``pack_segment`` is packing; returns the index after its last version. Its appends
+    join the ones before them of the same key, as its versions' own appends one by one
+    would (a merged append's marks moved by ``base`` versions and by the items before)."""
+    count: int = seg["n"]
+    before = len(executed)
+    executed.extend(seg["executed"])
+    if "ends" in seg:
+        ends.extend([before + end for end in _numbers(seg["ends"], "I")])
+    else:
+        ends.extend([before] * count)
+    nodes, statuses, metas, times = columns
+    for column, values in ((seg["node"], nodes), (seg["status"], statuses), (seg["meta"], metas)):
+        values.extend(column if type(column) is list else [column] * count)
+    times.extend(_numbers(seg["ts"], "d"))
+    names = seg.get("names")
+    for entry in seg["ops"]:
+        key, op, arg, i = entry[0], entry[1], entry[2], entry[3]
+        if names is not None:
+            key, op = names[key], names[op]
+        marks = _numbers(entry[4], "I") if len(entry) == 5 else (i, len(arg) if type(arg) is list else 0)
+        prev = last_of.get(key)
+        if (
+            op == "append"
+            and prev is not None
+            and prev[1] == "append"
+            and type(arg) is list
+            and type(prev[2]) is list
+        ):
+            if len(prev) == 4:
+                prev[2] = list(prev[2])
+                prev.append([prev[3], len(prev[2])])
+            at = len(prev[2])
+            prev[2].extend(arg)
+            for k in range(0, len(marks), 2):
+                prev[4] += (base + marks[k], at + marks[k + 1])
+            continue
+        if len(entry) == 5:
+            moved = [m + base if k % 2 == 0 else m for k, m in enumerate(marks)]
+            new = [key, op, list(arg), base + i, moved]
+        else:
+            new = [key, op, arg, base + i]
+        ops.append(new)
+        last_of[key] = new
+    return base + count
 
 
 def _floats(values: list[float]) -> bytes:

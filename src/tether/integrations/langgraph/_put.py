@@ -28,7 +28,6 @@ from tether.integrations.langgraph._space import (
     RECENT,
     Batch,
     Space,
-    write_size,
 )
 from tether.integrations.langgraph._spaces import Spaces
 from tether.state import ExecutionContext
@@ -176,12 +175,16 @@ class Puts:
         pending: list[Any] = ctx.get("w") or []
         # The previous checkpoint's writes stay in this version too: those that waited for
         # this put are stored only here (see ``_state_of``).
-        previous = ix[-1][0] if ix else None
-        kept = [e for e in pending if e[0] in (cid, previous) or e[0] not in n.pos]
+        live = (cid, ix[-1][0] if ix else None)
+        pos = n.pos
+        kept = [e for e in pending if e[0] in live or e[0] not in pos]
         dead = len(pending) - len(kept)
         # Reads pick writes by checkpoint id, so older ones may stay a while: dropping them
-        # rewrites the live ones, so it waits until they are worth it.
-        if dead >= DROP_WRITES or (dead and sum(map(write_size, pending)) > DROP_WRITE_BYTES):
+        # rewrites the live ones, so it waits until they are worth it (their bytes summed
+        # inline: a call per write was most of this put's own work on a chat's writes).
+        if dead >= DROP_WRITES or (
+            dead and sum([len(e[5]) for e in pending if e[4] != REF]) > DROP_WRITE_BYTES
+        ):
             ctx.put_trusted("w", kept)
         run_id = metadata.get("run_id")
         if run_id is not None and str(run_id) != ctx.get("r"):

@@ -20,7 +20,6 @@ __all__ = [
     "as_ref",
     "running_loop",
     "write_key",
-    "write_size",
 ]
 
 ATTEMPTS = 3
@@ -30,10 +29,6 @@ RECENT = 16
 NOTE_BYTES = 16 * 1024
 """Replaced values up to this size are kept for a one-read time travel; larger ones are
 not stored twice (that read then takes two loads)."""
-
-
-def write_size(entry: list[Any]) -> int:
-    return len(entry[5]) if entry[4] != REF else 0
 
 
 Batch = tuple[str, dict[str, Any], bool]
