@@ -46,8 +46,10 @@ from tether.errors import CheckpointCorrupt, ConfigError, DecryptionError
 __all__ = [
     "SCHEMA_CHANGES",
     "SCHEMA_VERSION",
+    "CheckedRow",
     "Codec",
     "decode_plain",
+    "frame_crc",
     "generate_key",
     "is_plain",
     "pack_plain",
@@ -107,6 +109,40 @@ def _checked(data: bytes) -> bytes | memoryview | None:
     if zlib.crc32(body, zlib.crc32(data[:4])) != int.from_bytes(data[4:8], "little"):
         return None
     return body
+
+
+class CheckedRow(bytearray):
+    """A stored payload in a buffer its reader filled piece by piece, in order, with the
+    CRC-32 of its frame computed meanwhile (:func:`frame_crc`): ``crc``, or None when the
+    pieces did not come in order (the codec then computes it, as for any row).
+
+    A backend reading a big row in slices waits for each one; computing the check on the
+    slices as they come costs nothing then, where the codec would run one more pass over
+    the whole row once it is there. The codec still compares ``crc`` with the one the frame
+    carries, so a row whose bytes were altered fails exactly as when it computes the CRC
+    itself. Never changed once filled (a changed buffer would no longer match ``crc``)."""
+
+    __slots__ = ("crc",)
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.crc: int | None = None
+
+
+def frame_crc(part: bytes | memoryview, crc: int | None = None) -> int:
+    """The CRC-32 a format-2 frame carries, computed over its bytes piece by piece: ``part``
+    the frame's first bytes (``crc`` None; at least its 8-byte header), or the bytes that
+    follow the pieces given before (``crc``: what this returned for those)."""
+    if crc is None:
+        view = memoryview(part)
+        return zlib.crc32(view[_CRC_HEAD:], zlib.crc32(view[:4]))
+    return zlib.crc32(part, crc)
+
+
+def _prechecked(data: bytes) -> bool:
+    """Whether ``data`` is a :class:`CheckedRow` whose reader's CRC equals its frame's."""
+    crc = getattr(data, "crc", None)
+    return crc is not None and crc == int.from_bytes(data[4:8], "little")
 
 
 def _fast_pack(payload: Any) -> bytes:
@@ -266,9 +302,11 @@ def decode_plain(data: bytes, *, vouched: bool = False) -> dict[str, Any] | None
     any key. ``Codec._decode_all`` inlines these checks for a chain's rows: change both.
 
     ``vouched``: the caller compared ``data`` byte for byte with bytes that passed this
-    check before (see ``ChainEngine``), so its CRC is not computed again."""
+    check before (see ``ChainEngine``), so its CRC is not computed again; nor is that of a
+    :class:`CheckedRow` whose reader computed it as the bytes came (compared all the same)."""
     body: bytes | memoryview | None
     if data[:4] == _CRC_PLAIN:
+        vouched = vouched or _prechecked(data)
         if not vouched and len(data) >= _OVERLAP_BYTES:
             payload = _unpack_checked(data)
             if type(payload) is dict:
@@ -553,7 +591,8 @@ class Codec:
         for data, version, known in zip(payloads, vs, vouched, strict=True):
             if data[:4] == _CRC_PLAIN and len(data) < _BULK_BYTES:
                 body = data[_CRC_HEAD:]
-                if known or crc32(body, crc_plain) == int.from_bytes(data[4:8], "little"):
+                stored = int.from_bytes(data[4:8], "little")
+                if known or getattr(data, "crc", None) == stored or crc32(body, crc_plain) == stored:
                     try:
                         payload = unpackb(body, ext_hook=hook)
                     except Exception:

@@ -43,6 +43,12 @@ __all__ = ["RedisBackend", "RedisStore"]
 
 logger = logging.getLogger("tether.stores.redis")
 
+READ_SIZE = 1 << 20
+"""The blocking twin's socket reads, unless told otherwise (``socket_read_size``): redis-py
+reads 64 KiB at a time and hands each read to its reply parser, so a 1 MB chain took some
+40 reads and parser calls (400 at 10 MB); a read takes what the socket holds, up to this.
+One buffer of this size per connection of the twin (it keeps one for its calls)."""
+
 
 class RedisBackend:
     """Checkpoints in Redis, with key TTLs as the expiry policy.
@@ -103,6 +109,7 @@ class RedisBackend:
         from tether.stores.redis.sync_client import SyncRedisClient
 
         def client(url: str, **kwargs: Any) -> Any:
+            kwargs.setdefault("socket_read_size", READ_SIZE)
             return SyncRedisClient(redis.Redis.from_url(url, **kwargs))
 
         return cls._on_new_client(url, prefix, options, client)
