@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from typing import Any
 
 from tests.server.conftest import live, new_id, serve
@@ -101,18 +102,25 @@ async def test_unknown_run_is_a_404_problem_on_every_run_route(api):
 
 
 async def test_list_filters_by_status_and_time_and_pages(api):
-    """Status and updatedAfter filters apply, and pages do not overlap."""
+    """Status and updatedAfter filters apply, and pages do not overlap. The pages are taken
+    within the time this test's runs were written: a shared server's store holds other
+    tests' runs, and one written meanwhile would move the pages' offsets."""
     client, app = api
     tag = new_id("list")
     ids = [f"{tag}-{i}" for i in range(5)]
+    start = dt.datetime.now(dt.UTC) - dt.timedelta(milliseconds=1)
     for rid in ids:
         await paused_run(app, rid)
     await app.state.store.set_status(ids[0], "CANCELLED")
+    window = {
+        "updatedAfter": start.isoformat(),
+        "updatedBefore": (dt.datetime.now(dt.UTC) + dt.timedelta(milliseconds=1)).isoformat(),
+    }
     seen: list[str] = []
     offset: int | None = 0
     while offset is not None:
         page = (
-            await client.get("/api/runs", params={"status": "PAUSED", "limit": 2, "offset": offset})
+            await client.get("/api/runs", params={"status": "PAUSED", "limit": 2, "offset": offset, **window})
         ).json()
         seen += [r["runId"] for r in page["items"] if r["runId"].startswith(tag)]
         assert len(page["items"]) <= 2
