@@ -91,17 +91,8 @@ def pack_segment(first: int, bodies: list[dict[str, Any]], level: int = 1) -> di
         metas.append(body.get("meta") or {})
         times.append(body["ts"])
         for key, op, arg in body["ops"]:
-            prev = last_of.get(key)
-            if (
-                op == "append"
-                and prev is not None
-                and prev[1] == "append"
-                and type(arg) is list
-                and type(prev[2]) is list
-            ):
-                if len(prev) == 4:  # the first merge: the items become the segment's own list
-                    prev[2] = list(prev[2])
-                    prev.append([prev[3], len(prev[2])])
+            prev = _joins(last_of.get(key), op, arg)
+            if prev is not None:
                 prev[2].extend(arg)
                 prev[4] += (i, len(prev[2]))
                 continue
@@ -134,6 +125,19 @@ def pack_segment(first: int, bodies: list[dict[str, Any]], level: int = 1) -> di
     return seg
 
 
+def _joins(prev: list[Any] | None, op: str, arg: Any) -> list[Any] | None:
+    """``prev`` (the key's last entry) when an ``append`` of ``arg`` joins it, its items
+    then the segment's own list with its first mark (at the first join); else None."""
+    if op != "append" or prev is None or prev[1] != "append" or type(arg) is not list:
+        return None
+    if type(prev[2]) is not list:
+        return None
+    if len(prev) == 4:  # the first join: the items become the segment's own list
+        prev[2] = list(prev[2])
+        prev.append([prev[3], len(prev[2])])
+    return prev
+
+
 def _take_segment(
     seg: dict[str, Any],
     base: int,
@@ -164,17 +168,8 @@ def _take_segment(
         if names is not None:
             key, op = names[key], names[op]
         marks = _numbers(entry[4], "I") if len(entry) == 5 else (i, len(arg) if type(arg) is list else 0)
-        prev = last_of.get(key)
-        if (
-            op == "append"
-            and prev is not None
-            and prev[1] == "append"
-            and type(arg) is list
-            and type(prev[2]) is list
-        ):
-            if len(prev) == 4:
-                prev[2] = list(prev[2])
-                prev.append([prev[3], len(prev[2])])
+        prev = _joins(last_of.get(key), op, arg)
+        if prev is not None:
             at = len(prev[2])
             prev[2].extend(arg)
             for k in range(0, len(marks), 2):
