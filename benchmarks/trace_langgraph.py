@@ -1,0 +1,268 @@
+"""Where a LangGraph graph step on TetherSaver spends its time: the graph's own thread against
+the puts LangGraph hands to its background thread, for TetherSaver and for the floors of
+``bench_langgraph`` (a checkpointer that stores nothing but serialises the step's delta and
+makes one raw durable write).
+
+    PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py                  # 1 MB, timeline
+    PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --callgrind      # instructions per step
+    PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --sizes 10MB --only tether
+
+The graph, chat and savers are ``bench_langgraph``'s. Two views, neither with targets: they
+say why ``bench_langgraph``'s step ratios are what they are, so that a change can be aimed.
+
+* Timeline (default): per invoke of ``--steps`` steps, when the graph's last node ran against
+  when the invoke returned, how many of the puts started only after that last node (a put
+  LangGraph's background thread could not run while the graph held the interpreter), and
+  each put's wall time and the CPU time of its thread. A put that waits for the graph's
+  thread is charged to the step whole, its database round trip included.
+* ``--callgrind``: each subject in a process of its own under valgrind's callgrind, counting
+  instructions only during one invoke (after a warm-up invoke), per thread: the graph's
+  (the main thread: LangGraph's steps and the copy a ``get_tuple`` hands out) and the rest
+  (LangGraph's background threads: the puts). Counts move by 1-4% between repeats
+  (which thread a young collection lands in, where the segment merges fall), whatever else
+  the host runs, so two versions of the put path compare on a busy host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import glob
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import bench_langgraph as bl
+from harness import Report
+
+SUBJECTS = (
+    "tether-sqlite",
+    "tether-postgres",
+    "tether-redis",
+    "floor-sqlite",
+    "floor-postgres",
+    "floor-redis",
+)
+SIZES = {"1MB": 1 << 20, "10MB": 10 << 20}
+
+
+@contextlib.contextmanager
+def opened(subject: str, tmp: Path, raw: bl.RawWrites) -> Iterator[Any]:
+    """The saver of ``subject`` (``tether-<backend>`` or ``floor-<backend>``), open."""
+    kind, backend = subject.split("-")
+    if kind == "floor":
+        yield bl.FloorSaver(lambda data: raw.write(backend, data))
+        return
+    url = {"sqlite": f"sqlite:///{tmp}/trace-{uuid.uuid4().hex[:8]}.db", "postgres": bl.PG, "redis": bl.REDIS}
+    with bl.tether_saver(url[backend]) as saver:
+        yield saver
+
+
+def seeded(saver: Any, initial: list[Any], steps: int) -> tuple[Any, dict[str, Any]]:
+    """A graph on ``saver`` and the config of a new thread holding ``initial``."""
+    graph = bl.build().compile(checkpointer=saver)
+    cfg: dict[str, Any] = {
+        "configurable": {"thread_id": f"trace-{uuid.uuid4().hex[:10]}"},
+        "recursion_limit": steps + 10,
+    }
+    graph.update_state(cfg, {"messages": initial, "left": 0}, as_node="agent")
+    flush(saver)
+    return graph, cfg
+
+
+def flush(saver: Any) -> None:
+    if hasattr(saver, "flush"):
+        saver.flush()
+
+
+class Recorder:
+    """Wraps a saver's ``put`` (an instance attribute over the class's method, as a test
+    double would) and the node's message maker, to timestamp both."""
+
+    def __init__(self, saver: Any) -> None:
+        self.puts: list[tuple[float, float, float]] = []  # start, wall, thread CPU
+        self.nodes: list[float] = []
+        put = saver.put
+
+        def timed_put(*args: Any, **kwargs: Any) -> Any:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                return put(*args, **kwargs)
+            finally:
+                self.puts.append((t0, time.perf_counter() - t0, time.thread_time() - c0))
+
+        saver.put = timed_put
+
+    def clear(self) -> None:
+        self.puts.clear()
+        self.nodes.clear()
+
+
+def timeline(report: Report, subject: str, initial: list[Any], args: argparse.Namespace, tmp: Path) -> None:
+    raw = bl.RawWrites(tmp)
+    try:
+        with opened(subject, tmp, raw) as saver:
+            rec = Recorder(saver)
+            graph, cfg = seeded(saver, initial, args.steps)
+            made = bl.message
+
+            def message(i: int) -> Any:
+                rec.nodes.append(time.perf_counter())
+                return made(i)
+
+            bl.message = message  # the node looks it up at each call
+            try:
+                rows = [one_invoke(graph, cfg, saver, rec, args.steps) for _ in range(args.invokes)]
+            finally:
+                bl.message = made
+    finally:
+        raw.close()
+    steps = args.steps
+
+    def med(i: int) -> float:
+        return statistics.median(r[i] for r in rows)
+
+    report.line(f"{subject}: step", med(0) * 1e3 / steps, "ms", note=f"median of {len(rows)} invokes")
+    report.line(
+        f"{subject}: graph's last node after",
+        med(1) * 1e3,
+        "ms",
+        note=f"invoke returned at {med(0) * 1e3:.1f} ms",
+    )
+    report.line(f"{subject}: puts started after the last node", med(2), "", note=f"of {steps + 2} puts")
+    report.line(
+        f"{subject}: put wall", med(3) * 1e3, "ms", note=f"mean; its thread's CPU {med(4) * 1e3:.3f} ms"
+    )
+    report.line(
+        f"{subject}: puts' wall per step",
+        med(5) * 1e3 / steps,
+        "ms",
+        note="waits for the interpreter included",
+    )
+
+
+def one_invoke(graph: Any, cfg: dict[str, Any], saver: Any, rec: Recorder, steps: int) -> tuple[float, ...]:
+    rec.clear()
+    gc.collect()
+    t0 = time.perf_counter()
+    graph.invoke({"left": steps}, cfg)
+    flush(saver)
+    wall = time.perf_counter() - t0
+    last = rec.nodes[-1]
+    after = sum(1 for p in rec.puts if p[0] > last)
+    return (
+        wall,
+        last - t0,
+        after,
+        statistics.mean(p[1] for p in rec.puts),
+        statistics.mean(p[2] for p in rec.puts),
+        sum(p[1] for p in rec.puts),
+    )
+
+
+# == callgrind =========================================================================
+def counted(subject: str, size: str, steps: int) -> dict[int, int]:
+    """Instructions per thread (callgrind's thread numbers, 1 the main thread) of one invoke
+    of ``subject`` in a new process under callgrind."""
+    with tempfile.TemporaryDirectory(prefix="trace-cg-") as d:
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            "--separate-threads=yes",
+            f"--callgrind-out-file={d}/cg.out",
+            sys.executable,
+            __file__,
+            "--child",
+            subject,
+            "--sizes",
+            size,
+            "--steps",
+            str(steps),
+        ]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        out: dict[int, int] = {}
+        for path in glob.glob(f"{d}/cg.out-*"):
+            thread = int(path.rsplit("-", 1)[1])
+            with open(path) as f:
+                for line in f:
+                    if line.startswith("totals:"):
+                        out[thread] = int(line.split()[1])
+        return out
+
+
+def child(subject: str, size: str, steps: int) -> None:
+    """Under callgrind: seed, warm up with one invoke, count one invoke."""
+    initial = bl.chat(SIZES[size])
+    with tempfile.TemporaryDirectory(prefix="trace-") as d:
+        raw = bl.RawWrites(Path(d))
+        try:
+            with opened(subject, Path(d), raw) as saver:
+                graph, cfg = seeded(saver, initial, steps)
+                graph.invoke({"left": steps}, cfg)  # caches, prepared statements
+                flush(saver)
+                toggle(True)
+                graph.invoke({"left": steps}, cfg)
+                flush(saver)
+                toggle(False)
+        finally:
+            raw.close()
+
+
+def toggle(on: bool) -> None:
+    cmd = ["callgrind_control", "-i", "on" if on else "off", str(os.getpid())]
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
+
+def instructions(report: Report, subject: str, size: str, steps: int) -> None:
+    threads = counted(subject, size, steps)
+    graph = threads.get(1, 0) / steps / 1e6
+    rest = sum(v for k, v in threads.items() if k != 1) / steps / 1e6
+    report.line(
+        f"{subject}: graph's thread", graph, "M instr/step", note="LangGraph's step and get_tuple's copy"
+    )
+    report.line(f"{subject}: background threads", rest, "M instr/step", note="the puts")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="1MB", help="1MB, 10MB or both (comma-separated)")
+    ap.add_argument("--steps", type=int, default=100, help="steps per invoke (100)")
+    ap.add_argument("--invokes", type=int, default=3, help="timed invokes per subject (3)")
+    ap.add_argument(
+        "--only", default="", help="comma-separated subject name parts (e.g. tether,floor-sqlite)"
+    )
+    ap.add_argument("--callgrind", action="store_true", help="count instructions per thread instead")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.sizes, args.steps)
+        return 0
+    only = [o for o in args.only.split(",") if o]
+    chosen = [s for s in SUBJECTS if not only or any(o in s for o in only)]
+    what = "instructions per thread (callgrind)" if args.callgrind else "the graph's thread against its puts"
+    report = Report("trace_langgraph", f"a LangGraph step on TetherSaver and on the floors: {what}")
+    print(f"# {bl.MESSAGE_MODEL}")
+    for size in args.sizes.split(","):
+        report.section(f"{size}, {args.steps} steps per invoke")
+        if args.callgrind:
+            for subject in chosen:
+                instructions(report, subject, size, args.steps)
+            continue
+        initial = bl.chat(SIZES[size])
+        with tempfile.TemporaryDirectory(prefix="trace-") as d:
+            for subject in chosen:
+                timeline(report, subject, initial, args, Path(d))
+    return report.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
