@@ -5,7 +5,10 @@ without Celery, and recovery after kill -9 of the worker executing a run.
     PYTHONPATH=src:benchmarks python benchmarks/bench_workers.py --quick    # 100 runs a line, 1/2 workers, 1 repeat
 
 Store: --store (default TETHER_TEST_POSTGRESQL_URL or postgresql://127.0.0.1:5432/test, the
-realistic fleet store); broker: --broker (default amqp://guest:guest@127.0.0.1:5672//). Every
+realistic fleet store), in a database of its own that the bench creates on that server and drops
+at the end (``--shared-db``: the given database as it is): a server whose autovacuum is off, as
+on the test machines, keeps every dead row version the test suite and earlier runs left in the
+shared database, and each commit's index lookups walk past them; broker: --broker (default amqp://guest:guest@127.0.0.1:5672//). Every
 run is 5 no-op steps (the tests' ``five`` workflow).
 
 How the throughput lines are taken, so that host noise lands on every line alike: the worker
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import inspect
 import os
 import signal
@@ -40,10 +44,11 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from harness import Report
 
@@ -452,7 +457,38 @@ def main() -> None:
     ap.add_argument(
         "--redis-broker", default=os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
     )
+    ap.add_argument("--shared-db", action="store_true", help="use --store's database as it is, not a new one")
     args = ap.parse_args()
+    with contextlib.ExitStack() as stack:
+        if not args.shared_db and args.store.startswith(("postgresql://", "postgres://")):
+            args.store = stack.enter_context(own_database(args.store))
+        measure(args)
+
+
+@contextlib.contextmanager
+def own_database(url: str) -> Iterator[str]:
+    """A new database on ``url``'s server for this bench (dropped on leaving), as a URL."""
+    import psycopg
+
+    parts = urlsplit(url)
+    name = f"tether_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        own = urlunsplit(parts._replace(path="/" + name))
+        run(set_up(own))  # the tables made once, before the workers all start at once
+        yield own
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+async def set_up(store_url: str) -> None:
+    async with open_store(store_url):
+        pass
+
+
+def measure(args: argparse.Namespace) -> None:
     n = args.runs or (100 if args.quick else 500)
     rounds = args.rounds or (2 if args.quick else 5)
     repeats = args.repeats or (1 if args.quick else 3)
