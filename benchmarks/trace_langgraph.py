@@ -6,6 +6,7 @@ makes one raw durable write).
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py                  # 1 MB, timeline
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --callgrind      # instructions per step
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --sizes 10MB --only tether
+    PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --callgrind --only tether --policy seal_versions=0
 
 The graph, chat and savers are ``bench_langgraph``'s. Two views, neither with targets: they
 say why ``bench_langgraph``'s step ratios are what they are, so that a change can be aimed.
@@ -54,16 +55,33 @@ SUBJECTS = (
 SIZES = {"1MB": 1 << 20, "10MB": 10 << 20}
 
 
+POLICY: dict[str, int] = {}
+"""``--policy``: the TetherSaver stores' compaction settings (``CompactionPolicy`` fields)."""
+
+
 @contextlib.contextmanager
 def opened(subject: str, tmp: Path, raw: bl.RawWrites) -> Iterator[Any]:
     """The saver of ``subject`` (``tether-<backend>`` or ``floor-<backend>``), open."""
+    from tether.integrations.langgraph import TetherSaver
+    from tether.stores.policies import CompactionPolicy
+
     kind, backend = subject.split("-")
     if kind == "floor":
         yield bl.FloorSaver(lambda data: raw.write(backend, data))
         return
     url = {"sqlite": f"sqlite:///{tmp}/trace-{uuid.uuid4().hex[:8]}.db", "postgres": bl.PG, "redis": bl.REDIS}
-    with bl.tether_saver(url[backend]) as saver:
+    options = {"compaction": CompactionPolicy(**POLICY)} if POLICY else {}
+    with TetherSaver.from_url(url[backend], **options) as saver:
         yield saver
+
+
+def policy(text: str) -> dict[str, int]:
+    """``seal_versions=16,seal_fanout=8`` as keyword arguments."""
+    out = {}
+    for part in filter(None, text.split(",")):
+        name, _, value = part.partition("=")
+        out[name.strip()] = int(value)
+    return out
 
 
 def seeded(saver: Any, initial: list[Any], steps: int) -> tuple[Any, dict[str, Any]]:
@@ -187,6 +205,8 @@ def counted(subject: str, size: str, steps: int) -> dict[int, int]:
             size,
             "--steps",
             str(steps),
+            "--policy",
+            ",".join(f"{k}={v}" for k, v in POLICY.items()),
         ]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         out: dict[int, int] = {}
@@ -241,8 +261,12 @@ def main() -> int:
         "--only", default="", help="comma-separated subject name parts (e.g. tether,floor-sqlite)"
     )
     ap.add_argument("--callgrind", action="store_true", help="count instructions per thread instead")
+    ap.add_argument(
+        "--policy", default="", help="TetherSaver compaction settings, e.g. seal_versions=16,seal_fanout=8"
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    POLICY.update(policy(args.policy))
     if args.child:
         child(args.child, args.sizes, args.steps)
         return 0
@@ -251,6 +275,8 @@ def main() -> int:
     what = "instructions per thread (callgrind)" if args.callgrind else "the graph's thread against its puts"
     report = Report("trace_langgraph", f"a LangGraph step on TetherSaver and on the floors: {what}")
     print(f"# {bl.MESSAGE_MODEL}")
+    if POLICY:
+        print(f"# TetherSaver's compaction: {POLICY} (the rest as by default)")
     for size in args.sizes.split(","):
         report.section(f"{size}, {args.steps} steps per invoke")
         if args.callgrind:
