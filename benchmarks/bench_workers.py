@@ -8,8 +8,10 @@ Store: --store (default TETHER_TEST_POSTGRESQL_URL or postgresql://127.0.0.1:543
 realistic fleet store), in a database of its own that the bench creates on that server and drops
 at the end (``--shared-db``: the given database as it is): a server whose autovacuum is off, as
 on the test machines, keeps every dead row version the test suite and earlier runs left in the
-shared database, and each commit's index lookups walk past them; broker: --broker (default amqp://guest:guest@127.0.0.1:5672//). Every
-run is 5 no-op steps (the tests' ``five`` workflow).
+shared database, and each commit's index lookups walk past them (the bench also vacuums its
+tables before each line, outside the clock, as autovacuum keeps a fleet's database); broker:
+--broker (default amqp://guest:guest@127.0.0.1:5672//). Every run is 5 no-op steps (the tests'
+``five`` workflow).
 
 How the throughput lines are taken, so that host noise lands on every line alike: the worker
 processes of each count (1, 2, 4; ``--concurrency 1`` each, on a queue of their own, deleted
