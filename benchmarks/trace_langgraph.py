@@ -7,6 +7,7 @@ makes one raw durable write).
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --callgrind      # instructions per step
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --sizes 10MB --only tether
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --callgrind --only tether --policy seal_versions=0
+    PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --bytes          # stored per step, by key
 
 The graph, chat and savers are ``bench_langgraph``'s. Two views, neither with targets: they
 say why ``bench_langgraph``'s step ratios are what they are, so that a change can be aimed.
@@ -16,6 +17,10 @@ say why ``bench_langgraph``'s step ratios are what they are, so that a change ca
   LangGraph's background thread could not run while the graph held the interpreter), and
   each put's wall time and the CPU time of its thread. A put that waits for the graph's
   thread is charged to the step whole, its database round trip included.
+* ``--bytes``: what a TetherSaver thread on SQLite stores per step, by key of its delta ops
+  (the messages' append, the checkpoint record, the note of what the put changed, the pending
+  writes, the metadata...), read back from its delta and segment rows after the invokes:
+  every byte stored is encoded, sealed and merged by later puts, and read by a cold load.
 * ``--callgrind``: each subject in a process of its own under valgrind's callgrind, counting
   instructions only during one invoke (after a warm-up invoke), per thread: the graph's
   (the main thread: LangGraph's steps and the copy a ``get_tuple`` hands out) and the rest
@@ -186,6 +191,49 @@ def one_invoke(graph: Any, cfg: dict[str, Any], saver: Any, rec: Recorder, steps
     )
 
 
+# == bytes per step ====================================================================
+def stored_bytes(report: Report, initial: list[Any], args: argparse.Namespace, tmp: Path) -> None:
+    """Bytes per step by key of the delta ops a TetherSaver thread on SQLite stored."""
+    import sqlite3
+    from collections import Counter
+
+    import ormsgpack
+
+    from tether.integrations.langgraph._layout import ns_key
+    from tether.state.serde import Codec
+
+    path = tmp / f"bytes-{uuid.uuid4().hex[:8]}.db"
+    with bl.tether_saver(f"sqlite:///{path}") as saver:
+        graph, cfg = seeded(saver, initial, args.steps)
+        for _ in range(args.invokes):
+            graph.invoke({"left": args.steps}, cfg)
+        flush(saver)
+    run_id = ns_key(cfg["configurable"]["thread_id"], "")
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute(
+            "SELECT kind, payload FROM tether_checkpoints WHERE run_id = ? AND kind IN ('delta', 'segment')",
+            (run_id,),
+        ).fetchall()
+    finally:
+        conn.close()
+    codec, sizes, versions, row_bytes = Codec(), Counter[str](), 0, 0
+    for kind, payload in rows:
+        body = codec.decode(bytes(payload))
+        row_bytes += len(payload)
+        names = body.get("names")
+        versions += body["n"] if kind == "segment" else 1
+        for entry in body["ops"]:
+            key, op = (names[entry[0]], names[entry[1]]) if names is not None else (entry[0], entry[1])
+            sizes[f"{key} ({op})"] += len(ormsgpack.packb(entry[2]))
+    report.line("steps read back", versions, "", note=f"{len(rows)} delta and segment rows")
+    report.line(
+        "stored per step, rows whole", row_bytes / versions, "bytes", note="payloads, framing included"
+    )
+    for key, total in sizes.most_common():
+        report.line(f"  {key}", total / versions, "bytes/step")
+
+
 # == callgrind =========================================================================
 def counted(subject: str, size: str, steps: int) -> dict[int, int]:
     """Instructions per thread (callgrind's thread numbers, 1 the main thread) of one invoke
@@ -261,6 +309,7 @@ def main() -> int:
         "--only", default="", help="comma-separated subject name parts (e.g. tether,floor-sqlite)"
     )
     ap.add_argument("--callgrind", action="store_true", help="count instructions per thread instead")
+    ap.add_argument("--bytes", action="store_true", help="bytes a TetherSaver thread stores per step, by key")
     ap.add_argument(
         "--policy", default="", help="TetherSaver compaction settings, e.g. seal_versions=16,seal_fanout=8"
     )
@@ -272,7 +321,13 @@ def main() -> int:
         return 0
     only = [o for o in args.only.split(",") if o]
     chosen = [s for s in SUBJECTS if not only or any(o in s for o in only)]
-    what = "instructions per thread (callgrind)" if args.callgrind else "the graph's thread against its puts"
+    what = (
+        "instructions per thread (callgrind)"
+        if args.callgrind
+        else "bytes stored per step"
+        if args.bytes
+        else "the graph's thread against its puts"
+    )
     report = Report("trace_langgraph", f"a LangGraph step on TetherSaver and on the floors: {what}")
     print(f"# {bl.MESSAGE_MODEL}")
     if POLICY:
@@ -285,6 +340,9 @@ def main() -> int:
             continue
         initial = bl.chat(SIZES[size])
         with tempfile.TemporaryDirectory(prefix="trace-") as d:
+            if args.bytes:
+                stored_bytes(report, initial, args, Path(d))
+                continue
             for subject in chosen:
                 timeline(report, subject, initial, args, Path(d))
     return report.finish()
