@@ -9,7 +9,7 @@ makes one raw durable write).
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --callgrind --only tether --policy seal_versions=0
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --bytes          # stored per step, by key
 
-The graph, chat and savers are ``bench_langgraph``'s. Two views, neither with targets: they
+The graph, chat and savers are ``bench_langgraph``'s. Three views, none with targets: they
 say why ``bench_langgraph``'s step ratios are what they are, so that a change can be aimed.
 
 * Timeline (default): per invoke of ``--steps`` steps, when the graph's last node ran against
@@ -108,7 +108,7 @@ def flush(saver: Any) -> None:
 
 class Recorder:
     """Wraps a saver's ``put`` (an instance attribute over the class's method, as a test
-    double would) and the node's message maker, to timestamp both."""
+    double would) to time each call; ``nodes`` gets the times the graph's node ran."""
 
     def __init__(self, saver: Any) -> None:
         self.puts: list[tuple[float, float, float]] = []  # start, wall, thread CPU
@@ -160,7 +160,7 @@ def timeline(report: Report, subject: str, initial: list[Any], args: argparse.Na
         "ms",
         note=f"invoke returned at {med(0) * 1e3:.1f} ms",
     )
-    report.line(f"{subject}: puts started after the last node", med(2), "", note=f"of {steps + 2} puts")
+    report.line(f"{subject}: puts started after the last node", med(2), "", note=f"of {med(6):.0f} puts")
     report.line(
         f"{subject}: put wall", med(3) * 1e3, "ms", note=f"mean; its thread's CPU {med(4) * 1e3:.3f} ms"
     )
@@ -188,6 +188,7 @@ def one_invoke(graph: Any, cfg: dict[str, Any], saver: Any, rec: Recorder, steps
         statistics.mean(p[1] for p in rec.puts),
         statistics.mean(p[2] for p in rec.puts),
         sum(p[1] for p in rec.puts),
+        len(rec.puts),
     )
 
 
