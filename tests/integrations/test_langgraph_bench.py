@@ -61,3 +61,40 @@ def test_the_script_runs_its_savers_interleaved_and_prints_each_step_beside_its_
     assert "SqliteSaver cold" in cold and "opening the saver" in cold, cold
     for target in ("step / its floor", "step / SqliteSaver's", "cold get_state / SqliteSaver's"):
         assert f"1MB TetherSaver sqlite: {target}" in out
+
+
+def test_the_trace_shows_the_puts_waiting_for_the_graph_and_what_a_step_stores(tmp_path: Path) -> None:
+    """``benchmarks/trace_langgraph.py`` runs as the README says: its timeline counts every
+    put of an invoke and how many started after the graph's last node, and ``--bytes``
+    reads back, by key, what a thread stored per step, the appended message the largest."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{BENCH}", "TMPDIR": str(tmp_path)}
+    env.pop("TETHER_BENCH_JSON", None)
+
+    def trace(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(BENCH / "trace_langgraph.py"), "--steps", "4", "--invokes", "1", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    out = trace("--only", "tether-sqlite,floor-sqlite")
+    for subject in ("tether-sqlite", "floor-sqlite"):
+        line = next(
+            line for line in out.splitlines() if f"{subject}: puts started after the last node" in line
+        )
+        after, total = int(line.split()[-4]), int(line.split()[-2])
+        assert total == 4 + 2, line  # a put per step, the input's and the last one
+        assert 0 <= after <= total, line
+    out = trace("--bytes")
+    steps = next(line for line in out.splitlines() if "steps read back" in line)
+    assert int(steps.split()[3]) >= 4, steps
+    per_key = [line for line in out.splitlines() if "bytes/step" in line]
+    assert "c:messages (append)" in per_key[0], per_key  # the ~1 KB message leads
+    # (spread over every version read back, the input's and the last put's among them)
+    assert float(per_key[0].split()[-2].replace(",", "")) > 500, per_key[0]

@@ -1,0 +1,38 @@
+"""``benchmarks/bench_workers.py`` measures in a PostgreSQL database of its own, set up before
+any worker starts, vacuumed between lines, and gone when the bench ends, even when it fails."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from .conftest import store_url
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+
+def _databases(url: str) -> set[str]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        return {row[0] for row in conn.execute("SELECT datname FROM pg_database")}
+
+
+def test_the_bench_works_in_a_database_of_its_own_that_it_drops() -> None:
+    import bench_workers
+    import psycopg
+
+    url = store_url("postgresql")
+    before = _databases(url)
+    with pytest.raises(RuntimeError, match="the bench failed"), bench_workers.own_database(url) as own:
+        name = urlsplit(own).path.lstrip("/")
+        assert name.startswith("tether_bench_") and name not in before
+        with psycopg.connect(own) as conn:  # the tables exist before any worker starts
+            tables = {row[0] for row in conn.execute("SELECT tablename FROM pg_tables")}
+        assert {"tether_runs", "tether_checkpoints"} <= tables
+        bench_workers.vacuum(own)  # what runs before each line
+        raise RuntimeError("the bench failed")
+    assert name not in _databases(url)
