@@ -36,6 +36,7 @@ import contextlib
 import gc
 import glob
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -239,6 +240,8 @@ def stored_bytes(report: Report, initial: list[Any], args: argparse.Namespace, t
 def counted(subject: str, size: str, steps: int) -> dict[int, int]:
     """Instructions per thread (callgrind's thread numbers, 1 the main thread) of one invoke
     of ``subject`` in a new process under callgrind."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--callgrind needs valgrind and its callgrind_control (Debian's valgrind package)")
     with tempfile.TemporaryDirectory(prefix="trace-cg-") as d:
         cmd = [
             "valgrind",
