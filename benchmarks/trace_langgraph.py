@@ -68,16 +68,23 @@ POLICY: dict[str, int] = {}
 @contextlib.contextmanager
 def opened(subject: str, tmp: Path, raw: bl.RawWrites) -> Iterator[Any]:
     """The saver of ``subject`` (``tether-<backend>`` or ``floor-<backend>``), open."""
-    from tether.integrations.langgraph import TetherSaver
-    from tether.stores.policies import CompactionPolicy
-
     kind, backend = subject.split("-")
     if kind == "floor":
         yield bl.FloorSaver(lambda data: raw.write(backend, data))
         return
     url = {"sqlite": f"sqlite:///{tmp}/trace-{uuid.uuid4().hex[:8]}.db", "postgres": bl.PG, "redis": bl.REDIS}
+    with tether_saver(url[backend]) as saver:
+        yield saver
+
+
+@contextlib.contextmanager
+def tether_saver(url: str) -> Iterator[Any]:
+    """A TetherSaver on ``url``, its store compacting as ``--policy`` says."""
+    from tether.integrations.langgraph import TetherSaver
+    from tether.stores.policies import CompactionPolicy
+
     options = {"compaction": CompactionPolicy(**POLICY)} if POLICY else {}
-    with TetherSaver.from_url(url[backend], **options) as saver:
+    with TetherSaver.from_url(url, **options) as saver:
         yield saver
 
 
@@ -205,7 +212,7 @@ def stored_bytes(report: Report, initial: list[Any], args: argparse.Namespace, t
     from tether.state.serde import Codec
 
     path = tmp / f"bytes-{uuid.uuid4().hex[:8]}.db"
-    with bl.tether_saver(f"sqlite:///{path}") as saver:
+    with tether_saver(f"sqlite:///{path}") as saver:
         graph, cfg = seeded(saver, initial, args.steps)
         for _ in range(args.invokes):
             graph.invoke({"left": args.steps}, cfg)

@@ -7,9 +7,7 @@ fails here and not in the lead's quiet-host rerun."""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,21 +20,11 @@ sys.path.insert(0, str(BENCH))
 import corpus  # noqa: E402
 import harness  # noqa: E402
 
+from tests.bench_scripts import run_bench  # noqa: E402
+
 
 def run_script(name: str, *args: str, timeout: float = 240) -> str:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{BENCH}"}
-    env.pop("TETHER_BENCH_JSON", None)
-    done = subprocess.run(
-        [sys.executable, str(BENCH / name), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = done.stdout
+    out = run_bench(name, *args, timeout=timeout)
     assert out.startswith(f"# {name.removesuffix('.py')}: "), out[:300]
     for part in (
         "# commit ",

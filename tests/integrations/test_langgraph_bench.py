@@ -3,8 +3,6 @@ figures (median, p95, paired ratios) are computed as it prints them."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +13,8 @@ BENCH = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 import bench_langgraph  # noqa: E402
+
+from tests.bench_scripts import run_bench  # noqa: E402
 
 
 def test_p95_is_the_nearest_rank() -> None:
@@ -36,24 +36,12 @@ def test_a_paired_ratio_is_the_median_of_the_invoke_by_invoke_ratios() -> None:
 def test_the_script_runs_its_savers_interleaved_and_prints_each_step_beside_its_floor(
     tmp_path: Path,
 ) -> None:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{BENCH}", "TMPDIR": str(tmp_path)}
-    env.pop("TETHER_BENCH_JSON", None)
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "bench_langgraph.py"),
-            *("--quick", "--sizes", "1MB", "--steps", "2", "--reps", "2", "--cold-reads", "1"),
-            *("--only", "tethersaver sqlite,floor sqlite,sqlitesaver,langgraph alone"),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    out = run_bench(
+        "bench_langgraph.py",
+        *("--quick", "--sizes", "1MB", "--steps", "2", "--reps", "2", "--cold-reads", "1"),
+        *("--only", "tethersaver sqlite,floor sqlite,sqlitesaver,langgraph alone"),
+        tmp=tmp_path,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = done.stdout
     assert "2 steps per invoke, 2 invokes per saver (interleaved)" in out
     step = next(line for line in out.splitlines() if "1MB TetherSaver sqlite: step  " in line)
     assert "p95 " in step and "floor " in step and "base " in step, step
@@ -67,21 +55,9 @@ def test_the_trace_shows_the_puts_waiting_for_the_graph_and_what_a_step_stores(t
     """``benchmarks/trace_langgraph.py`` runs as the README says: its timeline counts every
     put of an invoke and how many started after the graph's last node, and ``--bytes``
     reads back, by key, what a thread stored per step, the appended message the largest."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{BENCH}", "TMPDIR": str(tmp_path)}
-    env.pop("TETHER_BENCH_JSON", None)
 
     def trace(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, str(BENCH / "trace_langgraph.py"), "--steps", "4", "--invokes", "1", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout
+        return run_bench("trace_langgraph.py", "--steps", "4", "--invokes", "1", *args, tmp=tmp_path)
 
     out = trace("--only", "tether-sqlite,floor-sqlite")
     for subject in ("tether-sqlite", "floor-sqlite"):
