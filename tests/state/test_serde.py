@@ -68,6 +68,29 @@ def test_rows_carry_a_checksum_and_rows_of_earlier_formats_still_read():
     assert codec.decode(ormsgpack.packb(big)) == big
 
 
+def test_the_checksum_is_zlibs_crc32_whichever_library_computes_it():
+    """Rows carry zlib's CRC-32 of their header and body, computed by ISA-L when installed:
+    a row written with either library reads with the other, and the frame is the bytes any
+    zlib can check."""
+    import os
+    import zlib
+
+    from tether.state import serde
+
+    try:
+        from isal.isal_zlib import crc32 as isal_crc32
+    except ImportError:  # (no wheel for this platform: zlib's own then)
+        isal_crc32 = zlib.crc32
+    assert serde._crc32 is isal_crc32
+    for size in (0, 1, 100, 4096, 70_000, 5_000_000):  # both sides of the small/big body paths
+        body = os.urandom(size)
+        assert serde._crc32(body) == zlib.crc32(body)
+        assert serde._crc32(body, 0x1234_5678) == zlib.crc32(body, 0x1234_5678)
+    data = Codec().encode({"v": 1, "blob": os.urandom(100_000)})
+    assert int.from_bytes(data[4:8], "little") == zlib.crc32(data[8:], zlib.crc32(data[:4]))
+    assert serde.frame_crc(data) == zlib.crc32(data[8:], zlib.crc32(data[:4]))
+
+
 @pytest.mark.parametrize("at", [2, 3, 5, 12, -1])
 def test_a_changed_byte_is_corrupt_never_altered_state(at):
     """A byte flipped anywhere in a row (header, checksum, a stored string) is reported."""

@@ -34,7 +34,6 @@ import gc
 import hashlib
 import os
 import threading
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -42,6 +41,11 @@ from zoneinfo import ZoneInfo
 import ormsgpack
 
 from tether.errors import CheckpointCorrupt, ConfigError, DecryptionError
+
+try:  # the same CRC-32 as zlib's, by ISA-L's carry-less multiplies: far fewer instructions
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:  # (a platform with no isal wheel: the check is slower, not different)
+    from zlib import crc32 as _crc32
 
 __all__ = [
     "SCHEMA_CHANGES",
@@ -71,7 +75,7 @@ _FORMAT_CRC = 2
 _CRC_HEAD = 8
 _CRC_PLAIN = b"TT\x02\x00"
 """The header of a checksummed row that is neither compressed nor encrypted."""
-_CRC_PLAIN_SEED = zlib.crc32(_CRC_PLAIN)
+_CRC_PLAIN_SEED = _crc32(_CRC_PLAIN)
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024 * 1024
 """The largest body a compressed row may inflate to, unless the codec is told otherwise."""
 _F_ZSTD = 1
@@ -85,11 +89,12 @@ _PACK_OPTS = ormsgpack.OPT_PASSTHROUGH_DATETIME | ormsgpack.OPT_PASSTHROUGH_SUBC
 def _seal(body: bytes, flags: int) -> bytes:
     """``body`` in a format-2 frame: the CRC-32 covers the 4 header bytes and the body.
 
-    zlib's CRC-32 because it needs no dependency; it costs one pass over the bytes
-    (see benchmarks/README.md, "checksums"). One copy of the body, as any frame costs.
+    The CRC-32 zlib computes (any zlib checks these rows), by ISA-L where its wheel is
+    installed (see benchmarks/README.md, "checksums"): one pass over the bytes. One copy
+    of the body, as any frame costs.
     """
     head = bytes((0x54, 0x54, _FORMAT_CRC, flags))
-    crc = zlib.crc32(body, zlib.crc32(head))
+    crc = _crc32(body, _crc32(head))
     return b"".join((head, crc.to_bytes(4, "little"), body))
 
 
@@ -106,7 +111,7 @@ def _body(data: bytes) -> bytes | memoryview:
 def _checked(data: bytes) -> bytes | memoryview | None:
     """The body of a format-2 frame whose CRC matches, else None."""
     body = _body(data)
-    if zlib.crc32(body, zlib.crc32(data[:4])) != int.from_bytes(data[4:8], "little"):
+    if _crc32(body, _crc32(data[:4])) != int.from_bytes(data[4:8], "little"):
         return None
     return body
 
@@ -135,8 +140,8 @@ def frame_crc(part: bytes | memoryview, crc: int | None = None) -> int:
     follow the pieces given before (``crc``: what this returned for those)."""
     if crc is None:
         view = memoryview(part)
-        return zlib.crc32(view[_CRC_HEAD:], zlib.crc32(view[:4]))
-    return zlib.crc32(part, crc)
+        return _crc32(view[_CRC_HEAD:], _crc32(view[:4]))
+    return _crc32(part, crc)
 
 
 def _prechecked(data: bytes) -> bool:
@@ -271,18 +276,18 @@ thread costs about what the CRC of a megabyte does on a busy host)."""
 
 def _unpack_checked(data: bytes) -> Any:
     """The body of a plain format-2 frame decoded, its CRC computed meanwhile in another
-    thread (zlib releases the GIL on big buffers: the check costs about a third of what the
+    thread (zlib and ISA-L release the GIL on big buffers: the check costs about a third of what the
     decode of a big row does in a new process); None when the CRC does not match or the
     body does not decode. Nothing decoded is returned before the check has passed."""
     body = memoryview(data)[_CRC_HEAD:]
     crc: list[int] = []
-    check = threading.Thread(target=lambda: crc.append(zlib.crc32(body, _CRC_PLAIN_SEED)), daemon=True)
+    check = threading.Thread(target=lambda: crc.append(_crc32(body, _CRC_PLAIN_SEED)), daemon=True)
     try:
         check.start()
         started = True
     except RuntimeError:  # no new threads (interpreter shutdown): one after the other
         started = False
-        crc.append(zlib.crc32(body, _CRC_PLAIN_SEED))
+        crc.append(_crc32(body, _CRC_PLAIN_SEED))
     try:
         payload = _unpack(body)
     except Exception:
@@ -587,7 +592,7 @@ class Codec:
         if self._aes is not None:  # keyed: every row must prove itself (see decode)
             return [self.decode(d, run_id=run_id, version=v) for d, v in zip(payloads, vs, strict=True)]
         unpackb, hook, starts, newest = ormsgpack.unpackb, _ext_hook, _MAP_START, SCHEMA_VERSION
-        crc32, crc_plain = zlib.crc32, _CRC_PLAIN_SEED
+        crc32, crc_plain = _crc32, _CRC_PLAIN_SEED
         for data, version, known in zip(payloads, vs, vouched, strict=True):
             if data[:4] == _CRC_PLAIN and len(data) < _BULK_BYTES:
                 body = data[_CRC_HEAD:]
