@@ -162,8 +162,9 @@ def test_langgraph_delta_channel_rebuilds_the_same_state_as_on_sqlitesaver(tmp_p
     assert seen[0][0]["items"][-1] == "item 1" and len(seen[0][0]["items"]) == 61
 
 
-def test_an_old_checkpoint_is_read_in_one_load_and_a_message_is_stored_once(tmp_path: Path) -> None:
-    """Time travel reads one stored version and decodes no message the latest state holds;
+def test_an_old_checkpoint_is_read_in_two_loads_and_a_message_is_stored_once(tmp_path: Path) -> None:
+    """Time travel reads two stored versions (the checkpoint's own, and the next put's for its
+    writes) and decodes no message the latest state holds;
     the task write that appended a message refers to the channel's chunk instead of holding
     the message again; both read back as on SqliteSaver, from the saver that wrote them and
     from a fresh one."""
@@ -193,7 +194,7 @@ def test_an_old_checkpoint_is_read_in_one_load_and_a_message_is_stored_once(tmp_
     with TetherSaver.from_url(url) as cold:
         fresh = [_comparable(t) for t in cold.list(cfg)]
     assert warm == fresh == expected
-    assert read_for_tuple == 1 and tup is not None and tup.pending_writes and newest is not None
+    assert read_for_tuple == 2 and tup is not None and tup.pending_writes and newest is not None
     # the older list is a prefix of the latest one held in memory: copied from it, not
     # decoded again (no load but the one above), and the caller's own
     older, now = tup.checkpoint["channel_values"]["messages"], newest.checkpoint["channel_values"]["messages"]
@@ -202,6 +203,43 @@ def test_an_old_checkpoint_is_read_in_one_load_and_a_message_is_stored_once(tmp_
     assert latest is not None
     kinds = {(e[3], e[4]) for e in latest.state["w"]}
     assert ("messages", "@c") in kinds and ("log", "@c") in kinds
+    assert "p" not in latest.state  # no note of what each put replaced
+
+
+def test_a_thread_whose_puts_kept_notes_reads_and_continues_as_on_sqlitesaver(tmp_path: Path) -> None:
+    """A thread stored by an earlier saver, whose every put kept a note of what it replaced
+    (``p``): its checkpoints read back as on SqliteSaver, an old one from the one version
+    that noted it, and the next put clears the note."""
+    graph = build(turns=8, pause_at=-1)
+    cfg: dict[str, Any] = {"configurable": {"thread_id": "noted"}}
+    with SqliteSaver.from_conn_string(str(tmp_path / "lg.db")) as lg:
+        graph.compile(checkpointer=lg).invoke(FIRST_INPUT, cfg)
+        expected = [_comparable(t) for t in lg.list(cfg)]
+        graph.compile(checkpointer=lg).invoke(FIRST_INPUT, cfg)
+        expected_after = [_comparable(t) for t in lg.list(cfg)]
+    db = tmp_path / "noted.db"
+    db.write_bytes((Path(__file__).parent / "data" / "saver_with_notes.db").read_bytes())
+    with TetherSaver.from_url(f"sqlite:///{db}") as saver:
+        stored = saver._srun(saver.store.load(ns_key("noted", "")))
+        assert stored is not None and stored.state.get("p"), "the fixture's puts kept notes"
+        assert [_comparable(t) for t in saver.list(cfg)] == expected
+        old = list(saver.list(cfg))[4].config
+        loads: list[Any] = []
+        for store in (saver.store, saver._threads.store.twin):  # type: ignore[attr-defined]
+            real = store._read_chain
+
+            async def spy(*a: Any, _real: Any = real, **k: Any) -> Any:
+                loads.append(a)
+                return await _real(*a, **k)
+
+            store._read_chain = spy
+        tup = saver.get_tuple(old)
+        assert len(loads) == 1 and tup is not None and _comparable(tup) == expected[4]
+        graph.compile(checkpointer=saver).invoke(FIRST_INPUT, cfg)
+        after = saver._srun(saver.store.load(ns_key("noted", "")))
+        assert after is not None and after.state.get("p") is None
+    with TetherSaver.from_url(f"sqlite:///{db}") as cold:
+        assert [_comparable(t) for t in cold.list(cfg)] == expected_after
 
 
 def _comparable(t: Any) -> tuple[Any, ...]:

@@ -26,11 +26,15 @@ that point:
                  writes older than its parent's once there are enough (32 or 32 KiB).
 ``ow``           writes that arrived for an older checkpoint after a newer one existed
                  (replaying from an old checkpoint): ``{cid: {key: entry}}``.
-``p``            what the put changed, as it was before: ``{"id": previous checkpoint id,
-                 "cp": its record, "m": its entries of the channels changed, "n": {channel:
-                 chunk count} for appends, "c": {channel: chunks} for values replaced}``, so
-                 a checkpoint that is not the latest is read from one version (the next
-                 put's, which holds its writes too). None after a branch or a large value.
+``p``            only in versions stored by earlier savers, which noted what each put
+                 changed, as it was before: ``{"id": previous checkpoint id, "cp": its
+                 record, "m": its entries of the channels changed, "n": {channel: chunk
+                 count} for appends, "c": {channel: chunks} for values replaced}``; such a
+                 checkpoint is read from that one version. A put now leaves the note out
+                 (and clears an old one): it held a copy of the previous record, stored
+                 again with every step, which every later seal and cold read paid for,
+                 while reading a checkpoint that is not the latest takes two loads without
+                 it (the next put's version for its writes, and its own).
 ``r``            the LangGraph run id of the latest checkpoint (for ``delete_for_runs``).
 """
 

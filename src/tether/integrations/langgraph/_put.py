@@ -22,7 +22,6 @@ from tether.integrations.langgraph._reads import Reads
 from tether.integrations.langgraph._space import (
     DROP_WRITE_BYTES,
     DROP_WRITES,
-    NOTE_BYTES,
     PLAIN,
     PRIVATE,
     RECENT,
@@ -39,7 +38,7 @@ __all__ = ["Puts"]
 
 class Puts:
     """Stores checkpoints: appends for lists that grew, the channels LangGraph bumped, the
-    record and index entry, the writes waiting for it, and a note of what it replaced."""
+    record and index entry, and the writes waiting for it."""
 
     def __init__(self, spaces: Spaces, pending: PendingWrites, reads: Reads) -> None:
         self.spaces, self.pending, self.reads = spaces, pending, reads
@@ -84,15 +83,8 @@ class Puts:
         taken = self.pending.taken(n, stored_only=True)
         ix: list[Any] = ctx.get("ix") or []
         values, snaps = dict(n.values), dict(n.snaps)
-        # What this put changes, as it was: checkpoint ``ix[-1]`` is then read from this
-        # version alone (see ``p`` in ``_layout``).
-        note: dict[str, Any] | None = (
-            {"id": ix[-1][0], "cp": ctx.get("cp"), "m": {}, "n": {}, "c": {}} if ix else None
-        )
-        noted = 0
         if parent_id is not None and ix and parent_id != ix[-1][0] and parent_id in n.pos:
             values, snaps = await self.fork(n, ctx, ix, parent_id)
-            note = None
             n.recent = {}
         meta: dict[str, Any] = ctx.get("m") or {}
         versions: Mapping[str, Any] = checkpoint["channel_versions"]
@@ -111,13 +103,10 @@ class Puts:
                 continue  # unchanged: the stored value is this version's
             key = "c:" + ch
             chunks = ctx.get(key) or []
-            if note is not None:
-                note["m"][ch] = ent
             if ch not in versions or ch not in given:
                 if ent is not None and ent[1] != EMPTY:
                     refs = self.replaced(ctx, ch, refs, ref_channels, referred)
                     ctx.put_trusted(key, [])
-                    noted += self.note_chunks(note, ch, chunks)
                 update[ch] = None if ch not in versions else [ver, EMPTY]
                 values.pop(ch, None)
                 snaps.pop(ch, None)
@@ -131,8 +120,6 @@ class Puts:
                     handed = n.given.get(ch)  # a graph that read the state extends its copy
                     grew = handed is not None and len(handed) == len(old) and extends(value, handed)
                 if grew and old is not None:
-                    if note is not None:
-                        note["n"][ch] = len(chunks)
                     if len(value) > len(old):
                         t, b = self.spaces.dumps(value[len(old) :])
                         refs[ch, b] = (t, len(chunks))
@@ -141,11 +128,8 @@ class Puts:
                 elif chunks:
                     refs = self.replaced(ctx, ch, refs, ref_channels, referred)
                     ctx.put_trusted(key, [self.spaces.dumps(value)])
-                    noted += self.note_chunks(note, ch, chunks)
                 else:  # a first value is an append to nothing: growth, not a rewrite
                     grow[key] = [self.spaces.dumps(value)]
-                    if note is not None:
-                        note["n"][ch] = 0
                 if same and old is not None:
                     # the snapshot grows by the appended items in place, not copied whole at
                     # every put (a failed commit forgets the namespace's snapshots)
@@ -156,7 +140,6 @@ class Puts:
             else:
                 refs = self.replaced(ctx, ch, refs, ref_channels, referred)
                 ctx.put_trusted(key, [self.spaces.dumps(value)])
-                noted += self.note_chunks(note, ch, chunks)
                 snaps.pop(ch, None)
                 kind = VALUE
             values[ch] = value
@@ -168,8 +151,8 @@ class Puts:
         grow["cp"] = self.spaces.dumps(record)
         if update:
             grow["m"] = update
-        if ix:
-            grow["p"] = note if noted <= NOTE_BYTES else None
+        if ctx.get("p") is not None:  # a note an earlier saver kept (see ``p`` in ``_layout``)
+            grow["p"] = None
         grow["ix"] = [[cid, ctx.version + 1, parent_id, *self.spaces.dumps(dict(metadata))]]
         ctx.merge_trusted(grow, PLAIN)
         pending: list[Any] = ctx.get("w") or []
@@ -245,11 +228,3 @@ class Puts:
             return refs
         ref_channels.discard(channel)
         return {k: r for k, r in refs.items() if k[0] != channel}
-
-    @staticmethod
-    def note_chunks(note: dict[str, Any] | None, channel: str, chunks: list[Any]) -> int:
-        """Keep a replaced value's chunks in the put's note; returns their size."""
-        if note is None or not chunks:
-            return 0
-        note["c"][channel] = chunks
-        return sum(len(c[1]) for c in chunks)

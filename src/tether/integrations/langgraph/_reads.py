@@ -1,5 +1,5 @@
-"""Reading checkpoints: the latest from memory after one small read, older ones from the
-one stored version that noted them, every value handed out the caller's own."""
+"""Reading checkpoints: the latest from memory after one small read, older ones from their
+own stored version and the next put's, every value handed out the caller's own."""
 
 from __future__ import annotations
 
@@ -116,7 +116,8 @@ class Reads:
     async def state_of(self, key: str, ix: list[Any], i: int) -> tuple[dict[str, Any], list[Any]]:
         """Checkpoint ``ix[i]`` (not the latest): its channels and record, and the pending
         writes stored with the put after it (writes that waited for that put are stored
-        only there). One load when that put kept a note of what it changed (``p``)."""
+        only there). Two loads, or one when that put was stored by an earlier saver that
+        kept a note of what it changed (``p``)."""
         version = ix[i + 1][1]
         after = await self.spaces.store.load(key, version)
         if after is None:

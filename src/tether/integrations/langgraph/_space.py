@@ -26,9 +26,6 @@ ATTEMPTS = 3
 DROP_WRITES = 32
 DROP_WRITE_BYTES = 32 * 1024
 RECENT = 16
-NOTE_BYTES = 16 * 1024
-"""Replaced values up to this size are kept for a one-read time travel; larger ones are
-not stored twice (that read then takes two loads)."""
 
 
 Batch = tuple[str, dict[str, Any], bool]
