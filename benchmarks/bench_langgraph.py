@@ -20,7 +20,8 @@ times. For each saver, per run:
 - step: wall time of the ``invoke`` / steps (every checkpoint and pending write included,
   LangGraph's default durability);
 - get_state: ``graph.get_state`` at the end with the saver that ran the graph (warm), and
-  in a new process with a freshly opened saver (cold);
+  in a new process with a freshly opened saver (cold), and of the checkpoint before the
+  steps with the saver that ran them (time travel; no target);
 - stored: payload bytes the thread holds at the end / the final state's size.
 
 Beside each line, in the same run: the graph with no checkpointer plus one raw 1 KB durable
@@ -701,6 +702,12 @@ def run_size(
             note=(f"cold {cold * 1e3:.1f} ms, p95 {r['cold_p95'] * 1e3:.1f}" if cold else "cold -")
             + (f", SqliteSaver cold {ref_cold * 1e3:.1f} ms" if ref_cold else "")
             + (f"; opening the saver {r['cold_open'] * 1e3:.0f} ms, not counted" if cold else ""),
+        )
+        rep.line(
+            f"{size} {s.name}: get_state of the checkpoint before the steps",
+            r["old"] * 1e3,
+            "ms",
+            note="time travel, warm saver",
         )
         rep.line(f"{size} {s.name}: stored / final state", r["stored"], "x")
         if not s.name.startswith("TetherSaver") or backend == "mysql":
