@@ -8,8 +8,9 @@ makes one raw durable write).
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --sizes 10MB --only tether
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --callgrind --only tether --policy seal_versions=0
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --bytes          # stored per step, by key
+    PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --cold           # a cold get_state, counted
 
-The graph, chat and savers are ``bench_langgraph``'s. Three views, none with targets: they
+The graph, chat and savers are ``bench_langgraph``'s. Four views, none with targets: they
 say why ``bench_langgraph``'s step ratios are what they are, so that a change can be aimed.
 
 * Timeline (default): per invoke of ``--steps`` steps, when the graph's last node ran against
@@ -21,6 +22,10 @@ say why ``bench_langgraph``'s step ratios are what they are, so that a change ca
   (the messages' append, the checkpoint record, the note of what the put changed, the pending
   writes, the metadata...), read back from its delta and segment rows after the invokes:
   every byte stored is encoded, sealed and merged by later puts, and read by a cold load.
+* ``--cold``: the instructions of a cold ``get_state`` (a new process, the saver opened
+  uncounted) on TetherSaver (SQLite, PostgreSQL, Redis) and on ``SqliteSaver``, of a thread
+  grown as ``bench_langgraph`` grows it before its cold reads: host-independent, where the
+  wall-clock cold read moves by tens of percent on a shared host.
 * ``--callgrind``: each subject in a process of its own under valgrind's callgrind, counting
   instructions only during one invoke (after a warm-up invoke), per thread: the graph's
   (the main thread: LangGraph's steps and the copy a ``get_tuple`` hands out) and the rest
@@ -247,6 +252,12 @@ def stored_bytes(report: Report, initial: list[Any], args: argparse.Namespace, t
 def counted(subject: str, size: str, steps: int) -> dict[int, int]:
     """Instructions per thread (callgrind's thread numbers, 1 the main thread) of one invoke
     of ``subject`` in a new process under callgrind."""
+    return under_callgrind(["--child", subject, "--sizes", size, "--steps", str(steps)])
+
+
+def under_callgrind(child_args: list[str]) -> dict[int, int]:
+    """Instructions per thread of this script run with ``child_args`` (and ``--policy``)
+    under callgrind, counted while the child has switched counting on (``toggle``)."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--callgrind needs valgrind and its callgrind_control (Debian's valgrind package)")
     with tempfile.TemporaryDirectory(prefix="trace-cg-") as d:
@@ -258,12 +269,7 @@ def counted(subject: str, size: str, steps: int) -> dict[int, int]:
             f"--callgrind-out-file={d}/cg.out",
             sys.executable,
             __file__,
-            "--child",
-            subject,
-            "--sizes",
-            size,
-            "--steps",
-            str(steps),
+            *child_args,
             "--policy",
             ",".join(f"{k}={v}" for k, v in POLICY.items()),
         ]
@@ -301,6 +307,59 @@ def toggle(on: bool) -> None:
     subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
 
+# == cold get_state, counted ==========================================================
+COLD_SUBJECTS = ("tether-sqlite", "tether-postgres", "tether-redis", "sqlitesaver")
+
+
+@contextlib.contextmanager
+def cold_opened(subject: str, tmp: Path) -> Iterator[Any]:
+    """The saver of a ``--cold`` subject on ``tmp``'s database files (the same each time)."""
+    if subject == "sqlitesaver":
+        with bl.sqlite_saver(str(tmp / "langgraph.db")) as saver:
+            yield saver
+        return
+    backend = subject.split("-")[1]
+    url = {"sqlite": f"sqlite:///{tmp}/cold.db", "postgres": bl.PG, "redis": bl.REDIS}[backend]
+    with tether_saver(url) as saver:
+        yield saver
+
+
+def cold_instructions(report: Report, size: str, args: argparse.Namespace, tmp: Path) -> None:
+    """Per subject: a thread seeded with the chat and grown by ``--invokes`` invokes of
+    ``--steps`` steps (as ``bench_langgraph`` grows it before its cold reads), then the
+    instructions of one ``get_state`` in a new process, its saver opened uncounted."""
+    initial = bl.chat(SIZES[size])
+    only = [o for o in args.only.split(",") if o]
+    chosen = [s for s in COLD_SUBJECTS if not only or any(o in s for o in only)]
+    counts: dict[str, float] = {}
+    for subject in chosen:
+        with cold_opened(subject, tmp) as saver:
+            graph, cfg = seeded(saver, initial, args.steps)
+            for _ in range(args.invokes):
+                graph.invoke({"left": args.steps}, cfg)
+                flush(saver)
+        thread = cfg["configurable"]["thread_id"]
+        threads = under_callgrind(["--cold-child", subject, thread, "--dir", str(tmp)])
+        counts[subject] = sum(threads.values()) / 1e6
+        report.line(f"{subject}: cold get_state", counts[subject], "M instr", note="all threads")
+    ref = counts.get("sqlitesaver")
+    for subject, count in counts.items():
+        if ref and subject != "sqlitesaver":
+            report.line(f"{subject}: cold get_state / SqliteSaver's", count / ref, "x", note="instructions")
+
+
+def cold_child(subject: str, thread: str, tmp: Path) -> None:
+    """Under callgrind: open ``subject``'s saver, count one ``get_state`` of ``thread``."""
+    with cold_opened(subject, tmp) as saver:
+        graph = bl.build().compile(checkpointer=saver)
+        cfg = {"configurable": {"thread_id": thread}}
+        toggle(True)
+        values = graph.get_state(cfg).values
+        toggle(False)
+    if not values.get("messages"):
+        raise SystemExit(f"{subject}: thread {thread} read back empty")
+
+
 def instructions(report: Report, subject: str, size: str, steps: int) -> None:
     threads = counted(subject, size, steps)
     graph = threads.get(1, 0) / steps / 1e6
@@ -322,18 +381,30 @@ def main() -> int:
     ap.add_argument("--callgrind", action="store_true", help="count instructions per thread instead")
     ap.add_argument("--bytes", action="store_true", help="bytes a TetherSaver thread stores per step, by key")
     ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="count the instructions of a cold get_state (new process) against SqliteSaver's",
+    )
+    ap.add_argument(
         "--policy", default="", help="TetherSaver compaction settings, e.g. seal_versions=16,seal_fanout=8"
     )
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--cold-child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     POLICY.update(policy(args.policy))
     if args.child:
         child(args.child, args.sizes, args.steps)
         return 0
+    if args.cold_child:
+        cold_child(*args.cold_child, Path(args.dir))
+        return 0
     only = [o for o in args.only.split(",") if o]
     chosen = [s for s in SUBJECTS if not only or any(o in s for o in only)]
     what = (
-        "instructions per thread (callgrind)"
+        "instructions of a cold get_state (callgrind)"
+        if args.cold
+        else "instructions per thread (callgrind)"
         if args.callgrind
         else "bytes stored per step"
         if args.bytes
@@ -348,6 +419,10 @@ def main() -> int:
         if args.callgrind:
             for subject in chosen:
                 instructions(report, subject, size, args.steps)
+            continue
+        if args.cold:
+            with tempfile.TemporaryDirectory(prefix="trace-") as d:
+                cold_instructions(report, size, args, Path(d))
             continue
         initial = bl.chat(SIZES[size])
         with tempfile.TemporaryDirectory(prefix="trace-") as d:

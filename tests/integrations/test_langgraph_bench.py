@@ -3,6 +3,7 @@ figures (median, p95, paired ratios) are computed as it prints them."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -74,3 +75,27 @@ def test_the_trace_shows_the_puts_waiting_for_the_graph_and_what_a_step_stores(t
     assert "c:messages (append)" in per_key[0], per_key  # the ~1 KB message leads
     # (spread over every version read back, the input's and the last put's among them)
     assert float(per_key[0].split()[-2].replace(",", "")) > 500, per_key[0]
+
+
+@pytest.mark.skipif(
+    shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
+    reason="trace_langgraph --cold counts with valgrind's callgrind (Debian's valgrind package)",
+)
+def test_the_trace_counts_a_cold_get_state_against_sqlitesavers(tmp_path: Path) -> None:
+    """``trace_langgraph --cold`` counts the instructions of a cold ``get_state`` on each saver
+    and prints TetherSaver's over SqliteSaver's."""
+    out = run_bench(
+        "trace_langgraph.py",
+        *("--cold", "--only", "tether-sqlite,sqlitesaver", "--steps", "2", "--invokes", "1"),
+        timeout=600,
+        tmp=tmp_path,
+    )
+    counts = {
+        line.split(":")[0].strip(): float(line.split()[-5].replace(",", ""))
+        for line in out.splitlines()
+        if ": cold get_state  " in line
+    }
+    assert set(counts) == {"tether-sqlite", "sqlitesaver"}, out
+    assert all(c > 1 for c in counts.values()), counts  # millions: a 1 MB chat decoded
+    ratio = next(line for line in out.splitlines() if "tether-sqlite: cold get_state / SqliteSaver's" in line)
+    assert abs(float(ratio.split()[-3]) - counts["tether-sqlite"] / counts["sqlitesaver"]) < 0.01, ratio

@@ -271,14 +271,14 @@ def pack_plain(payload: dict[str, Any], *, datetimes: bool = True) -> bytes:
 
 _OVERLAP_BYTES = 4 * 1024 * 1024
 """From this size a plain row's CRC runs in a thread of its own while the row decodes (a
-thread costs about what the CRC of a megabyte does on a busy host)."""
+thread costs about what zlib's CRC of a megabyte does on a busy host, ISA-L's of a few)."""
 
 
 def _unpack_checked(data: bytes) -> Any:
     """The body of a plain format-2 frame decoded, its CRC computed meanwhile in another
-    thread (zlib and ISA-L release the GIL on big buffers: the check costs about a third of what the
-    decode of a big row does in a new process); None when the CRC does not match or the
-    body does not decode. Nothing decoded is returned before the check has passed."""
+    thread (zlib and ISA-L release the GIL on big buffers); None when the CRC does not
+    match or the body does not decode. Nothing decoded is returned before the check has
+    passed."""
     body = memoryview(data)[_CRC_HEAD:]
     crc: list[int] = []
     check = threading.Thread(target=lambda: crc.append(_crc32(body, _CRC_PLAIN_SEED)), daemon=True)
