@@ -704,10 +704,10 @@ def run_size(
             + (f"; opening the saver {r['cold_open'] * 1e3:.0f} ms, not counted" if cold else ""),
         )
         rep.line(
-            f"{size} {s.name}: get_state of the checkpoint before the steps",
+            f"{size} {s.name}: time-travel get_state",
             r["old"] * 1e3,
             "ms",
-            note="time travel, warm saver",
+            note="the checkpoint before the steps, warm saver",
         )
         rep.line(f"{size} {s.name}: stored / final state", r["stored"], "x")
         if not s.name.startswith("TetherSaver") or backend == "mysql":
