@@ -178,15 +178,7 @@ def test_an_old_checkpoint_is_read_in_two_loads_and_a_message_is_stored_once(tmp
         graph.compile(checkpointer=saver).invoke(FIRST_INPUT, cfg)
         warm = [_comparable(t) for t in saver.list(cfg)]
         old = list(saver.list(cfg))[4].config
-        loads: list[Any] = []
-        for store in (saver.store, saver._threads.store.twin):  # type: ignore[attr-defined]
-            real = store._read_chain
-
-            async def spy(*a: Any, _real: Any = real, **k: Any) -> Any:
-                loads.append(a)
-                return await _real(*a, **k)
-
-            store._read_chain = spy
+        loads = _chain_reads(saver)
         tup = saver.get_tuple(old)
         read_for_tuple = len(loads)
         newest = saver.get_tuple(cfg)
@@ -224,15 +216,7 @@ def test_a_thread_whose_puts_kept_notes_reads_and_continues_as_on_sqlitesaver(tm
         assert stored is not None and stored.state.get("p"), "the fixture's puts kept notes"
         assert [_comparable(t) for t in saver.list(cfg)] == expected
         old = list(saver.list(cfg))[4].config
-        loads: list[Any] = []
-        for store in (saver.store, saver._threads.store.twin):  # type: ignore[attr-defined]
-            real = store._read_chain
-
-            async def spy(*a: Any, _real: Any = real, **k: Any) -> Any:
-                loads.append(a)
-                return await _real(*a, **k)
-
-            store._read_chain = spy
+        loads = _chain_reads(saver)
         tup = saver.get_tuple(old)
         assert len(loads) == 1 and tup is not None and _comparable(tup) == expected[4]
         graph.compile(checkpointer=saver).invoke(FIRST_INPUT, cfg)
@@ -240,6 +224,21 @@ def test_a_thread_whose_puts_kept_notes_reads_and_continues_as_on_sqlitesaver(tm
         assert after is not None and after.state.get("p") is None
     with TetherSaver.from_url(f"sqlite:///{db}") as cold:
         assert [_comparable(t) for t in cold.list(cfg)] == expected_after
+
+
+def _chain_reads(saver: TetherSaver) -> list[Any]:
+    """The chain reads ``saver``'s stores make from now on (its store and the inline twin
+    a sync graph's calls use), one entry per read."""
+    loads: list[Any] = []
+    for store in (saver.store, saver._threads.store.twin):  # type: ignore[attr-defined]
+        real = store._read_chain
+
+        async def spy(*a: Any, _real: Any = real, **k: Any) -> Any:
+            loads.append(a)
+            return await _real(*a, **k)
+
+        store._read_chain = spy
+    return loads
 
 
 def _comparable(t: Any) -> tuple[Any, ...]:
