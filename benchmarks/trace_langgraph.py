@@ -19,8 +19,8 @@ say why ``bench_langgraph``'s step ratios are what they are, so that a change ca
   each put's wall time and the CPU time of its thread. A put that waits for the graph's
   thread is charged to the step whole, its database round trip included.
 * ``--bytes``: what a TetherSaver thread on SQLite stores per step, by key of its delta ops
-  (the messages' append, the checkpoint record, the note of what the put changed, the pending
-  writes, the metadata...), read back from its delta and segment rows after the invokes:
+  (the messages' append, the checkpoint record, the pending writes, the channels' versions,
+  the metadata...), read back from its delta and segment rows after the invokes:
   every byte stored is encoded, sealed and merged by later puts, and read by a cold load.
 * ``--cold``: the instructions of a cold ``get_state`` (a new process, the saver opened
   uncounted) on TetherSaver (SQLite, PostgreSQL, Redis) and on ``SqliteSaver``, of a thread

@@ -188,7 +188,7 @@ def test_an_old_checkpoint_is_read_in_two_loads_and_a_message_is_stored_once(tmp
     assert warm == fresh == expected
     assert read_for_tuple == 2 and tup is not None and tup.pending_writes and newest is not None
     # the older list is a prefix of the latest one held in memory: copied from it, not
-    # decoded again (no load but the one above), and the caller's own
+    # decoded again (no load but the two above), and the caller's own
     older, now = tup.checkpoint["channel_values"]["messages"], newest.checkpoint["channel_values"]["messages"]
     assert 0 < len(older) < len(now) and older == now[: len(older)]
     assert not any(a is b for a, b in zip(older, now, strict=False))
