@@ -77,9 +77,13 @@ def opened(subject: str, tmp: Path, raw: bl.RawWrites) -> Iterator[Any]:
     if kind == "floor":
         yield bl.FloorSaver(lambda data: raw.write(backend, data))
         return
-    url = {"sqlite": f"sqlite:///{tmp}/trace-{uuid.uuid4().hex[:8]}.db", "postgres": bl.PG, "redis": bl.REDIS}
-    with tether_saver(url[backend]) as saver:
+    with tether_saver(tether_url(backend, tmp / f"trace-{uuid.uuid4().hex[:8]}.db")) as saver:
         yield saver
+
+
+def tether_url(backend: str, sqlite_file: Path) -> str:
+    """The store URL of a TetherSaver subject on ``backend`` (SQLite: in ``sqlite_file``)."""
+    return {"sqlite": f"sqlite:///{sqlite_file}", "postgres": bl.PG, "redis": bl.REDIS}[backend]
 
 
 @contextlib.contextmanager
@@ -318,9 +322,7 @@ def cold_opened(subject: str, tmp: Path) -> Iterator[Any]:
         with bl.sqlite_saver(str(tmp / "langgraph.db")) as saver:
             yield saver
         return
-    backend = subject.split("-")[1]
-    url = {"sqlite": f"sqlite:///{tmp}/cold.db", "postgres": bl.PG, "redis": bl.REDIS}[backend]
-    with tether_saver(url) as saver:
+    with tether_saver(tether_url(subject.split("-")[1], tmp / "cold.db")) as saver:
         yield saver
 
 
