@@ -8,7 +8,7 @@ import random
 import pytest
 
 import tether.state.serde as serde
-from tether.errors import CheckpointCorrupt
+from tether.errors import CheckpointCorrupt, StoreError
 from tether.state.serde import Codec, decode_plain, frame_crc
 from tether.stores._pg_slices import SLICE, Slices
 
@@ -81,3 +81,20 @@ def test_slices_out_of_order_leave_the_check_to_the_codec() -> None:
     damaged[2 * SLICE + 9] ^= 0x20
     bad = _read(_rows(bytes(damaged), order=[1, 0, 2, 3]))
     assert bad.crc is None and decode_plain(bad) is None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("order", [[3, 2, 1, 0], [2, 0, 3, 1], [0, 1, 3, 2]])
+def test_slices_in_any_order_make_the_payload_whole(order: list[int]) -> None:
+    state, data = _payload(3 * SLICE + 100)
+    row = _read(_rows(data, order=order))
+    assert bytes(row) == data and len(row) == len(data)
+    assert row.crc is None and decode_plain(row) == state  # type: ignore[attr-defined]
+
+
+def test_a_missing_slice_is_an_error_not_a_short_row() -> None:
+    _state, data = _payload(3 * SLICE + 100)
+    into = Slices(1, 0)
+    for row in _rows(data, order=[0, 1, 3]):
+        into.add(row)
+    with pytest.raises(StoreError, match="incompletely"):
+        into.result()

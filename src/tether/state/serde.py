@@ -129,7 +129,7 @@ class CheckedRow(bytearray):
 
     __slots__ = ("crc",)
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int = 0) -> None:
         super().__init__(size)
         self.crc: int | None = None
 

@@ -72,13 +72,14 @@ class Slices:
     10 MB, a pass of several milliseconds). A slice out of order leaves ``crc`` None: the
     codec computes it, as for any row."""
 
-    __slots__ = ("bufs", "crcs", "filled", "k", "rows", "v")
+    __slots__ = ("bufs", "crcs", "filled", "k", "rows", "totals", "v")
 
     def __init__(self, k: int, v: int) -> None:
         self.k, self.v = k, v if v < k else v - 1
         self.rows: list[tuple[Any, ...]] = []
         self.bufs: dict[Any, CheckedRow] = {}
         self.filled: dict[Any, int] = {}
+        self.totals: dict[Any, int] = {}
         self.crcs: dict[Any, int | None] = {}
         """The running CRC of each payload's slices so far; None once one came out of order."""
 
@@ -91,24 +92,32 @@ class Slices:
         version = cols[self.v]
         buf = self.bufs.get(version)
         if buf is None:
-            buf = self.bufs[version] = CheckedRow(total)
+            buf = self.bufs[version] = CheckedRow()
             self.filled[version] = 0
             self.crcs[version] = None
+            self.totals[version] = total
             self.rows.append((*cols[:k], buf, *cols[k:]))
         filled = self.filled[version]
+        start, end = at - 1, at - 1 + len(part)
         if at == 1 and filled == 0 and len(part) >= 8:
             self.crcs[version] = frame_crc(part)
-        elif at - 1 == filled and filled:
+        elif start == filled and filled:
             crc = self.crcs[version]
             self.crcs[version] = None if crc is None else frame_crc(part, crc)
         else:
             self.crcs[version] = None
-        buf[at - 1 : at - 1 + len(part)] = part
+        if start == len(buf):  # in order: one copy, appended
+            buf += part
+        else:  # out of order: the gap stays zeros until its slice comes
+            if end > len(buf):
+                buf.extend(bytes(end - len(buf)))
+            with memoryview(buf) as view:
+                view[start:end] = part  # (a bytearray slice assignment would copy twice)
         self.filled[version] = filled + len(part)
 
     def result(self) -> list[tuple[Any, ...]]:
         for version, buf in self.bufs.items():
-            if self.filled[version] != len(buf):  # (slices of one statement: cannot happen)
+            if not self.filled[version] == len(buf) == self.totals[version]:  # (cannot happen)
                 raise StoreError(f"postgresql: version {version} was read incompletely")
             buf.crc = self.crcs[version]
         v = self.v if self.v < self.k else self.v + 1
