@@ -25,7 +25,9 @@ say why ``bench_langgraph``'s step ratios are what they are, so that a change ca
 * ``--cold``: the instructions of a cold ``get_state`` (a new process, the saver opened
   uncounted) on TetherSaver (SQLite, PostgreSQL, Redis) and on ``SqliteSaver``, of a thread
   grown as ``bench_langgraph`` grows it before its cold reads: host-independent, where the
-  wall-clock cold read moves by tens of percent on a shared host.
+  wall-clock cold read moves by tens of percent on a shared host. Beside each TetherSaver
+  subject, the store's read alone (in another new process): what TetherSaver pays beyond the
+  decoding of the messages, which ``SqliteSaver`` pays too.
 * ``--callgrind``: each subject in a process of its own under valgrind's callgrind, counting
   instructions only during one invoke (after a warm-up invoke), per thread: the graph's
   (the main thread: LangGraph's steps and the copy a ``get_tuple`` hands out) and the rest
@@ -344,15 +346,36 @@ def cold_instructions(report: Report, size: str, args: argparse.Namespace, tmp: 
         threads = under_callgrind(["--cold-child", subject, thread, "--dir", str(tmp)])
         counts[subject] = sum(threads.values()) / 1e6
         report.line(f"{subject}: cold get_state", counts[subject], "M instr", note="all threads")
+        if subject != "sqlitesaver":
+            alone = under_callgrind(["--cold-child", subject, thread, "--dir", str(tmp), "--store-only"])
+            report.line(
+                f"{subject}: the store's read alone",
+                sum(alone.values()) / 1e6,
+                "M instr",
+                note="rows fetched, checked, decoded and replayed; no LangGraph decoding",
+            )
     ref = counts.get("sqlitesaver")
     for subject, count in counts.items():
         if ref and subject != "sqlitesaver":
             report.line(f"{subject}: cold get_state / SqliteSaver's", count / ref, "x", note="instructions")
 
 
-def cold_child(subject: str, thread: str, tmp: Path) -> None:
-    """Under callgrind: open ``subject``'s saver, count one ``get_state`` of ``thread``."""
+def cold_child(subject: str, thread: str, tmp: Path, store_only: bool = False) -> None:
+    """Under callgrind: open ``subject``'s saver, count one ``get_state`` of ``thread`` (or,
+    ``store_only``, one read of the thread's latest state by the saver's store alone: what a
+    cold read pays beyond the LangGraph decoding that ``SqliteSaver`` pays too)."""
     with cold_opened(subject, tmp) as saver:
+        if store_only:
+            from tether.integrations.langgraph._layout import ns_key
+            from tether.stores.blocking import run_inline
+
+            key = ns_key(thread, "")
+            toggle(True)
+            cp = run_inline(saver.inline_store.load(key))
+            toggle(False)
+            if cp is None or not cp.state.get("c:messages"):
+                raise SystemExit(f"{subject}: thread {thread} read back empty")
+            return
         graph = bl.build().compile(checkpointer=saver)
         cfg = {"configurable": {"thread_id": thread}}
         toggle(True)
@@ -392,6 +415,7 @@ def main() -> int:
     )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--cold-child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--store-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     POLICY.update(policy(args.policy))
@@ -399,7 +423,7 @@ def main() -> int:
         child(args.child, args.sizes, args.steps)
         return 0
     if args.cold_child:
-        cold_child(*args.cold_child, Path(args.dir))
+        cold_child(*args.cold_child, Path(args.dir), store_only=args.store_only)
         return 0
     only = [o for o in args.only.split(",") if o]
     chosen = [s for s in SUBJECTS if not only or any(o in s for o in only)]

@@ -97,5 +97,8 @@ def test_the_trace_counts_a_cold_get_state_against_sqlitesavers(tmp_path: Path) 
     }
     assert set(counts) == {"tether-sqlite", "sqlitesaver"}, out
     assert all(c > 1 for c in counts.values()), counts  # millions: a 1 MB chat decoded
+    alone = next(line for line in out.splitlines() if "tether-sqlite: the store's read alone" in line)
+    part = float(alone.split("read alone")[1].split("M instr")[0].replace(",", ""))
+    assert 0 < part < counts["tether-sqlite"], alone  # a part of the whole read
     ratio = next(line for line in out.splitlines() if "tether-sqlite: cold get_state / SqliteSaver's" in line)
     assert abs(float(ratio.split()[-3]) - counts["tether-sqlite"] / counts["sqlitesaver"]) < 0.01, ratio
