@@ -99,6 +99,12 @@ def tether_saver(url: str) -> Iterator[Any]:
         yield saver
 
 
+def picked(subjects: tuple[str, ...], only: str) -> list[str]:
+    """The ``subjects`` that ``--only`` (comma-separated name parts; empty: all) names."""
+    parts = [o for o in only.split(",") if o]
+    return [s for s in subjects if not parts or any(o in s for o in parts)]
+
+
 def policy(text: str) -> dict[str, int]:
     """``seal_versions=16,seal_fanout=8`` as keyword arguments."""
     out = {}
@@ -333,8 +339,7 @@ def cold_instructions(report: Report, size: str, args: argparse.Namespace, tmp: 
     ``--steps`` steps (as ``bench_langgraph`` grows it before its cold reads), then the
     instructions of one ``get_state`` in a new process, its saver opened uncounted."""
     initial = bl.chat(SIZES[size])
-    only = [o for o in args.only.split(",") if o]
-    chosen = [s for s in COLD_SUBJECTS if not only or any(o in s for o in only)]
+    chosen = picked(COLD_SUBJECTS, args.only)
     counts: dict[str, float] = {}
     for subject in chosen:
         with cold_opened(subject, tmp) as saver:
@@ -425,8 +430,7 @@ def main() -> int:
     if args.cold_child:
         cold_child(*args.cold_child, Path(args.dir), store_only=args.store_only)
         return 0
-    only = [o for o in args.only.split(",") if o]
-    chosen = [s for s in SUBJECTS if not only or any(o in s for o in only)]
+    chosen = picked(SUBJECTS, args.only)
     what = (
         "instructions of a cold get_state (callgrind)"
         if args.cold
