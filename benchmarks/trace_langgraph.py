@@ -17,7 +17,11 @@ say why ``bench_langgraph``'s step ratios are what they are, so that a change ca
   when the invoke returned, how many of the puts started only after that last node (a put
   LangGraph's background thread could not run while the graph held the interpreter), and
   each put's wall time and the CPU time of its thread. A put that waits for the graph's
-  thread is charged to the step whole, its database round trip included.
+  thread is charged to the step whole, its database round trip included. Then the CPU time
+  per step of the graph's thread and of the others (the puts), and the wall time of the
+  ``get_tuple`` LangGraph makes at the invoke's start: a step is CPU-bound (one interpreter
+  lock), so its time is close to those CPU times summed, and TetherSaver's ``get_tuple``
+  is the copy of the state it hands out (the caller's own objects), paid once per invoke.
 * ``--bytes``: what a TetherSaver thread on SQLite stores per step, by key of its delta ops
   (the messages' append, the checkpoint record, the pending writes, the channels' versions,
   the metadata...), read back from its delta and segment rows after the invokes:
@@ -138,7 +142,8 @@ class Recorder:
     def __init__(self, saver: Any) -> None:
         self.puts: list[tuple[float, float, float]] = []  # start, wall, thread CPU
         self.nodes: list[float] = []
-        put = saver.put
+        self.reads: list[float] = []  # get_tuple's wall (the graph's thread, at the invoke's start)
+        put, get_tuple = saver.put, saver.get_tuple
 
         def timed_put(*args: Any, **kwargs: Any) -> Any:
             t0, c0 = time.perf_counter(), time.thread_time()
@@ -147,11 +152,20 @@ class Recorder:
             finally:
                 self.puts.append((t0, time.perf_counter() - t0, time.thread_time() - c0))
 
+        def timed_get_tuple(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return get_tuple(*args, **kwargs)
+            finally:
+                self.reads.append(time.perf_counter() - t0)
+
         saver.put = timed_put
+        saver.get_tuple = timed_get_tuple
 
     def clear(self) -> None:
         self.puts.clear()
         self.nodes.clear()
+        self.reads.clear()
 
 
 def timeline(report: Report, subject: str, initial: list[Any], args: argparse.Namespace, tmp: Path) -> None:
@@ -195,15 +209,28 @@ def timeline(report: Report, subject: str, initial: list[Any], args: argparse.Na
         "ms",
         note="waits for the interpreter included",
     )
+    report.line(
+        f"{subject}: graph's thread CPU per step",
+        med(7) * 1e3 / steps,
+        "ms",
+        note=f"the other threads' (the puts) {med(8) * 1e3 / steps:.3f} ms",
+    )
+    report.line(
+        f"{subject}: get_tuple at the invoke's start",
+        med(9) * 1e3,
+        "ms",
+        note=f"{med(9) * 1e3 / steps:.3f} ms a step; TetherSaver's is the copy it hands out",
+    )
 
 
 def one_invoke(graph: Any, cfg: dict[str, Any], saver: Any, rec: Recorder, steps: int) -> tuple[float, ...]:
     rec.clear()
     gc.collect()
-    t0 = time.perf_counter()
+    t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
     graph.invoke({"left": steps}, cfg)
     flush(saver)
     wall = time.perf_counter() - t0
+    mine, every = time.thread_time() - c0, time.process_time() - p0
     last = rec.nodes[-1]
     after = sum(1 for p in rec.puts if p[0] > last)
     return (
@@ -214,6 +241,9 @@ def one_invoke(graph: Any, cfg: dict[str, Any], saver: Any, rec: Recorder, steps
         statistics.mean(p[2] for p in rec.puts),
         sum(p[1] for p in rec.puts),
         len(rec.puts),
+        mine,
+        every - mine,
+        sum(rec.reads),
     )
 
 

@@ -68,6 +68,18 @@ def test_the_trace_shows_the_puts_waiting_for_the_graph_and_what_a_step_stores(t
         after, total = int(line.split()[-4]), int(line.split()[-2])
         assert total == 4 + 2, line  # a put per step, the input's and the last one
         assert 0 <= after <= total, line
+
+    def value(subject: str, what: str) -> float:
+        line = next(line for line in out.splitlines() if f"{subject}: {what}" in line)
+        return float(line.split(what)[1].split()[0].replace(",", ""))
+
+    for subject in ("tether-sqlite", "floor-sqlite"):
+        # the graph's thread ran on the CPU for part of each step, never for more than all of it
+        assert 0 < value(subject, "graph's thread CPU per step") <= value(subject, "step") * 1.05, out
+    # TetherSaver's get_tuple hands out a copy of the 1 MB chat; the floor's its references
+    assert value("tether-sqlite", "get_tuple at the invoke's start") > value(
+        "floor-sqlite", "get_tuple at the invoke's start"
+    ), out
     out = trace("--bytes")
     steps = next(line for line in out.splitlines() if "steps read back" in line)
     assert int(steps.split()[3]) >= 4, steps
