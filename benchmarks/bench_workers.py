@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -474,22 +474,50 @@ def main() -> None:
         "--redis-broker", default=os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
     )
     ap.add_argument("--shared-db", action="store_true", help="use --store's database as it is, not a new one")
+    ap.add_argument(
+        "--pg-set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a PostgreSQL setting for the bench's own database only (ALTER DATABASE ... SET), to see "
+        "what a setting does to the lines, e.g. synchronous_commit=off (repeatable)",
+    )
     args = ap.parse_args()
+    settings = [pg_setting(text) for text in args.pg_set]
+    if settings and (args.shared_db or not args.store.startswith(("postgresql://", "postgres://"))):
+        ap.error("--pg-set needs a PostgreSQL --store in a database of the bench's own (no --shared-db)")
     with contextlib.ExitStack() as stack:
         if not args.shared_db and args.store.startswith(("postgresql://", "postgres://")):
-            args.store = stack.enter_context(own_database(args.store))
+            args.store = stack.enter_context(own_database(args.store, settings))
         measure(args)
 
 
+def pg_setting(text: str) -> tuple[str, str]:
+    """``name=value`` as a setting name (letters, digits, ``_`` and ``.``) and its value."""
+    name, sep, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or not name or not value or not all(c.isalnum() or c in "_." for c in name):
+        raise SystemExit(f"--pg-set {text!r}: expected NAME=VALUE, e.g. synchronous_commit=off")
+    return name, value
+
+
 @contextlib.contextmanager
-def own_database(url: str) -> Iterator[str]:
-    """A new database on ``url``'s server for this bench (dropped on leaving), as a URL."""
+def own_database(url: str, settings: Sequence[tuple[str, str]] = ()) -> Iterator[str]:
+    """A new database on ``url``'s server for this bench (dropped on leaving), as a URL, with
+    ``settings`` for every session that connects to it."""
     import psycopg
+    from psycopg import sql
 
     parts = urlsplit(url)
     name = f"tether_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
+        for setting, value in settings:
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} SET {} = {}").format(
+                    sql.Identifier(name), sql.SQL(setting), sql.Literal(value)
+                )
+            )
     try:
         own = urlunsplit(parts._replace(path="/" + name))
         run(set_up(own))  # the tables made once, before the workers all start at once
@@ -517,6 +545,8 @@ def measure(args: argparse.Namespace) -> None:
         f"{n} runs of 5 no-op steps a line: Celery workers (concurrency 1) vs one process; kill -9 recovery",
     )
     rep.line("store", 0, note=args.store.split("@")[-1])
+    for text in args.pg_set:
+        rep.line("PostgreSQL setting (this database only)", 0, note=text)
     rep.line("event loop", 0, note=f"{loop_kind()}, in the workers' pool threads and in-process alike")
     tmp = Path(tempfile.mkdtemp(prefix="bench-workers-"))
     rep.line("lease", LEASE, "s", note="the worker default (--lease)")

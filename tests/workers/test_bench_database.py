@@ -36,3 +36,21 @@ def test_the_bench_works_in_a_database_of_its_own_that_it_drops() -> None:
         bench_workers.vacuum(own)  # what runs before each line
         raise RuntimeError("the bench failed")
     assert name not in _databases(url)
+
+
+def test_a_setting_given_to_the_bench_holds_in_its_database_only() -> None:
+    """``--pg-set synchronous_commit=off`` is for the bench's own database: every session there
+    (the workers' too) has it, the server's other databases keep theirs, and a malformed
+    setting is refused before anything is created."""
+    import bench_workers
+    import psycopg
+
+    url = store_url("postgresql")
+    setting = bench_workers.pg_setting("synchronous_commit=off")
+    with bench_workers.own_database(url, [setting]) as own, psycopg.connect(own) as conn:
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+    for bad in ("synchronous_commit", "=off", "x; DROP TABLE y=1"):
+        with pytest.raises(SystemExit, match="expected NAME=VALUE"):
+            bench_workers.pg_setting(bad)
