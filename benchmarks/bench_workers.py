@@ -512,13 +512,14 @@ def own_database(url: str, settings: Sequence[tuple[str, str]] = ()) -> Iterator
     name = f"tether_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
-        for setting, value in settings:
-            admin.execute(
-                sql.SQL("ALTER DATABASE {} SET {} = {}").format(
-                    sql.Identifier(name), sql.SQL(setting), sql.Literal(value)
-                )
-            )
     try:
+        with psycopg.connect(url, autocommit=True) as admin:  # (a setting refused: dropped too)
+            for setting, value in settings:
+                admin.execute(
+                    sql.SQL("ALTER DATABASE {} SET {} = {}").format(
+                        sql.Identifier(name), sql.SQL(setting), sql.Literal(value)
+                    )
+                )
         own = urlunsplit(parts._replace(path="/" + name))
         run(set_up(own))  # the tables made once, before the workers all start at once
         yield own

@@ -4,6 +4,7 @@ any worker starts, vacuumed between lines, and gone when the bench ends, even wh
 from __future__ import annotations
 
 import sys
+import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -38,7 +39,7 @@ def test_the_bench_works_in_a_database_of_its_own_that_it_drops() -> None:
     assert name not in _databases(url)
 
 
-def test_a_setting_given_to_the_bench_holds_in_its_database_only() -> None:
+def test_a_setting_given_to_the_bench_holds_in_its_database_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--pg-set synchronous_commit=off`` is for the bench's own database: every session there
     (the workers' too) has it, the server's other databases keep theirs, and a malformed
     setting is refused before anything is created."""
@@ -54,3 +55,10 @@ def test_a_setting_given_to_the_bench_holds_in_its_database_only() -> None:
     for bad in ("synchronous_commit", "=off", "x; DROP TABLE y=1"):
         with pytest.raises(SystemExit, match="expected NAME=VALUE"):
             bench_workers.pg_setting(bad)
+    # a setting the server refuses leaves no database behind
+    known = uuid.uuid4()
+    monkeypatch.setattr(bench_workers.uuid, "uuid4", lambda: known)
+    unknown = bench_workers.pg_setting("no_such_setting=1")
+    with pytest.raises(psycopg.Error, match="no_such_setting"), bench_workers.own_database(url, [unknown]):
+        pass
+    assert f"tether_bench_{known.hex[:8]}" not in _databases(url)
