@@ -484,10 +484,11 @@ def main() -> None:
     )
     args = ap.parse_args()
     settings = [pg_setting(text) for text in args.pg_set]
-    if settings and (args.shared_db or not args.store.startswith(("postgresql://", "postgres://"))):
+    own = not args.shared_db and args.store.startswith(("postgresql://", "postgres://"))
+    if settings and not own:
         ap.error("--pg-set needs a PostgreSQL --store in a database of the bench's own (no --shared-db)")
     with contextlib.ExitStack() as stack:
-        if not args.shared_db and args.store.startswith(("postgresql://", "postgres://")):
+        if own:
             args.store = stack.enter_context(own_database(args.store, settings))
         measure(args)
 

@@ -41,8 +41,8 @@ def test_the_bench_works_in_a_database_of_its_own_that_it_drops() -> None:
 
 def test_a_setting_given_to_the_bench_holds_in_its_database_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--pg-set synchronous_commit=off`` is for the bench's own database: every session there
-    (the workers' too) has it, the server's other databases keep theirs, and a malformed
-    setting is refused before anything is created."""
+    (the workers' too) has it, the server's other databases keep theirs, a malformed setting
+    is refused before anything is created, and one the server refuses leaves no database."""
     import bench_workers
     import psycopg
 
