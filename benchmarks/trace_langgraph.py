@@ -221,14 +221,45 @@ def timeline(report: Report, subject: str, initial: list[Any], args: argparse.Na
         "ms",
         note=f"{med(9) * 1e3 / steps:.3f} ms a step; TetherSaver's is the copy it hands out",
     )
+    report.line(
+        f"{subject}: garbage collector per step",
+        med(10) * 1e3 / steps,
+        "ms",
+        note=f"full passes {med(12):.0f} an invoke, {med(11) * 1e3:.1f} ms",
+    )
+
+
+class Collections:
+    """The garbage collector's passes during an invoke: the seconds spent in each
+    generation's and how many of the full (generation 2) ones there were."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.full = 0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        self.seconds[info["generation"]] += time.perf_counter() - self._start
+        self.full += info["generation"] == 2
+
+    def __enter__(self) -> Collections:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
 
 
 def one_invoke(graph: Any, cfg: dict[str, Any], saver: Any, rec: Recorder, steps: int) -> tuple[float, ...]:
     rec.clear()
     gc.collect()
     t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
-    graph.invoke({"left": steps}, cfg)
-    flush(saver)
+    with Collections() as passes:
+        graph.invoke({"left": steps}, cfg)
+        flush(saver)
     wall = time.perf_counter() - t0
     mine, every = time.thread_time() - c0, time.process_time() - p0
     last = rec.nodes[-1]
@@ -244,6 +275,9 @@ def one_invoke(graph: Any, cfg: dict[str, Any], saver: Any, rec: Recorder, steps
         mine,
         every - mine,
         sum(rec.reads),
+        sum(passes.seconds),
+        passes.seconds[2],
+        passes.full,
     )
 
 

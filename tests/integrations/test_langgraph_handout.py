@@ -64,6 +64,18 @@ def test_a_copy_is_equal_and_shares_no_mutable_object() -> None:
     assert twin["messages"][0].model_fields_set == value["messages"][0].model_fields_set
 
 
+def test_copied_messages_own_their_ids() -> None:
+    """A chat's copied messages get id strings of their own (equal, not shared), so that
+    LangGraph's per-step scan of every id reads the copies' memory only."""
+    chat = [HumanMessage(content="hi", id="lc_run--" + "7" * 36), AIMessage(content="yes", id="a" * 40)]
+    for twin in (copied(chat), copied({"messages": chat})["messages"]):
+        assert [m.id for m in twin] == [m.id for m in chat]
+        assert all(t.id is not m.id for t, m in zip(twin, chat, strict=True))
+        assert twin == chat
+    no_id = copied([AIMessage(content="x")])
+    assert no_id[0].id is None
+
+
 def test_the_collector_pause_nests_across_threads_and_ends() -> None:
     assert gc.isenabled()
     inside = threading.Event()
