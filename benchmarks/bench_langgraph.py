@@ -71,7 +71,8 @@ SEED = 7
 MESSAGE_MODEL = (
     "messages: harness corpus.messages(seed=7) as LangChain messages (user prose; assistant "
     "with a tool call; tool results of JSON rows, log lines or code; assistant answers; 80-6,000 "
-    "characters each); each step appends a ~1 KB AIMessage of seeded prose"
+    "characters each; assistant ids run-<uuid>-0 from construction, the others a uuid given on entering "
+    "the state); each step appends a ~1 KB AIMessage of seeded prose"
 )
 PG = os.environ.get("TETHER_TEST_POSTGRESQL_URL", "postgresql://127.0.0.1:5432/test")
 REDIS = os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -79,24 +80,50 @@ MYSQL = os.environ.get("TETHER_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/tes
 STEP_TARGET, STORED_TARGET = 1.5, 2.0
 
 
-def chat(total_bytes: int) -> list[Any]:
-    """The corpus chat of about ``total_bytes``, as LangChain messages with fixed ids."""
+_IDS = uuid.UUID(int=SEED)
+
+
+def message_id(i: int) -> str:
+    """The id of the chat's ``i``-th message when it is the assistant's, as LangChain's model
+    wrappers make it (``run-<uuid>-0``), the same in every run: a different id from step to
+    step, so each step appends."""
+    return f"run-{uuid.uuid5(_IDS, str(i))}-0"
+
+
+def entered_id(i: int) -> str:
+    """The id of the chat's ``i``-th message when it is the user's or a tool's: those are
+    built without one, and ``add_messages`` gives them a uuid4 string as they enter the
+    state (seeded here, so that every run stores the same bytes)."""
+    return str(uuid.uuid5(_IDS, f"entered-{i}"))
+
+
+def chat(total_bytes: int, ids: Callable[[int], str] | None = None) -> list[Any]:
+    """The corpus chat of about ``total_bytes``, as LangChain messages with fixed ids: as a
+    LangGraph state holds them (assistant messages with the id they were built with, the
+    others with the one they got on entering the state, made after them, see
+    :func:`entered_id`); ``ids``: every message's id from its position, given as it is built."""
     from langchain_core.messages import HumanMessage, ToolMessage
 
     out: list[Any] = []
+    entered: list[int] = []
     for i, m in enumerate(corpus.messages(SEED, total_bytes)):
+        mid = ids(i) if ids is not None else None
         if m["role"] == "user":
-            out.append(HumanMessage(content=m["content"], id=f"m-{i}"))
+            out.append(HumanMessage(content=m["content"], id=mid))
         elif m["role"] == "tool":
             out.append(
-                ToolMessage(content=m["content"], tool_call_id=m["tool_call_id"], name=m["name"], id=f"m-{i}")
+                ToolMessage(content=m["content"], tool_call_id=m["tool_call_id"], name=m["name"], id=mid)
             )
         else:
             calls = [
                 {"id": c["id"], "name": c["function"]["name"], "args": json.loads(c["function"]["arguments"])}
                 for c in m.get("tool_calls", [])
             ]
-            out.append(AIMessage(content=m["content"], tool_calls=calls, id=f"m-{i}"))
+            out.append(AIMessage(content=m["content"], tool_calls=calls, id=mid or message_id(i)))
+        if out[-1].id is None:
+            entered.append(i)
+    for i in entered:  # as add_messages does when the chat enters the state
+        out[i].id = entered_id(i)
     return out
 
 
@@ -105,7 +132,7 @@ _PROSE = [corpus.prose(random.Random(SEED + i), KB) for i in range(64)]
 
 def message(i: int) -> AIMessage:
     """The ~1 KB answer a step appends (seeded prose, varied from step to step)."""
-    return AIMessage(content=_PROSE[i % len(_PROSE)], id=f"m-{i}")
+    return AIMessage(content=_PROSE[i % len(_PROSE)], id=message_id(i))
 
 
 class State(TypedDict, total=False):

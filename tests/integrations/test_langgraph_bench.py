@@ -34,6 +34,30 @@ def test_a_paired_ratio_is_the_median_of_the_invoke_by_invoke_ratios() -> None:
         bench_langgraph.paired(slow, {"step_samples": [1.0]})
 
 
+def test_the_chat_holds_ids_as_a_langgraph_state_holds_them() -> None:
+    """Assistant messages keep the id they were built with (LangChain's run id shape); the
+    user's and the tools' got theirs on entering the state; all distinct, the same every run,
+    and a step's answer gets a new one."""
+    chat = bench_langgraph.chat(40_000)
+    again = bench_langgraph.chat(40_000)
+    assert [m.id for m in chat] == [m.id for m in again]
+    assert len({m.id for m in chat}) == len(chat)
+    kinds = {m.type: m.id for m in chat}
+    assert kinds["ai"].startswith("run-") and kinds["ai"].endswith("-0")
+    assert not kinds["human"].startswith("run-") and len(kinds["human"]) == 36
+    assert bench_langgraph.message(len(chat)).id not in {m.id for m in chat}
+    short = bench_langgraph.chat(40_000, lambda i: f"m-{i}")
+    assert [m.id for m in short] == [f"m-{i}" for i in range(len(short))]
+
+
+def test_the_handout_bench_compares_the_copy_with_the_savers_objects() -> None:
+    out = run_bench("bench_handout.py", "--quick", "--ids", "state,short", "--rounds", "1")
+    for ids in ("state", "short"):
+        assert f"### message ids: {ids}" in out
+    assert out.count("1MB: add_messages, tether: the copy handed out") == 2
+    assert "its ids made afresh" in out and "1MB: tether / baseline" in out
+
+
 def test_the_script_runs_its_savers_interleaved_and_prints_each_step_beside_its_floor(
     tmp_path: Path,
 ) -> None:
