@@ -104,6 +104,8 @@ def test_the_trace_shows_the_puts_waiting_for_the_graph_and_what_a_step_stores(t
     assert value("tether-sqlite", "get_tuple at the invoke's start") > value(
         "floor-sqlite", "get_tuple at the invoke's start"
     ), out
+    for subject in ("tether-sqlite", "floor-sqlite"):  # collections ran within the step's time
+        assert 0 <= value(subject, "garbage collector per step") <= value(subject, "step"), out
     out = trace("--bytes")
     steps = next(line for line in out.splitlines() if "steps read back" in line)
     assert int(steps.split()[3]) >= 4, steps
