@@ -12,8 +12,8 @@ step's message. From the second read of a thread on, the list it works on is the
 saver handed out (the caller's own objects, see docs/langgraph.md). The chat is
 ``bench_langgraph``'s (seeded corpus text: user prose, assistant tool calls, tool results of
 JSON rows, logs or code), its message ids made in three ways (``--ids``, see ``SHAPES``),
-which place the saver's ids differently in memory. Three lines, interleaved round by round in a turning order, each
-the median time of one ``add_messages`` of a ~1 KB answer:
+which place the saver's ids differently in memory. Three lines, interleaved round by round
+in a turning order, each the median time of one ``add_messages`` of a ~1 KB answer:
 
 - baseline: a copy whose ids are the saver's own strings (how copies were made before each
   got ids of its own);
