@@ -125,9 +125,7 @@ def test_consecutive_appends_of_a_key_become_one_op():
     seg = pack_segment(1, deltas)
     names = seg["names"]  # each key and op name once; the ops give their positions
     ops = [[names[op[0]], names[op[1]], op[2]] for op in seg["ops"]]
-    assert ops == [["messages", "append", [0, 1, 2, 3, 4]], ["out", "set", 0]] + [
-        ["out", "set", i] for i in range(1, 5)
-    ]
+    assert ops == [["messages", "append", [0, 1, 2, 3, 4]], ["out", "set", 4]]  # sets: a run
     assert sorted(names) == ["append", "messages", "out", "set"]
     assert seg["ops"][0][4] == struct.pack("<10I", 0, 1, 1, 2, 2, 3, 3, 4, 4, 5)
     assert seg["node"] == "n" and seg["status"] == "running" and seg["meta"] == {}  # one value for all
@@ -171,6 +169,33 @@ def test_segments_packed_whole_into_a_merged_one_replay_as_their_deltas(a, b, c,
         }
     # the same ops as a merge of the versions split one by one (what a merge packed before)
     assert merged == pack_segment(4, deltas, level + 1)
+
+
+def test_a_keys_sets_and_merges_become_one_run_whose_earlier_arguments_stay_bytes():
+    """A run holds its outcome decoded (the last set, or the merges' union) and each
+    earlier version's own argument as MessagePack bytes: a read of the latest state decodes
+    the outcome alone; a split or a read of an older version decodes the bytes it needs."""
+    deltas = [
+        {"v": 2, "kind": "delta", "node": "n", "status": "running", "ts": float(i), "meta": {},
+         "executed": [], "ops": [["cp", "set", {"id": i, "seen": [i]}], ["m", "merge", {f"c{i % 2}": i}]]}
+        for i in range(4)
+    ]  # fmt: skip
+    original = copy.deepcopy(deltas)
+    seg = _roundtrip(pack_segment(1, deltas))
+    assert deltas == original  # the merges' union is a dict of the run's own
+    names = seg["names"]
+    (cp, m) = seg["ops"]
+    assert [names[cp[0]], names[cp[1]], cp[2], cp[3]] == ["cp", "set", {"id": 3, "seen": [3]}, 3]
+    assert [names[m[0]], names[m[1]], m[2], m[3]] == ["m", "merge", {"c0": 2, "c1": 3}, 3]
+    ends = [len(ormsgpack.packb({"id": i, "seen": [i]})) for i in range(3)]
+    assert cp[4] == struct.pack("<6I", 0, ends[0], 1, sum(ends[:2]), 2, sum(ends))
+    assert cp[5] == b"".join(ormsgpack.packb({"id": i, "seen": [i]}) for i in range(3))
+    assert m[5] == b"".join(ormsgpack.packb({f"c{i % 2}": i}) for i in range(4))  # each merge's own
+    for count in range(1, 5):
+        state: dict[str, Any] = {"m": {"c9": 9}}
+        apply_segment(state, [], seg, count)
+        assert state == _replay_each({"m": {"c9": 9}}, deltas[:count])[0], count
+    assert [body["ops"] for body in split_segment(seg)] == [d["ops"] for d in deltas]
 
 
 def test_appends_of_merged_segments_join_into_one_op_with_their_marks_moved():

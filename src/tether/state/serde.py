@@ -57,14 +57,17 @@ __all__ = [
     "generate_key",
     "is_plain",
     "pack_plain",
+    "pack_value",
     "state_offset",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMA_CHANGES = {
     1: "first layout: full and delta payloads, ops (key, op, arg)",
     2: "segment payloads: the ops of several versions in one row (stores/_segment.py)",
     3: "patch ops: an overwrite stored as what changed in the value (stores/_patch.py)",
+    4: "segment runs: a key's consecutive sets or merges as one op, the outcome decoded and "
+    "each version's own argument kept as MessagePack bytes (stores/_segment.py)",
 }
 
 _MAGIC = b"TT"
@@ -266,6 +269,14 @@ def pack_plain(payload: dict[str, Any], *, datetimes: bool = True) -> bytes:
         except (TypeError, OverflowError):
             pass  # not state check_value passed: ormsgpack says what is wrong
     body: bytes = ormsgpack.packb(payload, default=_default, option=_PACK_OPTS)
+    return body
+
+
+def pack_value(value: Any) -> bytes:
+    """One value as its own MessagePack, as a payload packed by ormsgpack holds it, so that
+    a payload can carry a value it may never need decoded as bytes (a segment's overwritten
+    arguments, see ``stores/_segment.py``); :func:`unpack_dated` reads it back."""
+    body: bytes = ormsgpack.packb(value, default=_default, option=_PACK_OPTS)
     return body
 
 

@@ -35,12 +35,21 @@ them. ``executed`` holds every version's executed node ids in order and ``ends``
 each version's end (absent when there are none). ``i`` in an op is the index of its
 version.
 
-Ops on different keys commute (a reducer touches only its key), so the ops are grouped
-by key, in version order within a key, and consecutive ``append`` ops of one key are
-merged into one: ``[key, "append", items, i, <I array j, m, k, n, ...]`` says the items up to
+Ops on different keys commute (a reducer touches only its key), so only the ops of one key
+keep their version order, and consecutive ``append`` ops of one key are merged into one: ``[key, "append", items, i, <I array j, m, k, n, ...]`` says the items up to
 ``m`` were there after version ``a + j``, up to ``n`` after ``a + k``… Replaying a whole
 segment then extends each list once; replaying it up to a version inside it cuts the
 items.
+
+Consecutive ``set`` ops of a key, or ``merge`` ops (from payload schema 4), become one *run*:
+``[key, op, outcome, i, <I array j, e, k, f, ..., bytes]``. The outcome is what the run leaves
+(the last value set, or the union of the merges, a shallow merge being a dict update) and
+``i`` the run's last version; the bytes hold each version's own argument as MessagePack,
+version ``a + j``'s ending at ``e``, ``a + k``'s at ``f``… (every merge's; every set's but the
+last, which is the outcome). A LangGraph thread overwrites its checkpoint record and merges
+its channels' versions at every step: a read of the latest state decodes one record a key,
+not one a version, and applies one op; a split, or a read up to a version inside the run,
+decodes the arguments it needs.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ from tether.errors import CheckpointCorrupt
 from tether.state.reducers import apply_op
 from tether.state.reserved import OP as RESERVED_OP
 from tether.state.reserved import merge_part_into
-from tether.state.serde import SCHEMA_VERSION
+from tether.state.serde import SCHEMA_VERSION, pack_value, unpack_dated
 from tether.stores._patch import PATCH, apply_patch
 
 __all__ = ["apply_ops", "apply_segment", "pack_segment", "segment_length", "split_segment"]
@@ -91,6 +100,11 @@ def pack_segment(first: int, bodies: list[dict[str, Any]], level: int = 1) -> di
         metas.append(body.get("meta") or {})
         times.append(body["ts"])
         for key, op, arg in body["ops"]:
+            if op == "set" or op == "merge":
+                run = _run_for(last_of.get(key), op, arg)
+                if run is not None:
+                    _then(run, arg, i)
+                    continue
             prev = _joins(last_of.get(key), op, arg)
             if prev is not None:
                 prev[2].extend(arg)
@@ -119,10 +133,46 @@ def pack_segment(first: int, bodies: list[dict[str, Any]], level: int = 1) -> di
         entry[1] = names.setdefault(entry[1], len(names))
         if len(entry) == 5:
             entry[4] = _counts(entry[4])
+        elif len(entry) == 6:
+            entry[4] = _counts(entry[4])
+            entry[5] = b"".join(entry[5])
     seg["names"] = list(names)
     if executed:
         seg["ends"] = _counts(ends)
     return seg
+
+
+def _run_for(prev: list[Any] | None, op: str, arg: Any) -> list[Any] | None:
+    """``prev`` (the key's last entry) as the run that a ``set`` or ``merge`` of ``arg``
+    joins, made a run in place at the first join (see the module docstring); None when it
+    does not join. A run's merged outcome is a dict of its own, never an argument given."""
+    if prev is None or prev[1] != op or len(prev) == 5:
+        return None
+    if op == "merge" and (type(arg) is not dict or type(prev[2]) is not dict):
+        return None
+    if len(prev) == 4:
+        prev.extend(([], []))
+        if op == "merge":  # every merge's own argument is kept: a later split needs each
+            _keep(prev, prev[3], pack_value(prev[2]))
+            prev[2] = dict(prev[2])
+    return prev
+
+
+def _then(run: list[Any], arg: Any, i: int) -> None:
+    """Version ``i``'s ``set`` or ``merge`` of ``arg`` added to ``run``."""
+    if run[1] == "merge":
+        _keep(run, i, pack_value(arg))
+        run[2].update(arg)
+    else:  # the value it overwrites is kept as bytes
+        _keep(run, run[3], pack_value(run[2]))
+        run[2] = arg
+    run[3] = i
+
+
+def _keep(run: list[Any], i: int, data: bytes) -> None:
+    """Version ``i``'s own argument, encoded, appended to the run's bytes."""
+    run[4] += (i, (run[4][-1] if run[4] else 0) + len(data))
+    run[5].append(data)
 
 
 def _joins(prev: list[Any] | None, op: str, arg: Any) -> list[Any] | None:
@@ -167,6 +217,30 @@ def _take_segment(
         key, op, arg, i = entry[0], entry[1], entry[2], entry[3]
         if names is not None:
             key, op = names[key], names[op]
+        if len(entry) == 6:  # a run: joins the key's run before it, its bytes as they are
+            marks = _numbers(entry[4], "I")
+            run = _run_for(last_of.get(key), op, arg)
+            if run is None:
+                run = [key, op, dict(arg) if op == "merge" else arg, base + i, [], []]
+                ops.append(run)
+                last_of[key] = run
+            else:
+                if op == "merge":
+                    run[2].update(arg)
+                else:
+                    _keep(run, run[3], pack_value(run[2]))
+                    run[2] = arg
+                run[3] = base + i
+            size = run[4][-1] if run[4] else 0
+            for k in range(0, len(marks), 2):
+                run[4] += (base + marks[k], size + marks[k + 1])
+            run[5].append(entry[5])
+            continue
+        if len(entry) == 4 and (op == "set" or op == "merge"):
+            run = _run_for(last_of.get(key), op, arg)
+            if run is not None:
+                _then(run, arg, base + i)
+                continue
         marks = _numbers(entry[4], "I") if len(entry) == 5 else (i, len(arg) if type(arg) is list else 0)
         prev = _joins(last_of.get(key), op, arg)
         if prev is not None:
@@ -245,6 +319,15 @@ def split_segment(seg: dict[str, Any]) -> list[dict[str, Any]]:
             bodies[i]["ops"].append([key, op, arg])
             continue
         marks, start = _numbers(entry[4], "I"), 0
+        if len(entry) == 6:  # a run: each version's own argument decoded from its bytes
+            data = entry[5]
+            for at in range(0, len(marks), 2):
+                end = marks[at + 1]
+                bodies[marks[at]]["ops"].append([key, op, unpack_dated(data[start:end])])
+                start = end
+            if op != "merge":  # a set's last value is the run's outcome
+                bodies[i]["ops"].append([key, op, arg])
+            continue
         for at in range(0, len(marks), 2):
             end = marks[at + 1]
             bodies[marks[at]]["ops"].append([key, op, arg[start:end]])
