@@ -36,10 +36,10 @@ each version's end (absent when there are none). ``i`` in an op is the index of 
 version.
 
 Ops on different keys commute (a reducer touches only its key), so only the ops of one key
-keep their version order, and consecutive ``append`` ops of one key are merged into one: ``[key, "append", items, i, <I array j, m, k, n, ...]`` says the items up to
-``m`` were there after version ``a + j``, up to ``n`` after ``a + k``… Replaying a whole
-segment then extends each list once; replaying it up to a version inside it cuts the
-items.
+keep their version order, and consecutive ``append`` ops of one key are merged into one:
+``[key, "append", items, i, <I array j, m, k, n, ...]`` says the items up to ``m`` were there
+after version ``a + j``, up to ``n`` after ``a + k``… Replaying a whole segment then extends
+each list once; replaying it up to a version inside it cuts the items.
 
 Consecutive ``set`` ops of a key, or ``merge`` ops (from payload schema 4), become one *run*:
 ``[key, op, outcome, i, <I array j, e, k, f, ..., bytes]``. The outcome is what the run leaves
