@@ -98,3 +98,20 @@ def test_a_missing_slice_is_an_error_not_a_short_row() -> None:
         into.add(row)
     with pytest.raises(StoreError, match="incompletely"):
         into.result()
+
+
+def test_views_of_the_drivers_buffer_are_copied_into_what_is_kept() -> None:
+    """The sliced read's cursor hands ``bytea`` values as views of the driver's result,
+    valid only until its next row: every one kept (a whole payload, another column) is
+    copied, and a sliced payload is put together from the views."""
+    state, data = _payload(2 * SLICE + 9)
+    _small, whole = _payload(100)
+    into = Slices(1, 0)
+    for row in _rows(data):
+        into.add((row[0], memoryview(b"note"), *row[1:-1], memoryview(row[-1])))  # type: ignore[arg-type]
+    into.add((2, memoryview(b"note"), 2, len(whole), None, memoryview(whole)))
+    rows = into.result()
+    assert [(r[0], r[2]) for r in rows] == [(1, b"note"), (2, b"note")]
+    assert all(type(c) is not memoryview for r in rows for c in r)
+    assert rows[0][1] == data and decode_plain(rows[0][1]) == state
+    assert type(rows[1][1]) is bytes and rows[1][1] == whole

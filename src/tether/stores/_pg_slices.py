@@ -16,7 +16,7 @@ from typing import Any
 from tether.errors import StoreError
 from tether.state.serde import CheckedRow, frame_crc
 
-__all__ = ["SLICE", "Slices", "sliced"]
+__all__ = ["SLICE", "Slices", "slices_cursor", "sliced"]
 
 SLICE = 64 * 1024
 """A chain read returns an uncompressed payload bigger than this in slices of this size."""
@@ -62,6 +62,25 @@ def sliced(sql: str) -> tuple[str, int, int] | None:
     )
 
 
+def slices_cursor(conn: Any) -> Any:
+    """A binary cursor of ``conn`` whose ``bytea`` values are views of the driver's own
+    buffer, not ``bytes``: each slice is then copied once, into its payload's buffer, where
+    a ``bytes`` of it cost one more copy of every byte read. :class:`Slices` copies what it
+    keeps of a view (a view lives only as long as the driver's result it looks into)."""
+    from psycopg.adapt import Loader
+    from psycopg.pq import Format
+
+    class View(Loader):
+        format = Format.BINARY
+
+        def load(self, data: Any) -> Any:
+            return data
+
+    cur = conn.cursor(binary=True)
+    cur.adapters.register_loader("bytea", View)
+    return cur
+
+
 class Slices:
     """The rows of a chain read from the rows of its :func:`sliced` statement: each sliced
     payload put together in one :class:`CheckedRow` (never changed once complete).
@@ -84,10 +103,14 @@ class Slices:
         """The running CRC of each payload's slices so far; None once one came out of order."""
 
     def add(self, row: tuple[Any, ...]) -> None:
+        """One row of the sliced statement; its ``bytea`` values may be views of the driver's
+        buffer (:func:`slices_cursor`), copied here into what is kept."""
         k = self.k
         cols, total, at, part = row[:-3], row[-3], row[-2], row[-1]
+        if any(type(c) is memoryview for c in cols):
+            cols = tuple(bytes(c) if type(c) is memoryview else c for c in cols)
         if at is None:
-            self.rows.append((*cols[:k], part, *cols[k:]))
+            self.rows.append((*cols[:k], None if part is None else bytes(part), *cols[k:]))
             return
         version = cols[self.v]
         buf = self.bufs.get(version)

@@ -70,6 +70,10 @@ class _SyncStreamer:
     def __init__(self, cur: Any) -> None:
         self._cur = cur
 
+    @property
+    def adapters(self) -> Any:
+        return self._cur.adapters
+
     def stream(self, *args: Any, **kwargs: Any) -> _SyncRows:
         return _SyncRows(self._cur.stream(*args, **kwargs))
 

@@ -27,7 +27,7 @@ from tether.errors import (
 )
 from tether.state.model import ChainStats, chain_stats
 from tether.stores._chain import Write, next_fence
-from tether.stores._pg_slices import SLICE, Slices, sliced
+from tether.stores._pg_slices import SLICE, Slices, sliced, slices_cursor
 from tether.stores._pg_sync import connect_sync
 from tether.stores._sql import Dialect, SqlBackend, SqlStore, Tx
 from tether.stores.backend import remember as _hint
@@ -354,7 +354,7 @@ class PostgresBackend(SqlBackend):
             else:
                 statement, k, v = plan
                 into = Slices(k, v)
-                stream: Any = conn.cursor(binary=True).stream(statement.replace("?", "%s"), params or None)
+                stream: Any = slices_cursor(conn).stream(statement.replace("?", "%s"), params or None)
                 try:  # row by row (one result each): the slices' buffers are reused
                     async for row in stream:
                         into.add(row)
