@@ -315,7 +315,10 @@ def stored_bytes(report: Report, initial: list[Any], args: argparse.Namespace, t
         versions += body["n"] if kind == "segment" else 1
         for entry in body["ops"]:
             key, op = (names[entry[0]], names[entry[1]]) if names is not None else (entry[0], entry[1])
-            sizes[f"{key} ({op})"] += len(ormsgpack.packb(entry[2]))
+            # a run's versions: its outcome, and each earlier argument as bytes beside it
+            sizes[f"{key} ({op})"] += len(ormsgpack.packb(entry[2])) + (
+                len(entry[5]) if len(entry) == 6 else 0
+            )
     report.line("steps read back", versions, "", note=f"{len(rows)} delta and segment rows")
     report.line(
         "stored per step, rows whole", row_bytes / versions, "bytes", note="payloads, framing included"
