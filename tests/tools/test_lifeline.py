@@ -97,10 +97,15 @@ def parent(work: Path, *steps: str, boxed: bool = False, loop: str = "asyncio") 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TETHER_TEST_LOOP": loop}
     proc = subprocess.Popen([sys.executable, "-c", PARENT, str(work), "1" if boxed else "0", *steps], env=env)
     deadline = time.monotonic() + 30
-    while not (work / "ready").exists():
-        assert proc.poll() is None, "the parent process failed"
-        assert time.monotonic() < deadline, "the parent process did not get ready"
-        time.sleep(0.02)
+    try:
+        while not (work / "ready").exists():
+            assert proc.poll() is None, "the parent process failed"
+            assert time.monotonic() < deadline, "the parent process did not get ready"
+            time.sleep(0.02)
+    except AssertionError:  # not left running: its Popen would warn in whichever test collects it
+        proc.kill()
+        proc.wait()
+        raise
     return proc
 
 
