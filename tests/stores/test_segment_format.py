@@ -242,3 +242,31 @@ def test_a_seal_decodes_its_carriers_without_checking_their_checksum_again(monke
     state: dict[str, Any] = {"messages": []}
     apply_segment(state, [], seg, 4)
     assert state == {"messages": [0, 1, 2, 3]}
+
+
+def test_a_segment_written_before_runs_reads_and_merges_into_one_with_runs():
+    """A schema 3 segment (each version's set and merge an op of its own) still replays, and
+    a merge of it with later deltas (a thread continued after an upgrade) makes runs that
+    replay, whole and up to every version, as all the deltas one by one."""
+    deltas = [
+        {"v": 2, "kind": "delta", "node": "n", "status": "running", "ts": float(i), "meta": {},
+         "executed": [], "ops": [["cp", "set", {"id": i}], ["m", "merge", {f"c{i % 3}": i}]]}
+        for i in range(5)
+    ]  # fmt: skip
+    before = {
+        "v": 3, "kind": "segment", "first": 1, "n": 2, "lv": 1, "node": "n", "status": "running",
+        "meta": {}, "ts": struct.pack("<2d", 0.0, 1.0), "executed": [],
+        "names": ["cp", "set", "m", "merge"],
+        "ops": [[0, 1, {"id": 0}, 0], [2, 3, {"c0": 0}, 0], [0, 1, {"id": 1}, 1], [2, 3, {"c1": 1}, 1]],
+    }  # fmt: skip
+    for count in (1, 2):
+        state: dict[str, Any] = {}
+        apply_segment(state, [], _roundtrip(before), count)
+        assert state == _replay_each({}, deltas[:count])[0]
+    merged = _roundtrip(pack_segment(1, [_roundtrip(before), *deltas[2:]], 2))
+    assert [len(op) for op in merged["ops"]] == [6, 6]  # one run each for cp and m
+    for count in range(1, 6):
+        state = {}
+        apply_segment(state, [], merged, count)
+        assert state == _replay_each({}, deltas[:count])[0], count
+    assert [body["ops"] for body in split_segment(merged)] == [d["ops"] for d in deltas]
