@@ -43,9 +43,11 @@ async def main(work, boxed, steps):
             while not os.path.exists(os.path.join(work, arg)):
                 await asyncio.sleep(0.01)
         elif kind == "kill-watcher":
-            os.kill(lifeline.pid, 9)
-            while os.path.exists(f"/proc/{lifeline.pid}/status"):
-                with open(f"/proc/{lifeline.pid}/status") as f:
+            # its pid taken once: a command's start that sees it dead starts another at once
+            pid = lifeline.pid
+            os.kill(pid, 9)
+            while os.path.exists(f"/proc/{pid}/status"):
+                with open(f"/proc/{pid}/status") as f:
                     if "zombie" in f.read():
                         break
                 await asyncio.sleep(0.01)
