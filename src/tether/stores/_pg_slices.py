@@ -67,6 +67,15 @@ def slices_cursor(conn: Any) -> Any:
     buffer, not ``bytes``: each slice is then copied once, into its payload's buffer, where
     a ``bytes`` of it cost one more copy of every byte read. :class:`Slices` copies what it
     keeps of a view (a view lives only as long as the driver's result it looks into)."""
+    cur = conn.cursor(binary=True)
+    cur.adapters.register_loader("bytea", _view_loader())
+    return cur
+
+
+@functools.cache
+def _view_loader() -> type:
+    """psycopg's loader of a binary ``bytea`` as the view it is given (made once, on first
+    use: psycopg is imported only by a store that uses it)."""
     from psycopg.adapt import Loader
     from psycopg.pq import Format
 
@@ -76,9 +85,7 @@ def slices_cursor(conn: Any) -> Any:
         def load(self, data: Any) -> Any:
             return data
 
-    cur = conn.cursor(binary=True)
-    cur.adapters.register_loader("bytea", View)
-    return cur
+    return View
 
 
 class Slices:

@@ -158,10 +158,12 @@ def _run_for(prev: list[Any] | None, op: str, arg: Any) -> list[Any] | None:
     return prev
 
 
-def _then(run: list[Any], arg: Any, i: int) -> None:
-    """Version ``i``'s ``set`` or ``merge`` of ``arg`` added to ``run``."""
+def _then(run: list[Any], arg: Any, i: int, *, encoded: bool = False) -> None:
+    """Version ``i``'s ``set`` or ``merge`` of ``arg`` added to ``run``. ``encoded``: a
+    merge's own arguments come as bytes with it (a taken run's outcome), not kept here."""
     if run[1] == "merge":
-        _keep(run, i, pack_value(arg))
+        if not encoded:
+            _keep(run, i, pack_value(arg))
         run[2].update(arg)
     else:  # the value it overwrites is kept as bytes
         _keep(run, run[3], pack_value(run[2]))
@@ -225,12 +227,7 @@ def _take_segment(
                 ops.append(run)
                 last_of[key] = run
             else:
-                if op == "merge":
-                    run[2].update(arg)
-                else:
-                    _keep(run, run[3], pack_value(run[2]))
-                    run[2] = arg
-                run[3] = base + i
+                _then(run, arg, base + i, encoded=True)
             size = run[4][-1] if run[4] else 0
             for k in range(0, len(marks), 2):
                 run[4] += (base + marks[k], size + marks[k + 1])
