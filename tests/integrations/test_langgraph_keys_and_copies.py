@@ -216,6 +216,57 @@ def test_state_read_from_the_saver_is_the_callers_own(tmp_path: Path) -> None:
         assert _messages(_remembering([]).compile(checkpointer=cold).get_state(cfg)) == after
 
 
+@pytest.mark.parametrize("cold", [False, True], ids=["warm", "cold"])
+def test_what_invoke_returns_is_the_callers_own(tmp_path: Path, cold: bool) -> None:
+    """Edit the messages invoke returned in place, append to their list, edit a message a
+    node returned: the next get_state, the next invoke and a new process see none of it,
+    and the graph goes on storing appends. Warm: the saver that wrote the thread; cold: a
+    saver whose first read of the thread is the invoke's own (it hands the decoded values
+    over as they are)."""
+    returned: list[AIMessage] = []
+    url = f"sqlite:///{tmp_path}/t.db"
+    cfg: Any = {"configurable": {"thread_id": "ours"}}
+    chat = [HumanMessage(content=f"{i}: " + "lorem ipsum " * 90, id=f"h-{i}") for i in range(100)]
+    if cold:
+        with TetherSaver.from_url(url) as first:
+            _remembering([]).compile(checkpointer=first).invoke({"messages": chat, "turn": 0}, cfg)
+            chat = []
+    with TetherSaver.from_url(url) as saver:
+        graph = _remembering(returned).compile(checkpointer=saver)
+        out = graph.invoke({"messages": chat, "turn": 0}, cfg)
+        before = _messages(graph.get_state(cfg))
+        with TetherSaver.from_url(url) as other:
+            assert _messages(_remembering([]).compile(checkpointer=other).get_state(cfg)) == before
+        _edit_in_place(out["messages"])
+        returned[1].content = "EDITED where the node made it"
+        assert _messages(graph.get_state(cfg)) == before
+        size = _stored(saver, "ours")
+        graph.invoke({"turn": 0}, cfg)  # four more turns, on the state as stored
+        grew = _stored(saver, "ours") - size
+        after = _messages(graph.get_state(cfg))
+    assert after[: len(before)] == before and len(after) == len(before) + 4
+    assert "EDITED" not in str(after) and "rogue" not in str(after)
+    assert grew < 40_000, f"{grew} bytes for 5 checkpoints of 4 appended messages on 100 KB"
+    with TetherSaver.from_url(url) as new:
+        assert _messages(_remembering([]).compile(checkpointer=new).get_state(cfg)) == after
+
+
+async def test_what_ainvoke_returns_is_the_callers_own(tmp_path: Path) -> None:
+    """The same on the async path: edits to what ainvoke returned stay the caller's."""
+    url = f"sqlite:///{tmp_path}/t.db"
+    cfg: Any = {"configurable": {"thread_id": "aours"}}
+    async with TetherSaver.from_url(url) as saver:
+        graph = build(turns=4, pause_at=99).compile(checkpointer=saver)
+        mine = [HumanMessage(content="deploy the service", id="user-0")]  # (edited below)
+        out = await graph.ainvoke({"messages": mine, "turn": 0}, cfg)
+        before = _messages(await graph.aget_state(cfg))
+        _edit_in_place(out["messages"])
+        assert _messages(await graph.aget_state(cfg)) == before
+    async with TetherSaver.from_url(url) as cold:
+        graph = build(turns=4, pause_at=99).compile(checkpointer=cold)
+        assert _messages(await graph.aget_state(cfg)) == before
+
+
 def _remembering(returned: list[AIMessage]) -> Any:
     """``build``'s agent graph (four turns, no pause), its node keeping what it returned."""
     from langgraph.graph import END, START, StateGraph

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["copied", "gc_paused"]
+__all__ = ["copied", "gc_paused", "kept_copy"]
 
 _IMMUTABLE = frozenset({str, int, float, bool, type(None), bytes, complex})
 _SLOTS = BaseModel.__dict__
@@ -43,6 +43,8 @@ _AROUND = ("", "")
 """``s.join(_AROUND)`` is a new string equal to ``s`` (see :func:`_own_ids`)."""
 _HOW: dict[type, Callable[[Any], Any]] = {}
 """How each type met so far is copied (see :func:`_how`)."""
+_KEPT_UNPAUSED = 64
+"""Items of a list :func:`kept_copy` copies without pausing the collector (a step's appends)."""
 
 _gc_lock = threading.Lock()
 _gc_depth = 0
@@ -132,6 +134,17 @@ def copied(value: Any) -> Any:
             if type(items) is list:
                 _own_ids(items)
         return out
+
+
+def kept_copy(value: Any) -> Any:
+    """A copy of what a graph handed to ``put``, for the saver to keep. The graph and its
+    caller keep the originals (``invoke`` returns them) and may edit them in place, which
+    must not change what the saver serves next. A step hands over a few new messages,
+    copied as they are; a whole state is copied with the collector paused, as a read's is."""
+    if type(value) is list and len(value) > _KEPT_UNPAUSED:
+        with gc_paused():
+            return _copy_list(value)
+    return _copy(value)
 
 
 def _own_ids(items: list[Any]) -> None:

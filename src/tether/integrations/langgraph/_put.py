@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tether.errors import RunNotFound, VersionConflict
+from tether.integrations.langgraph._handout import kept_copy
 from tether.integrations.langgraph._layout import (
     EMPTY,
     LIST,
@@ -22,6 +23,7 @@ from tether.integrations.langgraph._reads import Reads
 from tether.integrations.langgraph._space import (
     DROP_WRITE_BYTES,
     DROP_WRITES,
+    LENT,
     PLAIN,
     PRIVATE,
     RECENT,
@@ -83,6 +85,11 @@ class Puts:
         taken = self.pending.taken(n, stored_only=True)
         ix: list[Any] = ctx.get("ix") or []
         values, snaps = dict(n.values), dict(n.snaps)
+        # What the saver keeps is its own: copies of what the graph hands over (the graph's
+        # caller holds the originals), except while its values are lent to a caller anyway
+        # (handed out as decoded: the next read decodes them again, see ``Reads.hand_out``).
+        lent = n.owner == LENT
+        lineage: dict[str, list[Any]] = {}
         if parent_id is not None and ix and parent_id != ix[-1][0] and parent_id in n.pos:
             values, snaps = await self.fork(n, ctx, ix, parent_id)
             n.recent = {}
@@ -114,35 +121,46 @@ class Puts:
             value = given[ch]
             if type(value) is list:
                 old = snaps.get(ch) if ent is not None and ent[1] == LIST else None
-                grew = old is not None and extends(value, old, equal=equal)
-                same = grew and not equal  # ``old``'s items are ``value``'s own
-                if old is not None and not grew:
-                    handed = n.given.get(ch)  # a graph that read the state extends its copy
-                    grew = handed is not None and len(handed) == len(old) and extends(value, handed)
+                seen = n.given.get(ch)  # the graph's items, as last handed out or put
+                if old is None:
+                    grew = False
+                elif equal:  # values decoded afresh (an import): equal items are kept ones
+                    grew = extends(value, old, equal=True)
+                else:  # the graph extends what it was handed, or what it put last
+                    grew = seen is not None and len(seen) == len(old) and extends(value, seen)
                 if grew and old is not None:
-                    if len(value) > len(old):
-                        t, b = self.spaces.dumps(value[len(old) :])
+                    added = value[len(old) :]
+                    if added:
+                        t, b = self.spaces.dumps(added)
                         refs[ch, b] = (t, len(chunks))
                         ref_channels.add(ch)
                         grow[key] = [[t, b]]
-                elif chunks:
-                    refs = self.replaced(ctx, ch, refs, ref_channels, referred)
-                    ctx.put_trusted(key, [self.spaces.dumps(value)])
-                else:  # a first value is an append to nothing: growth, not a rewrite
-                    grow[key] = [self.spaces.dumps(value)]
-                if same and old is not None:
-                    # the snapshot grows by the appended items in place, not copied whole at
-                    # every put (a failed commit forgets the namespace's snapshots)
-                    old += value[len(old) :]
+                    # the saver's items and the graph's grow in place, not copied whole at
+                    # every put (a failed commit forgets the namespace's)
+                    old += added if lent else kept_copy(added)
+                    mine = old
+                    if seen is not None and not equal:
+                        seen += added
+                    else:
+                        seen = list(value)
                 else:
-                    snaps[ch] = list(value)
+                    if chunks:
+                        refs = self.replaced(ctx, ch, refs, ref_channels, referred)
+                        ctx.put_trusted(key, [self.spaces.dumps(value)])
+                    else:  # a first value is an append to nothing: growth, not a rewrite
+                        grow[key] = [self.spaces.dumps(value)]
+                    mine = list(value) if lent else kept_copy(value)
+                    seen = list(value)
+                snaps[ch] = mine
+                lineage[ch] = seen
+                values[ch] = mine
                 kind = LIST
             else:
                 refs = self.replaced(ctx, ch, refs, ref_channels, referred)
                 ctx.put_trusted(key, [self.spaces.dumps(value)])
                 snaps.pop(ch, None)
+                values[ch] = value if lent else kept_copy(value)
                 kind = VALUE
-            values[ch] = value
             update[ch] = [ver, kind]
         for batch in taken:  # writes waiting for this checkpoint: one commit for both
             # (several batches are merged one by one: each must see those before it)
@@ -178,8 +196,8 @@ class Puts:
         await self.spaces.store.commit(ctx)
         position = len(ix)
         self.spaces.committed(n, ctx)
-        n.values, n.snaps, n.owner = values, snaps, PRIVATE
-        n.given = {ch: items for ch, items in n.given.items() if ch not in update}  # still copies
+        n.values, n.snaps, n.owner = values, snaps, LENT if lent else PRIVATE
+        n.given = {ch: items for ch, items in n.given.items() if ch not in update} | lineage
         n.pos[cid] = position
         n.recent = refs if len(refs) <= RECENT else dict(list(refs.items())[-RECENT:])
         return taken

@@ -86,16 +86,19 @@ class Space:
         """The latest state for reading: ``ctx``, or a plain dict from a lean load."""
         self.version = 0
         self.values: dict[str, Any] = {}
-        """Channel values at the context's version (the objects LangGraph handed over)."""
+        """Channel values at the context's version: decoded, or copies of what puts were
+        handed (the graph and its caller keep the originals, and may edit them)."""
         self.snaps: dict[str, list[Any]] = {}
-        """For list channels, the items as stored: a copy, so in-place edits show."""
+        """For list channels, the items as stored: a list of the saver's own, grown in place
+        by the items each put appends."""
         self.owner = FRESH
-        """Who may hold ``values``: nobody yet (FRESH, just decoded), LangGraph's loop, which
-        put them (PRIVATE), or a caller they were handed to as they are (LENT: they may have
-        been edited since, so the next caller gets them decoded again from the stored bytes)."""
+        """Who may hold ``values``: nobody yet (FRESH, just decoded), nobody but the saver
+        (PRIVATE), or a caller they were handed to as they are (LENT: they may have been
+        edited since, so the next caller gets them decoded again from the stored bytes)."""
         self.given: dict[str, list[Any]] = {}
-        """For list channels, the items last handed out (copies of ``values``'): the next put
-        of a graph that read them extends them, which is an append as well."""
+        """For list channels, the graph's items: those last handed out, or put. The next put
+        of a graph that holds them extends them, which is an append; they are compared by
+        identity only, never handed out."""
         self.pos: dict[str, int] = {}
         """Checkpoint id -> its (last) entry in ``ix``."""
         self.buffer: list[Batch] = []

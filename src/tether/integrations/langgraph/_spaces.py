@@ -123,8 +123,8 @@ class Spaces:
 
     async def load(self, n: Space, *, writable: bool = True) -> bool:
         """Read the latest state. A read needs only the lean ``load``; a write needs an
-        ExecutionContext, and keeps the values already decoded when nothing changed (they
-        are the objects LangGraph holds, which is how appends are recognised).
+        ExecutionContext, and keeps the values already decoded when nothing changed (and the
+        graph's items beside them, by which appends are recognised).
 
         The garbage collector is paused while the state is built: everything that
         allocates stays alive, and on a large state the passes it triggers cost as much as
