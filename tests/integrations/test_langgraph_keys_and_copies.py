@@ -85,8 +85,32 @@ def test_keys_longer_than_a_run_id_are_hashed_to_fit() -> None:
     short = ns_key("thread-1", "")
     assert short == "lg:8:thread-10:" and scratch_key(short) == short + "~rw"  # unchanged layout
     assert all(len(k) <= RUN_ID_MAX_LENGTH for k in (ns_key("x" * 300, "y" * 300, "p" * 32),))
-    with pytest.raises(ConfigError, match="prefix"):
-        TetherSaver.from_url("sqlite:///unused.db", prefix="p" * 33).__enter__()
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"prefix": "p" * 33}, "prefix"),
+        ({"prefix": ""}, "prefix"),
+        ({"flush_delay": -1}, "flush_delay"),
+        ({"flush_delay": float("nan")}, "flush_delay"),
+        ({"flush_delay": "0.02"}, "flush_delay"),
+    ],
+)
+def test_a_bad_saver_option_is_refused_before_anything_is_opened(
+    tmp_path: Path, options: dict[str, Any], named: str
+) -> None:
+    db = tmp_path / "never.db"
+    with pytest.raises(ConfigError, match=named):
+        TetherSaver.from_url(f"sqlite:///{db}", **options)
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("cache_size", [0, -3, 2.5, "256"])
+async def test_a_saver_refuses_a_cache_size_that_is_not_a_count(tmp_path: Path, cache_size: Any) -> None:
+    async with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db") as saver:
+        with pytest.raises(ConfigError, match="cache_size"):
+            TetherSaver(saver.store, cache_size=cache_size)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

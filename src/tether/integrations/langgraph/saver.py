@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import math
 import random
 from collections.abc import AsyncIterator, Collection, Coroutine, Iterator, Sequence
 from types import TracebackType
@@ -33,6 +34,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from tether.errors import ConfigError
 from tether.integrations.langgraph._inline import InlineStore
+from tether.integrations.langgraph._layout import check_prefix
 from tether.integrations.langgraph._threads import Threads
 from tether.stores import CheckpointStore, ExpiryPolicy, create_store
 from tether.stores.blocking import blocking_twin, run_inline
@@ -93,6 +95,7 @@ class TetherSaver(BaseCheckpointSaver[str]):
         loop: asyncio.AbstractEventLoop | None = None,
         inline: InlineStore | None = None,
     ) -> None:
+        _check_options(cache_size=cache_size, flush_delay=flush_delay, prefix=prefix)
         super().__init__(serde=serde)
         self.store = store
         self.inline_store = inline
@@ -128,6 +131,7 @@ class TetherSaver(BaseCheckpointSaver[str]):
         >>> with TetherSaver.from_url("sqlite:///checkpoints.db") as saver:  # doctest: +SKIP
         ...     graph = builder.compile(checkpointer=saver)
         """
+        _check_options(flush_delay=flush_delay, prefix=prefix)  # before anything is opened
         return _SaverOpener(
             url, serde, {"flush_delay": flush_delay, "prefix": prefix}, _store_options(dict(options))
         )
@@ -368,6 +372,24 @@ class TetherSaver(BaseCheckpointSaver[str]):
         )
 
 
+def _check_options(*, flush_delay: float | None, prefix: str, cache_size: int = 1) -> None:
+    """Raise :class:`ConfigError` naming the saver option that is wrong (before a store is
+    opened for it, so a bad option leaves no file or connection behind)."""
+    check_prefix(prefix)
+    if type(cache_size) is not int or cache_size < 1:
+        raise ConfigError(
+            f"TetherSaver cache_size must be a whole number >= 1 (namespaces kept decoded in "
+            f"memory), got {cache_size!r}"
+        )
+    if flush_delay is not None and (
+        type(flush_delay) not in (int, float) or not math.isfinite(flush_delay) or flush_delay < 0
+    ):
+        raise ConfigError(
+            f"TetherSaver flush_delay must be None (store task writes at once) or seconds >= 0, "
+            f"got {flush_delay!r}"
+        )
+
+
 class _SaverOpener:
     """What :meth:`TetherSaver.from_url` returns: a sync and an async context manager."""
 
@@ -382,12 +404,12 @@ class _SaverOpener:
         store = create_store(self.url, **self.options)
         try:
             await store.setup()
+            self._saver = TetherSaver(
+                store, serde=self.serde, loop=asyncio.get_running_loop(), **self.saver_options
+            )
         except BaseException:
             await store.aclose()
             raise
-        self._saver = TetherSaver(
-            store, serde=self.serde, loop=asyncio.get_running_loop(), **self.saver_options
-        )
         return self._saver
 
     async def __aexit__(self, *exc: object) -> None:
@@ -405,14 +427,19 @@ class _SaverOpener:
         except BaseException:
             sync_store.close()
             raise
-        self._inline = InlineStore(sync_store, twin)
-        self._saver = TetherSaver(
-            sync_store.store,
-            serde=self.serde,
-            loop=sync_store.runner.loop,
-            inline=self._inline,
-            **self.saver_options,
-        )
+        inline = InlineStore(sync_store, twin)
+        try:
+            self._saver = TetherSaver(
+                sync_store.store,
+                serde=self.serde,
+                loop=sync_store.runner.loop,
+                inline=inline,
+                **self.saver_options,
+            )
+        except BaseException:
+            inline.close()  # the twin, the store and its loop thread
+            raise
+        self._inline = inline
         return self._saver
 
     def __exit__(
