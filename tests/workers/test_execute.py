@@ -195,3 +195,56 @@ async def test_the_bundled_orchestrator_runs_on_a_worker(store: CheckpointStore,
     assert (out.action, out.status) == ("executed", "COMPLETED")
     cp = await store.load(rid)
     assert cp is not None and cp.state["metrics"] and (tmp_path / "proj" / "stats.py").exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ({"max_crashes": 0}, "max_crashes"),
+        ({"max_crashes": 2.5}, "max_crashes"),
+        ({"lease_ttl": 0}, "lease_ttl"),
+        ({"lease_ttl": float("inf")}, "lease_ttl"),
+        ({"drain_timeout": -1}, "drain_timeout"),
+        ({"sweep_interval": float("nan")}, "sweep_interval"),
+        ({"sweep_grace": "2"}, "sweep_grace"),
+    ],
+)
+def test_a_worker_config_refuses_a_bad_setting_before_any_message(
+    setting: dict[str, Any], named: str
+) -> None:
+    """Found when the worker is made, not by the first message it takes (which would fail
+    every run it was given)."""
+    from tether.errors import ConfigError
+    from tether.workers.app import WorkerConfig
+
+    with pytest.raises(ConfigError, match=named):
+        WorkerConfig(store_url="sqlite:///unused.db", **setting)
+    with pytest.raises(ConfigError, match="max_crashes"):
+        RunExecutor(None, Registry([five()]), max_crashes=0)  # type: ignore[arg-type]
+    assert WorkerConfig(store_url="sqlite:///unused.db", sweep_interval=0, drain_timeout=0).lease_ttl == 30.0
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--max-crashes", "0"],
+        ["--drain-timeout", "-1"],
+        ["--sweep-interval", "-0.5"],
+        ["--sweep-grace", "nan"],
+        ["--lease", "0"],
+        ["--concurrency", "0"],
+    ],
+)
+def test_tether_worker_refuses_a_bad_flag_before_it_connects(tmp_path: Path, flags: list[str]) -> None:
+    """Exit 2 naming the flag, and no store or broker touched (the broker here is unreachable)."""
+    from typer.testing import CliRunner
+
+    from tether.cli.app import app
+
+    db = tmp_path / "w.db"
+    result = CliRunner().invoke(
+        app, ["worker", "--store", f"sqlite:///{db}", "--broker", "amqp://guest:guest@127.0.0.1:1//", *flags]
+    )
+    assert result.exit_code == 2, result.output
+    assert flags[0] in result.output
+    assert not db.exists()

@@ -93,6 +93,15 @@ def worker(
         raise typer.BadParameter("--concurrency must be >= 1")
     if lease <= 0:
         raise typer.BadParameter("--lease must be > 0 seconds")
+    if max_crashes < 1:
+        raise typer.BadParameter("--max-crashes must be >= 1")
+    for flag, seconds in (
+        ("--drain-timeout", drain_timeout),
+        ("--sweep-interval", sweep_interval),
+        ("--sweep-grace", sweep_grace),
+    ):
+        if not seconds >= 0:  # (NaN too)
+            raise typer.BadParameter(f"{flag} must be >= 0 seconds")
     url, options = settings(store)
     config = WorkerConfig(
         store_url=url,

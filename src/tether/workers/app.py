@@ -40,11 +40,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import selectors
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tether.errors import ConfigError
 from tether.workers.dispatch import TASK, Dispatcher
 from tether.workers.execute import DRAINING, RunExecutor
 from tether.workers.registry import Registry
@@ -82,6 +84,23 @@ class WorkerConfig:
     sweep_grace: float = 2.0
     on_event: Callable[[Event], None] | None = None
     """Receives every event of the runs this worker executes (``tether worker`` traces with it)."""
+
+    def __post_init__(self) -> None:
+        # checked here, not by the first message: a worker started with a bad setting would
+        # take runs and fail each one
+        if type(self.max_crashes) is not int or self.max_crashes < 1:
+            raise ConfigError(f"max_crashes must be a whole number >= 1, got {self.max_crashes!r}")
+        for name, least in (
+            ("lease_ttl", None),
+            ("drain_timeout", 0),
+            ("sweep_interval", 0),
+            ("sweep_grace", 0),
+        ):
+            value = getattr(self, name)
+            ok = type(value) in (int, float) and math.isfinite(value)
+            if not ok or (value <= 0 if least is None else value < least):
+                bound = "> 0" if least is None else ">= 0"
+                raise ConfigError(f"{name} must be a number of seconds {bound}, got {value!r}")
 
 
 def create_celery_app(

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tether.errors import (
+    ConfigError,
     RunInProgress,
     RunNotFound,
     RunNotPaused,
@@ -196,8 +197,8 @@ class RunExecutor:
         on_event: Callable[[Event], None] | None = None,
         draining: threading.Event | None = None,
     ) -> None:
-        if max_crashes < 1:
-            raise ValueError("max_crashes must be >= 1")
+        if type(max_crashes) is not int or max_crashes < 1:
+            raise ConfigError(f"max_crashes must be a whole number >= 1, got {max_crashes!r}")
         self.store = store
         self.registry = registry
         self.lease_ttl = lease_ttl
