@@ -247,3 +247,57 @@ def test_a_first_read_of_a_mid_sized_thread_is_not_walked_by_a_young_collection(
             gc.callbacks.remove(seen)
     assert len(state.values["messages"]) == 800 and after
     assert all(n < 2000 for n in young), young
+
+
+@dataclasses.dataclass
+class Pinned:
+    """A value ``copy.deepcopy`` refuses (as an object holding a lock or a handle may), which
+    LangGraph's serializer stores by its fields."""
+
+    name: str
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Pinned:
+        raise TypeError("a Pinned cannot be copied")
+
+
+class PinnedState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    pins: Annotated[list[Pinned], lambda a, b: a + b]
+    last: Pinned
+
+
+def test_values_that_cannot_be_copied_are_kept_and_handed_out_decoded(tmp_path: Path) -> None:
+    """A state holding objects copy.deepcopy refuses: puts keep them decoded from their
+    stored bytes, reads hand them out decoded afresh; nothing fails, nothing is shared."""
+
+    def node(state: dict[str, Any]) -> dict[str, Any]:
+        n = len(state["pins"])
+        return {
+            "messages": [AIMessage(content=f"pin {n}", id=f"a{n}")],
+            "pins": [Pinned(f"p{n}")],
+            "last": Pinned(f"p{n}"),
+        }
+
+    g = StateGraph(PinnedState)
+    g.add_node("node", node)
+    g.add_edge(START, "node")
+    g.add_edge("node", END)
+    cfg: Any = {"configurable": {"thread_id": "pins"}}
+    with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db") as saver:
+        graph = g.compile(checkpointer=saver)
+        for _ in range(3):
+            out = graph.invoke({"messages": [HumanMessage(content="more", id=None)]}, cfg)
+        out["pins"][0].name = "EDITED"
+        out["last"].name = "EDITED"
+        state = graph.get_state(cfg).values
+        assert [p.name for p in state["pins"]] == ["p0", "p1", "p2"] and state["last"] == Pinned("p2")
+        state["pins"][1].name = "EDITED TOO"
+        again = graph.get_state(cfg).values
+        assert [p.name for p in again["pins"]] == ["p0", "p1", "p2"] and again["pins"][0] is not state[
+            "pins"
+        ][0]
+        graph.invoke({"messages": [HumanMessage(content="more", id=None)]}, cfg)
+        warm = graph.get_state(cfg).values
+    with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db") as cold:
+        assert g.compile(checkpointer=cold).get_state(cfg).values == warm
+    assert [p.name for p in warm["pins"]] == ["p0", "p1", "p2", "p3"] and len(warm["messages"]) == 8

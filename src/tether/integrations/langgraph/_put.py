@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether.errors import RunNotFound, VersionConflict
@@ -135,21 +135,22 @@ class Puts:
                         refs[ch, b] = (t, len(chunks))
                         ref_channels.add(ch)
                         grow[key] = [[t, b]]
-                    # the saver's items and the graph's grow in place, not copied whole at
-                    # every put (a failed commit forgets the namespace's)
-                    old += added if lent else kept_copy(added)
+                        # the saver's items and the graph's grow in place, not copied whole
+                        # at every put (a failed commit forgets the namespace's)
+                        old += added if lent else self.own(added, (t, b))
                     mine = old
                     if seen is not None and not equal:
                         seen += added
                     else:
                         seen = list(value)
                 else:
+                    whole = self.spaces.dumps(value)
                     if chunks:
                         refs = self.replaced(ctx, ch, refs, ref_channels, referred)
-                        ctx.put_trusted(key, [self.spaces.dumps(value)])
+                        ctx.put_trusted(key, [whole])
                     else:  # a first value is an append to nothing: growth, not a rewrite
-                        grow[key] = [self.spaces.dumps(value)]
-                    mine = list(value) if lent else kept_copy(value)
+                        grow[key] = [whole]
+                    mine = list(value) if lent else self.own(value, whole)
                     seen = list(value)
                 snaps[ch] = mine
                 lineage[ch] = seen
@@ -157,9 +158,10 @@ class Puts:
                 kind = LIST
             else:
                 refs = self.replaced(ctx, ch, refs, ref_channels, referred)
-                ctx.put_trusted(key, [self.spaces.dumps(value)])
+                whole = self.spaces.dumps(value)
+                ctx.put_trusted(key, [whole])
                 snaps.pop(ch, None)
-                values[ch] = value if lent else kept_copy(value)
+                values[ch] = value if lent else self.own(value, whole)
                 kind = VALUE
             update[ch] = [ver, kind]
         for batch in taken:  # writes waiting for this checkpoint: one commit for both
@@ -201,6 +203,14 @@ class Puts:
         n.pos[cid] = position
         n.recent = refs if len(refs) <= RECENT else dict(list(refs.items())[-RECENT:])
         return taken
+
+    def own(self, value: Any, encoded: Sequence[Any]) -> Any:
+        """The saver's copy of ``value`` (what a graph handed to a put); decoded from its
+        stored bytes, ``encoded``, when it holds an object that cannot be copied."""
+        try:
+            return kept_copy(value)
+        except Exception:  # (copy.deepcopy refused it; the serializer did not)
+            return self.spaces.loads((encoded[0], encoded[1]))
 
     async def fork(
         self, n: Space, ctx: ExecutionContext, ix: list[Any], parent_id: str

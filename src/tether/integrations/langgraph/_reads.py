@@ -66,7 +66,7 @@ class Reads:
         else:
             state, pending = await self.state_of(n.key, ix, i)
             record = record_of(state, self.spaces.loads)
-            known = None if n.owner == LENT else copied(self.prefixes(n, state))
+            known = None if n.owner == LENT else self.copied_prefixes(n, state)
             with gc_paused():
                 values = decode_channels(state, record["channel_versions"], self.spaces.loads, known)
         record["channel_values"] = values
@@ -90,13 +90,32 @@ class Reads:
                 self.spaces.adopt(
                     n, n.view, n.version, decode_channels(n.view, None, self.spaces.loads), PRIVATE
                 )
-        values = {ch: v for ch, v in n.values.items() if ch in versions and meta[ch][0] == versions[ch]}
+
+        def latest(held: Mapping[str, Any]) -> dict[str, Any]:
+            return {ch: v for ch, v in held.items() if ch in versions and meta[ch][0] == versions[ch]}
+
+        values = latest(n.values)
         if n.owner == FRESH:
             n.owner = LENT
         else:
-            values = copied(values)
+            try:
+                values = copied(values)
+            except Exception:  # an object copy.deepcopy refuses: decoded afresh, and lent
+                with gc_paused():
+                    decoded = decode_channels(n.view, None, self.spaces.loads)
+                self.spaces.adopt(n, n.view, n.version, decoded, LENT)
+                values = latest(decoded)
         n.given = {ch: list(v) for ch, v in values.items() if type(v) is list and ch in n.snaps}
         return values
+
+    def copied_prefixes(self, n: Space, state: Any) -> dict[str, list[Any]] | None:
+        """Copies of :meth:`prefixes`; None (everything decoded) when they hold an object
+        that cannot be copied."""
+        try:
+            out: dict[str, list[Any]] = copied(self.prefixes(n, state))
+        except Exception:  # (copy.deepcopy refused it)
+            return None
+        return out
 
     @staticmethod
     def prefixes(n: Space, state: Any) -> dict[str, list[Any]]:
