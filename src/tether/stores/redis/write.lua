@@ -11,7 +11,16 @@
 --   deadline ('' unchanged, '0' cleared); mirror: 21 token, 22..26 chain
 local run, rows, hist, full = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local mode = ARGV[1]
-local info = read_run(run)
+local info = {}  -- the record fields a write reads (a lease field matters only to a mirror's drop)
+do
+  local got = redis.call('HMGET', run, 'version', 'fence', 'wid', 'status', 'epoch', 'base_version',
+    'base_bytes', 'growth_bytes', 'rewrite_bytes', 'chain_len', 'carriers')
+  local names = {'version', 'fence', 'wid', 'status', 'epoch', 'base_version', 'base_bytes',
+    'growth_bytes', 'rewrite_bytes', 'chain_len', 'carriers'}
+  for i = 1, #names do
+    if got[i] then info[names[i]] = got[i] end
+  end
+end
 local current = tonumber(info['version']) or 0
 local epoch = ''
 local wid = ARGV[21] or ''
@@ -94,13 +103,15 @@ end
 redis.call('HSET', rows, v, payload, '_base', bv)
 redis.call('ZADD', hist, v, string.format('%d|%s|%d|', v, kind, #payload) .. ARGV[7])
 if kind == 'full' then redis.call('ZADD', full, v, v) end
-redis.call('HSET', run, 'version', v, 'status', ARGV[8], 'updated_at', ARGV[11],
+local record = {'version', v, 'status', ARGV[8], 'updated_at', ARGV[11],
   'base_version', bv, 'base_bytes', bb, 'growth_bytes', gb, 'rewrite_bytes', rb,
-  'chain_len', len, 'epoch', epoch, 'carriers', cs, 'wid', wid)
-if ARGV[9] == '1' then redis.call('HSET', run, 'node_id', ARGV[10])
-else redis.call('HDEL', run, 'node_id') end
-if ARGV[13] == '' then redis.call('HDEL', run, 'expires_at')
-else redis.call('HSET', run, 'expires_at', ARGV[13]) end
+  'chain_len', len, 'epoch', epoch, 'carriers', cs, 'wid', wid}
+local gone = {}
+if ARGV[9] == '1' then record[#record + 1] = 'node_id'; record[#record + 1] = ARGV[10]
+else gone[#gone + 1] = 'node_id' end
+if ARGV[13] == '' then gone[#gone + 1] = 'expires_at'
+else record[#record + 1] = 'expires_at'; record[#record + 1] = ARGV[13] end
+if #gone > 0 then redis.call('HDEL', run, unpack(gone)) end
 if mode == 'mirror' then
   if ARGV[18] ~= '0' then token = ARGV[18] end  -- the token SQL holds
 elseif ARGV[19] == '1' then
@@ -110,7 +121,9 @@ elseif ARGV[19] == '1' then
     token = string.format('%.0f', math.max((tonumber(token) or 0) + 1, now_ms))
   end
 end
-redis.call('HSET', run, 'fence', token)
+record[#record + 1] = 'fence'
+record[#record + 1] = token
+redis.call('HSET', run, unpack(record))
 if (ARGV[19] == '1' or ARGV[18] ~= '0') and ARGV[20] ~= '' then
   if ARGV[20] == '0' then redis.call('HDEL', run, 'lease_until')
   else redis.call('HSET', run, 'lease_until', ARGV[20]) end
