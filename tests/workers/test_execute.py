@@ -219,9 +219,18 @@ def test_a_worker_config_refuses_a_bad_setting_before_any_message(
 
     with pytest.raises(ConfigError, match=named):
         WorkerConfig(store_url="sqlite:///unused.db", **setting)
+
+
+async def test_zero_seconds_are_taken_where_they_mean_never_or_at_once(store: CheckpointStore) -> None:
+    """A sweep interval of 0 (this worker never sweeps) and a drain timeout of 0 (stop at
+    once) are settings, not mistakes; an executor refuses max_crashes below 1 itself."""
+    from tether.errors import ConfigError
+    from tether.workers.app import WorkerConfig
+
+    config = WorkerConfig(store_url="sqlite:///unused.db", sweep_interval=0, drain_timeout=0, sweep_grace=0)
+    assert (config.sweep_interval, config.drain_timeout, config.lease_ttl) == (0, 0, 30.0)
     with pytest.raises(ConfigError, match="max_crashes"):
-        RunExecutor(None, Registry([five()]), max_crashes=0)  # type: ignore[arg-type]
-    assert WorkerConfig(store_url="sqlite:///unused.db", sweep_interval=0, drain_timeout=0).lease_ttl == 30.0
+        RunExecutor(store, Registry([five()]), max_crashes=0)
 
 
 @pytest.mark.parametrize(

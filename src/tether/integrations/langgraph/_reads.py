@@ -85,15 +85,18 @@ class Reads:
         themselves the first time (nobody holds them yet: a cold read costs one decode),
         else a copy of what the saver keeps. Values once handed out as they are may have
         been edited since: the saver decodes its own again from the stored bytes first."""
-        if n.owner == LENT:
+
+        def decode_again(owner: int) -> None:
             with gc_paused():
                 self.spaces.adopt(
-                    n, n.view, n.version, decode_channels(n.view, None, self.spaces.loads), PRIVATE
+                    n, n.view, n.version, decode_channels(n.view, None, self.spaces.loads), owner
                 )
 
         def latest(held: Mapping[str, Any]) -> dict[str, Any]:
             return {ch: v for ch, v in held.items() if ch in versions and meta[ch][0] == versions[ch]}
 
+        if n.owner == LENT:
+            decode_again(PRIVATE)
         values = latest(n.values)
         if n.owner == FRESH:
             n.owner = LENT
@@ -101,10 +104,8 @@ class Reads:
             try:
                 values = copied(values)
             except Exception:  # an object copy.deepcopy refuses: decoded afresh, and lent
-                with gc_paused():
-                    decoded = decode_channels(n.view, None, self.spaces.loads)
-                self.spaces.adopt(n, n.view, n.version, decoded, LENT)
-                values = latest(decoded)
+                decode_again(LENT)
+                values = latest(n.values)
         n.given = {ch: list(v) for ch, v in values.items() if type(v) is list and ch in n.snaps}
         return values
 

@@ -13,10 +13,9 @@ local run, rows, hist, full = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local mode = ARGV[1]
 local info = {}  -- the record fields a write reads (a lease field matters only to a mirror's drop)
 do
-  local got = redis.call('HMGET', run, 'version', 'fence', 'wid', 'status', 'epoch', 'base_version',
-    'base_bytes', 'growth_bytes', 'rewrite_bytes', 'chain_len', 'carriers')
   local names = {'version', 'fence', 'wid', 'status', 'epoch', 'base_version', 'base_bytes',
     'growth_bytes', 'rewrite_bytes', 'chain_len', 'carriers'}
+  local got = redis.call('HMGET', run, unpack(names))
   for i = 1, #names do
     if got[i] then info[names[i]] = got[i] end
   end
