@@ -21,10 +21,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tether.errors import ConfigError
 
-__all__ = ["FIXES", "Settings", "describe_invalid", "load_settings"]
+__all__ = ["BROKER_SCHEMES", "FIXES", "Settings", "broker_url_problem", "describe_invalid", "load_settings"]
 
 FIXES: dict[str, str] = {
     "store_url": "a store URL such as sqlite:///.tether/tether.db, postgresql://host/db or redis://host:6379/0",
+    "broker_url": (
+        "a Celery broker URL: amqp://host:5672// (RabbitMQ, with user:password@ before the host) "
+        "or redis://host:6379/0 (Redis)"
+    ),
     "encryption_key": "url-safe base64 of 32 bytes (`tether keygen` makes one), several separated by commas",
     "compress_min_bytes": "a whole number of bytes >= 0, or unset it",
     "checkpoint_ttl_hours": "a finite number of hours >= 0 (0 or none: never expire; default 168)",
@@ -35,6 +39,28 @@ settings add theirs)."""
 _MAX_TTL_HOURS = 1_000_000 * 24  # a million days: beyond it a date overflows
 
 _NEVER = {"", "0", "none", "never", "off"}
+
+BROKER_SCHEMES = ("amqp", "amqps", "pyamqp", "redis", "rediss")
+"""The brokers tether's workers are built for: RabbitMQ and Redis (their redelivery settings
+and the sweeper's lock are set for those two; Celery's other transports are not)."""
+
+
+def broker_url_problem(url: str) -> str | None:
+    """What is wrong with a broker URL, or None: checked before anything is stored or
+    started, where Celery would find it only when it first connects (``tether submit``
+    had stored the run by then)."""
+    from urllib.parse import urlsplit
+
+    scheme, sep, _rest = url.partition("://")
+    if not sep:
+        return "has no scheme"
+    if scheme.lower() not in BROKER_SCHEMES:
+        return f"unknown broker scheme {scheme!r}; known: {', '.join(BROKER_SCHEMES)}"
+    if scheme.lower().startswith("redis"):
+        db = urlsplit(url).path.strip("/")
+        if db and not db.isdigit():
+            return f"the Redis database must be a number (redis://host:6379/0), not {db!r}"
+    return None
 
 
 class Settings(BaseSettings):
@@ -89,6 +115,14 @@ class Settings(BaseSettings):
             if len(raw) != 32:
                 which = f"key {n} of {len(keys)}" if len(keys) > 1 else "the key"
                 raise ValueError(f"{which} is not url-safe base64 of 32 bytes")
+        return value
+
+    @field_validator("broker_url", mode="after")
+    @classmethod
+    def _broker_url(cls, value: str | None) -> str | None:
+        problem = None if value is None else broker_url_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("store_url", mode="after")

@@ -13,6 +13,7 @@ import pytest
 
 from tests.workers.conftest import STEPS, broker_url, done_steps
 from tests.workers.flows import five
+from tether.errors import ConfigError
 from tether.runtime.lease import HOST
 from tether.runtime.stream import EventBroadcaster
 from tether.server.executor import Executor
@@ -214,7 +215,6 @@ def test_a_worker_config_refuses_a_bad_setting_before_any_message(
 ) -> None:
     """Found when the worker is made, not by the first message it takes (which would fail
     every run it was given)."""
-    from tether.errors import ConfigError
     from tether.workers.app import WorkerConfig
 
     with pytest.raises(ConfigError, match=named):
@@ -224,7 +224,6 @@ def test_a_worker_config_refuses_a_bad_setting_before_any_message(
 async def test_zero_seconds_are_taken_where_they_mean_never_or_at_once(store: CheckpointStore) -> None:
     """A sweep interval of 0 (this worker never sweeps) and a drain timeout of 0 (stop at
     once) are settings, not mistakes; an executor refuses max_crashes below 1 itself."""
-    from tether.errors import ConfigError
     from tether.workers.app import WorkerConfig
 
     config = WorkerConfig(store_url="sqlite:///unused.db", sweep_interval=0, drain_timeout=0, sweep_grace=0)
@@ -257,3 +256,56 @@ def test_tether_worker_refuses_a_bad_flag_before_it_connects(tmp_path: Path, fla
     assert result.exit_code == 2, result.output
     assert flags[0] in result.output
     assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "broker", "why"),
+    [
+        ("worker", "sqs://key:hunter2@", "unknown broker scheme 'sqs'"),
+        ("submit", "http://127.0.0.1:1/", "unknown broker scheme 'http'"),
+        ("submit", "redis://127.0.0.1:6379/abc", "the Redis database must be a number"),
+        ("submit", "127.0.0.1:5672", "has no scheme"),
+    ],
+)
+def test_a_broker_url_tether_cannot_use_is_refused_before_anything_is_stored(
+    tmp_path: Path, command: str, broker: str, why: str
+) -> None:
+    """Exit 2 naming --broker and what is wrong, before the store is opened: Celery finds
+    such a URL only when it first connects, and `tether submit` had stored its run by then."""
+    from typer.testing import CliRunner
+
+    from tether.cli.app import app
+
+    db = tmp_path / "w.db"
+    args = ["submit", "deploy"] if command == "submit" else ["worker"]
+    result = CliRunner().invoke(app, [*args, "--store", f"sqlite:///{db}", "--broker", broker])
+    assert result.exit_code == 2, result.output
+    assert "--broker" in result.output and why in result.output
+    assert "hunter2" not in result.output
+    assert not db.exists()
+
+
+def test_a_bad_broker_url_in_the_environment_is_named_and_nothing_is_stored(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tether.cli.app import app
+    from tether.server.config import load_server_settings
+
+    db = tmp_path / "w.db"
+    env = {"TETHER_BROKER_URL": "nats://127.0.0.1:4222"}
+    for args in (["submit", "deploy"], ["worker"]):
+        result = CliRunner().invoke(app, [*args, "--store", f"sqlite:///{db}"], env=env)
+        assert result.exit_code == 2, result.output
+        assert "TETHER_BROKER_URL" in result.output and "unknown broker scheme 'nats'" in result.output
+    assert not db.exists()
+    # the server refuses it when its settings are read, before it serves or enqueues anything
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TETHER_BROKER_URL", "nats://127.0.0.1:4222")
+        with pytest.raises(ConfigError, match="TETHER_BROKER_URL='nats://127.0.0.1:4222'"):
+            load_server_settings()
+
+
+def test_a_dispatcher_refuses_a_broker_it_cannot_use_without_showing_its_password() -> None:
+    with pytest.raises(ConfigError, match="unknown broker scheme 'kafka'") as caught:
+        Dispatcher.from_url("kafka://user:hunter2@127.0.0.1:9092")
+    assert "hunter2" not in str(caught.value)

@@ -28,12 +28,24 @@ WorkflowOpt = Annotated[
 
 
 def _broker(broker: str | None) -> str:
-    from tether.cli._common import STATE
-    from tether.settings import load_settings
+    from tether.cli._common import EXIT_USAGE, STATE, fail
+    from tether.errors import TetherError
+    from tether.settings import broker_url_problem, load_settings
 
-    url = broker or load_settings(_env_file=STATE.get("env_file")).broker_url
+    if broker:
+        url: str | None = broker
+    else:
+        try:
+            url = load_settings(_env_file=STATE.get("env_file")).broker_url  # (checked there)
+        except TetherError as exc:
+            if STATE.get("debug"):
+                raise
+            raise fail(str(exc), EXIT_USAGE) from None  # a bad setting, like a bad flag: exit 2
     if not url:
         raise typer.BadParameter("give --broker URL (amqp://… or redis://…) or set TETHER_BROKER_URL")
+    problem = broker_url_problem(url)
+    if problem:  # before anything is stored or started
+        raise typer.BadParameter(f"--broker {problem}: give amqp://… (RabbitMQ) or redis://… (Redis)")
     from tether.tools.redact import _url_passwords, default_redactor
 
     default_redactor().add(*_url_passwords(url))  # a broker password never reaches a log line

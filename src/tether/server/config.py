@@ -23,6 +23,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tether.errors import ConfigError
+from tether.settings import FIXES
 
 __all__ = [
     "SCOPES",
@@ -38,6 +39,7 @@ __all__ = [
 
 SERVER_FIXES: dict[str, str] = {
     "store_url": "a store URL such as sqlite:///.tether/tether.db or postgresql://host/db",
+    "broker_url": FIXES["broker_url"],
     "host": "an address to listen on, such as 127.0.0.1 (default) or 0.0.0.0 with tokens",
     "port": "a port number from 0 to 65535 (default 8765; 0 picks a free one)",
     "max_body_bytes": "a whole number of bytes >= 1 (default 16777216)",
@@ -99,6 +101,13 @@ class ServerSettings(BaseSettings):
             if host and not re.fullmatch(r"\*|(?:\*\.)?[A-Za-z0-9\-.]+|\[?[0-9A-Fa-f:.]+\]?", host):
                 raise ValueError(f"{host!r} is not a host name")
         return value
+
+    @field_validator("broker_url", mode="after")
+    @classmethod
+    def _broker(cls, value: str | None) -> str | None:
+        from tether.settings import Settings
+
+        return Settings._broker_url(value)  # the same checks as `tether worker` and `tether submit`
 
     @field_validator("store_url", mode="after")
     @classmethod

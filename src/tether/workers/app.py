@@ -108,6 +108,16 @@ def create_celery_app(
 ) -> Celery:
     """A Celery app for ``broker_url`` whose task executes runs (with ``config``), or only
     sends them (without: submitters and the server)."""
+    from tether.settings import broker_url_problem
+
+    problem = broker_url_problem(broker_url)
+    if problem:
+        from tether.tools.redact import default_redactor
+
+        raise ConfigError(
+            f"broker URL {default_redactor()(broker_url)!r} {problem}: give amqp://host:5672// "
+            "(RabbitMQ) or redis://host:6379/0 (Redis)"
+        )
     from celery import Celery
     from kombu import Queue  # type: ignore[attr-defined]
 
