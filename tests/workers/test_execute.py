@@ -309,3 +309,51 @@ def test_a_dispatcher_refuses_a_broker_it_cannot_use_without_showing_its_passwor
     with pytest.raises(ConfigError, match="unknown broker scheme 'kafka'") as caught:
         Dispatcher.from_url("kafka://user:hunter2@127.0.0.1:9092")
     assert "hunter2" not in str(caught.value)
+
+
+def test_resend_refuses_a_message_every_worker_would_drop_and_sends_the_others(tmp_path: Path) -> None:
+    """`tether submit --resend` says why instead of printing the id of a message sent for
+    nothing (a mistyped id, a finished run, one waiting for a decision); a run a worker would
+    pick up gets its message."""
+    from typer.testing import CliRunner
+
+    from tether.cli.app import app
+
+    url = f"sqlite:///{tmp_path}/t.db"
+
+    async def runs() -> tuple[str, str, str]:
+        async with open_store(url) as s:
+            done = await _pending(s)
+            await _executor(s).execute(done)
+            paused = await _pending(s)
+            await s.set_status(paused, RunStatus.PAUSED)
+            return done, paused, await _pending(s)
+
+    done, paused, pending = asyncio.run(runs())
+
+    def resend(run_id: str, broker: str, *more: str) -> Any:
+        args = ["submit", "five", "--store", url, "--broker", broker, "--resend", "--run-id", run_id]
+        return CliRunner().invoke(app, [*args, *more])
+
+    nowhere = "amqp://guest:guest@127.0.0.1:1//"  # a refusal never reaches the broker
+    for run_id, said in (
+        ("r-nosuch", "no run 'r-nosuch' in the store"),
+        (done, "is COMPLETED: a worker would drop its message, it has finished"),
+        (paused, "is PAUSED: a worker would drop its message, it waits for a person"),
+    ):
+        result = resend(run_id, nowhere)
+        assert result.exit_code == 1, result.output
+        assert said in result.output and "nothing sent" in result.output
+
+    broker = broker_url("amqp")
+    queue = f"test-resend-{uuid.uuid4().hex[:8]}"
+    dispatcher = Dispatcher.from_url(broker, queue=queue)
+    try:
+        for run_id, more in ((pending, ()), (paused, ("--decision", "retry"))):
+            result = resend(run_id, broker, "--queue", queue, *more)
+            assert result.exit_code == 0 and result.output.strip() == run_id, result.output
+        assert dispatcher.waiting(queue) == 2
+    finally:
+        with dispatcher.app.connection_for_write() as conn:
+            conn.default_channel.queue_delete(queue)
+        dispatcher.close()

@@ -159,7 +159,11 @@ def submit(
     inputs: Annotated[str, typer.Option("--input", help="Initial state as a JSON object.")] = "{}",
     run_id: Annotated[str | None, typer.Option(help="Run id (default: generated).")] = None,
     resend: Annotated[
-        bool, typer.Option(help="Send a message for an existing run (--run-id) again; the store decides.")
+        bool,
+        typer.Option(
+            help="Send a message again for a stored run (--run-id); refused, saying why, when "
+            "every worker would drop it."
+        ),
     ] = False,
     decision: Annotated[
         str | None, typer.Option(help="With --resend: the decision for a run waiting on a failure.")
@@ -179,6 +183,7 @@ def submit(
         if resend:
             if not run_id:
                 raise typer.BadParameter("--resend needs --run-id")
+            on_store(store, lambda st: _resendable(st, run_id, decision))
             dispatcher.send(run_id, decision=decision)
             typer.echo(run_id)
             return
@@ -191,6 +196,23 @@ def submit(
     finally:
         dispatcher.close()
     typer.echo(rid)
+
+
+async def _resendable(store: Any, run_id: str, decision: str | None) -> None:
+    """Refuse a message every worker would drop (a mistyped id, a finished run, one that
+    waits for a decision), saying why, rather than print the id as if it were on its way."""
+    from tether.cli._common import fail
+    from tether.workers.execute import nothing_to_do
+
+    loaded = await store.load_run(run_id)
+    if loaded is None:
+        raise fail(f"no run {run_id!r} in the store (check --run-id and --store); nothing sent")
+    info, ctx = loaded
+    why = nothing_to_do(info, ctx, decision)
+    if why is not None:
+        status = info.status
+        hint = " (give --decision)" if "decision" in why else ""
+        raise fail(f"run {run_id!r} is {status}: a worker would drop its message, {why}{hint}; nothing sent")
 
 
 def register(app: typer.Typer) -> None:

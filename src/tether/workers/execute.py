@@ -51,12 +51,12 @@ from tether.runtime import Event, Runner, RunResult
 from tether.runtime.failures import FailureKind
 from tether.runtime.lease import HOST, lease_is_dead
 from tether.runtime.report import Decision, FailureReport
-from tether.state import ExecutionContext, RunStatus
+from tether.state import ExecutionContext, RunInfo, RunStatus
 from tether.state.reserved import runtime_get, runtime_update
 from tether.stores.base import CheckpointStore
 from tether.workers.registry import WORKFLOW_KEY, Entry, Registry, UnknownWorkflow
 
-__all__ = ["DRAINING", "Outcome", "RunExecutor", "crash_site", "holder_gone", "todo_for"]
+__all__ = ["DRAINING", "Outcome", "RunExecutor", "crash_site", "holder_gone", "nothing_to_do", "todo_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +139,22 @@ def holder_gone(lease: Any, info: Any) -> bool:
     """Whether no live process holds ``lease``, counting the renewed deadline a heartbeat
     keeps in the run record (``RunInfo.lease_until``) on stores that keep one."""
     return lease_is_dead(lease, until=getattr(info, "lease_until", None))
+
+
+def nothing_to_do(info: RunInfo, ctx: ExecutionContext, decision: str | None) -> str | None:
+    """Why any worker would drop a message for this run (as ``store.load_run`` gives it),
+    or None when one would execute or resume it: what a worker decides on each message,
+    and what ``tether submit --resend`` tells its user instead of sending one for nothing."""
+    status = info.status
+    if status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
+        return "it has finished"
+    if status in (RunStatus.PAUSED, RunStatus.FAILED) and decision is None:
+        return "it waits for a person (resume it with a decision)"
+    lease = runtime_get(ctx, "lease")
+    if status is RunStatus.RUNNING and not holder_gone(lease, info):
+        holder = lease.get("owner") if isinstance(lease, dict) else "?"
+        return f"another worker holds its lease ({holder})"
+    return None
 
 
 def crash_site(ctx: ExecutionContext) -> tuple[str | None, int]:
@@ -240,14 +256,9 @@ class RunExecutor:
             return self._drop(run_id, None, "no such run in the store (deleted or expired)")
         info, ctx = loaded
         status = info.status
-        if status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
-            return self._drop(run_id, status, "it has finished")
-        if status in (RunStatus.PAUSED, RunStatus.FAILED) and decision is None:
-            return self._drop(run_id, status, "it waits for a person (resume it with a decision)")
-        lease = runtime_get(ctx, "lease")
-        if status is RunStatus.RUNNING and not holder_gone(lease, info):
-            holder = lease.get("owner") if isinstance(lease, dict) else "?"
-            return self._drop(run_id, status, f"another worker holds its lease ({holder})")
+        why = nothing_to_do(info, ctx, decision)
+        if why is not None:
+            return self._drop(run_id, status, why)
         name = ctx.get(WORKFLOW_KEY)
         try:
             entry = self.registry.get(str(name))
