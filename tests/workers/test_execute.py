@@ -311,25 +311,27 @@ def test_a_dispatcher_refuses_a_broker_it_cannot_use_without_showing_its_passwor
     assert "hunter2" not in str(caught.value)
 
 
-def test_resend_refuses_a_message_every_worker_would_drop_and_sends_the_others(tmp_path: Path) -> None:
+def test_resend_refuses_a_message_every_worker_would_drop_and_hands_the_others_over(tmp_path: Path) -> None:
     """`tether submit --resend` says why instead of printing the id of a message sent for
-    nothing (a mistyped id, a finished run, one waiting for a decision); a run a worker would
-    pick up gets its message."""
+    nothing (a mistyped id, a finished run, a failed one without a decision); a run a worker
+    would pick up gets its message, and a paused one is handed over as the server's resume
+    hands it (INTERRUPTED first, which a worker resumes)."""
     from typer.testing import CliRunner
 
     from tether.cli.app import app
 
     url = f"sqlite:///{tmp_path}/t.db"
 
-    async def runs() -> tuple[str, str, str]:
+    async def runs() -> tuple[str, ...]:
         async with open_store(url) as s:
             done = await _pending(s)
             await _executor(s).execute(done)
-            paused = await _pending(s)
+            failed, paused = await _pending(s), await _pending(s)
+            await s.set_status(failed, RunStatus.FAILED)
             await s.set_status(paused, RunStatus.PAUSED)
-            return done, paused, await _pending(s)
+            return done, failed, paused, await _pending(s)
 
-    done, paused, pending = asyncio.run(runs())
+    done, failed, paused, pending = asyncio.run(runs())
 
     def resend(run_id: str, broker: str, *more: str) -> Any:
         args = ["submit", "five", "--store", url, "--broker", broker, "--resend", "--run-id", run_id]
@@ -339,21 +341,70 @@ def test_resend_refuses_a_message_every_worker_would_drop_and_sends_the_others(t
     for run_id, said in (
         ("r-nosuch", "no run 'r-nosuch' in the store"),
         (done, "is COMPLETED: a worker would drop its message, it has finished"),
-        (paused, "is PAUSED: a worker would drop its message, it waits for a person"),
+        (failed, "is FAILED: a worker would drop its message, it waits for a person"),
     ):
         result = resend(run_id, nowhere)
         assert result.exit_code == 1, result.output
         assert said in result.output and "nothing sent" in result.output
+    assert "(give --decision)" in result.output
 
     broker = broker_url("amqp")
     queue = f"test-resend-{uuid.uuid4().hex[:8]}"
     dispatcher = Dispatcher.from_url(broker, queue=queue)
     try:
-        for run_id, more in ((pending, ()), (paused, ("--decision", "retry"))):
+        for run_id, more in ((pending, ()), (paused, ()), (failed, ("--decision", "retry"))):
             result = resend(run_id, broker, "--queue", queue, *more)
             assert result.exit_code == 0 and result.output.strip() == run_id, result.output
-        assert dispatcher.waiting(queue) == 2
+        assert dispatcher.waiting(queue) == 3
     finally:
         with dispatcher.app.connection_for_write() as conn:
             conn.default_channel.queue_delete(queue)
         dispatcher.close()
+
+    async def statuses() -> list[RunStatus]:
+        async with open_store(url) as s:
+            return [(await s.get_run(r)).status for r in (paused, failed, pending)]  # type: ignore[union-attr]
+
+    assert asyncio.run(statuses()) == [RunStatus.INTERRUPTED, RunStatus.FAILED, RunStatus.PENDING]
+
+
+async def test_a_run_paused_and_resumed_through_the_server_is_continued_by_a_worker(
+    store: CheckpointStore,
+) -> None:
+    """A message alone is dropped by a worker when the run is PAUSED (it may be an old copy):
+    the server's resume of a paused run records it in the store first, so the worker
+    that gets the message continues the run to its end."""
+    queue = f"tether-test-{uuid.uuid4().hex[:10]}"
+    dispatcher = Dispatcher.from_url(broker_url("amqp"), queue=queue)
+    try:
+        server = Executor(store, EventBroadcaster(), [five()], dispatcher=dispatcher)
+        await server.start("five", "paused-1", {"label": "p"})
+        assert await server.stop("paused-1", RunStatus.PAUSED) == "PAUSED"
+        old_copy = await _executor(store).execute("paused-1")  # its start message, late
+        assert (old_copy.action, old_copy.status) == ("dropped", "PAUSED")
+        await server.resume("paused-1")
+        assert (await store.get_run("paused-1")).status is RunStatus.INTERRUPTED  # type: ignore[union-attr]
+        assert dispatcher.waiting() == 2  # the start message and the resume's
+        out = await _executor(store).execute("paused-1")
+        assert (out.action, out.status) == ("executed", "COMPLETED")
+        cp = await store.load("paused-1")
+        assert cp is not None and done_steps(cp.state) == STEPS
+    finally:
+        dispatcher.purge()
+        with dispatcher.app.connection_for_write() as conn:
+            conn.default_channel.queue_delete(queue)
+        dispatcher.close()
+
+
+def test_a_decision_the_broker_did_not_take_is_said_to_be_still_waiting() -> None:
+    from tether.workers import BrokerUnavailable
+
+    dispatcher = Dispatcher.from_url("amqp://guest:guest@127.0.0.1:1//")
+    try:
+        with pytest.raises(BrokerUnavailable) as caught:
+            dispatcher.send("r-1", decision="retry")
+    finally:
+        dispatcher.close()
+    said = str(caught.value)
+    assert "the decision 'retry' for run 'r-1' could not be sent" in said
+    assert "the run still waits for a decision" in said and "sweeper" not in said

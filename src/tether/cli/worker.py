@@ -161,8 +161,8 @@ def submit(
     resend: Annotated[
         bool,
         typer.Option(
-            help="Send a message again for a stored run (--run-id); refused, saying why, when "
-            "every worker would drop it."
+            help="Have the workers continue a stored run (--run-id): a message again, or a "
+            "paused run resumed; refused, saying why, when every worker would drop it."
         ),
     ] = False,
     decision: Annotated[
@@ -183,8 +183,7 @@ def submit(
         if resend:
             if not run_id:
                 raise typer.BadParameter("--resend needs --run-id")
-            on_store(store, lambda st: _resendable(st, run_id, decision))
-            dispatcher.send(run_id, decision=decision)
+            on_store(store, lambda st: _resend(st, dispatcher, run_id, decision))
             typer.echo(run_id)
             return
         rid = on_store(
@@ -198,10 +197,14 @@ def submit(
     typer.echo(rid)
 
 
-async def _resendable(store: Any, run_id: str, decision: str | None) -> None:
-    """Refuse a message every worker would drop (a mistyped id, a finished run, one that
-    waits for a decision), saying why, rather than print the id as if it were on its way."""
+async def _resend(store: Any, dispatcher: Any, run_id: str, decision: str | None) -> None:
+    """Send a run's message again, as the server's resume does: a PAUSED run is handed to
+    the workers (``hand_to_workers``). A message every worker would drop (a mistyped id, a
+    finished run, a failed one without a decision, one another worker holds) is refused,
+    saying why, rather than its id printed as if it were on its way."""
     from tether.cli._common import fail
+    from tether.state import RunStatus
+    from tether.workers import hand_to_workers
     from tether.workers.execute import nothing_to_do
 
     loaded = await store.load_run(run_id)
@@ -209,10 +212,12 @@ async def _resendable(store: Any, run_id: str, decision: str | None) -> None:
         raise fail(f"no run {run_id!r} in the store (check --run-id and --store); nothing sent")
     info, ctx = loaded
     why = nothing_to_do(info, ctx, decision)
-    if why is not None:
-        status = info.status
+    if why is not None and not (info.status is RunStatus.PAUSED and decision is None):
         hint = " (give --decision)" if "decision" in why else ""
-        raise fail(f"run {run_id!r} is {status}: a worker would drop its message, {why}{hint}; nothing sent")
+        raise fail(
+            f"run {run_id!r} is {info.status}: a worker would drop its message, {why}{hint}; nothing sent"
+        )
+    await hand_to_workers(store, dispatcher, run_id, decision=decision)
 
 
 def register(app: typer.Typer) -> None:

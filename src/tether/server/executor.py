@@ -176,9 +176,15 @@ class Executor:
                 raise ConfigError(f"{decision!r} is not offered here; choose one of {allowed}")
         self._check_lease(run_id, runtime_get(cp.state, "lease"), until=info.lease_until)
         if self.dispatcher is not None and isinstance(cp.state.get(WORKFLOW_KEY), str):
+            from tether.workers import hand_to_workers
+
             queue = cp.state.get(QUEUE_KEY)
-            await self.dispatcher.enqueue(
-                run_id, decision=decision, queue=queue if isinstance(queue, str) else None
+            await hand_to_workers(
+                self.store,
+                self.dispatcher,
+                run_id,
+                decision=decision,
+                queue=queue if isinstance(queue, str) else None,
             )
             return
         runner = self._runner(self.workflow_for(run_id, cp.state))

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import RunExists, TetherError, VersionConflict
+from tether.errors import RunExists, RunNotFound, TetherError, VersionConflict
 from tether.state import ExecutionContext, RunStatus
 from tether.state.reserved import check_user_keys, runtime_update
 from tether.stores.base import CheckpointStore
@@ -34,6 +34,7 @@ __all__ = [
     "BrokerUnavailable",
     "Dispatcher",
     "first_state",
+    "hand_to_workers",
     "store_for_message",
     "store_pending",
     "submit",
@@ -51,13 +52,22 @@ from the store by the worker."""
 class BrokerUnavailable(TetherError):
     """The broker did not take a message (down, unreachable, refused the publish)."""
 
-    def __init__(self, run_id: str, broker: str, error: BaseException) -> None:
-        super().__init__(
-            f"run {run_id!r} is stored but its message could not be sent to the broker {broker} "
-            f"({type(error).__name__}: {error}). The run waits in the store: a worker's sweeper "
-            "enqueues it once the broker answers, or send it again with `tether submit --run-id "
-            f"{run_id} --resend`."
-        )
+    def __init__(
+        self, run_id: str, broker: str, error: BaseException, *, decision: str | None = None
+    ) -> None:
+        why = f"({type(error).__name__}: {error})"
+        if decision:  # a decision travels on its message only: the run still waits for it
+            super().__init__(
+                f"the decision {decision!r} for run {run_id!r} could not be sent to the broker {broker} "
+                f"{why}. Nothing changed: the run still waits for a decision; send it again once the "
+                "broker answers."
+            )
+        else:
+            super().__init__(
+                f"run {run_id!r} is stored but its message could not be sent to the broker {broker} "
+                f"{why}. The run waits in the store: a worker's sweeper enqueues it once the broker "
+                f"answers, or send it again with `tether submit --run-id {run_id} --resend`."
+            )
         self.run_id = run_id
 
 
@@ -118,7 +128,7 @@ class Dispatcher:
                 )
             except Exception as exc:  # kombu's OperationalError, a socket error, a refused publish
                 self._drop_connection()
-                raise BrokerUnavailable(run_id, self.broker, exc) from exc
+                raise BrokerUnavailable(run_id, self.broker, exc, decision=decision) from exc
 
     async def enqueue(
         self,
@@ -256,3 +266,29 @@ async def submit(
     ready = registry is not None and registry.get(workflow).prepare is None
     await dispatcher.enqueue(rid, queue=target, workflow=workflow if ready else None, first=first)
     return rid
+
+
+async def hand_to_workers(
+    store: CheckpointStore,
+    dispatcher: Dispatcher,
+    run_id: str,
+    *,
+    decision: str | None = None,
+    queue: str | None = None,
+) -> None:
+    """Have the workers continue a stopped run, as a person's resume or decision asks.
+
+    A worker drops a message without a decision for a PAUSED run: it may be an old copy,
+    delivered after a person paused the run. So a person's resume of a PAUSED run is first
+    recorded in the store: the run is set INTERRUPTED, in a write that lands only while it is
+    still PAUSED at the version read. Any worker then resumes it on its message (as the
+    server would in its own process), and the sweeper enqueues it should the broker be down.
+    A decision travels on the message, to the run that waits for it."""
+    if decision is None:
+        loaded = await store.load_run(run_id)
+        if loaded is None:
+            raise RunNotFound(run_id)
+        info, ctx = loaded
+        if info.status is RunStatus.PAUSED:
+            await store.commit(ctx, status=RunStatus.INTERRUPTED, _require_status=RunStatus.PAUSED)
+    await dispatcher.enqueue(run_id, decision=decision, queue=queue)
