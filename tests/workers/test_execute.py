@@ -408,3 +408,23 @@ def test_a_decision_the_broker_did_not_take_is_said_to_be_still_waiting() -> Non
     said = str(caught.value)
     assert "the decision 'retry' for run 'r-1' could not be sent" in said
     assert "the run still waits for a decision" in said and "sweeper" not in said
+
+
+async def test_the_api_answers_503_when_the_broker_does_not_take_a_run(store: CheckpointStore) -> None:
+    """A broker that is down is a 503 with the run's id (the run is stored PENDING), not the
+    500 of a server fault."""
+    import httpx
+
+    from tether.server.app import create_app
+    from tether.server.config import ServerSettings
+
+    settings = ServerSettings(broker_url="amqp://guest:guest@127.0.0.1:1//")
+    app = create_app(settings, store=store, workflows=[five()])
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            answer = await client.post("/api/runs", json={"workflow": "five", "runId": "api-offline"})
+    assert answer.status_code == 503, answer.text
+    body = answer.json()
+    assert body["type"].endswith("/broker-unavailable") and body["run_id"] == "api-offline"
+    assert (await store.get_run("api-offline")).status is RunStatus.PENDING  # type: ignore[union-attr]

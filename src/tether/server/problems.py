@@ -30,6 +30,7 @@ from tether.errors import (
     WrongRunStatus,
 )
 from tether.server.executor import ReplanUnavailable
+from tether.workers.dispatch import BrokerUnavailable
 
 __all__ = ["PROBLEM_RESPONSES", "ApiProblem", "install_problem_handlers", "problem"]
 
@@ -61,6 +62,7 @@ _MAP: list[tuple[type[BaseException], int, str, str]] = [
     (VersionConflict, 412, "version-conflict", "Another writer saved first"),
     (CheckpointCorrupt, 500, "checkpoint-corrupt", "A stored checkpoint cannot be read"),
     (StoreUnavailable, 503, "store-unavailable", "The checkpoint store is unavailable"),
+    (BrokerUnavailable, 503, "broker-unavailable", "The broker did not take the run's message"),
     (ConfigError, 400, "bad-request", "Bad request"),
     (StateError, 422, "invalid-state", "The state refused the value"),
     (ContextError, 422, "context-error", "The context engine refused the request"),
