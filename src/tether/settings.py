@@ -21,7 +21,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tether.errors import ConfigError
 
-__all__ = ["BROKER_SCHEMES", "FIXES", "Settings", "broker_url_problem", "describe_invalid", "load_settings"]
+__all__ = [
+    "BROKER_SCHEMES",
+    "FIXES",
+    "Settings",
+    "broker_url_problem",
+    "describe_invalid",
+    "load_settings",
+    "queue_name_problem",
+]
 
 FIXES: dict[str, str] = {
     "store_url": "a store URL such as sqlite:///.tether/tether.db, postgresql://host/db or redis://host:6379/0",
@@ -43,6 +51,21 @@ _NEVER = {"", "0", "none", "never", "off"}
 BROKER_SCHEMES = ("amqp", "amqps", "pyamqp", "redis", "rediss")
 """The brokers tether's workers are built for: RabbitMQ and Redis (their redelivery settings
 and the sweeper's lock are set for those two; Celery's other transports are not)."""
+
+
+def queue_name_problem(name: str) -> str | None:
+    """What is wrong with a broker queue's name, or None. An empty name would make RabbitMQ
+    invent one per declaration (a worker and its submitters would never meet), and
+    ``amq.`` names are RabbitMQ's own."""
+    if not name or name != name.strip():
+        return "is empty or starts or ends with a space"
+    if len(name) > 200:
+        return f"is {len(name)} characters long; at most 200"
+    if name.startswith("amq."):
+        return "starts with 'amq.', which RabbitMQ keeps for itself"
+    if any(ord(c) < 32 for c in name):
+        return "holds a control character"
+    return None
 
 
 def broker_url_problem(url: str) -> str | None:

@@ -241,6 +241,8 @@ async def test_zero_seconds_are_taken_where_they_mean_never_or_at_once(store: Ch
         ["--sweep-grace", "nan"],
         ["--lease", "0"],
         ["--concurrency", "0"],
+        ["--queue", ""],
+        ["--queue", "amq.direct"],
     ],
 )
 def test_tether_worker_refuses_a_bad_flag_before_it_connects(tmp_path: Path, flags: list[str]) -> None:
@@ -428,3 +430,36 @@ async def test_the_api_answers_503_when_the_broker_does_not_take_a_run(store: Ch
     body = answer.json()
     assert body["type"].endswith("/broker-unavailable") and body["run_id"] == "api-offline"
     assert (await store.get_run("api-offline")).status is RunStatus.PENDING  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("queue", ["", " tether", "amq.gen-1", "q" * 201])
+def test_a_queue_name_no_worker_could_share_is_refused_before_anything_is_stored(
+    tmp_path: Path, queue: str
+) -> None:
+    """An empty name would have RabbitMQ invent one per declaration: the run's message would
+    go where no worker listens."""
+    from typer.testing import CliRunner
+
+    from tether.cli.app import app
+    from tether.server.config import load_server_settings
+
+    db = tmp_path / "w.db"
+    args = [
+        "submit",
+        "deploy",
+        "--store",
+        f"sqlite:///{db}",
+        "--broker",
+        "amqp://127.0.0.1:1//",
+        "--queue",
+        queue,
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "--queue" in result.output, result.output
+    assert not db.exists()
+    with pytest.raises(ConfigError, match="queue name"):
+        Dispatcher.from_url("amqp://127.0.0.1:1//", queue=queue)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TETHER_BROKER_QUEUE", queue)
+        with pytest.raises(ConfigError, match="TETHER_BROKER_QUEUE"):
+            load_server_settings()

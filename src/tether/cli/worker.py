@@ -52,6 +52,15 @@ def _broker(broker: str | None) -> str:
     return url
 
 
+def _queue(queue: str) -> str:
+    from tether.settings import queue_name_problem
+
+    problem = queue_name_problem(queue)
+    if problem:  # before anything is stored or started
+        raise typer.BadParameter(f"--queue {problem}: give a name such as tether")
+    return queue
+
+
 def _registry(workflows: list[str] | None) -> Any:
     from tether.errors import ConfigError
     from tether.workers import Registry
@@ -101,6 +110,7 @@ def worker(
     from tether.cli._common import settings
     from tether.workers.app import WorkerConfig, create_celery_app
 
+    _queue(queue)
     if concurrency < 1:
         raise typer.BadParameter("--concurrency must be >= 1")
     if lease <= 0:
@@ -177,7 +187,7 @@ def submit(
     from tether.workers import submit as submit_run
 
     data = json_object(inputs, "--input")
-    dispatcher = Dispatcher.from_url(_broker(broker), queue=queue)
+    dispatcher = Dispatcher.from_url(_broker(broker), queue=_queue(queue))
     registry = _registry(register) if register else None
     try:
         if resend:

@@ -40,6 +40,7 @@ __all__ = [
 SERVER_FIXES: dict[str, str] = {
     "store_url": "a store URL such as sqlite:///.tether/tether.db or postgresql://host/db",
     "broker_url": FIXES["broker_url"],
+    "broker_queue": "a queue name such as tether (up to 200 characters, not starting with amq.)",
     "host": "an address to listen on, such as 127.0.0.1 (default) or 0.0.0.0 with tokens",
     "port": "a port number from 0 to 65535 (default 8765; 0 picks a free one)",
     "max_body_bytes": "a whole number of bytes >= 1 (default 16777216)",
@@ -108,6 +109,16 @@ class ServerSettings(BaseSettings):
         from tether.settings import Settings
 
         return Settings._broker_url(value)  # the same checks as `tether worker` and `tether submit`
+
+    @field_validator("broker_queue", mode="after")
+    @classmethod
+    def _queue(cls, value: str) -> str:
+        from tether.settings import queue_name_problem
+
+        problem = queue_name_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("store_url", mode="after")
     @classmethod

@@ -17,7 +17,8 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import RunExists, RunNotFound, TetherError, VersionConflict
+from tether.errors import ConfigError, RunExists, RunNotFound, TetherError, VersionConflict
+from tether.settings import queue_name_problem
 from tether.state import ExecutionContext, RunStatus
 from tether.state.reserved import check_user_keys, runtime_update
 from tether.stores.base import CheckpointStore
@@ -260,6 +261,9 @@ async def submit(
     Raises :class:`~tether.errors.RunExists` for a run id already stored.
     """
     target = queue or dispatcher.queue
+    bad_queue = queue_name_problem(target)
+    if bad_queue:  # (the dispatcher's own was checked when it was made)
+        raise ConfigError(f"queue name {target!r} {bad_queue}: give a name such as tether")
     rid, first = await store_for_message(
         store, workflow, inputs, run_id=run_id, registry=registry, queue=target
     )
