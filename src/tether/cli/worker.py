@@ -136,7 +136,9 @@ def worker(
         sweep_grace=sweep_grace,
         on_event=_tracer(),
     )
-    app = create_celery_app(_broker(broker), queue=queue, config=config)
+    broker_url = _broker(broker)
+    _reachable(url, options)
+    app = create_celery_app(broker_url, queue=queue, config=config)
     argv = [
         "worker",
         "--pool=threads",
@@ -149,6 +151,21 @@ def worker(
         *(["--task-events"] if events else []),
     ]
     app.worker_main(argv)
+
+
+def _reachable(url: str, options: dict[str, Any]) -> None:
+    """Open the store once before taking any message, so that a worker whose store is away
+    or mistyped exits at once, saying why (a supervisor restarts it), rather than report
+    ready and fail every run it takes."""
+    from tether.cli._common import run_async
+
+    async def go() -> None:
+        from tether.stores import open_store
+
+        async with open_store(url, **options):
+            pass
+
+    run_async(go)
 
 
 def _tracer() -> Any:

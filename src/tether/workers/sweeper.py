@@ -210,15 +210,26 @@ class SweeperThread:
     async def _loop(self) -> None:
         from tether.stores import open_store
 
-        async with open_store(self.store_url, **self.store_options) as store:
-            sweeper = Sweeper(store, self.dispatcher, **self.kw)
-            while not self._stop.is_set():
-                try:
-                    if await asyncio.to_thread(self.lock.acquire):
-                        await sweeper.sweep()
-                except Exception:  # a broker or store away: try again next round
-                    logger.warning(
-                        "sweeper: pass failed; trying again in %.0fs", self.interval, exc_info=True
-                    )
-                    self.lock.release()
-                await asyncio.to_thread(self._stop.wait, self.interval)
+        while not self._stop.is_set():  # a store away when the worker starts: not the end
+            try:
+                async with open_store(self.store_url, **self.store_options) as store:
+                    await self._sweeps(Sweeper(store, self.dispatcher, **self.kw))
+                return
+            except Exception as exc:
+                logger.warning(
+                    "sweeper: cannot open the store (%s: %s); trying again in %.0fs",
+                    type(exc).__name__,
+                    exc,
+                    self.interval,
+                )
+            await asyncio.to_thread(self._stop.wait, self.interval)
+
+    async def _sweeps(self, sweeper: Sweeper) -> None:
+        while not self._stop.is_set():
+            try:
+                if await asyncio.to_thread(self.lock.acquire):
+                    await sweeper.sweep()
+            except Exception:  # a broker or store away: try again next round
+                logger.warning("sweeper: pass failed; trying again in %.0fs", self.interval, exc_info=True)
+                self.lock.release()
+            await asyncio.to_thread(self._stop.wait, self.interval)
