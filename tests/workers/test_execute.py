@@ -463,3 +463,28 @@ def test_a_queue_name_no_worker_could_share_is_refused_before_anything_is_stored
         mp.setenv("TETHER_BROKER_QUEUE", queue)
         with pytest.raises(ConfigError, match="TETHER_BROKER_QUEUE"):
             load_server_settings()
+
+
+async def test_a_run_paused_while_its_step_runs_is_not_handed_over_under_its_holder(
+    store: CheckpointStore,
+) -> None:
+    """Paused by a person while a worker runs its step, a run stays held until that step's
+    checkpoint: a resume then is refused, and nothing is written under the holder."""
+    from tether.errors import RunInProgress
+    from tether.workers import hand_to_workers
+
+    rid = await _pending(store)
+    ctx = await store.load_context(rid)
+    assert ctx is not None
+    lease = {"owner": "w-1", "host": "another-host", "pid": 1, "expires_at": time.time() + 60}
+    ctx.merge(runtime_update(lease=lease))
+    await store.commit(ctx, status=RunStatus.RUNNING, _require_status=RunStatus.PENDING)
+    await store.set_status(rid, RunStatus.PAUSED)  # what the pause route stores
+    nowhere = Dispatcher.from_url("amqp://guest:guest@127.0.0.1:1//")
+    try:
+        with pytest.raises(RunInProgress, match="w-1"):
+            await hand_to_workers(store, nowhere, rid)
+    finally:
+        nowhere.close()
+    info = await store.get_run(rid)
+    assert info is not None and info.status is RunStatus.PAUSED and info.version == ctx.version

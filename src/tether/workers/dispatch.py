@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigError, RunExists, RunNotFound, TetherError, VersionConflict
+from tether.runtime.lease import check_lease
 from tether.settings import queue_name_problem
 from tether.state import ExecutionContext, RunStatus
-from tether.state.reserved import check_user_keys, runtime_update
+from tether.state.reserved import check_user_keys, runtime_get, runtime_update
 from tether.stores.base import CheckpointStore
 from tether.workers.registry import QUEUE_KEY, WORKFLOW_KEY, Registry
 
@@ -294,5 +295,8 @@ async def hand_to_workers(
             raise RunNotFound(run_id)
         info, ctx = loaded
         if info.status is RunStatus.PAUSED:
+            # (a run paused while its step runs stays held until that step's checkpoint:
+            # RunInProgress until then, its holder's next write untouched)
+            check_lease(run_id, runtime_get(ctx, "lease"), owner="", force=False, until=info.lease_until)
             await store.commit(ctx, status=RunStatus.INTERRUPTED, _require_status=RunStatus.PAUSED)
     await dispatcher.enqueue(run_id, decision=decision, queue=queue)
