@@ -40,6 +40,17 @@ async def _pending(store: CheckpointStore, **inputs: Any) -> str:
     return rid
 
 
+async def _held(store: CheckpointStore, owner: str) -> tuple[str, ExecutionContext]:
+    """A RUNNING run whose lease ``owner``, a live process on another host, holds for a minute."""
+    rid = await _pending(store)
+    ctx = await store.load_context(rid)
+    assert ctx is not None
+    lease = {"owner": owner, "host": "another-host", "pid": 1, "expires_at": time.time() + 60}
+    ctx.merge(runtime_update(lease=lease))
+    await store.commit(ctx, status=RunStatus.RUNNING, _require_status=RunStatus.PENDING)
+    return rid, ctx
+
+
 async def test_a_pending_run_gets_its_todo_list_and_completes(store: CheckpointStore) -> None:
     rid = await _pending(store, label="a")
     out = await _executor(store).execute(rid)
@@ -61,12 +72,7 @@ async def test_messages_for_finished_paused_or_held_runs_are_dropped(store: Chec
     assert (out.action, out.status) == ("dropped", "PAUSED")  # paused runs stay paused
     assert (await store.get_run(paused)).status is RunStatus.PAUSED  # type: ignore[union-attr]
 
-    held = await _pending(store)
-    ctx = await store.load_context(held)
-    assert ctx is not None
-    lease = {"owner": "elsewhere", "host": "another-host", "pid": 1, "expires_at": time.time() + 60}
-    ctx.merge(runtime_update(lease=lease))
-    await store.commit(ctx, status=RunStatus.RUNNING, _require_status=RunStatus.PENDING)
+    held, ctx = await _held(store, "elsewhere")
     out = await ex.execute(held)
     assert out.action == "dropped" and "elsewhere" in out.reason
     assert (await store.get_run(held)).version == ctx.version  # type: ignore[union-attr]  # untouched
@@ -473,12 +479,7 @@ async def test_a_run_paused_while_its_step_runs_is_not_handed_over_under_its_hol
     from tether.errors import RunInProgress
     from tether.workers import hand_to_workers
 
-    rid = await _pending(store)
-    ctx = await store.load_context(rid)
-    assert ctx is not None
-    lease = {"owner": "w-1", "host": "another-host", "pid": 1, "expires_at": time.time() + 60}
-    ctx.merge(runtime_update(lease=lease))
-    await store.commit(ctx, status=RunStatus.RUNNING, _require_status=RunStatus.PENDING)
+    rid, ctx = await _held(store, "w-1")
     await store.set_status(rid, RunStatus.PAUSED)  # what the pause route stores
     nowhere = Dispatcher.from_url("amqp://guest:guest@127.0.0.1:1//")
     try:
