@@ -322,13 +322,15 @@ def test_a_dispatcher_refuses_a_broker_it_cannot_use_without_showing_its_passwor
 def test_resend_refuses_a_message_every_worker_would_drop_and_hands_the_others_over(tmp_path: Path) -> None:
     """`tether submit --resend` says why instead of printing the id of a message sent for
     nothing (a mistyped id, a finished run, a failed one without a decision); a run a worker
-    would pick up gets its message, and a paused one is handed over as the server's resume
-    hands it (INTERRUPTED first, which a worker resumes)."""
+    would pick up gets its message (on the run's own queue unless --queue says otherwise), and a
+    paused one is handed over as the server's resume hands it (INTERRUPTED first, which a worker
+    resumes)."""
     from typer.testing import CliRunner
 
     from tether.cli.app import app
 
     url = f"sqlite:///{tmp_path}/t.db"
+    queue = f"test-resend-{uuid.uuid4().hex[:8]}"
 
     async def runs() -> tuple[str, ...]:
         async with open_store(url) as s:
@@ -337,9 +339,13 @@ def test_resend_refuses_a_message_every_worker_would_drop_and_hands_the_others_o
             failed, paused = await _pending(s), await _pending(s)
             await s.set_status(failed, RunStatus.FAILED)
             await s.set_status(paused, RunStatus.PAUSED)
-            return done, failed, paused, await _pending(s)
+            own = f"r-{uuid.uuid4().hex[:8]}"  # submitted to this test's queue: resent there
+            await s.commit(
+                ExecutionContext(own, {WORKFLOW_KEY: "five", QUEUE_KEY: queue}), status=RunStatus.PENDING
+            )
+            return done, failed, paused, await _pending(s), own
 
-    done, failed, paused, pending = asyncio.run(runs())
+    done, failed, paused, pending, own = asyncio.run(runs())
 
     def resend(run_id: str, broker: str, *more: str) -> Any:
         args = ["submit", "five", "--store", url, "--broker", broker, "--resend", "--run-id", run_id]
@@ -357,13 +363,15 @@ def test_resend_refuses_a_message_every_worker_would_drop_and_hands_the_others_o
     assert "(give --decision)" in result.output
 
     broker = broker_url("amqp")
-    queue = f"test-resend-{uuid.uuid4().hex[:8]}"
     dispatcher = Dispatcher.from_url(broker, queue=queue)
     try:
         for run_id, more in ((pending, ()), (paused, ()), (failed, ("--decision", "retry"))):
             result = resend(run_id, broker, "--queue", queue, *more)
             assert result.exit_code == 0 and result.output.strip() == run_id, result.output
         assert dispatcher.waiting(queue) == 3
+        result = resend(own, broker)  # no --queue: the run's own, not the default one
+        assert result.exit_code == 0, result.output
+        assert dispatcher.waiting(queue) == 4
     finally:
         with dispatcher.app.connection_for_write() as conn:
             conn.default_channel.queue_delete(queue)

@@ -18,7 +18,7 @@ BrokerOpt = Annotated[
     str | None,
     typer.Option("--broker", help="Broker URL: amqp://… or redis://… (default: TETHER_BROKER_URL)."),
 ]
-QueueOpt = Annotated[str, typer.Option("--queue", "-Q", help="The queue to consume or send to.")]
+QueueOpt = Annotated[str, typer.Option("--queue", "-Q", help="The queue to consume.")]
 WorkflowOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -182,7 +182,12 @@ def submit(
         str | None, typer.Option("--store", help="Store URL (default: TETHER_STORE_URL).")
     ] = None,
     broker: BrokerOpt = None,
-    queue: QueueOpt = "tether",
+    queue: Annotated[
+        str | None,
+        typer.Option(
+            "--queue", "-Q", help="The queue to send to (default: tether; with --resend, the run's own)."
+        ),
+    ] = None,
     inputs: Annotated[str, typer.Option("--input", help="Initial state as a JSON object.")] = "{}",
     run_id: Annotated[str | None, typer.Option(help="Run id (default: generated).")] = None,
     resend: Annotated[
@@ -204,19 +209,19 @@ def submit(
     from tether.workers import submit as submit_run
 
     data = json_object(inputs, "--input")
-    dispatcher = Dispatcher.from_url(_broker(broker), queue=_queue(queue))
+    dispatcher = Dispatcher.from_url(_broker(broker), queue=_queue("tether" if queue is None else queue))
     registry = _registry(register) if register else None
     try:
         if resend:
             if not run_id:
                 raise typer.BadParameter("--resend needs --run-id")
-            on_store(store, lambda st: _resend(st, dispatcher, run_id, decision))
+            on_store(store, lambda st: _resend(st, dispatcher, run_id, decision, queue))
             typer.echo(run_id)
             return
         rid = on_store(
             store,
             lambda st: submit_run(
-                st, dispatcher, workflow, data, run_id=run_id, registry=registry, queue=queue
+                st, dispatcher, workflow, data, run_id=run_id, registry=registry, queue=dispatcher.queue
             ),
         )
     finally:
@@ -224,14 +229,15 @@ def submit(
     typer.echo(rid)
 
 
-async def _resend(store: Any, dispatcher: Any, run_id: str, decision: str | None) -> None:
-    """Send a run's message again, as the server's resume does: a PAUSED run is handed to
-    the workers (``hand_to_workers``). A message every worker would drop (a mistyped id, a
-    finished run, a failed one without a decision, one another worker holds) is refused,
-    saying why, rather than its id printed as if it were on its way."""
+async def _resend(store: Any, dispatcher: Any, run_id: str, decision: str | None, queue: str | None) -> None:
+    """Send a run's message again, as the server's resume does: to the run's own queue
+    unless ``queue`` is given (another pool's workers may not have its workflow), and a
+    PAUSED run handed to the workers (``hand_to_workers``). A message every worker would drop
+    (a mistyped id, a finished run, a failed one without a decision, one another worker
+    holds) is refused, saying why, rather than its id printed as if it were on its way."""
     from tether.cli._common import fail
     from tether.state import RunStatus
-    from tether.workers import hand_to_workers
+    from tether.workers import QUEUE_KEY, hand_to_workers
     from tether.workers.execute import nothing_to_do
 
     loaded = await store.load_run(run_id)
@@ -244,7 +250,9 @@ async def _resend(store: Any, dispatcher: Any, run_id: str, decision: str | None
         raise fail(
             f"run {run_id!r} is {info.status}: a worker would drop its message, {why}{hint}; nothing sent"
         )
-    await hand_to_workers(store, dispatcher, run_id, decision=decision)
+    own = ctx.get(QUEUE_KEY)
+    target = queue if queue is not None else (own if isinstance(own, str) and own else None)
+    await hand_to_workers(store, dispatcher, run_id, decision=decision, queue=target)
 
 
 def register(app: typer.Typer) -> None:
