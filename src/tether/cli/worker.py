@@ -246,13 +246,13 @@ async def _resend(store: Any, dispatcher: Any, run_id: str, decision: str | None
     info, ctx = loaded
     why = nothing_to_do(info, ctx, decision)
     if why is not None and not (info.status is RunStatus.PAUSED and decision is None):
-        hint = " (give --decision)" if "decision" in why else ""
+        hint = " (give --decision)" if info.status is RunStatus.FAILED else ""
         raise fail(
             f"run {run_id!r} is {info.status}: a worker would drop its message, {why}{hint}; nothing sent"
         )
     own = ctx.get(QUEUE_KEY)
     target = queue if queue is not None else (own if isinstance(own, str) and own else None)
-    await hand_to_workers(store, dispatcher, run_id, decision=decision, queue=target)
+    await hand_to_workers(store, dispatcher, run_id, decision=decision, queue=target, loaded=loaded)
 
 
 def register(app: typer.Typer) -> None:

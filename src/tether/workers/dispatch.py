@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tether.errors import ConfigError, RunExists, RunNotFound, TetherError, VersionConflict
 from tether.runtime.lease import check_lease
 from tether.settings import queue_name_problem
-from tether.state import ExecutionContext, RunStatus
+from tether.state import ExecutionContext, RunInfo, RunStatus
 from tether.state.reserved import check_user_keys, runtime_get, runtime_update
 from tether.stores.base import CheckpointStore
 from tether.workers.registry import QUEUE_KEY, WORKFLOW_KEY, Registry
@@ -280,8 +280,10 @@ async def hand_to_workers(
     *,
     decision: str | None = None,
     queue: str | None = None,
+    loaded: tuple[RunInfo, ExecutionContext] | None = None,
 ) -> None:
     """Have the workers continue a stopped run, as a person's resume or decision asks.
+    ``loaded``: the run as the caller just read it (``store.load_run``), not read again.
 
     A worker drops a message without a decision for a PAUSED run: it may be an old copy,
     delivered after a person paused the run. So a person's resume of a PAUSED run is first
@@ -290,7 +292,7 @@ async def hand_to_workers(
     server would in its own process), and the sweeper enqueues it should the broker be down.
     A decision travels on the message, to the run that waits for it."""
     if decision is None:
-        loaded = await store.load_run(run_id)
+        loaded = loaded or await store.load_run(run_id)
         if loaded is None:
             raise RunNotFound(run_id)
         info, ctx = loaded
