@@ -145,6 +145,27 @@ async def test_a_fork_bomb_is_contained(session: LocalSession) -> None:
     assert int(host.stdout.strip() or 0) == 0, "nothing of the bomb is left"
 
 
+def _processes_with(tag: bytes) -> int:
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    count += tag in f.read()
+            except OSError:
+                continue
+    return count
+
+
+async def test_what_a_command_left_running_is_gone_when_its_result_is(session: LocalSession) -> None:
+    """The sandbox reports the exit before it tears down the rest: the result waits for that."""
+    spin = "for i in $(seq 40); do bash -c 'while :; do :; done' tether-spin >/dev/null 2>&1 & done; echo started"
+    for _ in range(3):  # the race was lost every time: one round would do, three make sure
+        result = await session.run(spin)
+        assert result.stdout.strip() == "started"
+        assert _processes_with(b"tether-spin") == 0, "a background process outlived its command"
+
+
 async def test_a_memory_hog_and_a_huge_file_are_stopped(session: LocalSession) -> None:
     """RLIMIT_AS and RLIMIT_FSIZE hold inside the sandbox."""
     hog = await session.run("python3 -c 'x = bytearray(2 * 1024**3)'")

@@ -291,7 +291,8 @@ class LocalSession(ShellOptions):
             if launch is not None:
                 if launch.warm and self._next is not None:  # spare the next command's launcher
                     launch.keep_group = await _pid_of(self._next)
-                launch.close()
+                if launch.close():
+                    await _until_gone(launch.lingering)
         duration = time.monotonic() - started
         returncode = transport.get_returncode()
         stdout, out_cut, where = proto.stdout.finish(self._sentinel if self.persist_cwd else None)
@@ -441,6 +442,24 @@ async def _reap(spawned: _Spawned) -> None:
     with contextlib.suppress(Exception):
         await asyncio.wait_for(asyncio.shield(spawned[1].exited), 2.0)
     _kill_spawned(spawned)
+
+
+async def _until_gone(lingering: Callable[[], bool]) -> None:
+    """Wait (up to ~2 s) until the processes a sandboxed command left behind have exited.
+
+    The sandbox reports the command's exit before it has torn down what the command
+    started; without this wait, a command's background processes (a fork bomb's, say)
+    could still be running when its result is returned.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 2.0
+    delay = 0.001
+    while lingering():
+        if loop.time() >= deadline:
+            logger.warning("processes of a sandboxed command were still exiting after 2 s")
+            return
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.02)
 
 
 def _kill_spawned(spawned: _Spawned) -> None:

@@ -85,13 +85,26 @@ class _Launch:
         lines.append(f"exec {shlex.join(self.argv)} < /dev/null\n")
         return "".join(lines).encode()
 
-    def close(self) -> None:
-        """Kill whatever is left in the command's cgroup (the PID namespace already ended it)."""
+    def close(self) -> bool:
+        """Kill whatever is left in the command's cgroup; True if something was.
+
+        bubblewrap reports the command's exit before its PID namespace is torn down, so
+        processes the command left behind may still be alive (or being killed) here. A
+        caller that promises "nothing outlives the command" waits on :meth:`lingering`.
+        """
+        left = False
         if self.cgroup is not None:
-            _kill_cgroup(self.cgroup, remove=False, keep_group=self.keep_group)
+            left = _kill_cgroup(self.cgroup, remove=False, keep_group=self.keep_group) > 0
         for fn in self.cleanup:
             with contextlib.suppress(OSError):
                 fn()
+        return left
+
+    def lingering(self) -> bool:
+        """Whether processes of the command are still in its cgroup (each is sent SIGKILL again)."""
+        if self.cgroup is None:
+            return False
+        return _kill_cgroup(self.cgroup, remove=False, keep_group=self.keep_group) > 0
 
 
 class Sandbox:
@@ -352,31 +365,32 @@ def _new_cgroup(root: str, limit: int | None) -> str | None:
     return path
 
 
-def _kill_cgroup(path: str, *, remove: bool, keep_group: int | None = None) -> None:
-    """SIGKILL every process in the cgroup (but ``keep_group``'s).
+def _kill_cgroup(path: str, *, remove: bool, keep_group: int | None = None) -> int:
+    """SIGKILL every process in the cgroup (but ``keep_group``'s); how many were signalled.
 
-    Removing: until it is empty, then remove it (up to ~2 s). Else one pass: what is
-    signalled dies on its own, and nothing waits for it.
+    Removing: until it is empty, then remove it (up to ~2 s). Else one pass: the caller
+    decides whether to wait for what was signalled.
     """
     for _ in range(200):
         try:
             with open(os.path.join(path, "cgroup.procs")) as f:
                 pids = [int(p) for p in f.read().split()]
         except OSError:
-            return
+            return 0
         if keep_group is not None:
             pids = [p for p in pids if _group_of(p) != keep_group]
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         if not remove:
-            return
+            return len(pids)
         if not pids:
             try:
                 os.rmdir(path)
             except OSError:
                 pass  # the last ones are still being reaped
             else:
-                return
+                return 0
         time.sleep(0.01)
     logger.warning("the pids cgroup %s could not be removed", path)
+    return 0
