@@ -131,6 +131,21 @@ def test_nested_subgraphs_with_a_long_thread_id_run_as_on_sqlitesaver(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_thread_id_with_a_nul_character_runs_as_on_sqlitesaver(backend: str, tmp_path: Path) -> None:
+    """No backend keeps a NUL in a key (PostgreSQL refuses it in text): such a key is hashed."""
+    thread = f"chat\x00{uuid.uuid4().hex[:6]}"
+    assert "\x00" not in ns_key(thread, "") and "\x00" not in thread_index_key(thread)
+    url = require_url(backend, tmp_path)
+    with SqliteSaver.from_conn_string(":memory:") as reference:
+        expected = _run_nested(reference, 2, thread)
+    with TetherSaver.from_url(url, prefix=f"lg{uuid.uuid4().hex[:8]}") as saver:
+        got = _run_nested(saver, 2, thread)
+        assert [t.config["configurable"]["thread_id"] for t in saver.list(None)][:1] == [thread]
+        saver.delete_thread(thread)
+    assert got == expected
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_nested_subgraphs_with_a_long_thread_id_run_async(backend: str, tmp_path: Path) -> None:
     """The same three-level graph with the async methods, against AsyncSqliteSaver."""
     url = require_url(backend, tmp_path)

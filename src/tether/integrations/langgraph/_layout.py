@@ -104,7 +104,7 @@ def check_prefix(prefix: str) -> None:
 
 def _key(prefix: str, *parts: str) -> str:
     raw = prefix + ":" + "".join(f"{len(p)}:{p}" for p in parts)
-    if len(raw) <= _MAX_KEY:
+    if len(raw) <= _MAX_KEY and "\x00" not in raw:  # no backend keeps a NUL in a key
         return raw
     return prefix + "#" + hashlib.sha256(raw.encode()).hexdigest()
 
@@ -117,7 +117,7 @@ def ns_key(thread_id: str, ns: str, prefix: str = "lg") -> str:
 def scratch_key(key: str, prefix: str = "lg") -> str:
     """The scratch run ``delete_for_runs`` rebuilds namespace ``key`` in (hashed when long)."""
     raw = key + _SCRATCH
-    if len(raw) <= _MAX_KEY:
+    if len(raw) <= _MAX_KEY:  # (``key`` came from ``_key``: no NUL)
         return raw
     return prefix + "#" + hashlib.sha256(raw.encode()).hexdigest() + _SCRATCH
 
