@@ -6,13 +6,16 @@ import dataclasses
 import gc
 import threading
 import weakref
+from collections import OrderedDict, defaultdict
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from pydantic import BaseModel
 
 from tether.integrations.langgraph import TetherSaver, _handout
 from tether.integrations.langgraph._handout import copied, gc_paused
@@ -301,3 +304,72 @@ def test_values_that_cannot_be_copied_are_kept_and_handed_out_decoded(tmp_path: 
     with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db") as cold:
         assert g.compile(checkpointer=cold).get_state(cfg).values == warm
     assert [p.name for p in warm["pins"]] == ["p0", "p1", "p2", "p3"] and len(warm["messages"]) == 8
+
+
+class Shape(TypedDict, total=False):
+    v: Any
+
+
+@dataclasses.dataclass
+class Span:
+    start: int
+    ends: tuple[int, ...]
+
+
+class Box(BaseModel):
+    items: list[Any] = []
+
+
+def _echo_graph() -> Any:
+    g = StateGraph(Shape)
+    g.add_node("node", lambda s: {"v": s.get("v")})
+    g.add_edge(START, "node")
+    g.add_edge("node", END)
+    return g
+
+
+SHAPES = {
+    "tuple": (1, "a"),
+    "tuples in a list": [(1, 2), (3, 4)],
+    "an OrderedDict": OrderedDict(a=1),
+    "a defaultdict": defaultdict(list, a=[1]),
+    "a tuple in a dataclass": Span(1, (2, 3)),
+    "a tuple in a message's kwargs": AIMessage(content="x", id="m1", additional_kwargs={"span": (1, 2)}),
+    "int keys and a message": {1: [AIMessage(content="y", id="m2")], 2: None},
+    "a message inside a model": Box(items=[AIMessage(content="z", id="m3")]),
+}
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_a_value_reads_the_same_warm_cold_and_on_sqlitesaver(tmp_path: Path, name: str) -> None:
+    """The serializer turns some values into others (a tuple into a list): what the saver
+    keeps is what decoding gives, so a graph sees the same value before and after a restart,
+    as on LangGraph's savers."""
+    cfg: Any = {"configurable": {"thread_id": "shapes"}}
+    with SqliteSaver.from_conn_string(":memory:") as reference:
+        graph = _echo_graph().compile(checkpointer=reference)
+        graph.invoke({"v": SHAPES[name]}, cfg)
+        expected = graph.get_state(cfg).values["v"]
+    with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db") as saver:
+        graph = _echo_graph().compile(checkpointer=saver)
+        graph.invoke({"v": SHAPES[name]}, cfg)
+        warm = graph.get_state(cfg).values["v"]
+    with TetherSaver.from_url(f"sqlite:///{tmp_path}/t.db") as saver:
+        cold = _echo_graph().compile(checkpointer=saver).get_state(cfg).values["v"]
+    assert _shape(warm) == _shape(cold) == _shape(expected)
+    assert warm == expected
+
+
+def _shape(value: Any) -> Any:
+    """``value`` with the type of every part beside it (an ``OrderedDict`` equals its dict)."""
+    if isinstance(value, dict):
+        return (type(value).__name__, {k: _shape(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, [_shape(v) for v in value])
+    if dataclasses.is_dataclass(value):
+        return (type(value).__name__, _shape(vars(value)))
+    if isinstance(value, Box):
+        return (type(value).__name__, _shape(value.items))
+    if isinstance(value, AIMessage):
+        return (type(value).__name__, _shape(value.additional_kwargs), value.content)
+    return (type(value).__name__, value)

@@ -14,6 +14,13 @@ collection on their way there (see :func:`gc_paused`). Anything else is copied w
 
 Like a serializer round trip, the copy does not keep aliasing: an object that appears
 twice in the value comes back as two equal objects.
+
+What the saver keeps must also be what decoding its stored bytes gives, or a graph would
+see one value while its process lives and another after a restart (LangGraph's savers
+always hand out the decoded one): the serializer turns a tuple into a list, an
+``OrderedDict`` into a dict, a tuple inside a dataclass into a list. So a value is kept as
+a copy only when :func:`exact` says the round trip changes nothing; anything else is kept
+decoded from its bytes.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["copied", "gc_paused", "kept_copy"]
+__all__ = ["copied", "exact", "gc_paused", "kept_copy"]
 
 _IMMUTABLE = frozenset({str, int, float, bool, type(None), bytes, complex})
 _SLOTS = BaseModel.__dict__
@@ -145,6 +152,48 @@ def kept_copy(value: Any) -> Any:
         with gc_paused():
             return _copy_list(value)
     return _copy(value)
+
+
+_EXACT_KEYS = frozenset({str, int})
+"""Dict keys that come back from the serializer as they went in."""
+
+
+def exact(value: Any) -> bool:
+    """Whether decoding ``value``'s serialized bytes gives back an equal value of the same
+    types: plain dicts (str or int keys), lists, the scalars, and Pydantic models (such as
+    LangChain's messages) made of those. Anything else (a tuple, a dict or list subclass,
+    a model inside a model, a dataclass...) may come back changed, so the saver keeps it
+    decoded instead."""
+    try:
+        return _exact(value)
+    except RecursionError:
+        return False
+
+
+def _exact(x: Any, in_model: bool = False) -> bool:
+    tx = type(x)
+    if tx in _IMMUTABLE:
+        return tx is not complex
+    if tx is list:
+        immutable = _IMMUTABLE
+        return all(type(v) in immutable or _exact(v, in_model) for v in x)
+    if tx is dict:
+        keys, immutable = _EXACT_KEYS, _IMMUTABLE
+        return all(type(k) in keys and (type(v) in immutable or _exact(v, in_model)) for k, v in x.items())
+    if in_model:
+        # a model is rebuilt as ``cls(**model_dump())``: a model anywhere inside it comes
+        # back as its dict unless the field's type says otherwise
+        return False
+    if _HOW.get(tx) is _copy_model or (
+        tx not in _HOW and issubclass(tx, BaseModel) and _how_of(x) is _copy_model
+    ):
+        # (its private attributes are not stored: a read elsewhere gets their defaults)
+        return (
+            not x.__pydantic_private__
+            and _exact(x.__dict__, True)
+            and (not x.__pydantic_extra__ or _exact(x.__pydantic_extra__, True))
+        )
+    return False
 
 
 def _own_ids(items: list[Any]) -> None:

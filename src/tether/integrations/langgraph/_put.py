@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether.errors import RunNotFound, VersionConflict
-from tether.integrations.langgraph._handout import kept_copy
+from tether.integrations.langgraph._handout import exact, kept_copy
 from tether.integrations.langgraph._layout import (
     EMPTY,
     LIST,
@@ -206,11 +206,11 @@ class Puts:
 
     def own(self, value: Any, encoded: Sequence[Any]) -> Any:
         """The saver's copy of ``value`` (what a graph handed to a put); decoded from its
-        stored bytes, ``encoded``, when it holds an object that cannot be copied."""
-        try:
+        stored bytes, ``encoded``, unless the copy is what decoding them gives (see
+        ``_handout``): a read in another process must see the same value."""
+        if exact(value):
             return kept_copy(value)
-        except Exception:  # (copy.deepcopy refused it; the serializer did not)
-            return self.spaces.loads((encoded[0], encoded[1]))
+        return self.spaces.loads((encoded[0], encoded[1]))
 
     async def fork(
         self, n: Space, ctx: ExecutionContext, ix: list[Any], parent_id: str
