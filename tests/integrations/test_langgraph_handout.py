@@ -336,6 +336,7 @@ SHAPES = {
     "a tuple in a dataclass": Span(1, (2, 3)),
     "a tuple in a message's kwargs": AIMessage(content="x", id="m1", additional_kwargs={"span": (1, 2)}),
     "int keys and a message": {1: [AIMessage(content="y", id="m2")], 2: None},
+    "a message with fields left unset": [AIMessage(content="w", id="m4")],
     "a message inside a model": Box(items=[AIMessage(content="z", id="m3")]),
 }
 
@@ -370,6 +371,6 @@ def _shape(value: Any) -> Any:
         return (type(value).__name__, _shape(vars(value)))
     if isinstance(value, Box):
         return (type(value).__name__, _shape(value.items))
-    if isinstance(value, AIMessage):
-        return (type(value).__name__, _shape(value.additional_kwargs), value.content)
+    if isinstance(value, AIMessage):  # what model_dump(exclude_unset=True) keeps, too
+        return (type(value).__name__, _shape(value.additional_kwargs), sorted(value.model_fields_set))
     return (type(value).__name__, value)

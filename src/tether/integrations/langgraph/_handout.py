@@ -144,14 +144,19 @@ def copied(value: Any) -> Any:
 
 
 def kept_copy(value: Any) -> Any:
-    """A copy of what a graph handed to ``put``, for the saver to keep. The graph and its
-    caller keep the originals (``invoke`` returns them) and may edit them in place, which
-    must not change what the saver serves next. A step hands over a few new messages,
-    copied as they are; a whole state is copied with the collector paused, as a read's is."""
+    """A copy of what a graph handed to ``put`` (an :func:`exact` value), for the saver to
+    keep, as a read in a new process would decode it. The graph and its caller keep the
+    originals (``invoke`` returns them) and may edit them in place, which must not change
+    what the saver serves next. A step hands over a few new messages, copied as they are;
+    a whole state is copied with the collector paused, as a read's is."""
     if type(value) is list and len(value) > _KEPT_UNPAUSED:
         with gc_paused():
-            return _copy_list(value)
-    return _copy(value)
+            out: Any = _copy_list(value)
+            _all_set(out)
+            return out
+    out = _copy(value)
+    _all_set(out)
+    return out
 
 
 _EXACT_KEYS = frozenset({str, int})
@@ -184,16 +189,52 @@ def _exact(x: Any, in_model: bool = False) -> bool:
         # a model is rebuilt as ``cls(**model_dump())``: a model anywhere inside it comes
         # back as its dict unless the field's type says otherwise
         return False
-    if _HOW.get(tx) is _copy_model or (
-        tx not in _HOW and issubclass(tx, BaseModel) and _how_of(x) is _copy_model
-    ):
-        # (its private attributes are not stored: a read elsewhere gets their defaults)
-        return (
-            not x.__pydantic_private__
-            and _exact(x.__dict__, True)
-            and (not x.__pydantic_extra__ or _exact(x.__pydantic_extra__, True))
-        )
-    return False
+    plain = _PLAIN_MODELS.get(tx)
+    if plain is None:
+        plain = _PLAIN_MODELS[tx] = _plain_model(tx)
+    # (private attributes are not stored: a read elsewhere gets their defaults)
+    return (
+        plain
+        and not x.__pydantic_private__
+        and _exact(x.__dict__, True)
+        and (not x.__pydantic_extra__ or _exact(x.__pydantic_extra__, True))
+    )
+
+
+_PLAIN_MODELS: dict[type, bool] = {}
+"""Whether a type is a Pydantic model that ``cls(**model_dump())`` rebuilds field for field."""
+
+
+def _plain_model(tx: type) -> bool:
+    """A Pydantic model copied field by field, whose dump holds every field as it is: no
+    field left out of it, no serializer or computed field reshaping it."""
+    if not (isinstance(tx, type) and issubclass(tx, BaseModel)) or _how(tx) is not _copy_model:
+        return False
+    decorators = tx.__pydantic_decorators__
+    return not (
+        any(f.exclude for f in tx.model_fields.values())
+        or decorators.field_serializers
+        or decorators.model_serializers
+        or tx.model_computed_fields
+    )
+
+
+def _all_set(value: Any) -> None:
+    """Mark every field of the models in ``value`` (an :func:`exact` one) as set, as
+    ``cls(**model_dump())`` does when a read decodes them: ``model_dump(exclude_unset=True)``
+    then gives the same after a restart."""
+    tv = type(value)
+    if tv is list:
+        for v in value:
+            if type(v) not in _IMMUTABLE:
+                _all_set(v)
+    elif tv is dict:
+        for v in value.values():
+            if type(v) not in _IMMUTABLE:
+                _all_set(v)
+    elif tv not in _IMMUTABLE:
+        extra = value.__pydantic_extra__
+        _set_fields_set(value, set(value.__dict__) | set(extra) if extra else set(value.__dict__))
 
 
 def _own_ids(items: list[Any]) -> None:
