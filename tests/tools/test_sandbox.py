@@ -157,13 +157,22 @@ def _processes_with(tag: bytes) -> int:
     return count
 
 
-async def test_what_a_command_left_running_is_gone_when_its_result_is(session: LocalSession) -> None:
-    """The sandbox reports the exit before it tears down the rest: the result waits for that."""
+@pytest.mark.parametrize("cgroups", [True, False], ids=["pids-cgroup", "no-cgroup"])
+async def test_what_a_command_left_running_is_gone_when_its_result_is(
+    bwrap: str, tmp_path: Path, cgroups: bool
+) -> None:
+    """The sandbox reports the exit before it tears down the rest: the result waits for that,
+    in the command's cgroup or, without one (a user who may not create cgroups), its group."""
+    sandbox = Sandbox(bwrap, limits=Limits(processes=64), cgroups=cgroups)
+    session = LocalSession(tmp_path, sandbox=sandbox, default_timeout=30)
     spin = "for i in $(seq 40); do bash -c 'while :; do :; done' tether-spin >/dev/null 2>&1 & done; echo started"
-    for _ in range(3):  # the race was lost every time: one round would do, three make sure
-        result = await session.run(spin)
-        assert result.stdout.strip() == "started"
-        assert _processes_with(b"tether-spin") == 0, "a background process outlived its command"
+    try:
+        for _ in range(3):  # the race was lost every time: one round would do, three make sure
+            result = await session.run(spin)
+            assert result.stdout.strip() == "started"
+            assert _processes_with(b"tether-spin") == 0, "a background process outlived its command"
+    finally:
+        await session.close()
 
 
 async def test_a_memory_hog_and_a_huge_file_are_stopped(session: LocalSession) -> None:

@@ -293,6 +293,8 @@ class LocalSession(ShellOptions):
                     launch.keep_group = await _pid_of(self._next)
                 if launch.close():
                     await _until_gone(launch.lingering)
+                elif launch.cgroup is None:  # no cgroup: what it left is in its process group
+                    await _until_gone(functools.partial(_group_lingers, pid))
         duration = time.monotonic() - started
         returncode = transport.get_returncode()
         stdout, out_cut, where = proto.stdout.finish(self._sentinel if self.persist_cwd else None)
@@ -462,6 +464,17 @@ async def _until_gone(lingering: Callable[[], bool]) -> None:
         delay = min(delay * 2, 0.02)
 
 
+def _group_lingers(pgid: int) -> bool:
+    """Whether a live process is left in a sandboxed command's group (each is sent SIGKILL).
+
+    Signalling the group succeeds while a zombie is left, and the sandbox's own init is
+    one until whatever adopted it reaps it; so the group's members are looked up, among
+    the processes started after its leader (the sandbox starts them all after it, unless
+    pid numbers wrapped around in between: then this wait may end early): far fewer reads
+    of ``/proc`` than a walk over every process."""
+    return _killpg(pgid, signal.SIGKILL) and _group_alive(pgid, since_pid=pgid)
+
+
 def _kill_spawned(spawned: _Spawned) -> None:
     _killpg(spawned[0].get_pid(), signal.SIGKILL)
     with contextlib.suppress(Exception):
@@ -479,14 +492,15 @@ def _killpg(pgid: int, sig: int) -> bool:
     return True
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether a live (not zombie) process is left in the group; zombies wait on a reaper."""
+def _group_alive(pgid: int, since_pid: int = 0) -> bool:
+    """Whether a live (not zombie) process is left in the group; zombies wait on a reaper.
+    ``since_pid``: only processes whose pid is at least that are looked at."""
     try:
         entries = os.listdir("/proc")
     except OSError:
         return _killpg(pgid, 0)
     for entry in entries:
-        if not entry.isdigit():
+        if not entry.isdigit() or int(entry) < since_pid:
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:
