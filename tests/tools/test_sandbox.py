@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -165,12 +166,13 @@ async def test_what_a_command_left_running_is_gone_when_its_result_is(
     in the command's cgroup or, without one (a user who may not create cgroups), its group."""
     sandbox = Sandbox(bwrap, limits=Limits(processes=64), cgroups=cgroups)
     session = LocalSession(tmp_path, sandbox=sandbox, default_timeout=30)
-    spin = "for i in $(seq 40); do bash -c 'while :; do :; done' tether-spin >/dev/null 2>&1 & done; echo started"
+    tag = f"tether-spin-{uuid.uuid4().hex[:8]}"  # this test's own, whatever runs beside it
+    spin = f"for i in $(seq 40); do bash -c 'while :; do :; done' {tag} >/dev/null 2>&1 & done; echo started"
     try:
         for _ in range(3):  # the race was lost every time: one round would do, three make sure
             result = await session.run(spin)
             assert result.stdout.strip() == "started"
-            assert _processes_with(b"tether-spin") == 0, "a background process outlived its command"
+            assert _processes_with(tag.encode()) == 0, "a background process outlived its command"
     finally:
         await session.close()
 
