@@ -26,6 +26,7 @@ __all__ = [
     "FIXES",
     "Settings",
     "broker_url_problem",
+    "check_queue_name",
     "describe_invalid",
     "load_settings",
     "queue_name_problem",
@@ -66,6 +67,14 @@ def queue_name_problem(name: str) -> str | None:
     if any(ord(c) < 32 for c in name):
         return "holds a control character"
     return None
+
+
+def check_queue_name(name: str) -> str:
+    """``name``, or a :class:`ConfigError` saying what is wrong with it as a queue's name."""
+    problem = queue_name_problem(name)
+    if problem:
+        raise ConfigError(f"queue name {name!r} {problem}: give a name such as tether")
+    return name
 
 
 def broker_url_problem(url: str) -> str | None:

@@ -108,11 +108,9 @@ def create_celery_app(
 ) -> Celery:
     """A Celery app for ``broker_url`` whose task executes runs (with ``config``), or only
     sends them (without: submitters and the server)."""
-    from tether.settings import broker_url_problem, queue_name_problem
+    from tether.settings import broker_url_problem, check_queue_name
 
-    bad_queue = queue_name_problem(queue)
-    if bad_queue:
-        raise ConfigError(f"queue name {queue!r} {bad_queue}: give a name such as tether")
+    check_queue_name(queue)
     problem = broker_url_problem(broker_url)
     if problem:
         from tether.tools.redact import default_redactor

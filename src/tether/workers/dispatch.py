@@ -17,9 +17,9 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import ConfigError, RunExists, RunNotFound, TetherError, VersionConflict
+from tether.errors import RunExists, RunNotFound, TetherError, VersionConflict
 from tether.runtime.lease import check_lease
-from tether.settings import queue_name_problem
+from tether.settings import check_queue_name
 from tether.state import ExecutionContext, RunInfo, RunStatus
 from tether.state.reserved import check_user_keys, runtime_get, runtime_update
 from tether.stores.base import CheckpointStore
@@ -261,10 +261,7 @@ async def submit(
     checks the name here and records the run's TODO list before any worker sees it.
     Raises :class:`~tether.errors.RunExists` for a run id already stored.
     """
-    target = queue or dispatcher.queue
-    bad_queue = queue_name_problem(target)
-    if bad_queue:  # (the dispatcher's own was checked when it was made)
-        raise ConfigError(f"queue name {target!r} {bad_queue}: give a name such as tether")
+    target = check_queue_name(queue or dispatcher.queue)  # (the dispatcher's own was checked)
     rid, first = await store_for_message(
         store, workflow, inputs, run_id=run_id, registry=registry, queue=target
     )
