@@ -9,8 +9,9 @@ makes one raw durable write).
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --callgrind --only tether --policy seal_versions=0
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --bytes          # stored per step, by key
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --cold           # a cold get_state, counted
+    PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --replay         # the puts' CPU, one at a time
 
-The graph, chat and savers are ``bench_langgraph``'s. Four views, none with targets: they
+The graph, chat and savers are ``bench_langgraph``'s. Five views, none with targets: they
 say why ``bench_langgraph``'s step ratios are what they are, so that a change can be aimed.
 
 * Timeline (default): per invoke of ``--steps`` steps, when the graph's last node ran against
@@ -32,6 +33,15 @@ say why ``bench_langgraph``'s step ratios are what they are, so that a change ca
   wall-clock cold read moves by tens of percent on a shared host. Beside each TetherSaver
   subject, the store's read alone (in another new process): what TetherSaver pays beyond the
   decoding of the messages, which ``SqliteSaver`` pays too.
+* ``--replay``: the saver calls of one invoke (recorded on TetherSaver), made again on a
+  fresh saver of each subject in this one thread, ``--rounds`` times, subjects interleaved:
+  the CPU and wall time of the puts and writes per step, with no graph competing for the
+  interpreter, and TetherSaver's CPU against its floor's. In a graph the puts mostly run
+  one after another once its last node is done, so this is the share of a step a change to
+  the put path can move; the least of the rounds varies by a few percent on a busy host
+  where a step's wall time varies by tens. (The replaying saver's ``get_tuple`` is made
+  untimed, and the puts after it are given its items in place of the recorded ones, as a
+  graph would extend what it was handed.)
 * ``--callgrind``: each subject in a process of its own under valgrind's callgrind, counting
   instructions only during one invoke (after a warm-up invoke), per thread: the graph's
   (the main thread: LangGraph's steps and the copy a ``get_tuple`` hands out) and the rest
@@ -52,6 +62,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -281,6 +292,126 @@ def one_invoke(graph: Any, cfg: dict[str, Any], saver: Any, rec: Recorder, steps
     )
 
 
+# == the puts replayed one at a time ==================================================
+Call = tuple[str, tuple[Any, ...], dict[str, Any], Any]
+"""A saver call LangGraph made: the method's name, its arguments, and what it returned."""
+
+
+def recorded(initial: list[Any], steps: int, tmp: Path) -> tuple[list[Call], int]:
+    """The saver calls of a thread seeded with ``initial`` and run for two invokes of
+    ``steps`` steps on TetherSaver (SQLite), in the order LangGraph made them, and where the
+    second invoke's begin."""
+    calls: list[Call] = []
+    lock = threading.Lock()
+    with tether_saver(tether_url("sqlite", tmp / "record.db")) as saver:
+        for name in ("get_tuple", "put", "put_writes"):
+            method = getattr(saver, name)
+
+            def record(*args: Any, _method: Any = method, _name: str = name, **kwargs: Any) -> Any:
+                out = _method(*args, **kwargs)
+                with lock:  # (LangGraph's threads call one at a time; the order is theirs)
+                    calls.append((_name, args, kwargs, out))
+                return out
+
+            setattr(saver, name, record)  # an instance attribute over the method, as in Recorder
+        graph, cfg = seeded(saver, initial, steps)
+        graph.invoke({"left": steps}, cfg)
+        flush(saver)
+        mark = len(calls)
+        graph.invoke({"left": steps}, cfg)
+        flush(saver)
+    return calls, mark
+
+
+def as_handed(calls: list[Call], got: Any, start: int) -> None:
+    """Make the puts in ``calls`` from ``start`` on extend what ``got`` (a replaying saver's
+    ``get_tuple``) handed out, as the graph's did what the recording saver handed it: its
+    items are put in place of the recorded ones (a saver tells appends by the items' identity)."""
+    name, args, kwargs, out = calls[start - 1]
+    if out is None or got is None:
+        return
+    swap: dict[int, Any] = {}
+    for ch, value in out.checkpoint["channel_values"].items():
+        mine = got.checkpoint["channel_values"].get(ch)
+        if type(value) is list and type(mine) is list:
+            swap.update((id(a), b) for a, b in zip(value, mine, strict=False))
+    for i in range(start, len(calls)):
+        name, args, kwargs, out = calls[i]
+        if name != "put":
+            continue
+        checkpoint = dict(args[1])
+        checkpoint["channel_values"] = {
+            ch: [swap.get(id(x), x) for x in v] if type(v) is list else v
+            for ch, v in checkpoint["channel_values"].items()
+        }
+        calls[i] = (name, (args[0], checkpoint, *args[2:]), kwargs, out)
+
+
+def replayed(subject: str, calls: list[Call], mark: int, tmp: Path, raw: bl.RawWrites) -> tuple[float, float]:
+    """Wall and CPU seconds of the puts and writes of ``calls[mark:]`` (the flush after them
+    included) on a fresh saver of ``subject`` that first made ``calls[:mark]`` untimed; the
+    ``get_tuple`` calls are made untimed too."""
+    calls = list(calls)
+    with opened(subject, tmp, raw) as saver:
+        thread = calls[0][1][0]["configurable"]["thread_id"]
+        saver.delete_thread(thread)  # (a server's copy of an earlier round)
+        wall = cpu = 0.0
+        for i, (name, args, kwargs, _out) in enumerate(calls):
+            method = getattr(saver, name)
+            if i < mark:
+                method(*args, **kwargs)
+                if i == mark - 1:
+                    flush(saver)
+                    gc.collect()
+                continue
+            if name == "get_tuple":
+                as_handed(calls, method(*args, **kwargs), i + 1)
+                continue
+            t0, c0 = time.perf_counter(), time.thread_time()
+            method(*args, **kwargs)
+            wall += time.perf_counter() - t0
+            cpu += time.thread_time() - c0
+        t0, c0 = time.perf_counter(), time.thread_time()
+        flush(saver)
+        return wall + time.perf_counter() - t0, cpu + time.thread_time() - c0
+
+
+def replay(report: Report, initial: list[Any], args: argparse.Namespace, tmp: Path) -> None:
+    """Per subject, ``--rounds`` replays of one invoke's saver calls, subjects interleaved:
+    the puts' wall and CPU time per step, one call at a time in this thread, with no graph
+    competing for the interpreter. The floors replay the same calls."""
+    calls, mark = recorded(initial, args.steps, tmp)
+    steps = sum(1 for c in calls[mark:] if c[0] == "put")
+    writes = sum(1 for c in calls[mark:] if c[0] == "put_writes")
+    report.line("calls replayed", steps, "puts", note=f"and {writes} put_writes, of one invoke")
+    chosen = picked(SUBJECTS, args.only)
+    times: dict[str, list[tuple[float, float]]] = {s: [] for s in chosen}
+    raw = bl.RawWrites(tmp)
+    try:
+        for _ in range(args.rounds):
+            for subject in chosen:
+                times[subject].append(replayed(subject, calls, mark, tmp, raw))
+    finally:
+        raw.close()
+    cpu: dict[str, float] = {}
+    for subject, rows in times.items():
+        walls, cpus = [w / steps * 1e6 for w, _ in rows], [c / steps * 1e6 for _, c in rows]
+        cpu[subject] = min(cpus)
+        report.line(
+            f"{subject}: puts and writes per step, CPU",
+            min(cpus),
+            "us",
+            note=f"least of {len(rows)} rounds (median {statistics.median(cpus):.0f}); "
+            f"wall {min(walls):.0f} (median {statistics.median(walls):.0f})",
+        )
+    for subject in chosen:
+        floor = cpu.get("floor-" + subject.split("-")[1])
+        if subject.startswith("tether-") and floor:
+            report.line(
+                f"{subject}: CPU per step / its floor's", cpu[subject] / floor, "x", note="least of each"
+            )
+
+
 # == bytes per step ====================================================================
 def stored_bytes(report: Report, initial: list[Any], args: argparse.Namespace, tmp: Path) -> None:
     """Bytes per step by key of the delta ops a TetherSaver thread on SQLite stored."""
@@ -483,6 +614,12 @@ def main() -> int:
         help="count the instructions of a cold get_state (new process) against SqliteSaver's",
     )
     ap.add_argument(
+        "--replay",
+        action="store_true",
+        help="replay one invoke's saver calls in this thread: the puts' CPU per step, no graph running",
+    )
+    ap.add_argument("--rounds", type=int, default=7, help="--replay: replays per subject (7)")
+    ap.add_argument(
         "--policy", default="", help="TetherSaver compaction settings, e.g. seal_versions=16,seal_fanout=8"
     )
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -505,6 +642,8 @@ def main() -> int:
         if args.callgrind
         else "bytes stored per step"
         if args.bytes
+        else "the puts replayed one at a time"
+        if args.replay
         else "the graph's thread against its puts"
     )
     report = Report("trace_langgraph", f"a LangGraph step on TetherSaver and on the floors: {what}")
@@ -525,6 +664,9 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="trace-") as d:
             if args.bytes:
                 stored_bytes(report, initial, args, Path(d))
+                continue
+            if args.replay:
+                replay(report, initial, args, Path(d))
                 continue
             for subject in chosen:
                 timeline(report, subject, initial, args, Path(d))

@@ -113,6 +113,17 @@ def test_the_trace_shows_the_puts_waiting_for_the_graph_and_what_a_step_stores(t
     assert "c:messages (append)" in per_key[0], per_key  # the ~1 KB message leads
     # (spread over every version read back, the input's and the last put's among them)
     assert float(per_key[0].split()[-2].replace(",", "")) > 500, per_key[0]
+    out = trace("--replay", "--rounds", "2", "--only", "sqlite")
+    replayed = next(line for line in out.splitlines() if "calls replayed" in line)
+    assert int(replayed.split()[2]) == 4 + 2, replayed  # the same puts as the timeline's invoke
+    cpu = {}
+    for subject in ("tether-sqlite", "floor-sqlite"):
+        line = next(line for line in out.splitlines() if f"{subject}: puts and writes per step, CPU" in line)
+        cpu[subject] = float(line.split("CPU")[1].split()[0])
+        wall = float(line.split("wall ")[1].split()[0])
+        assert 0 < cpu[subject] <= wall * 1.05, line  # one thread: its CPU within its wall time
+    ratio = next(line for line in out.splitlines() if "tether-sqlite: CPU per step / its floor's" in line)
+    assert abs(float(ratio.split()[-5]) - cpu["tether-sqlite"] / cpu["floor-sqlite"]) < 0.02, ratio
 
 
 @pytest.mark.skipif(
