@@ -299,8 +299,8 @@ Call = tuple[str, tuple[Any, ...], dict[str, Any], Any]
 
 def recorded(initial: list[Any], steps: int, tmp: Path) -> tuple[list[Call], int]:
     """The saver calls of a thread seeded with ``initial`` and run for two invokes of
-    ``steps`` steps on TetherSaver (SQLite), in the order LangGraph made them, and where the
-    second invoke's begin."""
+    ``steps`` steps on TetherSaver (SQLite), in the order LangGraph made them, and the index
+    of the second invoke's first call."""
     calls: list[Call] = []
     lock = threading.Lock()
     with tether_saver(tether_url("sqlite", tmp / "record.db")) as saver:
@@ -358,14 +358,14 @@ def replayed(subject: str, calls: list[Call], mark: int, tmp: Path, raw: bl.RawW
         wall = cpu = 0.0
         for i, (name, args, kwargs, _out) in enumerate(calls):
             method = getattr(saver, name)
+            if name == "get_tuple":
+                as_handed(calls, method(*args, **kwargs), i + 1)
+                continue
             if i < mark:
                 method(*args, **kwargs)
                 if i == mark - 1:
                     flush(saver)
                     gc.collect()
-                continue
-            if name == "get_tuple":
-                as_handed(calls, method(*args, **kwargs), i + 1)
                 continue
             t0, c0 = time.perf_counter(), time.thread_time()
             method(*args, **kwargs)
