@@ -38,8 +38,8 @@ say why ``bench_langgraph``'s step ratios are what they are, so that a change ca
   the CPU and wall time of the puts and writes per step, with no graph competing for the
   interpreter, and TetherSaver's CPU against its floor's. In a graph the puts mostly run
   one after another once its last node is done, so this is the share of a step a change to
-  the put path can move; the least of the rounds varies by a few percent on a busy host
-  where a step's wall time varies by tens. (The replaying saver's ``get_tuple`` is made
+  the put path can move, and the least of the rounds moves less between runs than a step's
+  wall time does. (The replaying saver's ``get_tuple`` is made
   untimed, and the puts after it are given its items in place of the recorded ones, as a
   graph would extend what it was handed.)
 * ``--callgrind``: each subject in a process of its own under valgrind's callgrind, counting
