@@ -327,11 +327,11 @@ def as_handed(calls: list[Call], got: Any, start: int) -> None:
     """Make the puts in ``calls`` from ``start`` on extend what ``got`` (a replaying saver's
     ``get_tuple``) handed out, as the graph's did what the recording saver handed it: its
     items are put in place of the recorded ones (a saver tells appends by the items' identity)."""
-    name, args, kwargs, out = calls[start - 1]
-    if out is None or got is None:
+    handed = calls[start - 1][3]  # what the recording saver's get_tuple returned
+    if handed is None or got is None:
         return
     swap: dict[int, Any] = {}
-    for ch, value in out.checkpoint["channel_values"].items():
+    for ch, value in handed.checkpoint["channel_values"].items():
         mine = got.checkpoint["channel_values"].get(ch)
         if type(value) is list and type(mine) is list:
             swap.update((id(a), b) for a, b in zip(value, mine, strict=False))
