@@ -41,7 +41,10 @@ say why ``bench_langgraph``'s step ratios are what they are, so that a change ca
   the put path can move, and the least of the rounds moves less between runs than a step's
   wall time does. (The replaying saver's ``get_tuple`` is made
   untimed, and the puts after it are given its items in place of the recorded ones, as a
-  graph would extend what it was handed.)
+  graph would extend what it was handed.) On PostgreSQL and Redis it also prints what the
+  server counted for the puts per step, beside the floor's: the bytes of write-ahead log
+  PostgreSQL wrote, the bytes Redis received. Those counts are the same on any host (the
+  same calls), where the puts' wall time includes the server's own work and moves with it.
 * ``--callgrind``: each subject in a process of its own under valgrind's callgrind, counting
   instructions only during one invoke (after a warm-up invoke), per thread: the graph's
   (the main thread: LangGraph's steps and the copy a ``get_tuple`` hands out) and the rest
@@ -347,15 +350,53 @@ def as_handed(calls: list[Call], got: Any, start: int) -> None:
         calls[i] = (name, (args[0], checkpoint, *args[2:]), kwargs, out)
 
 
-def replayed(subject: str, calls: list[Call], mark: int, tmp: Path, raw: bl.RawWrites) -> tuple[float, float]:
+class ServerBytes:
+    """A count the server keeps of what a subject's puts made it do, read before and after
+    them: on PostgreSQL the bytes of write-ahead log it wrote (``pg_current_wal_lsn``), on
+    Redis the bytes it received (``total_net_input_bytes``). The same calls give nearly the
+    same count on any host, where the puts' wall time moves with it. (SQLite keeps no such
+    count: its log file is reused from its start after each checkpoint.)"""
+
+    def __init__(self) -> None:
+        self.pg: Any = None
+        self.redis: Any = None
+
+    def read(self, backend: str) -> int | None:
+        if backend == "postgres":
+            if self.pg is None:
+                import psycopg
+
+                self.pg = psycopg.connect(bl.PG, autocommit=True)
+            return int(self.pg.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])
+        if backend == "redis":
+            if self.redis is None:
+                import redis
+
+                self.redis = redis.Redis.from_url(bl.REDIS)
+            return int(self.redis.info("stats")["total_net_input_bytes"])
+        return None
+
+    def close(self) -> None:
+        if self.pg is not None:
+            self.pg.close()
+        if self.redis is not None:
+            self.redis.close()
+
+
+def replayed(
+    subject: str, calls: list[Call], mark: int, tmp: Path, raw: bl.RawWrites, server: ServerBytes
+) -> tuple[float, float, int | None]:
     """Wall and CPU seconds of the puts and writes of ``calls[mark:]`` (the flush after them
-    included) on a fresh saver of ``subject`` that first made ``calls[:mark]`` untimed; the
-    ``get_tuple`` calls are made untimed too."""
+    included) on a fresh saver of ``subject`` that first made ``calls[:mark]`` untimed, and
+    the server's count of them (see ``ServerBytes``); the ``get_tuple`` calls are made
+    untimed too."""
     calls = list(calls)
+    backend = subject.split("-")[1]
     with opened(subject, tmp, raw) as saver:
         thread = calls[0][1][0]["configurable"]["thread_id"]
         saver.delete_thread(thread)  # (a server's copy of an earlier round)
         wall = cpu = 0.0
+        before: int | None = None
         for i, (name, args, kwargs, _out) in enumerate(calls):
             method = getattr(saver, name)
             if name == "get_tuple":
@@ -367,13 +408,17 @@ def replayed(subject: str, calls: list[Call], mark: int, tmp: Path, raw: bl.RawW
                     flush(saver)
                     gc.collect()
                 continue
+            if before is None:
+                before = server.read(backend)
             t0, c0 = time.perf_counter(), time.thread_time()
             method(*args, **kwargs)
             wall += time.perf_counter() - t0
             cpu += time.thread_time() - c0
         t0, c0 = time.perf_counter(), time.thread_time()
         flush(saver)
-        return wall + time.perf_counter() - t0, cpu + time.thread_time() - c0
+        wall, cpu = wall + time.perf_counter() - t0, cpu + time.thread_time() - c0
+        after = server.read(backend)
+        return wall, cpu, None if after is None or before is None else after - before
 
 
 def replay(report: Report, initial: list[Any], args: argparse.Namespace, tmp: Path) -> None:
@@ -385,17 +430,20 @@ def replay(report: Report, initial: list[Any], args: argparse.Namespace, tmp: Pa
     writes = sum(1 for c in calls[mark:] if c[0] == "put_writes")
     report.line("calls replayed", steps, "puts", note=f"and {writes} put_writes, of one invoke")
     chosen = picked(SUBJECTS, args.only)
-    times: dict[str, list[tuple[float, float]]] = {s: [] for s in chosen}
+    times: dict[str, list[tuple[float, float, int | None]]] = {s: [] for s in chosen}
     raw = bl.RawWrites(tmp)
+    server = ServerBytes()
     try:
         for _ in range(args.rounds):
             for subject in chosen:
-                times[subject].append(replayed(subject, calls, mark, tmp, raw))
+                times[subject].append(replayed(subject, calls, mark, tmp, raw, server))
     finally:
         raw.close()
+        server.close()
     cpu: dict[str, float] = {}
+    written: dict[str, float] = {}
     for subject, rows in times.items():
-        walls, cpus = [w / steps * 1e6 for w, _ in rows], [c / steps * 1e6 for _, c in rows]
+        walls, cpus = [w / steps * 1e6 for w, _, _ in rows], [c / steps * 1e6 for _, c, _ in rows]
         cpu[subject] = min(cpus)
         report.line(
             f"{subject}: puts and writes per step, CPU",
@@ -404,11 +452,29 @@ def replay(report: Report, initial: list[Any], args: argparse.Namespace, tmp: Pa
             note=f"least of {len(rows)} rounds (median {statistics.median(cpus):.0f}); "
             f"wall {min(walls):.0f} (median {statistics.median(walls):.0f})",
         )
+        counts = [n / steps for _, _, n in rows if n is not None]
+        if counts:
+            written[subject] = statistics.median(counts)
+            what = "WAL written" if subject.endswith("postgres") else "bytes received"
+            report.line(
+                f"{subject}: the server's {what} per step",
+                statistics.median(counts),
+                "bytes",
+                note=f"median of {len(counts)} rounds ({min(counts):,.0f}-{max(counts):,.0f})",
+            )
     for subject in chosen:
         floor = cpu.get("floor-" + subject.split("-")[1])
         if subject.startswith("tether-") and floor:
             report.line(
                 f"{subject}: CPU per step / its floor's", cpu[subject] / floor, "x", note="least of each"
+            )
+        floor_bytes = written.get("floor-" + subject.split("-")[1])
+        if subject.startswith("tether-") and subject in written and floor_bytes:
+            report.line(
+                f"{subject}: the server's bytes per step / its floor's",
+                written[subject] / floor_bytes,
+                "x",
+                note="medians",
             )
 
 

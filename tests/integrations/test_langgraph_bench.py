@@ -16,6 +16,7 @@ sys.path.insert(0, str(BENCH))
 import bench_langgraph  # noqa: E402
 
 from tests.bench_scripts import run_bench  # noqa: E402
+from tests.stores.conftest import require_url  # noqa: E402
 
 
 def test_p95_is_the_nearest_rank() -> None:
@@ -124,6 +125,35 @@ def test_the_trace_shows_the_puts_waiting_for_the_graph_and_what_a_step_stores(t
         assert 0 < cpu[subject] <= wall * 1.05, line  # one thread: its CPU within its wall time
     ratio = next(line for line in out.splitlines() if "tether-sqlite: CPU per step / its floor's" in line)
     assert abs(float(ratio.split()[-5]) - cpu["tether-sqlite"] / cpu["floor-sqlite"]) < 0.02, ratio
+    assert "the server's" not in out  # SQLite keeps no count of what it wrote
+
+
+def test_the_replay_counts_what_the_servers_wrote_and_received_for_the_puts(tmp_path: Path) -> None:
+    """``trace_langgraph --replay`` reads PostgreSQL's write-ahead log position and Redis's
+    count of bytes received around each subject's puts: per step, TetherSaver's beside its
+    floor's, and their quotient."""
+    require_url("postgresql", tmp_path)  # (the bench reads the same variables)
+    require_url("redis", tmp_path)
+    out = run_bench(
+        "trace_langgraph.py",
+        *("--steps", "4", "--replay", "--rounds", "1", "--only", "postgres,redis"),
+        tmp=tmp_path,
+    )
+    counts: dict[str, float] = {}
+    for subject, what in (("postgres", "WAL written"), ("redis", "bytes received")):
+        for kind in ("tether", "floor"):
+            name = f"{kind}-{subject}"
+            line = next(line for line in out.splitlines() if f"{name}: the server's {what} per step" in line)
+            counts[name] = float(line.split("per step")[1].split()[0].replace(",", ""))
+            # a step's puts hand the server at least the ~1 KB message they append
+            assert counts[name] > 1000, line
+        # TetherSaver's puts send the message, the checkpoint's record and its bookkeeping
+        assert counts[f"tether-{subject}"] > counts[f"floor-{subject}"], out
+        ratio = next(
+            line for line in out.splitlines() if f"tether-{subject}: the server's bytes per step /" in line
+        )
+        expected = counts[f"tether-{subject}"] / counts[f"floor-{subject}"]
+        assert abs(float(ratio.split()[-3]) - expected) < 0.01, ratio
 
 
 @pytest.mark.skipif(
