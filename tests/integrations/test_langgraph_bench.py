@@ -131,7 +131,7 @@ def test_the_trace_shows_the_puts_waiting_for_the_graph_and_what_a_step_stores(t
 def test_the_replay_counts_what_the_servers_wrote_and_received_for_the_puts(tmp_path: Path) -> None:
     """``trace_langgraph --replay`` reads PostgreSQL's write-ahead log position and Redis's
     count of bytes received around each subject's puts: per step, TetherSaver's beside its
-    floor's, and their quotient."""
+    floor's, and their quotient as printed."""
     require_url("postgresql", tmp_path)  # (the bench reads the same variables)
     require_url("redis", tmp_path)
     out = run_bench(
@@ -145,10 +145,9 @@ def test_the_replay_counts_what_the_servers_wrote_and_received_for_the_puts(tmp_
             name = f"{kind}-{subject}"
             line = next(line for line in out.splitlines() if f"{name}: the server's {what} per step" in line)
             counts[name] = float(line.split("per step")[1].split()[0].replace(",", ""))
-            # a step's puts hand the server at least the ~1 KB message they append
+            # a step's puts hand the server at least the ~1 KB message they append (the
+            # counts are the server's own, so a test on the other worker may only add to them)
             assert counts[name] > 1000, line
-        # TetherSaver's puts send the message, the checkpoint's record and its bookkeeping
-        assert counts[f"tether-{subject}"] > counts[f"floor-{subject}"], out
         ratio = next(
             line for line in out.splitlines() if f"tether-{subject}: the server's bytes per step /" in line
         )
