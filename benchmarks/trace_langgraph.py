@@ -10,8 +10,9 @@ makes one raw durable write).
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --bytes          # stored per step, by key
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --cold           # a cold get_state, counted
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --replay         # the puts' CPU, one at a time
+    PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --ops            # a commit by its ops' shape
 
-The graph, chat and savers are ``bench_langgraph``'s. Five views, none with targets: they
+The graph, chat and savers are ``bench_langgraph``'s. Six views, none with targets: they
 say why ``bench_langgraph``'s step ratios are what they are, so that a change can be aimed.
 
 * Timeline (default): per invoke of ``--steps`` steps, when the graph's last node ran against
@@ -45,6 +46,13 @@ say why ``bench_langgraph``'s step ratios are what they are, so that a change ca
   server counted for the puts per step, beside the floor's: the bytes of write-ahead log
   PostgreSQL wrote, the bytes Redis received. Those counts are the same on any host (the
   same calls), where the puts' wall time includes the server's own work and moves with it.
+* ``--ops``: the instructions of ``--steps`` commits of the store alone (SQLite, the saver's
+  inline store), each shape in a new process under callgrind, for data shaped as a LangGraph
+  step's. The shapes: the message's chunk and the index entry appended (what a step must
+  store); those and the record, two scalar channels, the channels' versions and three
+  pending writes, each its own op (what TetherSaver's puts make); the same data carried by
+  the index entry (two ops); and the same packed into one bytes value there. It tells
+  what the number of a step's ops costs, apart from their bytes.
 * ``--callgrind``: each subject in a process of its own under valgrind's callgrind, counting
   instructions only during one invoke (after a warm-up invoke), per thread: the graph's
   (the main thread: LangGraph's steps and the copy a ``get_tuple`` hands out) and the rest
@@ -60,6 +68,7 @@ import contextlib
 import gc
 import glob
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -664,6 +673,94 @@ def instructions(report: Report, subject: str, size: str, steps: int) -> None:
     report.line(f"{subject}: background threads", rest, "M instr/step", note="the puts")
 
 
+# == the store's commit by the shape of a step's ops, counted =============================
+OP_SHAPES = {
+    "appends": "the message's chunk and the index entry appended: what a step must store",
+    "langgraph": "and the record, two scalar channels, the versions and the pending writes, "
+    "each its own op (TetherSaver's puts today)",
+    "folded": "the same data, carried by the index entry: two ops",
+    "packed": "the same data, packed into one bytes value of the index entry",
+}
+
+
+def op_shapes(report: Report, args: argparse.Namespace) -> None:
+    """Per shape, the instructions of ``--steps`` commits of the store alone (SQLite, the
+    saver's own inline store), each a new process under callgrind: what the number of ops a
+    step makes costs, apart from their bytes."""
+    counts: dict[str, float] = {}
+    for shape, what in OP_SHAPES.items():
+        threads = under_callgrind(["--ops-child", shape, "--steps", str(args.steps)])
+        counts[shape] = sum(threads.values()) / args.steps / 1e6
+        report.line(f"{shape}: a commit", counts[shape], "M instr", note=what)
+    for shape in ("appends", "folded", "packed"):
+        report.line(f"{shape} / langgraph", counts[shape] / counts["langgraph"], "x", note="per commit")
+
+
+def ops_child(shape: str, steps: int) -> None:
+    """Under callgrind: a run grown by ``steps`` commits of ``shape`` (after 16 uncounted
+    ones), with data shaped as a LangGraph step's: a chat message's chunk, a checkpoint
+    record with its versions, the channels' versions, three pending writes."""
+    import ormsgpack
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from tether.integrations.langgraph._layout import REDUCERS
+    from tether.state import ExecutionContext
+    from tether.stores.blocking import run_inline
+
+    serde, rng = JsonPlusSerializer(), random.Random(11)
+    total = steps + 16
+
+    def version(i: int) -> str:
+        return f"{i:032}.{rng.random():016}"
+
+    def ident() -> str:
+        return str(uuid.UUID(int=rng.getrandbits(128)))
+
+    chunks = [list(serde.dumps_typed([bl.message(i)])) for i in range(total)]
+    ids = [ident() for _ in range(total + 1)]
+    plan: list[tuple[list[Any], Any, bytes, dict[str, Any], list[Any]]] = []
+    for i in range(total):
+        v = version(i + 2)
+        record = {"v": 4, "id": ids[i + 1], "ts": f"2026-11-30T10:{i // 60 % 60:02}:{i % 60:02}+00:00"}
+        record["versions_seen"] = {"__start__": {"__start__": version(1)}, "agent": {"branch:to:agent": v}}
+        record["updated_channels"] = ["branch:to:agent", "left", "messages"]
+        meta = serde.dumps_typed({"source": "loop", "step": i, "parents": {}})
+        entry = [ids[i + 1], i + 2, ids[i], *meta]
+        task, path = ident(), "~__pregel_pull, agent"
+        writes = [
+            [ids[i], task, 0, "messages", "@c", i, path],
+            [ids[i], task, 1, "left", *serde.dumps_typed(total - i), path],
+            [ids[i], task, 2, "branch:to:agent", *serde.dumps_typed(None), path],
+        ]
+        versions = {"messages": [v, 1], "left": [v, 0], "branch:to:agent": [v, 2]}
+        plan.append((entry, total - i, serde.dumps_typed(record)[1], versions, writes))
+    with (
+        tempfile.TemporaryDirectory(prefix="trace-ops-") as d,
+        tether_saver(f"sqlite:///{d}/ops.db") as saver,
+    ):
+        store = saver.inline_store
+        ctx = ExecutionContext("lg:ops", reducers=REDUCERS)
+        ctx.merge({"c:messages": [], "ix": [], "w": [], "m": {}})
+        run_inline(store.commit(ctx))
+        for i, (entry, left, record_bytes, versions, writes) in enumerate(plan):
+            if i == 16:
+                toggle(True)
+            grow: dict[str, Any] = {"c:messages": [chunks[i]]}
+            if shape == "langgraph":
+                ctx.put_trusted("c:left", left)
+                ctx.put_trusted("c:branch:to:agent", None)
+                ctx.put_trusted("cp", record_bytes)
+                grow.update(w=writes, m=versions)
+            elif shape == "folded":
+                entry = [*entry, record_bytes, versions, writes, left, None]
+            elif shape == "packed":
+                entry = [*entry, ormsgpack.packb([record_bytes, versions, writes, left, None])]
+            grow["ix"] = [entry]
+            ctx.merge_trusted(grow, set())
+            run_inline(store.commit(ctx))
+        toggle(False)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1MB", help="1MB, 10MB or both (comma-separated)")
@@ -686,11 +783,17 @@ def main() -> int:
     )
     ap.add_argument("--rounds", type=int, default=7, help="--replay: replays per subject (7)")
     ap.add_argument(
+        "--ops",
+        action="store_true",
+        help="count a store commit (SQLite) by the shape of a step's ops: separate, or in the index entry",
+    )
+    ap.add_argument(
         "--policy", default="", help="TetherSaver compaction settings, e.g. seal_versions=16,seal_fanout=8"
     )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--cold-child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--store-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--ops-child", choices=list(OP_SHAPES), help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     POLICY.update(policy(args.policy))
@@ -700,9 +803,14 @@ def main() -> int:
     if args.cold_child:
         cold_child(*args.cold_child, Path(args.dir), store_only=args.store_only)
         return 0
+    if args.ops_child:
+        ops_child(args.ops_child, args.steps)
+        return 0
     chosen = picked(SUBJECTS, args.only)
     what = (
-        "instructions of a cold get_state (callgrind)"
+        "instructions of a store commit by the shape of a step's ops (callgrind)"
+        if args.ops
+        else "instructions of a cold get_state (callgrind)"
         if args.cold
         else "instructions per thread (callgrind)"
         if args.callgrind
@@ -716,6 +824,10 @@ def main() -> int:
     print(f"# {bl.MESSAGE_MODEL}")
     if POLICY:
         print(f"# TetherSaver's compaction: {POLICY} (the rest as by default)")
+    if args.ops:
+        report.section(f"{args.steps} commits of one run, SQLite")
+        op_shapes(report, args)
+        return report.finish()
     for size in args.sizes.split(","):
         report.section(f"{size}, {args.steps} steps per invoke")
         if args.callgrind:

@@ -180,3 +180,24 @@ def test_the_trace_counts_a_cold_get_state_against_sqlitesavers(tmp_path: Path) 
     assert 0 < part < counts["tether-sqlite"], alone  # a part of the whole read
     ratio = next(line for line in out.splitlines() if "tether-sqlite: cold get_state / SqliteSaver's" in line)
     assert abs(float(ratio.split()[-3]) - counts["tether-sqlite"] / counts["sqlitesaver"]) < 0.01, ratio
+
+
+@pytest.mark.skipif(
+    shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
+    reason="trace_langgraph --ops counts with valgrind's callgrind (Debian's valgrind package)",
+)
+def test_the_trace_counts_a_commit_by_the_shape_of_a_steps_ops(tmp_path: Path) -> None:
+    """``trace_langgraph --ops`` counts the store's commits for each shape of a step's ops:
+    the same data as separate ops costs more than the appends alone, and each shape's
+    quotient is printed as its counts say."""
+    out = run_bench("trace_langgraph.py", "--ops", "--steps", "8", timeout=600, tmp=tmp_path)
+    counts = {
+        line.split(":")[0].strip(): float(line.split("a commit")[1].split()[0])
+        for line in out.splitlines()
+        if ": a commit  " in line
+    }
+    assert set(counts) == {"appends", "langgraph", "folded", "packed"}, out
+    assert 0 < counts["appends"] < counts["langgraph"], counts  # five more ops, and their data
+    for shape in ("appends", "folded", "packed"):
+        line = next(line for line in out.splitlines() if f"{shape} / langgraph" in line)
+        assert abs(float(line.split()[-4]) - counts[shape] / counts["langgraph"]) < 0.02, line
