@@ -687,6 +687,8 @@ def op_shapes(report: Report, args: argparse.Namespace) -> None:
     """Per shape, the instructions of ``--steps`` commits of the store alone (SQLite, the
     saver's own inline store), each a new process under callgrind: what the number of ops a
     step makes costs, apart from their bytes."""
+    if args.steps < 1:
+        raise SystemExit("--ops counts --steps commits: give --steps 1 or more")
     counts: dict[str, float] = {}
     for shape, what in OP_SHAPES.items():
         threads = under_callgrind(["--ops-child", shape, "--steps", str(args.steps)])
