@@ -19,6 +19,12 @@ from tests.bench_scripts import run_bench  # noqa: E402
 from tests.stores.conftest import require_url  # noqa: E402
 
 
+def num(text: str) -> float:
+    """A figure as the benches print it: thousands grouped with commas (a slow host's
+    microseconds pass 1,000)."""
+    return float(text.replace(",", ""))
+
+
 def test_p95_is_the_nearest_rank() -> None:
     assert bench_langgraph._p95([3.0]) == 3.0
     assert bench_langgraph._p95([5.0, 1.0, 4.0, 2.0, 3.0]) == 5.0  # below 20 samples: the largest
@@ -90,13 +96,13 @@ def test_the_trace_shows_the_puts_waiting_for_the_graph_and_what_a_step_stores(t
         line = next(
             line for line in out.splitlines() if f"{subject}: puts started after the last node" in line
         )
-        after, total = int(line.split()[-4]), int(line.split()[-2])
+        after, total = int(num(line.split()[-4])), int(num(line.split()[-2]))
         assert total == 4 + 2, line  # a put per step, the input's and the last one
         assert 0 <= after <= total, line
 
     def value(subject: str, what: str) -> float:
         line = next(line for line in out.splitlines() if f"{subject}: {what}" in line)
-        return float(line.split(what)[1].split()[0].replace(",", ""))
+        return num(line.split(what)[1].split()[0])
 
     for subject in ("tether-sqlite", "floor-sqlite"):
         # the graph's thread ran on the CPU for part of each step, never for more than all of it
@@ -113,18 +119,18 @@ def test_the_trace_shows_the_puts_waiting_for_the_graph_and_what_a_step_stores(t
     per_key = [line for line in out.splitlines() if "bytes/step" in line]
     assert "c:messages (append)" in per_key[0], per_key  # the ~1 KB message leads
     # (spread over every version read back, the input's and the last put's among them)
-    assert float(per_key[0].split()[-2].replace(",", "")) > 500, per_key[0]
+    assert num(per_key[0].split()[-2]) > 500, per_key[0]
     out = trace("--replay", "--rounds", "2", "--only", "sqlite")
     replayed = next(line for line in out.splitlines() if "calls replayed" in line)
     assert int(replayed.split()[2]) == 4 + 2, replayed  # the same puts as the timeline's invoke
     cpu = {}
     for subject in ("tether-sqlite", "floor-sqlite"):
         line = next(line for line in out.splitlines() if f"{subject}: puts and writes per step, CPU" in line)
-        cpu[subject] = float(line.split("CPU")[1].split()[0])
-        wall = float(line.split("wall ")[1].split()[0])
+        cpu[subject] = num(line.split("CPU")[1].split()[0])
+        wall = num(line.split("wall ")[1].split()[0])
         assert 0 < cpu[subject] <= wall * 1.05, line  # one thread: its CPU within its wall time
     ratio = next(line for line in out.splitlines() if "tether-sqlite: CPU per step / its floor's" in line)
-    assert abs(float(ratio.split()[-5]) - cpu["tether-sqlite"] / cpu["floor-sqlite"]) < 0.02, ratio
+    assert abs(num(ratio.split()[-5]) - cpu["tether-sqlite"] / cpu["floor-sqlite"]) < 0.02, ratio
     assert "the server's" not in out  # SQLite keeps no count of what it wrote
 
 
@@ -144,7 +150,7 @@ def test_the_replay_counts_what_the_servers_wrote_and_received_for_the_puts(tmp_
         for kind in ("tether", "floor"):
             name = f"{kind}-{subject}"
             line = next(line for line in out.splitlines() if f"{name}: the server's {what} per step" in line)
-            counts[name] = float(line.split("per step")[1].split()[0].replace(",", ""))
+            counts[name] = num(line.split("per step")[1].split()[0])
             # a step's puts hand the server at least the ~1 KB message they append (the
             # counts are the server's own, so a test on the other worker may only add to them)
             assert counts[name] > 1000, line
@@ -152,7 +158,7 @@ def test_the_replay_counts_what_the_servers_wrote_and_received_for_the_puts(tmp_
             line for line in out.splitlines() if f"tether-{subject}: the server's bytes per step /" in line
         )
         expected = counts[f"tether-{subject}"] / counts[f"floor-{subject}"]
-        assert abs(float(ratio.split()[-3]) - expected) < 0.01, ratio
+        assert abs(num(ratio.split()[-3]) - expected) < 0.01, ratio
 
 
 @pytest.mark.skipif(
@@ -169,17 +175,17 @@ def test_the_trace_counts_a_cold_get_state_against_sqlitesavers(tmp_path: Path) 
         tmp=tmp_path,
     )
     counts = {
-        line.split(":")[0].strip(): float(line.split()[-5].replace(",", ""))
+        line.split(":")[0].strip(): num(line.split()[-5])
         for line in out.splitlines()
         if ": cold get_state  " in line
     }
     assert set(counts) == {"tether-sqlite", "sqlitesaver"}, out
     assert all(c > 1 for c in counts.values()), counts  # millions: a 1 MB chat decoded
     alone = next(line for line in out.splitlines() if "tether-sqlite: the store's read alone" in line)
-    part = float(alone.split("read alone")[1].split("M instr")[0].replace(",", ""))
+    part = num(alone.split("read alone")[1].split("M instr")[0])
     assert 0 < part < counts["tether-sqlite"], alone  # a part of the whole read
     ratio = next(line for line in out.splitlines() if "tether-sqlite: cold get_state / SqliteSaver's" in line)
-    assert abs(float(ratio.split()[-3]) - counts["tether-sqlite"] / counts["sqlitesaver"]) < 0.01, ratio
+    assert abs(num(ratio.split()[-3]) - counts["tether-sqlite"] / counts["sqlitesaver"]) < 0.01, ratio
 
 
 @pytest.mark.skipif(
@@ -192,7 +198,7 @@ def test_the_trace_counts_a_commit_by_the_shape_of_a_steps_ops(tmp_path: Path) -
     quotient is printed as its counts say."""
     out = run_bench("trace_langgraph.py", "--ops", "--steps", "8", timeout=600, tmp=tmp_path)
     counts = {
-        line.split(":")[0].strip(): float(line.split("a commit")[1].split()[0])
+        line.split(":")[0].strip(): num(line.split("a commit")[1].split()[0])
         for line in out.splitlines()
         if ": a commit  " in line
     }
@@ -200,4 +206,4 @@ def test_the_trace_counts_a_commit_by_the_shape_of_a_steps_ops(tmp_path: Path) -
     assert 0 < counts["appends"] < counts["langgraph"], counts  # five more ops, and their data
     for shape in ("appends", "folded", "packed"):
         line = next(line for line in out.splitlines() if f"{shape} / langgraph" in line)
-        assert abs(float(line.split()[-4]) - counts[shape] / counts["langgraph"]) < 0.02, line
+        assert abs(num(line.split()[-4]) - counts[shape] / counts["langgraph"]) < 0.02, line
