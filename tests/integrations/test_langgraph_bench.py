@@ -3,7 +3,9 @@ figures (median, p95, paired ratios) are computed as it prints them."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -207,3 +209,43 @@ def test_the_trace_counts_a_commit_by_the_shape_of_a_steps_ops(tmp_path: Path) -
     for shape in ("appends", "folded", "packed"):
         line = next(line for line in out.splitlines() if f"{shape} / langgraph" in line)
         assert abs(num(line.split()[-4]) - counts[shape] / counts["langgraph"]) < 0.02, line
+
+
+def test_the_long_thread_bench_compares_each_window_with_the_first_and_the_floor(tmp_path: Path) -> None:
+    """``bench_langgraph_long.py`` runs a thread window by window on TetherSaver, the floor and
+    ``SqliteSaver``, and prints each subject's last window against its first and against the
+    floor's, as its window lines say."""
+    out = run_bench(
+        "bench_langgraph_long.py", "--windows", "2", "--steps", "6", "--start", "4000", tmp=tmp_path
+    )
+    subjects = ("tether-sqlite", "floor-sqlite", "sqlitesaver")
+    cpu: dict[str, list[float]] = {s: [] for s in subjects}
+    step: dict[str, list[float]] = {s: [] for s in subjects}
+    for line in out.splitlines():
+        for s in subjects:
+            if line.strip().startswith(f"{s}: put CPU (median)"):
+                cpu[s].append(num(line.split("(median)")[1].split()[0]))
+                step[s].append(num(line.split("(step ")[1].split()[0]))
+    assert all(len(cpu[s]) == 2 and min(cpu[s]) > 0 for s in subjects), out  # one line a window
+    for s in subjects:
+        line = next(line for line in out.splitlines() if f"{s}: put CPU, last window / first" in line)
+        assert abs(num(line.split("/ first")[1].split()[0]) - cpu[s][1] / cpu[s][0]) < 0.02, line
+    for s in ("tether-sqlite", "sqlitesaver"):  # (the floor is not compared with itself)
+        line = next(line for line in out.splitlines() if f"{s}: step, last window / the floor's" in line)
+        ratio = num(line.split("floor's")[1].split()[0])
+        assert abs(ratio - step[s][1] / step["floor-sqlite"][1]) < 0.02 + 0.01 * ratio, line
+    assert "floor-sqlite: step, last window" not in out
+
+
+def test_the_long_thread_bench_refuses_a_single_window(tmp_path: Path) -> None:
+    """The last window is compared with the first: one window is refused with a message."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_langgraph_long.py"), "--windows", "1"],
+        env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{BENCH}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "--windows must be 2 or more" in done.stderr
