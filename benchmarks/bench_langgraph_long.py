@@ -18,8 +18,9 @@ window's puts) and the step's wall time (the invoke's, over its steps: the graph
 the puts and the ``get_tuple`` an invoke starts with). At the end, per subject, the last
 window's put CPU over the first's (a saver that writes what changed stays near 1x however
 long the thread; one that writes the whole state at each step grows with it), and the last
-window's step over the floor's. The floor is ``bench_langgraph``'s: a checkpointer that stores
-nothing, plus serialising the step's delta and one raw durable write. No targets: the figures
+window's step over the floor's on the same backend (``SqliteSaver``'s: SQLite's), when that
+floor runs too. The floor is ``bench_langgraph``'s: a checkpointer that stores nothing, plus
+serialising the step's delta and one raw durable write. No targets: the figures
 say how a step's cost moves over a thread's life.
 """
 
@@ -39,7 +40,15 @@ import bench_langgraph as bl
 import trace_langgraph as tl
 from harness import Report
 
-SUBJECTS = ("tether-sqlite", "tether-postgres", "tether-redis", "floor-sqlite", "sqlitesaver")
+SUBJECTS = (
+    "tether-sqlite",
+    "tether-postgres",
+    "tether-redis",
+    "floor-sqlite",
+    "floor-postgres",
+    "floor-redis",
+    "sqlitesaver",
+)
 DEFAULT = "tether-sqlite,floor-sqlite,sqlitesaver"
 
 
@@ -102,7 +111,7 @@ def measure(report: Report, subjects: list[str], args: argparse.Namespace, tmp: 
     finally:
         raw.close()
     report.section(f"over {args.windows * args.steps} steps")
-    floor = next((t for t in threads if t.subject.startswith("floor-")), None)
+    by_name = {t.subject: t for t in threads}
     for t in threads:
         report.line(
             f"{t.subject}: put CPU, last window / first",
@@ -110,9 +119,11 @@ def measure(report: Report, subjects: list[str], args: argparse.Namespace, tmp: 
             "x",
             note=f"{t.put_cpu[0]:,.0f} then {t.put_cpu[-1]:,.0f} µs",
         )
+        # a saver against the floor on its own backend (SqliteSaver: SQLite's)
+        floor = by_name.get("floor-" + (t.subject.split("-")[1] if "-" in t.subject else "sqlite"))
         if floor is not None and t is not floor:
             report.line(
-                f"{t.subject}: step, last window / the floor's",
+                f"{t.subject}: step, last window / {floor.subject}'s",
                 t.step[-1] / floor.step[-1],
                 "x",
                 note=f"{t.step[-1]:.2f} against {floor.step[-1]:.2f} ms; first window "

@@ -231,8 +231,8 @@ def test_the_long_thread_bench_compares_each_window_with_the_first_and_the_floor
         line = next(line for line in out.splitlines() if f"{s}: put CPU, last window / first" in line)
         assert abs(num(line.split("/ first")[1].split()[0]) - cpu[s][1] / cpu[s][0]) < 0.02, line
     for s in ("tether-sqlite", "sqlitesaver"):  # (the floor is not compared with itself)
-        line = next(line for line in out.splitlines() if f"{s}: step, last window / the floor's" in line)
-        ratio = num(line.split("floor's")[1].split()[0])
+        line = next(line for line in out.splitlines() if f"{s}: step, last window / floor-sqlite's" in line)
+        ratio = num(line.split("floor-sqlite's")[1].split()[0])
         assert abs(ratio - step[s][1] / step["floor-sqlite"][1]) < 0.02 + 0.01 * ratio, line
     assert "floor-sqlite: step, last window" not in out
 
