@@ -117,7 +117,8 @@ def measure(report: Report, subjects: list[str], args: argparse.Namespace, tmp: 
             f"{t.subject}: put CPU, last window / first",
             t.put_cpu[-1] / t.put_cpu[0],
             "x",
-            note=f"{t.put_cpu[0]:,.0f} then {t.put_cpu[-1]:,.0f} µs",
+            note=f"{t.put_cpu[0]:,.0f} then {t.put_cpu[-1]:,.0f} µs; every window within "
+            f"{min(t.put_cpu):,.0f}-{max(t.put_cpu):,.0f}",
         )
         # a saver against the floor on its own backend (SqliteSaver: SQLite's)
         floor = by_name.get("floor-" + (t.subject.split("-")[1] if "-" in t.subject else "sqlite"))
