@@ -13,15 +13,15 @@ same graph and messages as ``bench_langgraph``). The subjects take turns window 
 each on its own thread, so a slow minute of the host falls on all of them.
 
 Each thread makes a few untimed steps first (a first invoke's caches and prepared
-statements). Per window and subject: the puts' CPU (the thread LangGraph runs them in, the median over the
-window's puts) and the step's wall time (the invoke's, over its steps: the graph's own work,
-the puts and the ``get_tuple`` an invoke starts with). At the end, per subject, the last
+statements). Per window and subject: the puts' CPU (the thread LangGraph runs them in, the
+median over the window's puts) and the step's wall time (the invoke's, over its steps: the
+graph's own work, the puts and the ``get_tuple`` an invoke starts with). At the end, per subject, the last
 window's put CPU over the first's (a saver that writes what changed stays near 1x however
 long the thread; one that writes the whole state at each step grows with it), and the last
 window's step over the floor's on the same backend (``SqliteSaver``'s: SQLite's), when that
 floor runs too. The floor is ``bench_langgraph``'s: a checkpointer that stores nothing, plus
-serialising the step's delta and one raw durable write. No targets: the figures
-say how a step's cost moves over a thread's life.
+serialising the step's delta and one raw durable write. No targets: the figures say how a
+step's cost moves over a thread's life.
 """
 
 from __future__ import annotations
@@ -144,11 +144,14 @@ def main() -> int:
         help=f"comma-separated subject name parts ({DEFAULT}); from {', '.join(SUBJECTS)}",
     )
     args = ap.parse_args()
-    args.windows = args.windows or (3 if args.quick else 8)
-    args.steps = args.steps or (40 if args.quick else 250)
-    if args.windows < 2 or args.steps < 1:
+    if args.windows is None:
+        args.windows = 3 if args.quick else 8
+    if args.steps is None:
+        args.steps = 40 if args.quick else 250
+    if args.windows < 2 or args.steps < 1 or args.start < 0:
         raise SystemExit(
-            "--windows must be 2 or more (the first is compared with the last), --steps 1 or more"
+            "--windows must be 2 or more (the first is compared with the last), --steps 1 or more, "
+            "--start 0 or more"
         )
     subjects = tl.picked(SUBJECTS, args.only)
     if not subjects:

@@ -237,10 +237,12 @@ def test_the_long_thread_bench_compares_each_window_with_the_first_and_the_floor
     assert "floor-sqlite: step, last window" not in out
 
 
-def test_the_long_thread_bench_refuses_a_single_window(tmp_path: Path) -> None:
-    """The last window is compared with the first: one window is refused with a message."""
+@pytest.mark.parametrize("flags", [("--windows", "1"), ("--windows", "0"), ("--steps", "0")])
+def test_the_long_thread_bench_refuses_fewer_than_two_windows_or_no_steps(flags: tuple[str, str]) -> None:
+    """The last window is compared with the first: fewer than two windows, or windows of no
+    step, are refused with a message (not run with the defaults instead)."""
     done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_langgraph_long.py"), "--windows", "1"],
+        [sys.executable, str(BENCH / "bench_langgraph_long.py"), *flags],
         env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{BENCH}"},
         capture_output=True,
         text=True,
@@ -249,3 +251,4 @@ def test_the_long_thread_bench_refuses_a_single_window(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert "--windows must be 2 or more" in done.stderr
+    assert "window 1 of" not in done.stdout  # nothing measured
