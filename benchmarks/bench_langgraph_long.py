@@ -40,15 +40,7 @@ import bench_langgraph as bl
 import trace_langgraph as tl
 from harness import Report
 
-SUBJECTS = (
-    "tether-sqlite",
-    "tether-postgres",
-    "tether-redis",
-    "floor-sqlite",
-    "floor-postgres",
-    "floor-redis",
-    "sqlitesaver",
-)
+SUBJECTS = (*tl.SUBJECTS, "sqlitesaver")
 DEFAULT = "tether-sqlite,floor-sqlite,sqlitesaver"
 
 
