@@ -113,7 +113,7 @@ def measure(report: Report, subjects: list[str], args: argparse.Namespace, tmp: 
             f"{min(t.put_cpu):,.0f}-{max(t.put_cpu):,.0f}",
         )
         # a saver against the floor on its own backend (SqliteSaver: SQLite's)
-        floor = by_name.get("floor-" + (t.subject.split("-")[1] if "-" in t.subject else "sqlite"))
+        floor = by_name.get("floor-sqlite" if t.subject == "sqlitesaver" else tl.floor_of(t.subject))
         if floor is not None and t is not floor:
             report.line(
                 f"{t.subject}: step, last window / {floor.subject}'s",

@@ -126,6 +126,11 @@ def tether_saver(url: str) -> Iterator[Any]:
         yield saver
 
 
+def floor_of(subject: str) -> str:
+    """The floor on the backend of ``subject`` (``tether-<backend>``)."""
+    return "floor-" + subject.split("-")[1]
+
+
 def picked(subjects: tuple[str, ...], only: str) -> list[str]:
     """The ``subjects`` that ``--only`` (comma-separated name parts; empty: all) names."""
     parts = [o for o in only.split(",") if o]
@@ -471,14 +476,14 @@ def replay(report: Report, initial: list[Any], args: argparse.Namespace, tmp: Pa
                 "bytes",
                 note=f"median of {len(counts)} rounds ({min(counts):,.0f}-{max(counts):,.0f})",
             )
-    for subject in chosen:
-        floor = cpu.get("floor-" + subject.split("-")[1])
-        if subject.startswith("tether-") and floor:
+    for subject in (s for s in chosen if s.startswith("tether-")):
+        floor = cpu.get(floor_of(subject))
+        if floor:
             report.line(
                 f"{subject}: CPU per step / its floor's", cpu[subject] / floor, "x", note="least of each"
             )
-        floor_bytes = written.get("floor-" + subject.split("-")[1])
-        if subject.startswith("tether-") and subject in written and floor_bytes:
+        floor_bytes = written.get(floor_of(subject))
+        if subject in written and floor_bytes:
             report.line(
                 f"{subject}: the server's bytes per step / its floor's",
                 written[subject] / floor_bytes,
