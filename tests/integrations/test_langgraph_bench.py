@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +43,29 @@ def test_a_paired_ratio_is_the_median_of_the_invoke_by_invoke_ratios() -> None:
     assert bench_langgraph.paired(slow, fast) == 2.0
     with pytest.raises(ValueError):  # every saver ran the same number of invokes
         bench_langgraph.paired(slow, {"step_samples": [1.0]})
+
+
+def test_a_cold_read_is_paired_with_sqlitesavers_made_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a host that slows down 1.5x from one read to the next, two savers that cost the
+    same get the quotients 1.5 (the other saver read first) and 1/1.5 (it read second) when
+    each pair is made side by side, which of the two first alternating rep by rep: their
+    median, not the 1.5**k of reads made k apart."""
+    calls: list[str] = []
+
+    def run(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        calls.append(argv[argv.index("--cold-read") + 1])
+        return subprocess.CompletedProcess(argv, 0, stdout=f"{0.02 * 1.5 ** len(calls)} 5 0.1")
+
+    monkeypatch.setattr(bench_langgraph.subprocess, "run", run)
+    names = ("TetherSaver redis", "SqliteSaver")
+    chosen = [s for s in bench_langgraph.subjects(tmp_path, None, None) if s.name in names]
+    rows: dict[str, dict[str, Any]] = {s.name: {"thread": "t", "final": 5} for s in chosen}
+    bench_langgraph.cold_reads(chosen, rows, 4, tmp_path)
+    assert calls.count("TetherSaver redis") == 4 and calls.count("SqliteSaver") == 4 + 4
+    assert rows["TetherSaver redis"]["cold_paired"] == pytest.approx(statistics.median([1.5, 1 / 1.5] * 2))
+    assert "cold_paired" not in rows["SqliteSaver"]  # the reference is not paired with itself
 
 
 def test_the_chat_holds_ids_as_a_langgraph_state_holds_them() -> None:
@@ -83,6 +108,11 @@ def test_the_script_runs_its_savers_interleaved_and_prints_each_step_beside_its_
     assert "SqliteSaver cold" in cold and "opening the saver" in cold, cold
     for target in ("step / its floor", "step / SqliteSaver's", "cold get_state / SqliteSaver's"):
         assert f"1MB TetherSaver sqlite: {target}" in out
+    # the cold target is the quotient of reads made side by side; the medians' one is printed too
+    medians = next(
+        line for line in out.splitlines() if "TetherSaver sqlite: cold medians / SqliteSaver's" in line
+    )
+    assert "seconds apart" in medians, medians
 
 
 def test_the_trace_shows_the_puts_waiting_for_the_graph_and_what_a_step_stores(tmp_path: Path) -> None:
