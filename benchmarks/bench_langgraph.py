@@ -43,6 +43,7 @@ import argparse
 import functools
 import gc
 import json
+import math
 import os
 import random
 import sqlite3
@@ -601,16 +602,20 @@ def cold_reads(subjects: list[Subject], rows: dict[str, dict[str, Any]], reads: 
     shared machine hits them alike; ``rows[...]`` gets ``cold`` (the median), ``cold_p95``
     and ``cold_open`` (the median time to open the saver, not counted in ``cold``).
 
-    A subject with targets also gets ``cold_paired``: the median of the quotients of its
-    reads and ``SqliteSaver``'s made right beside each (one pair per rep, which of the two
-    goes first alternating). A shared host's speed changes from one second to the next, and
-    one saver's median of reads made seconds away from the other's can land on a fast
-    stretch where the other's landed on a slow one: the pairs see the same stretch."""
+    A subject with targets also gets ``cold_paired``: its reads made right beside one of
+    ``SqliteSaver``'s, one pair per rep, which of the two goes first alternating. A shared
+    host's speed changes from one second to the next, and one saver's median of reads made
+    seconds away from the other's can land on a fast stretch where the other's landed on a
+    slow one: the pairs see the same stretch. So that neither order weighs more (a pair's
+    first read may pay for what ran before it, another saver's server still busy), each
+    pair read in one order is taken with the next, read in the other, as the geometric mean
+    of their two quotients; ``cold_paired`` is the median of those (``reads // 2`` of them)
+    and ``cold_orders`` each order's median quotient."""
     names = [s.name for s in subjects if s.name in rows and not s.floor]  # a floor stores nothing
     paired = {s.name for s in subjects if targeted(s) and s.name in rows} if REFERENCE in rows else set()
     times: dict[str, list[float]] = {name: [] for name in names}
     opens: dict[str, list[float]] = {name: [] for name in names}
-    quotients: dict[str, list[float]] = {name: [] for name in paired}
+    quotients: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in paired}
 
     def read(name: str, own: bool = True) -> float:
         """One cold read of ``name``'s thread; ``own``: counted in ``name``'s own figures."""
@@ -633,17 +638,20 @@ def cold_reads(subjects: list[Subject], rows: dict[str, dict[str, Any]], reads: 
                 read(name)
             elif rep % 2:
                 ref = read(REFERENCE, own=False)
-                quotients[name].append(read(name) / ref)
+                quotients[name][1].append(read(name) / ref)
             else:
-                quotients[name].append(read(name) / read(REFERENCE, own=False))
+                quotients[name][0].append(read(name) / read(REFERENCE, own=False))
     for name, ts in times.items():
         if ts:
             rows[name]["cold"] = statistics.median(ts)
             rows[name]["cold_p95"] = _p95(ts)
             rows[name]["cold_open"] = statistics.median(opens[name])
-    for name, qs in quotients.items():
-        if qs:
-            rows[name]["cold_paired"] = statistics.median(qs)
+    for name, (first, second) in quotients.items():
+        if second:
+            rows[name]["cold_paired"] = statistics.median(
+                math.sqrt(a * b) for a, b in zip(first, second, strict=False)
+            )
+            rows[name]["cold_orders"] = (statistics.median(first), statistics.median(second))
 
 
 def cold_read(name: str, thread: str, tmp: Path) -> None:
@@ -670,7 +678,7 @@ def main() -> None:
         "--reps", type=int, default=None, help="timed invokes per saver, interleaved (3; 7 with --quick)"
     )
     ap.add_argument(
-        "--cold-reads", type=int, default=None, help="cold get_state processes per saver (9; 7 with --quick)"
+        "--cold-reads", type=int, default=None, help="cold get_state processes per saver (10; 8 with --quick)"
     )
     ap.add_argument("--runs", type=int, default=None, help="runs (3; 1 with --quick)")
     ap.add_argument("--only", default="", help="comma-separated saver name parts (e.g. tether,sqlitesaver)")
@@ -692,7 +700,7 @@ def main() -> None:
     args.reads = args.reads or (3 if args.quick else 5)
     args.steps = args.steps or (10 if args.quick else 100)
     args.reps = args.reps or (7 if args.quick else 3)
-    args.cold_reads = args.cold_reads or (7 if args.quick else 9)
+    args.cold_reads = args.cold_reads or (8 if args.quick else 10)
     args.runs = args.runs or (1 if args.quick else 3)
     only = {o.strip().lower() for o in args.only.split(",") if o.strip()} or None
     rep = Report(
@@ -788,7 +796,14 @@ def run_size(
                 f"{size} {s.name}: cold medians / SqliteSaver's",
                 cold / ref_cold,
                 "x",
-                note="reads seconds apart: moves with the host's speed of the moment",
+                note="reads seconds apart: moves with the host's speed of the moment"
+                + (
+                    "; pairs read {:.2f}x with it first, {:.2f}x with SqliteSaver first".format(
+                        *r["cold_orders"]
+                    )
+                    if "cold_orders" in r
+                    else ""
+                ),
             )
         if "cold_paired" in r:
             rep.target(f"{size} {s.name}: cold get_state / SqliteSaver's", r["cold_paired"], goal=1.1)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -45,13 +44,13 @@ def test_a_paired_ratio_is_the_median_of_the_invoke_by_invoke_ratios() -> None:
         bench_langgraph.paired(slow, {"step_samples": [1.0]})
 
 
-def test_a_cold_read_is_paired_with_sqlitesavers_made_beside_it(
+def test_a_cold_read_is_paired_with_sqlitesavers_made_beside_it_in_both_orders(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a host that slows down 1.5x from one read to the next, two savers that cost the
-    same get the quotients 1.5 (the other saver read first) and 1/1.5 (it read second) when
-    each pair is made side by side, which of the two first alternating rep by rep: their
-    median, not the 1.5**k of reads made k apart."""
+    same read 1/1.5x when the first goes first and 1.5x when it goes second: the target's
+    figure takes one pair in each order (which goes first alternating rep by rep), so it is
+    1.0, not the 1.5**k of reads made k apart, nor either order's bias."""
     calls: list[str] = []
 
     def run(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
@@ -62,10 +61,15 @@ def test_a_cold_read_is_paired_with_sqlitesavers_made_beside_it(
     names = ("TetherSaver redis", "SqliteSaver")
     chosen = [s for s in bench_langgraph.subjects(tmp_path, None, None) if s.name in names]
     rows: dict[str, dict[str, Any]] = {s.name: {"thread": "t", "final": 5} for s in chosen}
-    bench_langgraph.cold_reads(chosen, rows, 4, tmp_path)
-    assert calls.count("TetherSaver redis") == 4 and calls.count("SqliteSaver") == 4 + 4
-    assert rows["TetherSaver redis"]["cold_paired"] == pytest.approx(statistics.median([1.5, 1 / 1.5] * 2))
+    bench_langgraph.cold_reads(chosen, rows, 5, tmp_path)
+    assert calls.count("TetherSaver redis") == 5 and calls.count("SqliteSaver") == 5 + 5
+    assert rows["TetherSaver redis"]["cold_paired"] == pytest.approx(1.0)
+    assert rows["TetherSaver redis"]["cold_orders"] == pytest.approx((1 / 1.5, 1.5))
     assert "cold_paired" not in rows["SqliteSaver"]  # the reference is not paired with itself
+    bench_langgraph.cold_reads(
+        chosen, rows := {s.name: {"thread": "t", "final": 5} for s in chosen}, 1, tmp_path
+    )
+    assert "cold_paired" not in rows["TetherSaver redis"]  # one order only: no figure
 
 
 def test_the_chat_holds_ids_as_a_langgraph_state_holds_them() -> None:
@@ -97,7 +101,7 @@ def test_the_script_runs_its_savers_interleaved_and_prints_each_step_beside_its_
 ) -> None:
     out = run_bench(
         "bench_langgraph.py",
-        *("--quick", "--sizes", "1MB", "--steps", "2", "--reps", "2", "--cold-reads", "1"),
+        *("--quick", "--sizes", "1MB", "--steps", "2", "--reps", "2", "--cold-reads", "2"),
         *("--only", "tethersaver sqlite,floor sqlite,sqlitesaver,langgraph alone"),
         tmp=tmp_path,
     )
