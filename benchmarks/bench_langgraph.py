@@ -21,9 +21,10 @@ times. For each saver, per run:
   LangGraph's default durability);
 - get_state: ``graph.get_state`` at the end with the saver that ran the graph (warm), and
   in a new process with a freshly opened saver (cold; for a saver with targets, each of
-  its cold reads made right beside one of ``SqliteSaver``'s, and the target the median of
-  those pairs' quotients), and of the checkpoint before the steps with the saver that ran
-  them (time travel; no target);
+  its cold reads made right beside one of ``SqliteSaver``'s, the two going first in turn,
+  and the target the median of those pairs' quotients, a pair in each order taken
+  together), and of the checkpoint before the steps with the saver that ran them (time
+  travel; no target);
 - stored: payload bytes the thread holds at the end / the final state's size.
 
 Beside each line, in the same run: the graph with no checkpointer plus one raw 1 KB durable

@@ -47,10 +47,11 @@ def test_a_paired_ratio_is_the_median_of_the_invoke_by_invoke_ratios() -> None:
 def test_a_cold_read_is_paired_with_sqlitesavers_made_beside_it_in_both_orders(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On a host that slows down 1.5x from one read to the next, two savers that cost the
-    same read 1/1.5x when the first goes first and 1.5x when it goes second: the target's
-    figure takes one pair in each order (which goes first alternating rep by rep), so it is
-    1.0, not the 1.5**k of reads made k apart, nor either order's bias."""
+    """On a host that slows down 1.5x from one read to the next, a TetherSaver that costs
+    what SqliteSaver does reads 1/1.5x SqliteSaver's when it goes first and 1.5x when it
+    goes second: the target's figure takes a pair in each order together (which goes first
+    alternating rep by rep), so it is 1.0, not the 1.5**k of reads made k apart, nor
+    either order's bias."""
     calls: list[str] = []
 
     def run(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
