@@ -102,6 +102,16 @@ async def test_an_ended_remote_command_keeps_its_background_and_leaves_no_watche
         cleanup(pgid)
 
 
+async def test_a_remote_command_that_closes_its_output_runs_to_its_end(sshd: OpenSSH, tmp_path: Path) -> None:  # noqa: F811
+    """A command that sends its output elsewhere and goes on working (as a script that logs
+    to a file does) is not taken for one whose connection dropped: the end of its output is
+    not the end of the command."""
+    async with SSHSession(sshd.creds(), cwd=str(tmp_path)) as s:
+        result = await s.run("exec > log 2>&1; sleep 0.5; echo finished > marker")
+    assert result.exit_code == 0, result  # (a command killed by a signal reports 128 + it)
+    assert (tmp_path / "marker").read_text() == "finished\n"
+
+
 def watchers(token: str) -> list[int]:
     """The watchers (and keepalive timers) of this test's remote commands, told from other
     tests' by ``token`` in the command (a remote shell's command line holds its script)."""

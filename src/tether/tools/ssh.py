@@ -168,7 +168,12 @@ class _Capture:
             self._stderr(data)
 
     def eof_received(self) -> bool:
-        return False
+        # True: our side of the channel stays open. Returning False makes asyncssh answer the
+        # end of the command's output with an EOF of its own, which ends the command's stdin:
+        # the remote watcher (see _watched) would then take the command for one whose
+        # connection dropped and kill it, though it only sent its output elsewhere, or had
+        # just exited and sshd not yet reaped it (its background jobs went with it).
+        return True
 
     def pause_writing(self) -> None:
         pass
