@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.stores.conftest import unavailable
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
@@ -106,3 +108,13 @@ def test_bench_agent_prompt_stays_bounded_and_its_run_stores_little(tmp_path: Pa
         assert found[name]["met"], found[name]
     own = found["loop's own time per iteration (median)"]["values"][0]
     assert 0 < own < 1_000, own  # milliseconds of the loop's own work, never negative
+
+
+def test_bench_ssh_times_a_command_on_each_path(tmp_path: Path) -> None:
+    if not Path("/usr/sbin/sshd").exists():
+        unavailable("OpenSSH's sshd", FileNotFoundError("/usr/sbin/sshd (install Debian's openssh-server)"))
+    _stdout, report = run_quick("bench_ssh", tmp_path)
+    got = lines(report)
+    for name in ("SSHSession, relayed (the default)", "SSHSession(relay=False)", "asyncssh conn.run (floor)"):
+        assert got[f"{name}: a command"] > 1, got  # milliseconds of a real remote command
+    assert "relayed command / direct command" in targets(report)

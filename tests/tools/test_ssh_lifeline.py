@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ from tether.errors import ConfigError
 from tether.state import RunStatus
 from tether.tools import SSHSession
 from tether.tools._lifeline import LEASE_TTL
+from tether.tools._relay import connected
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL = 2.0
@@ -218,6 +220,18 @@ async def test_a_direct_connection_without_a_relay_runs_commands(sshd: OpenSSH, 
     async with SSHSession(sshd.creds(), cwd=str(tmp_path), relay=False) as s:
         assert my_relays() == []
         assert (await s.run("echo $((6 * 7))")).stdout == "42\n"
+
+
+def test_the_relays_connection_sends_small_packets_at_once_and_is_kept_alive() -> None:
+    """The relay's TCP connection is set up as asyncssh sets up one it opens itself: with
+    ``TCP_NODELAY`` (else each command's small packets wait for the host's delayed
+    acknowledgement, tens of milliseconds a command, see ``benchmarks/bench_ssh.py``) and
+    ``SO_KEEPALIVE``."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        tcp = connected("127.0.0.1", server.getsockname()[1], 5.0)
+        with tcp:
+            assert tcp.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+            assert tcp.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
 
 
 async def test_a_host_that_stops_hearing_from_its_command_kills_it_after_the_keepalive(

@@ -29,7 +29,7 @@ import sys
 
 from tether.tools._lifeline import lifeline
 
-__all__ = ["Relay"]
+__all__ = ["Relay", "connected"]
 
 RELAY = r"""
 import select, socket, sys
@@ -59,6 +59,21 @@ except OSError:
 connection; it copies both ways and passes each end of stream on, until both ended."""
 
 
+def connected(host: str, port: int, limit: float) -> socket.socket:
+    """A TCP connection to ``host:port`` set up as asyncssh sets up one it opens itself
+    (asyncssh cannot: it sees only the relay's socket pair). Without ``TCP_NODELAY`` the
+    small packets of an SSH exchange wait for the host's delayed acknowledgement, some
+    40 ms a command on Linux; ``SO_KEEPALIVE`` is asyncssh's default."""
+    tcp = socket.create_connection((host, port), limit)
+    try:
+        tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    except OSError:
+        tcp.close()
+        raise
+    return tcp
+
+
 class Relay:
     """One relayed connection: :attr:`sock` is this process's end (for asyncssh's
     ``sock=``); the relay's group is registered with the command watcher until
@@ -73,7 +88,7 @@ class Relay:
         """Connect to ``host:port`` within ``limit`` seconds (``OSError`` and
         ``TimeoutError`` as a direct connection raises them), then hand the connection to
         a new relay process."""
-        tcp = await asyncio.to_thread(socket.create_connection, (host, port), limit)
+        tcp = await asyncio.to_thread(connected, host, port, limit)
         ours, theirs = socket.socketpair()
         try:
             proc = await asyncio.create_subprocess_exec(
