@@ -62,8 +62,8 @@ connection; it copies both ways and passes each end of stream on, until both end
 def connected(host: str, port: int, limit: float) -> socket.socket:
     """A TCP connection to ``host:port`` set up as asyncssh sets up one it opens itself
     (asyncssh cannot: it sees only the relay's socket pair). Without ``TCP_NODELAY`` the
-    small packets of an SSH exchange wait for the host's delayed acknowledgement, some
-    40 ms a command on Linux; ``SO_KEEPALIVE`` is asyncssh's default."""
+    small packets of an SSH exchange wait for the host's delayed acknowledgement at every
+    command (``benchmarks/bench_ssh.py``); ``SO_KEEPALIVE`` is asyncssh's default."""
     tcp = socket.create_connection((host, port), limit)
     try:
         tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
