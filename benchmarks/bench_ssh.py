@@ -48,8 +48,10 @@ def keygen(path: Path) -> str:
     return path.with_suffix(".pub").read_text().strip()
 
 
-def start_sshd(home: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """A private sshd on a free loopback port, its keys and configuration in ``home``."""
+def start_sshd(home: Path, log_level: str = "ERROR") -> tuple[subprocess.Popen[bytes], int]:
+    """A private sshd on a free loopback port and its port, its keys (``host_key``,
+    ``client_key``), ``known_hosts``, configuration and log (``sshd.log``) in ``home``;
+    SystemExit saying why when it does not start. (The SSH tests start theirs with it too.)"""
     host_pub, client_pub = keygen(home / "host_key"), keygen(home / "client_key")
     (home / "authorized_keys").write_text(client_pub + "\n")
     with socket.socket() as s:
@@ -60,7 +62,7 @@ def start_sshd(home: Path) -> tuple[subprocess.Popen[bytes], int]:
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {home / 'host_key'}\n"
         f"AuthorizedKeysFile {home / 'authorized_keys'}\nPidFile {home / 'sshd.pid'}\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nLogLevel ERROR\n"
+        f"PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nLogLevel {log_level}\n"
     )
     Path("/run/sshd").mkdir(exist_ok=True)  # its privilege-separation directory
     proc = subprocess.Popen([str(SSHD), "-D", "-f", str(home / "sshd_config"), "-E", str(home / "sshd.log")])
@@ -72,6 +74,7 @@ def start_sshd(home: Path) -> tuple[subprocess.Popen[bytes], int]:
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
+                proc.wait()
                 raise SystemExit(f"sshd did not start: {(home / 'sshd.log').read_text()[-2000:]}") from None
             time.sleep(0.05)
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import socket
-import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -23,7 +22,8 @@ from tests.stores.conftest import unavailable
 from tests.tools.test_local import wait_dead
 from tether.tools import SSHCredentials, SSHSession
 
-SSHD = Path("/usr/sbin/sshd")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from bench_ssh import SSHD, start_sshd  # the private sshd, as the benchmark starts it
 
 
 @dataclass
@@ -44,64 +44,18 @@ class OpenSSH:
         )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _keygen(path: Path) -> str:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, capture_output=True
-    )
-    return path.with_suffix(".pub").read_text().strip()
-
-
 @pytest.fixture
 async def sshd(tmp_path: Path) -> AsyncIterator[OpenSSH]:
     if not SSHD.exists():
         unavailable("OpenSSH's sshd", FileNotFoundError(f"{SSHD} (install Debian's openssh-server)"))
     home = tmp_path / "sshd"
     home.mkdir()
-    host_pub = _keygen(home / "host_key")
-    client_pub = _keygen(home / "client_key")
-    (home / "authorized_keys").write_text(client_pub + "\n")
-    port = _free_port()
-    (home / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub}\n")
-    config = home / "sshd_config"
-    config.write_text(
-        "\n".join(
-            [
-                f"Port {port}",
-                "ListenAddress 127.0.0.1",
-                f"HostKey {home / 'host_key'}",
-                f"AuthorizedKeysFile {home / 'authorized_keys'}",
-                f"PidFile {home / 'sshd.pid'}",
-                "PasswordAuthentication no",
-                "KbdInteractiveAuthentication no",
-                "PermitRootLogin prohibit-password",
-                "StrictModes no",
-                "UsePAM no",
-                "LogLevel DEBUG3",
-                "",
-            ]
-        )
-    )
-    Path("/run/sshd").mkdir(exist_ok=True)  # its privilege-separation directory
-    log = home / "sshd.log"
-    proc = subprocess.Popen([str(SSHD), "-D", "-f", str(config), "-E", str(log)])
+    try:  # DEBUG3: a test reads the log for what sshd saw of a command
+        proc, port = await asyncio.to_thread(start_sshd, home, "DEBUG3")
+    except SystemExit as exc:
+        unavailable("OpenSSH's sshd", RuntimeError(str(exc)))
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    text = log.read_text() if log.exists() else ""
-                    unavailable("OpenSSH's sshd", RuntimeError(f"did not start: {text[-2000:]}"))
-                await asyncio.sleep(0.05)
-        yield OpenSSH(port, home / "client_key", home / "known_hosts", log)
+        yield OpenSSH(port, home / "client_key", home / "known_hosts", home / "sshd.log")
     finally:
         proc.terminate()
         proc.wait(timeout=10)
