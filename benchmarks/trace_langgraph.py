@@ -10,9 +10,10 @@ makes one raw durable write).
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --bytes          # stored per step, by key
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --cold           # a cold get_state, counted
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --replay         # the puts' CPU, one at a time
+    PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --parts          # a put's CPU by its parts
     PYTHONPATH=src:benchmarks .venv/bin/python benchmarks/trace_langgraph.py --ops            # a commit by its ops' shape
 
-The graph, chat and savers are ``bench_langgraph``'s. Six views, none with targets: they
+The graph, chat and savers are ``bench_langgraph``'s. Seven views, none with targets: they
 say why ``bench_langgraph``'s step ratios are what they are, so that a change can be aimed.
 
 * Timeline (default): per invoke of ``--steps`` steps, when the graph's last node ran against
@@ -46,6 +47,12 @@ say why ``bench_langgraph``'s step ratios are what they are, so that a change ca
   server counted for the puts per step, beside the floor's: the bytes of write-ahead log
   PostgreSQL wrote, the bytes Redis received. Those counts are the same on any host (the
   same calls), where the puts' wall time includes the server's own work and moves with it.
+* ``--parts``: the replay of ``--replay``, each TetherSaver subject's rounds made once plain
+  and once with its parts timed (``PARTS``: serialising, copying what the graph handed over,
+  the state's ops, planning the row, its patches and seals, the backend's write...): the
+  CPU per step of each, indented under the part that holds it, beside the whole puts' CPU
+  replayed plain and the floors'. Each timed call costs about a microsecond more, so the
+  parts read a little above the plain figure. It says which parts a change could move.
 * ``--ops``: the instructions of ``--steps`` commits of the store alone (SQLite, the saver's
   inline store), each shape in a new process under callgrind, for data shaped as a LangGraph
   step's. The shapes: the message's chunk and the index entry appended (what a step must
@@ -77,7 +84,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -398,12 +405,18 @@ class ServerBytes:
 
 
 def replayed(
-    subject: str, calls: list[Call], mark: int, tmp: Path, raw: bl.RawWrites, server: ServerBytes
+    subject: str,
+    calls: list[Call],
+    mark: int,
+    tmp: Path,
+    raw: bl.RawWrites,
+    server: ServerBytes,
+    timing: Callable[[], None] = lambda: None,
 ) -> tuple[float, float, int | None]:
     """Wall and CPU seconds of the puts and writes of ``calls[mark:]`` (the flush after them
     included) on a fresh saver of ``subject`` that first made ``calls[:mark]`` untimed, and
     the server's count of them (see ``ServerBytes``); the ``get_tuple`` calls are made
-    untimed too."""
+    untimed too. ``timing`` is called as the timed calls start."""
     calls = list(calls)
     backend = subject.split("-")[1]
     with opened(subject, tmp, raw) as saver:
@@ -411,6 +424,7 @@ def replayed(
         saver.delete_thread(thread)  # (a server's copy of an earlier round)
         wall = cpu = 0.0
         before: int | None = None
+        started = False
         for i, (name, args, kwargs, _out) in enumerate(calls):
             method = getattr(saver, name)
             if name == "get_tuple":
@@ -422,8 +436,10 @@ def replayed(
                     flush(saver)
                     gc.collect()
                 continue
-            if before is None:
+            if not started:
+                started = True
                 before = server.read(backend)
+                timing()
             t0, c0 = time.perf_counter(), time.thread_time()
             method(*args, **kwargs)
             wall += time.perf_counter() - t0
@@ -490,6 +506,145 @@ def replay(report: Report, initial: list[Any], args: argparse.Namespace, tmp: Pa
                 "x",
                 note="medians",
             )
+
+
+# == a put by its parts ================================================================
+PARTS: tuple[tuple[int, str, str, str], ...] = (
+    (0, "put (the saver's, whole)", "tether.integrations.langgraph.saver:TetherSaver", "put"),
+    (
+        1,
+        "LangGraph's metadata merge",
+        "tether.integrations.langgraph.saver",
+        "get_serializable_checkpoint_metadata",
+    ),
+    (1, "under the namespace's lock", "tether.integrations.langgraph._pending:PendingWrites", "retrying"),
+    (2, "the put's own work", "tether.integrations.langgraph._put:Puts", "put_once"),
+    (3, "serialising values (LangGraph's serde)", "tether.integrations.langgraph._spaces:Spaces", "dumps"),
+    (3, "copying what the graph handed over", "tether.integrations.langgraph._put:Puts", "own"),
+    (
+        3,
+        "the waiting writes merged in",
+        "tether.integrations.langgraph._pending:PendingWrites",
+        "apply_writes",
+    ),
+    (3, "the state's ops (merge)", "tether.state.context:ExecutionContext", "merge_trusted"),
+    (3, "the state's ops (set)", "tether.state.context:ExecutionContext", "put_trusted"),
+    (3, "the store's commit", "tether.stores.base:CheckpointStore", "commit"),
+    (4, "planning the row", "tether.stores._chain:ChainEngine", "plan"),
+    (5, "patches of overwritten values", "tether.stores._chain", "patch_ops"),
+    (5, "sealing (segments)", "tether.stores._chain:ChainEngine", "seal"),
+    (4, "the backend's write", "tether.stores.sqlite:SqliteBackend", "append"),
+    (4, "the backend's write", "tether.stores._sql:SqlBackend", "append"),
+    (4, "the backend's write", "tether.stores.redis.store:RedisBackend", "append"),
+    (0, "put_writes (the saver's, whole)", "tether.integrations.langgraph.saver:TetherSaver", "put_writes"),
+    (1, "serialising the writes", "tether.integrations.langgraph._pending:PendingWrites", "writes_batch"),
+)
+"""``--parts``: (depth, label, where, attribute) of the calls timed inside a put; a part
+holds the deeper ones listed after it. A label may name several functions (each backend's
+write): the outermost call counts."""
+
+
+@contextlib.contextmanager
+def timed_parts(cpu: dict[str, float]) -> Iterator[None]:
+    """While open, each part of ``PARTS`` adds its thread's CPU seconds to ``cpu[label]``:
+    its function is replaced by a timing wrapper (the outermost call of a label only: the
+    SQLite backend's write calls the SQL one's), and put back on exit."""
+    import functools
+    import importlib
+    import inspect
+
+    depth: dict[str, int] = {}
+    undo: list[tuple[Any, str, Any]] = []
+
+    def wrapped(label: str, f: Any) -> Any:
+        def enter() -> float:
+            depth[label] = depth.get(label, 0) + 1
+            return time.thread_time()
+
+        def leave(c0: float) -> None:
+            depth[label] -= 1
+            if not depth[label]:
+                cpu[label] = cpu.get(label, 0.0) + time.thread_time() - c0
+
+        if inspect.iscoroutinefunction(f):
+
+            @functools.wraps(f)
+            async def timed_async(*a: Any, **k: Any) -> Any:
+                c0 = enter()
+                try:
+                    return await f(*a, **k)
+                finally:
+                    leave(c0)
+
+            return timed_async
+
+        @functools.wraps(f)
+        def timed(*a: Any, **k: Any) -> Any:
+            c0 = enter()
+            try:
+                return f(*a, **k)
+            finally:
+                leave(c0)
+
+        return timed
+
+    try:
+        for _, label, where, name in PARTS:
+            module, _, cls = where.partition(":")
+            owner: Any = importlib.import_module(module)
+            if cls:
+                owner = getattr(owner, cls)
+            original = owner.__dict__[name]
+            undo.append((owner, name, original))
+            setattr(owner, name, wrapped(label, original))
+        yield
+    finally:
+        for owner, name, original in reversed(undo):
+            setattr(owner, name, original)
+
+
+def parts(report: Report, initial: list[Any], args: argparse.Namespace, tmp: Path) -> None:
+    """Per TetherSaver subject, the CPU per step of each part of its puts (``PARTS``), from
+    ``--rounds`` replays of one invoke's calls (the median of each part), beside the whole
+    puts' CPU replayed without the timing wrappers and the floor's."""
+    calls, mark = recorded(initial, args.steps, tmp)
+    steps = sum(1 for c in calls[mark:] if c[0] == "put")
+    chosen = picked(SUBJECTS, args.only)
+    raw = bl.RawWrites(tmp)
+    server = ServerBytes()
+    plain: dict[str, list[float]] = {s: [] for s in chosen}
+    timed: dict[str, list[dict[str, float]]] = {s: [] for s in chosen if s.startswith("tether-")}
+    try:
+        for _ in range(args.rounds):
+            for subject in chosen:
+                plain[subject].append(replayed(subject, calls, mark, tmp, raw, server)[1] / steps * 1e6)
+                if subject in timed:
+                    cpu: dict[str, float] = {}
+                    with timed_parts(cpu):
+                        replayed(subject, calls, mark, tmp, raw, server, timing=cpu.clear)
+                    timed[subject].append(cpu)
+    finally:
+        raw.close()
+        server.close()
+    for subject in chosen:
+        report.line(
+            f"{subject}: puts and writes per step, CPU",
+            statistics.median(plain[subject]),
+            "us",
+            note=f"median of {len(plain[subject])} rounds, no timing wrappers",
+        )
+    for subject, rounds in timed.items():
+        print(
+            f"  {subject}, by part (CPU per step, median of {len(rounds)} rounds; timing wrappers add ~1 us a call):"
+        )
+        shown: set[str] = set()
+        for indent, label, _, _ in PARTS:
+            if label in shown:
+                continue
+            shown.add(label)
+            values = [r.get(label, 0.0) / steps * 1e6 for r in rounds]
+            if max(values) > 0:
+                report.line(f"{subject}: {'  ' * indent}{label}", statistics.median(values), "us")
 
 
 # == bytes per step ====================================================================
@@ -788,7 +943,12 @@ def main() -> int:
         action="store_true",
         help="replay one invoke's saver calls in this thread: the puts' CPU per step, no graph running",
     )
-    ap.add_argument("--rounds", type=int, default=7, help="--replay: replays per subject (7)")
+    ap.add_argument(
+        "--parts",
+        action="store_true",
+        help="replay one invoke's saver calls and time each part of a put (serialising, the commit, the write...)",
+    )
+    ap.add_argument("--rounds", type=int, default=7, help="--replay, --parts: replays per subject (7)")
     ap.add_argument(
         "--ops",
         action="store_true",
@@ -825,6 +985,8 @@ def main() -> int:
         if args.bytes
         else "the puts replayed one at a time"
         if args.replay
+        else "a put's CPU by its parts"
+        if args.parts
         else "the graph's thread against its puts"
     )
     report = Report("trace_langgraph", f"a LangGraph step on TetherSaver and on the floors: {what}")
@@ -852,6 +1014,9 @@ def main() -> int:
                 continue
             if args.replay:
                 replay(report, initial, args, Path(d))
+                continue
+            if args.parts:
+                parts(report, initial, args, Path(d))
                 continue
             for subject in chosen:
                 timeline(report, subject, initial, args, Path(d))

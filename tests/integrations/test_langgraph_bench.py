@@ -287,3 +287,46 @@ def test_the_long_thread_bench_refuses_fewer_than_two_windows_or_no_steps(flags:
     assert done.returncode != 0
     assert "--windows must be 2 or more" in done.stderr
     assert "window 1 of" not in done.stdout  # nothing measured
+
+
+def test_the_parts_of_a_put_add_up_within_its_whole(tmp_path: Path) -> None:
+    """``trace_langgraph --parts`` times each part of a put inside the whole put: every part
+    is within the part that holds it, the commit's write is most of a SQLite commit's CPU,
+    and the timing wrappers are gone afterwards (the plain replay's figure is printed too)."""
+    out = run_bench(
+        "trace_langgraph.py",
+        *("--steps", "4", "--parts", "--rounds", "1", "--only", "sqlite"),
+        tmp=tmp_path,
+    )
+
+    def part(label: str) -> float:  # (a part is indented under the one that holds it)
+        line = next(line for line in out.splitlines() if "tether-sqlite: " in line and label in line)
+        return num(line.split(label)[1].split(")")[-1].split()[0])
+
+    whole = part("put (the saver's, whole)")
+    own = part("the put's own work")
+    commit = part("the store's commit")
+    write = part("the backend's write")
+    assert 0 < write < commit < own <= whole, out
+    for inner in ("planning the row", "serialising values", "copying what the graph handed over"):
+        assert 0 < part(inner) < own, (inner, out)
+    assert 0 < part("serialising the writes") <= part("put_writes (the saver's, whole)"), out
+    for subject in ("tether-sqlite", "floor-sqlite"):
+        assert f"{subject}: puts and writes per step, CPU" in out, out
+    assert "floor-sqlite: put (the saver's" not in out  # the floors are timed whole only
+
+
+def test_the_parts_wrappers_are_put_back(tmp_path: Path) -> None:
+    """The timing wrappers of ``--parts`` replace functions only while they time."""
+    sys.path.insert(0, str(BENCH))
+    import trace_langgraph
+
+    from tether.integrations.langgraph._put import Puts
+    from tether.stores._chain import ChainEngine
+
+    before = (Puts.put_once, ChainEngine.plan)
+    cpu: dict[str, float] = {}
+    with trace_langgraph.timed_parts(cpu):
+        assert Puts.put_once is not before[0]
+        assert ChainEngine.plan is not before[1]
+    assert (Puts.put_once, ChainEngine.plan) == before
