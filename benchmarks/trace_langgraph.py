@@ -509,24 +509,15 @@ def replay(report: Report, initial: list[Any], args: argparse.Namespace, tmp: Pa
 
 
 # == a put by its parts ================================================================
+_LG = "tether.integrations.langgraph"
 PARTS: tuple[tuple[int, str, str, str], ...] = (
-    (0, "put (the saver's, whole)", "tether.integrations.langgraph.saver:TetherSaver", "put"),
-    (
-        1,
-        "LangGraph's metadata merge",
-        "tether.integrations.langgraph.saver",
-        "get_serializable_checkpoint_metadata",
-    ),
-    (1, "under the namespace's lock", "tether.integrations.langgraph._pending:PendingWrites", "retrying"),
-    (2, "the put's own work", "tether.integrations.langgraph._put:Puts", "put_once"),
-    (3, "serialising values (LangGraph's serde)", "tether.integrations.langgraph._spaces:Spaces", "dumps"),
-    (3, "copying what the graph handed over", "tether.integrations.langgraph._put:Puts", "own"),
-    (
-        3,
-        "the waiting writes merged in",
-        "tether.integrations.langgraph._pending:PendingWrites",
-        "apply_writes",
-    ),
+    (0, "put (the saver's, whole)", f"{_LG}.saver:TetherSaver", "put"),
+    (1, "LangGraph's metadata merge", f"{_LG}.saver", "get_serializable_checkpoint_metadata"),
+    (1, "under the namespace's lock", f"{_LG}._pending:PendingWrites", "retrying"),
+    (2, "the put's own work", f"{_LG}._put:Puts", "put_once"),
+    (3, "serialising values (LangGraph's serde)", f"{_LG}._spaces:Spaces", "dumps"),
+    (3, "copying what the graph handed over", f"{_LG}._put:Puts", "own"),
+    (3, "the waiting writes merged in", f"{_LG}._pending:PendingWrites", "apply_writes"),
     (3, "the state's ops (merge)", "tether.state.context:ExecutionContext", "merge_trusted"),
     (3, "the state's ops (set)", "tether.state.context:ExecutionContext", "put_trusted"),
     (3, "the store's commit", "tether.stores.base:CheckpointStore", "commit"),
@@ -536,8 +527,8 @@ PARTS: tuple[tuple[int, str, str, str], ...] = (
     (4, "the backend's write", "tether.stores.sqlite:SqliteBackend", "append"),
     (4, "the backend's write", "tether.stores._sql:SqlBackend", "append"),
     (4, "the backend's write", "tether.stores.redis.store:RedisBackend", "append"),
-    (0, "put_writes (the saver's, whole)", "tether.integrations.langgraph.saver:TetherSaver", "put_writes"),
-    (1, "serialising the writes", "tether.integrations.langgraph._pending:PendingWrites", "writes_batch"),
+    (0, "put_writes (the saver's, whole)", f"{_LG}.saver:TetherSaver", "put_writes"),
+    (1, "serialising the writes", f"{_LG}._pending:PendingWrites", "writes_batch"),
 )
 """``--parts``: (depth, label, where, attribute) of the calls timed inside a put; a part
 holds the deeper ones listed after it. A label may name several functions (each backend's
