@@ -291,8 +291,9 @@ def test_the_long_thread_bench_refuses_fewer_than_two_windows_or_no_steps(flags:
 
 def test_the_parts_of_a_put_add_up_within_its_whole(tmp_path: Path) -> None:
     """``trace_langgraph --parts`` times each part of a put inside the whole put: every part
-    is within the part that holds it, the commit's write is most of a SQLite commit's CPU,
-    and the timing wrappers are gone afterwards (the plain replay's figure is printed too)."""
+    is within the part that holds it, and the backend's write (its SQL and fsync'd commit) is
+    the bulk of a SQLite commit's CPU. The plain replay's figures are printed beside, for
+    TetherSaver and its floor; the floor's parts are not timed."""
     out = run_bench(
         "trace_langgraph.py",
         *("--steps", "4", "--parts", "--rounds", "1", "--only", "sqlite"),
@@ -308,6 +309,7 @@ def test_the_parts_of_a_put_add_up_within_its_whole(tmp_path: Path) -> None:
     commit = part("the store's commit")
     write = part("the backend's write")
     assert 0 < write < commit < own <= whole, out
+    assert write > 0.4 * commit, out
     for inner in ("planning the row", "serialising values", "copying what the graph handed over"):
         assert 0 < part(inner) < own, (inner, out)
     assert 0 < part("serialising the writes") <= part("put_writes (the saver's, whole)"), out
@@ -316,9 +318,8 @@ def test_the_parts_of_a_put_add_up_within_its_whole(tmp_path: Path) -> None:
     assert "floor-sqlite: put (the saver's" not in out  # the floors are timed whole only
 
 
-def test_the_parts_wrappers_are_put_back(tmp_path: Path) -> None:
+def test_the_parts_wrappers_are_put_back() -> None:
     """The timing wrappers of ``--parts`` replace functions only while they time."""
-    sys.path.insert(0, str(BENCH))
     import trace_langgraph
 
     from tether.integrations.langgraph._put import Puts
