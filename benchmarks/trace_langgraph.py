@@ -99,6 +99,9 @@ SUBJECTS = (
     "floor-postgres",
     "floor-redis",
 )
+STORE_SUBJECTS = ("store-sqlite", "store-postgres", "store-redis")
+"""For ``--replay`` and ``--parts``: the floor's bytes written by TetherSaver's own store
+(see ``StoreWrites``)."""
 SIZES = {"1MB": 1 << 20, "10MB": 10 << 20}
 
 
@@ -106,14 +109,61 @@ POLICY: dict[str, int] = {}
 """``--policy``: the TetherSaver stores' compaction settings (``CompactionPolicy`` fields)."""
 
 
+class StoreWrites:
+    """A floor's write made by a TetherSaver store's own backend: each step's bytes as the
+    next version of one run (the run's record moved and the row added in one atomic write,
+    with the version check, the write id and the chain's statistics, as a put's commit
+    does), without the saver, the state's ops or the planning of the row. What a put path
+    that handed its delta's bytes straight to the store would pay at least."""
+
+    def __init__(self, saver: Any) -> None:
+        self.store = saver.inline_store  # (its twin: the blocking store a sync put commits on)
+        if self.store.twin is None:
+            raise SystemExit(f"{type(self.store.store).__name__} has no blocking twin to write through")
+        self.run_id = f"trace-store-floor-{uuid.uuid4().hex[:12]}"
+        self.version = 0
+
+    def __call__(self, data: bytes) -> None:
+        from tether.state.model import RunStatus
+        from tether.stores._chain import Write
+        from tether.stores.blocking import run_inline
+
+        write = Write(
+            run_id=self.run_id,
+            kind="delta" if self.version else "full",
+            payload=data,
+            node_id=None,
+            status=RunStatus.RUNNING,
+            created_at=time.time(),
+            expires_at=None,
+            expected_version=self.version,
+            growth_bytes=len(data) if self.version else 0,
+            write_id=f"{self.run_id}-{self.version}",
+        )
+        self.version, _ = run_inline(self.store.twin.backend.append(write))
+
+    def close(self) -> None:
+        from tether.stores.blocking import run_inline
+
+        run_inline(self.store.delete(self.run_id))
+
+
 @contextlib.contextmanager
 def opened(subject: str, tmp: Path, raw: bl.RawWrites) -> Iterator[Any]:
-    """The saver of ``subject`` (``tether-<backend>`` or ``floor-<backend>``), open."""
+    """The saver of ``subject`` (``tether-<backend>``, ``floor-<backend>`` or
+    ``store-<backend>``: the floor writing through TetherSaver's store), open."""
     kind, backend = subject.split("-")
     if kind == "floor":
         yield bl.FloorSaver(lambda data: raw.write(backend, data))
         return
     with tether_saver(tether_url(backend, tmp / f"trace-{uuid.uuid4().hex[:8]}.db")) as saver:
+        if kind == "store":
+            writes = StoreWrites(saver)
+            try:
+                yield bl.FloorSaver(writes)
+            finally:
+                writes.close()
+            return
         yield saver
 
 
@@ -459,7 +509,7 @@ def replay(report: Report, initial: list[Any], args: argparse.Namespace, tmp: Pa
     steps = sum(1 for c in calls[mark:] if c[0] == "put")
     writes = sum(1 for c in calls[mark:] if c[0] == "put_writes")
     report.line("calls replayed", steps, "puts", note=f"and {writes} put_writes, of one invoke")
-    chosen = picked(SUBJECTS, args.only)
+    chosen = picked(SUBJECTS + STORE_SUBJECTS, args.only)
     times: dict[str, list[tuple[float, float, int | None]]] = {s: [] for s in chosen}
     raw = bl.RawWrites(tmp)
     server = ServerBytes()
@@ -497,6 +547,14 @@ def replay(report: Report, initial: list[Any], args: argparse.Namespace, tmp: Pa
         if floor:
             report.line(
                 f"{subject}: CPU per step / its floor's", cpu[subject] / floor, "x", note="least of each"
+            )
+        store = cpu.get(subject.replace("tether-", "store-"))
+        if store:
+            report.line(
+                f"{subject}: CPU per step / the floor's through its store",
+                cpu[subject] / store,
+                "x",
+                note="least of each: what the saver adds to its store's own write",
             )
         floor_bytes = written.get(floor_of(subject))
         if subject in written and floor_bytes:
@@ -600,7 +658,7 @@ def parts(report: Report, initial: list[Any], args: argparse.Namespace, tmp: Pat
     puts' CPU replayed without the timing wrappers and the floor's."""
     calls, mark = recorded(initial, args.steps, tmp)
     steps = sum(1 for c in calls[mark:] if c[0] == "put")
-    chosen = picked(SUBJECTS, args.only)
+    chosen = picked(SUBJECTS + STORE_SUBJECTS, args.only)
     raw = bl.RawWrites(tmp)
     server = ServerBytes()
     plain: dict[str, list[float]] = {s: [] for s in chosen}

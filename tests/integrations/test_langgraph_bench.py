@@ -168,6 +168,13 @@ def test_the_trace_shows_the_puts_waiting_for_the_graph_and_what_a_step_stores(t
         assert 0 < cpu[subject] <= wall * 1.05, line  # one thread: its CPU within its wall time
     ratio = next(line for line in out.splitlines() if "tether-sqlite: CPU per step / its floor's" in line)
     assert abs(num(ratio.split()[-5]) - cpu["tether-sqlite"] / cpu["floor-sqlite"]) < 0.02, ratio
+    # the floor's bytes written through TetherSaver's own store: the store's transaction costs
+    # more than the floor's one INSERT, and less than the saver's whole puts
+    line = next(line for line in out.splitlines() if "store-sqlite: puts and writes per step, CPU" in line)
+    store = num(line.split("CPU")[1].split()[0])
+    assert cpu["floor-sqlite"] < store < cpu["tether-sqlite"], out
+    ratio = next(line for line in out.splitlines() if "the floor's through its store" in line)
+    assert abs(num(ratio.split("store")[1].split()[0]) - cpu["tether-sqlite"] / store) < 0.02, ratio
     assert "the server's" not in out  # SQLite keeps no count of what it wrote
 
 
