@@ -47,6 +47,9 @@ say why ``bench_langgraph``'s step ratios are what they are, so that a change ca
   server counted for the puts per step, beside the floor's: the bytes of write-ahead log
   PostgreSQL wrote, the bytes Redis received. Those counts are the same on any host (the
   same calls), where the puts' wall time includes the server's own work and moves with it.
+  Beside the floors, ``store-<backend>`` subjects write the floor's bytes through a
+  TetherSaver store's own backend (``StoreWrites``): what the saver and the state engine add
+  to the store's write is TetherSaver's CPU against theirs.
 * ``--parts``: the replay of ``--replay``, each TetherSaver subject's rounds made once plain
   and once with its parts timed (``PARTS``: serialising, copying what the graph handed over,
   the state's ops, planning the row, its patches and seals, the backend's write...): the
