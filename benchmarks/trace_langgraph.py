@@ -507,7 +507,8 @@ def replayed(
 def replay(report: Report, initial: list[Any], args: argparse.Namespace, tmp: Path) -> None:
     """Per subject, ``--rounds`` replays of one invoke's saver calls, subjects interleaved:
     the puts' wall and CPU time per step, one call at a time in this thread, with no graph
-    competing for the interpreter. The floors replay the same calls."""
+    competing for the interpreter. The floors, and the floors through TetherSaver's stores
+    (``StoreWrites``), replay the same calls."""
     calls, mark = recorded(initial, args.steps, tmp)
     steps = sum(1 for c in calls[mark:] if c[0] == "put")
     writes = sum(1 for c in calls[mark:] if c[0] == "put_writes")

@@ -19,6 +19,8 @@ from tests.stores.conftest import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_ssh import SSHD  # noqa: E402  (where the benchmark looks for sshd)
 
 
 def run_quick(script: str, tmp_path: Path) -> tuple[str, dict[str, Any]]:
@@ -111,8 +113,8 @@ def test_bench_agent_prompt_stays_bounded_and_its_run_stores_little(tmp_path: Pa
 
 
 def test_bench_ssh_times_a_command_on_each_path(tmp_path: Path) -> None:
-    if not Path("/usr/sbin/sshd").exists():
-        unavailable("OpenSSH's sshd", FileNotFoundError("/usr/sbin/sshd (install Debian's openssh-server)"))
+    if not SSHD.exists():
+        unavailable("OpenSSH's sshd", FileNotFoundError(f"{SSHD} (install Debian's openssh-server)"))
     _stdout, report = run_quick("bench_ssh", tmp_path)
     got = lines(report)
     for name in ("SSHSession, relayed (the default)", "SSHSession(relay=False)", "asyncssh conn.run (floor)"):
