@@ -17,7 +17,7 @@ from tether.state.reducers import default_registry
 from tether.state.reserved import runtime_update
 from tether.state.serde import Codec
 from tether.stores._chain import ChainEngine, Known
-from tether.stores._patch import PATCH, SKIP, apply_patch, diff, patch_ops
+from tether.stores._patch import PATCH, SKIP, apply_patch, diff, patch_ops, whole_ops
 from tether.stores.policies import CompactionPolicy
 
 _REG = default_registry().register("index", "merge")
@@ -45,7 +45,9 @@ def test_a_diff_applied_to_the_old_value_gives_the_new_one_or_the_caller_falls_b
         assert got == new or got != got
 
 
-def _commit(engine: ChainEngine, ctx: ExecutionContext, rows: list[bytes], known: Known) -> Known:
+def _commit(
+    engine: ChainEngine, ctx: ExecutionContext, rows: list[bytes], known: Known, *, patches: bool = True
+) -> Known:
     plan = engine.plan(
         ctx.take_changes(),
         known,
@@ -57,6 +59,7 @@ def _commit(engine: ChainEngine, ctx: ExecutionContext, rows: list[bytes], known
         expires_at=None,
         require_status=None,
         write_id="",
+        patches=patches,
     )
     rows.append(plan.write.payload)
     ctx.saved(len(rows), datetimes=plan.walked)
@@ -106,6 +109,28 @@ def test_a_growing_dict_is_stored_as_what_changed():
     deltas = [Codec().decode(r) for r in rows[20:]]  # (small values are written whole)
     assert all(op == PATCH for d in deltas for _k, op, _a in d["ops"])
     assert sum(map(len, rows)) < 40 * final  # whole rewrites: about 100x
+
+
+def test_a_commit_without_patches_stores_overwrites_whole_and_counts_them_alike():
+    """``patches=False`` (a writer whose values are opaque bytes): the same growing dict is
+    stored whole each time, replays alike, and its rewrite is counted as a first patch_ops
+    (nothing known) counts it, so compaction sees the same waste."""
+    engine = ChainEngine(Codec(), CompactionPolicy(seal_versions=0), seals=False, splits_state=False)
+    ctx = ExecutionContext("r", {"metrics": {}}, reducers=_REG)
+    rows: list[bytes] = []
+    known = _commit(engine, ctx, rows, Known(0, NO_CHAIN, []), patches=False)
+    for i in range(30):
+        ctx.merge({"metrics": {"sizes": list(range(i)), "label": "x" * 40}, "index": {f"k{i}": i}})
+        known = _commit(engine, ctx, rows, known, patches=False)
+        assert known.values is None
+        assert _replay(engine, rows) == ctx.snapshot()
+    ops = [op for r in rows[1:] for _k, op, _a in Codec().decode(r)["ops"]]
+    assert PATCH not in ops and ops.count("set") == 30 and ops.count("merge") == 30
+    taken = (("metrics", "set", {"sizes": [1, 2], "label": "x" * 40}), ("index", "merge", {"a": "y" * 50}))
+    taken += (("log", "append", ["z" * 80]),)
+    whole, rewrite = whole_ops(taken)
+    assert whole == [list(op) for op in taken]
+    assert rewrite == patch_ops(taken, None)[2] > 0
 
 
 def test_an_unchanged_value_set_again_is_not_stored():

@@ -36,7 +36,7 @@ from tether.state.serde import SCHEMA_VERSION, Codec, state_offset
 from tether.state.values import check_value
 from tether.stores._checks import RunHead, check_write, next_fence
 from tether.stores._kept import KeptRows
-from tether.stores._patch import Values, patch_ops
+from tether.stores._patch import Values, patch_ops, whole_ops
 from tether.stores._replay import Carrier, apply_delta, checkpoint_from, lone_full, replay_rows
 from tether.stores._segment import pack_segment, segment_length, split_segment
 from tether.stores.policies import CompactionPolicy
@@ -214,14 +214,20 @@ class ChainEngine:
         expires_at: float | None,
         require_status: RunStatus | None,
         write_id: str,
+        patches: bool = True,
     ) -> Plan:
         """The write a commit of ``changes`` makes after the chain ``known``: a delta of
         the reducers' ops, a full state when the run is new, restored or due for
-        compaction, and a segment when the deltas at the end of the chain are enough."""
+        compaction, and a segment when the deltas at the end of the chain are enough.
+        ``patches``: overwrites are diffed against the values last written (see ``_patch``);
+        False stores them whole."""
         # one unpacking, not a named field read at a time (each is a generic attribute lookup)
         run_id, version, ops_taken, executed, full_only, state, all_executed, datetimes = changes[:8]
         if not full_only and version > 0:
-            ops, values, rewrite = patch_ops(ops_taken, known.values)
+            if patches:
+                ops, values, rewrite = patch_ops(ops_taken, known.values)
+            else:
+                (ops, rewrite), values = whole_ops(ops_taken), None
             body = {
                 "v": SCHEMA_VERSION,
                 "node": node,

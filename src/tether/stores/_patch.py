@@ -39,7 +39,7 @@ from tether.state.reserved import EVENT_LOG, ROUTE, TODO
 from tether.state.reserved import OP as RESERVED_OP
 from tether.state.serde import pack_plain, unpack_dated
 
-__all__ = ["PATCH", "Values", "apply_patch", "patch_ops"]
+__all__ = ["PATCH", "Values", "apply_patch", "patch_ops", "whole_ops"]
 
 PATCH = "patch"
 """The op name of a patch in a delta (replayed by ``_segment.apply_ops``)."""
@@ -101,6 +101,25 @@ def patch_ops(ops: tuple[Any, ...], values: Values | None) -> tuple[list[list[An
             if op != "append" and op != "add":  # (appends are growth)
                 rewrite += sized(arg)
     return out, known, rewrite
+
+
+def whole_ops(ops: tuple[Any, ...]) -> tuple[list[list[Any]], int]:
+    """The ops to store for ``ops`` without patching them (``patch_ops`` with nothing known):
+    for a writer whose overwrites never repeat most of the value they replace, which a diff
+    would only cost. Their rewrite bytes are counted as ``patch_ops`` counts them."""
+    out: list[list[Any]] = []
+    rewrite = 0
+    for key, op, arg in ops:
+        out.append([key, op, arg])
+        if (op == "merge" or op == RESERVED_OP) and type(arg) is dict:
+            reserved = op == RESERVED_OP
+            for name, value in arg.items():
+                if reserved and (name == EVENT_LOG or (name == ROUTE and type(value) is list)):
+                    continue  # appended or applied by the reducer: growth
+                rewrite += sized(value)
+        elif op != "append" and op != "add":
+            rewrite += sized(arg)
+    return out, rewrite
 
 
 def _entries(

@@ -245,6 +245,7 @@ class CheckpointStore(RunOperations, LeaseOperations):
         metadata: Mapping[str, Any] | None = None,
         _require_status: RunStatus | None = None,
         fence: Fence | None = None,
+        patches: bool = True,
     ) -> int:
         """Checkpoint a context: store what changed since its last checkpoint.
 
@@ -259,6 +260,10 @@ class CheckpointStore(RunOperations, LeaseOperations):
         version, in the same call.
 
         ``fence``: a lease holder's write (see :class:`Fence`): a take, or fenced by its token.
+
+        ``patches``: an overwritten value is stored as a patch of the one last written when
+        that is smaller. False stores it whole without trying: for a writer whose overwrites
+        share little with what they replace (ids, version strings), the diff is wasted work.
         """
         meta = dict(metadata) if metadata else {}
         meta_dated = bool(meta) and check_value(meta, key="metadata")
@@ -285,6 +290,7 @@ class CheckpointStore(RunOperations, LeaseOperations):
                 expires_at=expires_at,
                 require_status=_require_status,
                 write_id=write_id,
+                patches=patches,
             )
             tail = known.tail if not changes.write_id else None  # a retry: the rows are not known
             write = plan.write
@@ -315,6 +321,7 @@ class CheckpointStore(RunOperations, LeaseOperations):
                 metadata=metadata,
                 _require_status=_require_status,
                 fence=fence,
+                patches=patches,
             )
         return version
 

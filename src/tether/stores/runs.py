@@ -75,6 +75,7 @@ class _Store(Protocol):
         metadata: Mapping[str, Any] | None = None,
         _require_status: RunStatus | None = None,
         fence: Any = None,
+        patches: bool = True,
     ) -> int: ...
 
 

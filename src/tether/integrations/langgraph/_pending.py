@@ -206,7 +206,7 @@ class PendingWrites:
                 taken = self.taken(n)
                 changed = [self.apply_writes(n, ctx, b, n.recent) for b in taken]
                 if any(changed):
-                    await self.spaces.store.commit(ctx)
+                    await self.spaces.store.commit(ctx, patches=False)
                     self.spaces.committed(n, ctx)
                 self.stored(n, taken)
                 return

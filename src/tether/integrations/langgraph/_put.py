@@ -195,7 +195,7 @@ class Puts:
                 run_index_key(str(run_id), self.spaces.prefix), [n.thread_id, n.ns], {}
             )
             ctx.put("r", str(run_id))
-        await self.spaces.store.commit(ctx)
+        await self.spaces.store.commit(ctx, patches=False)
         position = len(ix)
         self.spaces.committed(n, ctx)
         n.values, n.snaps, n.owner = values, snaps, LENT if lent else PRIVATE
