@@ -104,14 +104,16 @@ def patch_ops(ops: tuple[Any, ...], values: Values | None) -> tuple[list[list[An
 
 
 def whole_ops(ops: tuple[Any, ...]) -> tuple[list[list[Any]], int]:
-    """The ops to store for ``ops`` without patching them (``patch_ops`` with nothing known):
-    for a writer whose overwrites never repeat most of the value they replace, which a diff
-    would only cost. Their rewrite bytes are counted as ``patch_ops`` counts them."""
+    """The ops to store for ``ops`` without patching them: for a writer whose overwrites
+    never repeat most of the value they replace, which a diff would only cost. The rewrite
+    bytes returned are the packed size of every value the ops overwrite (a merge's entries,
+    the runtime's part but its event log), as ``patch_ops`` counts an overwrite it stores
+    whole."""
     out: list[list[Any]] = []
     rewrite = 0
     for key, op, arg in ops:
         out.append([key, op, arg])
-        if (op == "merge" or op == RESERVED_OP) and type(arg) is dict:
+        if (op == "merge" or op == RESERVED_OP) and type(arg) is dict and arg:
             reserved = op == RESERVED_OP
             for name, value in arg.items():
                 if reserved and (name == EVENT_LOG or (name == ROUTE and type(value) is list)):
