@@ -260,10 +260,8 @@ class CheckpointStore(RunOperations, LeaseOperations):
         version, in the same call.
 
         ``fence``: a lease holder's write (see :class:`Fence`): a take, or fenced by its token.
-
-        ``patches``: an overwritten value is stored as a patch of the one last written when
-        that is smaller. False stores it whole without trying: for a writer whose overwrites
-        share little with what they replace (ids, version strings), the diff is wasted work.
+        ``patches=False``: overwrites are stored whole, not diffed against the values last
+        written (see ``_patch``), for a writer whose values share nothing with the last ones.
         """
         meta = dict(metadata) if metadata else {}
         meta_dated = bool(meta) and check_value(meta, key="metadata")
