@@ -52,7 +52,7 @@ say why ``bench_langgraph``'s step ratios are what they are, so that a change ca
   to the store's write is TetherSaver's CPU against theirs.
 * ``--parts``: the replay of ``--replay``, each TetherSaver subject's rounds made once plain
   and once with its parts timed (``PARTS``: serialising, copying what the graph handed over,
-  the state's ops, planning the row, its patches and seals, the backend's write...): the
+  the state's ops, planning the row, its overwrites and seals, the backend's write...): the
   CPU per step of each, indented under the part that holds it, beside the whole puts' CPU
   replayed plain and the floors'. Each timed call costs about a microsecond more, so the
   parts read a little above the plain figure. It says which parts a change could move.
@@ -584,7 +584,7 @@ PARTS: tuple[tuple[int, str, str, str], ...] = (
     (3, "the state's ops (set)", "tether.state.context:ExecutionContext", "put_trusted"),
     (3, "the store's commit", "tether.stores.base:CheckpointStore", "commit"),
     (4, "planning the row", "tether.stores._chain:ChainEngine", "plan"),
-    (5, "patches of overwritten values", "tether.stores._chain", "patch_ops"),
+    (5, "overwrites, stored whole", "tether.stores._chain", "whole_ops"),
     (5, "sealing (segments)", "tether.stores._chain:ChainEngine", "seal"),
     (4, "the backend's write", "tether.stores.sqlite:SqliteBackend", "append"),
     (4, "the backend's write", "tether.stores._sql:SqlBackend", "append"),
