@@ -374,3 +374,22 @@ def _shape(value: Any) -> Any:
     if isinstance(value, AIMessage):  # what model_dump(exclude_unset=True) keeps, too
         return (type(value).__name__, _shape(value.additional_kwargs), sorted(value.model_fields_set))
     return (type(value).__name__, value)
+
+
+EXACT = {
+    "empty containers": ({"a": {}, "b": [], "c": [[], {}]}, True),
+    "a tuple after empty containers": ({"a": {}, "b": [], "c": [{}, (1,)]}, False),
+    "a float key": ({1.5: "x"}, False),
+    "a dict subclass in a list": ([{}, OrderedDict(a=1)], False),
+    "a message with empty dicts and lists": (AIMessage(content="x", id="m"), True),
+    "a tuple in a message's kwargs": (AIMessage(content="x", id="m", additional_kwargs={"k": (1,)}), False),
+    "a complex number": ([1, 2j], False),
+}
+
+
+@pytest.mark.parametrize("name", list(EXACT))
+def test_exact_tells_the_values_a_round_trip_keeps(name: str) -> None:
+    """A value is kept as a copy only when the serializer gives it back unchanged: empty
+    containers (most of a message's) count as exact, anything else is looked into."""
+    value, expected = EXACT[name]
+    assert _handout.exact(value) is expected

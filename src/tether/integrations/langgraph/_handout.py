@@ -161,6 +161,8 @@ def kept_copy(value: Any) -> Any:
 
 _EXACT_KEYS = frozenset({str, int})
 """Dict keys that come back from the serializer as they went in."""
+_EXACT_SCALARS = _IMMUTABLE - {complex}
+"""Scalars that come back from the serializer as they went in (a complex number does not)."""
 
 
 def exact(value: Any) -> bool:
@@ -176,15 +178,27 @@ def exact(value: Any) -> bool:
 
 
 def _exact(x: Any, in_model: bool = False) -> bool:
+    # loops, not ``all()`` over a generator, and empty containers (most of a message's
+    # dicts and lists) told without a call: this runs on every value a put keeps
     tx = type(x)
     if tx in _IMMUTABLE:
         return tx is not complex
+    immutable, bare = _EXACT_SCALARS, _BARE
     if tx is list:
-        immutable = _IMMUTABLE
-        return all(type(v) in immutable or _exact(v, in_model) for v in x)
+        for v in x:
+            tv = type(v)
+            if tv not in immutable and not (tv in bare and not v) and not _exact(v, in_model):
+                return False
+        return True
     if tx is dict:
-        keys, immutable = _EXACT_KEYS, _IMMUTABLE
-        return all(type(k) in keys and (type(v) in immutable or _exact(v, in_model)) for k, v in x.items())
+        keys = _EXACT_KEYS
+        for k, v in x.items():
+            if type(k) not in keys:
+                return False
+            tv = type(v)
+            if tv not in immutable and not (tv in bare and not v) and not _exact(v, in_model):
+                return False
+        return True
     if in_model:
         # a model is rebuilt as ``cls(**model_dump())``: a model anywhere inside it comes
         # back as its dict unless the field's type says otherwise
