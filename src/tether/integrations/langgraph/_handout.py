@@ -167,10 +167,10 @@ _EXACT_SCALARS = _IMMUTABLE - {complex}
 
 def exact(value: Any) -> bool:
     """Whether decoding ``value``'s serialized bytes gives back an equal value of the same
-    types: plain dicts (str or int keys), lists, the scalars, and Pydantic models (such as
-    LangChain's messages) made of those. Anything else (a tuple, a dict or list subclass,
-    a model inside a model, a dataclass...) may come back changed, so the saver keeps it
-    decoded instead."""
+    types: plain dicts (str or int keys), lists, the scalars (not complex numbers), and
+    Pydantic models (such as LangChain's messages) made of those. Anything else (a tuple, a
+    dict or list subclass, a model inside a model, a dataclass...) may come back changed, so
+    the saver keeps it decoded instead."""
     try:
         return _exact(value)
     except RecursionError:
@@ -181,9 +181,9 @@ def _exact(x: Any, in_model: bool = False) -> bool:
     # loops, not ``all()`` over a generator, and empty containers (most of a message's
     # dicts and lists) told without a call: this runs on every value a put keeps
     tx = type(x)
-    if tx in _IMMUTABLE:
-        return tx is not complex
     immutable, bare = _EXACT_SCALARS, _BARE
+    if tx in _IMMUTABLE:
+        return tx in immutable
     if tx is list:
         for v in x:
             tv = type(v)
