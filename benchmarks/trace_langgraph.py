@@ -25,6 +25,13 @@ say why ``bench_langgraph``'s step ratios are what they are, so that a change ca
   ``get_tuple`` LangGraph makes at the invoke's start: a step is CPU-bound (one interpreter
   lock), so its time is close to those CPU times summed, and TetherSaver's ``get_tuple``
   is the copy of the state it hands out (the caller's own objects), paid once per invoke.
+  Then the drain: how many puts were done by half the graph's run (a put's thread gets the
+  interpreter only between the graph's switch intervals, so few are), and for the puts
+  started after the last node, which run one after another with nothing else to do, each
+  one's wall time and the part of it not on its thread's CPU (the wait for its database
+  round trip, idle time a step pays whole), and the gap between one such put's return and
+  the next one's call. On Redis, the server's CPU per step (its main thread's, from ``INFO
+  cpu``): the part of that wait the server spends working.
 * ``--bytes``: what a TetherSaver thread on SQLite stores per step, by key of its delta ops
   (the messages' append, the checkpoint record, the pending writes, the channels' versions,
   the metadata...), read back from its delta and segment rows after the invokes:
@@ -77,6 +84,7 @@ import argparse
 import contextlib
 import gc
 import glob
+import math
 import os
 import random
 import shutil
@@ -269,10 +277,13 @@ def timeline(report: Report, subject: str, initial: list[Any], args: argparse.Na
                 return made(i)
 
             bl.message = message  # the node looks it up at each call
+            server = RedisTime() if subject.endswith("-redis") else None
             try:
-                rows = [one_invoke(graph, cfg, saver, rec, args.steps) for _ in range(args.invokes)]
+                rows = [one_invoke(graph, cfg, saver, rec, args.steps, server) for _ in range(args.invokes)]
             finally:
                 bl.message = made
+                if server is not None:
+                    server.close()
     finally:
         raw.close()
     steps = args.steps
@@ -288,6 +299,31 @@ def timeline(report: Report, subject: str, initial: list[Any], args: argparse.Na
         note=f"invoke returned at {med(0) * 1e3:.1f} ms",
     )
     report.line(f"{subject}: puts started after the last node", med(2), "", note=f"of {med(6):.0f} puts")
+    report.line(
+        f"{subject}: puts done by half the graph's run",
+        med(13),
+        "",
+        note="the rest wait for the interpreter while the graph runs",
+    )
+    report.line(
+        f"{subject}: put wall, after the last node",
+        med(14) * 1e3,
+        "ms",
+        note=f"mean; {med(15) * 1e3:.3f} ms of it not on the put's CPU (its round trip's wait)",
+    )
+    report.line(
+        f"{subject}: gap between those puts",
+        med(16) * 1e3,
+        "ms",
+        note="median; one put's return to the next one's call (LangGraph's hand-off, put_writes)",
+    )
+    if not math.isnan(med(17)):
+        report.line(
+            f"{subject}: Redis's CPU per step",
+            med(17) * 1e3 / steps,
+            "ms",
+            note="its main thread's, INFO cpu: requests read, commands and scripts run, replies",
+        )
     report.line(
         f"{subject}: put wall", med(3) * 1e3, "ms", note=f"mean; its thread's CPU {med(4) * 1e3:.3f} ms"
     )
@@ -341,17 +377,24 @@ class Collections:
         gc.callbacks.remove(self)
 
 
-def one_invoke(graph: Any, cfg: dict[str, Any], saver: Any, rec: Recorder, steps: int) -> tuple[float, ...]:
+def one_invoke(
+    graph: Any, cfg: dict[str, Any], saver: Any, rec: Recorder, steps: int, server: RedisTime | None
+) -> tuple[float, ...]:
     rec.clear()
     gc.collect()
+    busy = server.read() if server is not None else 0.0
     t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
     with Collections() as passes:
         graph.invoke({"left": steps}, cfg)
         flush(saver)
     wall = time.perf_counter() - t0
     mine, every = time.thread_time() - c0, time.process_time() - p0
+    busy = server.read() - busy if server is not None else math.nan
     last = rec.nodes[-1]
     after = sum(1 for p in rec.puts if p[0] > last)
+    half = t0 + (last - t0) / 2
+    drained = sorted(p for p in rec.puts if p[0] > last)
+    gaps = [b[0] - (a[0] + a[1]) for a, b in zip(drained, drained[1:], strict=False)]
     return (
         wall,
         last - t0,
@@ -366,7 +409,31 @@ def one_invoke(graph: Any, cfg: dict[str, Any], saver: Any, rec: Recorder, steps
         sum(passes.seconds),
         passes.seconds[2],
         passes.full,
+        sum(1 for p in rec.puts if p[0] + p[1] <= half),
+        statistics.mean(p[1] for p in drained) if drained else math.nan,
+        statistics.mean(p[1] - p[2] for p in drained) if drained else math.nan,
+        statistics.median(gaps) if gaps else math.nan,
+        busy,
     )
+
+
+class RedisTime:
+    """The CPU seconds of Redis's main thread (``INFO cpu``: reading requests, running the
+    commands and scripts, writing replies), read around an invoke: the server's own share of
+    the puts' round trips, which a put waits for with the interpreter idle once the graph is
+    done. Other clients of the server count too: run it on a server nothing else uses."""
+
+    def __init__(self) -> None:
+        import redis
+
+        self.client = redis.Redis.from_url(bl.REDIS)
+
+    def read(self) -> float:
+        cpu = self.client.info("cpu")
+        return float(cpu["used_cpu_user_main_thread"]) + float(cpu["used_cpu_sys_main_thread"])
+
+    def close(self) -> None:
+        self.client.close()
 
 
 # == the puts replayed one at a time ==================================================
