@@ -277,7 +277,7 @@ def timeline(report: Report, subject: str, initial: list[Any], args: argparse.Na
                 return made(i)
 
             bl.message = message  # the node looks it up at each call
-            server = RedisTime() if subject.endswith("-redis") else None
+            server = ServerBytes() if subject.endswith("-redis") else None
             try:
                 rows = [one_invoke(graph, cfg, saver, rec, args.steps, server) for _ in range(args.invokes)]
             finally:
@@ -378,18 +378,18 @@ class Collections:
 
 
 def one_invoke(
-    graph: Any, cfg: dict[str, Any], saver: Any, rec: Recorder, steps: int, server: RedisTime | None
+    graph: Any, cfg: dict[str, Any], saver: Any, rec: Recorder, steps: int, server: ServerBytes | None
 ) -> tuple[float, ...]:
     rec.clear()
     gc.collect()
-    busy = server.read() if server is not None else 0.0
+    busy = server.redis_cpu() if server is not None else 0.0
     t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
     with Collections() as passes:
         graph.invoke({"left": steps}, cfg)
         flush(saver)
     wall = time.perf_counter() - t0
     mine, every = time.thread_time() - c0, time.process_time() - p0
-    busy = server.read() - busy if server is not None else math.nan
+    busy = server.redis_cpu() - busy if server is not None else math.nan
     last = rec.nodes[-1]
     after = sum(1 for p in rec.puts if p[0] > last)
     half = t0 + (last - t0) / 2
@@ -415,25 +415,6 @@ def one_invoke(
         statistics.median(gaps) if gaps else math.nan,
         busy,
     )
-
-
-class RedisTime:
-    """The CPU seconds of Redis's main thread (``INFO cpu``: reading requests, running the
-    commands and scripts, writing replies), read around an invoke: the server's own share of
-    the puts' round trips, which a put waits for with the interpreter idle once the graph is
-    done. Other clients of the server count too: run it on a server nothing else uses."""
-
-    def __init__(self) -> None:
-        import redis
-
-        self.client = redis.Redis.from_url(bl.REDIS)
-
-    def read(self) -> float:
-        cpu = self.client.info("cpu")
-        return float(cpu["used_cpu_user_main_thread"]) + float(cpu["used_cpu_sys_main_thread"])
-
-    def close(self) -> None:
-        self.client.close()
 
 
 # == the puts replayed one at a time ==================================================
@@ -516,6 +497,18 @@ class ServerBytes:
                 self.redis = redis.Redis.from_url(bl.REDIS)
             return int(self.redis.info("stats")["total_net_input_bytes"])
         return None
+
+    def redis_cpu(self) -> float:
+        """The CPU seconds of Redis's main thread (``INFO cpu``: reading requests, running the
+        commands and scripts, writing replies): read around an invoke, the server's own share
+        of the puts' round trips, which a put waits for with the interpreter idle once the
+        graph is done. Other clients of the server count too."""
+        if self.redis is None:
+            import redis
+
+            self.redis = redis.Redis.from_url(bl.REDIS)
+        cpu = self.redis.info("cpu")
+        return float(cpu["used_cpu_user_main_thread"]) + float(cpu["used_cpu_sys_main_thread"])
 
     def close(self) -> None:
         if self.pg is not None:
