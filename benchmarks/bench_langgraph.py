@@ -20,7 +20,8 @@ times. For each saver, per run:
 - step: wall time of the ``invoke`` / steps (every checkpoint and pending write included,
   LangGraph's default durability);
 - get_state: ``graph.get_state`` at the end with the saver that ran the graph (warm), and
-  in a new process with a freshly opened saver (cold; for a saver with targets, each of
+  in a new process with a freshly opened saver (cold: the CPU kept busy for 50 ms after
+  the opening, for every saver alike, see :func:`busy`; for a saver with targets, each of
   its cold reads made right beside one of ``SqliteSaver``'s, the two going first in turn,
   and the target the median of those pairs' quotients, a pair in each order taken
   together), and of the checkpoint before the steps with the saver that ran them (time
@@ -47,6 +48,7 @@ import json
 import math
 import os
 import random
+import resource
 import sqlite3
 import statistics
 import subprocess
@@ -616,6 +618,7 @@ def cold_reads(subjects: list[Subject], rows: dict[str, dict[str, Any]], reads: 
     paired = {s.name for s in subjects if targeted(s) and s.name in rows} if REFERENCE in rows else set()
     times: dict[str, list[float]] = {name: [] for name in names}
     opens: dict[str, list[float]] = {name: [] for name in names}
+    faults: dict[str, list[int]] = {name: [] for name in names}
     quotients: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in paired}
 
     def read(name: str, own: bool = True) -> float:
@@ -630,6 +633,7 @@ def cold_reads(subjects: list[Subject], rows: dict[str, dict[str, Any]], reads: 
         if own:
             times[name].append(float(out[0]))
             opens[name].append(float(out[2]))
+            faults[name].append(int(out[3]))
         return float(out[0])
 
     for rep in range(reads):
@@ -647,6 +651,7 @@ def cold_reads(subjects: list[Subject], rows: dict[str, dict[str, Any]], reads: 
             rows[name]["cold"] = statistics.median(ts)
             rows[name]["cold_p95"] = _p95(ts)
             rows[name]["cold_open"] = statistics.median(opens[name])
+            rows[name]["cold_faults"] = statistics.median(faults[name])
     for name, (first, second) in quotients.items():
         if second:
             rows[name]["cold_paired"] = statistics.median(
@@ -655,19 +660,42 @@ def cold_reads(subjects: list[Subject], rows: dict[str, dict[str, Any]], reads: 
             rows[name]["cold_orders"] = (statistics.median(first), statistics.median(second))
 
 
+BUSY_BEFORE_READ = 0.05
+"""Seconds the CPU is kept busy between a cold read's opening and its timed ``get_state``."""
+
+
+def busy(seconds: float) -> None:
+    """Keep this thread on the CPU for ``seconds``.
+
+    On some virtual machines the first milliseconds of work after the CPU went idle run
+    slower, by as much as half again (the harness's chat decoded in a new process, with no
+    saver at all: 15 ms straight after the imports, 18-27 ms after a 1 ms sleep; figures in
+    ``benchmarks/README.md``). An opening that ends waiting (a thread started, a server's
+    answer) would have that slowdown charged to the ``get_state`` after it, one that ends in
+    pure CPU work would not: every cold read runs this first, so that each ``get_state``
+    starts on a busy CPU. A wait inside ``get_state`` (a server's round trip) still counts."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def cold_read(name: str, thread: str, tmp: Path) -> None:
     """In a new process: open saver ``name`` on ``tmp``'s databases, time one ``get_state``
-    of ``thread``; prints the seconds, the number of messages read and the seconds the
-    opening took (imports of the saver's modules included)."""
+    of ``thread``; prints the seconds, the number of messages read, the seconds the opening
+    took (imports of the saver's modules included) and the page faults the ``get_state``
+    took (the first touch of each page of memory a new process fills)."""
     (s,) = [s for s in subjects(tmp, None, None) if s.name == name]
     t0 = time.perf_counter()
     with s.open() as saver:
         graph = build(s.delta).compile(checkpointer=saver)
         opened = time.perf_counter() - t0
+        busy(BUSY_BEFORE_READ)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0 = time.perf_counter()
         again = graph.get_state({"configurable": {"thread_id": thread}}).values["messages"]
         took = time.perf_counter() - t0
-    print(took, len(again), opened)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    print(took, len(again), opened, faults)
 
 
 def main() -> None:
@@ -772,6 +800,8 @@ def run_size(
             "ms",
             note=(f"cold {cold * 1e3:.1f} ms, p95 {r['cold_p95'] * 1e3:.1f}" if cold else "cold -")
             + (f", SqliteSaver cold {ref_cold * 1e3:.1f} ms" if ref_cold else "")
+            + (f"; {r['cold_faults']:,.0f} page faults" if cold else "")
+            + (f" (SqliteSaver {ref['cold_faults']:,.0f})" if ref_cold and ref is not r else "")
             + (f"; opening the saver {r['cold_open'] * 1e3:.0f} ms, not counted" if cold else ""),
         )
         rep.line(
