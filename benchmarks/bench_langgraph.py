@@ -20,8 +20,8 @@ times. For each saver, per run:
 - step: wall time of the ``invoke`` / steps (every checkpoint and pending write included,
   LangGraph's default durability);
 - get_state: ``graph.get_state`` at the end with the saver that ran the graph (warm), and
-  in a new process with a freshly opened saver (cold: the CPU kept busy for 50 ms after
-  the opening, for every saver alike, see :func:`busy`; for a saver with targets, each of
+  in a new process with a freshly opened saver (cold: every saver's read starting 0.55 s
+  after its opening started, see :func:`settle_before_read`; for a saver with targets, each of
   its cold reads made right beside one of ``SqliteSaver``'s, the two going first in turn,
   and the target the median of those pairs' quotients, a pair in each order taken
   together), and of the checkpoint before the steps with the saver that ran them (time
@@ -660,21 +660,29 @@ def cold_reads(subjects: list[Subject], rows: dict[str, dict[str, Any]], reads: 
             rows[name]["cold_orders"] = (statistics.median(first), statistics.median(second))
 
 
+READ_AT = 0.5
+"""Seconds after a cold read's opening started at which its timed ``get_state`` starts."""
 BUSY_BEFORE_READ = 0.05
-"""Seconds the CPU is kept busy between a cold read's opening and its timed ``get_state``."""
+"""Seconds the CPU is kept busy right before a cold read's timed ``get_state``."""
 
 
-def busy(seconds: float) -> None:
-    """Keep this thread on the CPU for ``seconds``.
+def settle_before_read(opening_started: float) -> None:
+    """Wait until :data:`READ_AT` seconds after ``opening_started``, then keep the CPU busy
+    for :data:`BUSY_BEFORE_READ`: every saver's cold ``get_state`` starts at the same moment
+    of its process's life, on a busy CPU.
 
-    On some virtual machines the first milliseconds of work after the CPU went idle run
-    slower, by as much as half again (the harness's chat decoded in a new process, with no
-    saver at all: 15 ms straight after the imports, 18-27 ms after a 1 ms sleep; figures in
-    ``benchmarks/README.md``). An opening that ends waiting (a thread started, a server's
-    answer) would have that slowdown charged to the ``get_state`` after it, one that ends in
-    pure CPU work would not: every cold read runs this first, so that each ``get_state``
-    starts on a busy CPU. A wait inside ``get_state`` (a server's round trip) still counts."""
-    end = time.perf_counter() + seconds
+    A new process fills every page of memory it uses, and on some virtual machines what
+    that costs depends on when it happens: the harness's chat, decoded in a new process
+    with no saver at all, takes about twice as long one second after the imports as
+    straight after them, whether the process slept or kept busy meanwhile (memory the
+    machine freed a moment before is cheap to take again, memory freed a while ago is not),
+    and longer after even a short sleep (``benchmarks/probe_idle.py``; its figures in
+    ``benchmarks/README.md``). A saver that opens in a few milliseconds would read in the
+    cheap moment and one that opens in a few hundred in a dearer one: the reads are
+    compared at the same moment instead. A wait inside ``get_state`` (a server's round
+    trip) still counts."""
+    time.sleep(max(0.0, opening_started + READ_AT - time.perf_counter()))
+    end = time.perf_counter() + BUSY_BEFORE_READ
     while time.perf_counter() < end:
         pass
 
@@ -689,7 +697,7 @@ def cold_read(name: str, thread: str, tmp: Path) -> None:
     with s.open() as saver:
         graph = build(s.delta).compile(checkpointer=saver)
         opened = time.perf_counter() - t0
-        busy(BUSY_BEFORE_READ)
+        settle_before_read(t0)
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0 = time.perf_counter()
         again = graph.get_state({"configurable": {"thread_id": thread}}).values["messages"]
