@@ -673,14 +673,13 @@ def settle_before_read(opening_started: float) -> None:
 
     A new process fills every page of memory it uses, and on some virtual machines what
     that costs depends on when it happens: the harness's chat, decoded in a new process
-    with no saver at all, takes about twice as long one second after the imports as
-    straight after them, whether the process slept or kept busy meanwhile (memory the
-    machine freed a moment before is cheap to take again, memory freed a while ago is not),
-    and longer after even a short sleep (``benchmarks/probe_idle.py``; its figures in
-    ``benchmarks/README.md``). A saver that opens in a few milliseconds would read in the
-    cheap moment and one that opens in a few hundred in a dearer one: the reads are
-    compared at the same moment instead. A wait inside ``get_state`` (a server's round
-    trip) still counts."""
+    with no saver at all, takes markedly longer one second after the imports than straight
+    after them, whether the process slept or kept busy meanwhile (memory the machine freed
+    a moment before is cheap to take again, memory freed a while ago is not; see
+    ``benchmarks/probe_idle.py`` and its figures in ``benchmarks/README.md``). A saver that
+    opens in a few milliseconds would read in the cheap moment and one that opens in a few
+    hundred in a dearer one: the reads are compared at the same moment instead. A wait
+    inside ``get_state`` (a server's round trip) still counts."""
     time.sleep(max(0.0, opening_started + READ_AT - time.perf_counter()))
     end = time.perf_counter() + BUSY_BEFORE_READ
     while time.perf_counter() < end:

@@ -4,9 +4,11 @@ figures (median, p95, paired ratios) are computed as it prints them."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +58,8 @@ def test_a_cold_read_is_paired_with_sqlitesavers_made_beside_it_in_both_orders(
 
     def run(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
         calls.append(argv[argv.index("--cold-read") + 1])
-        return subprocess.CompletedProcess(argv, 0, stdout=f"{0.02 * 1.5 ** len(calls)} 5 0.1")
+        faults = 1500 if "SqliteSaver" in argv else 1700
+        return subprocess.CompletedProcess(argv, 0, stdout=f"{0.02 * 1.5 ** len(calls)} 5 0.1 {faults}")
 
     monkeypatch.setattr(bench_langgraph.subprocess, "run", run)
     names = ("TetherSaver redis", "SqliteSaver")
@@ -67,10 +70,42 @@ def test_a_cold_read_is_paired_with_sqlitesavers_made_beside_it_in_both_orders(
     assert rows["TetherSaver redis"]["cold_paired"] == pytest.approx(1.0)
     assert rows["TetherSaver redis"]["cold_orders"] == pytest.approx((1 / 1.5, 1.5))
     assert "cold_paired" not in rows["SqliteSaver"]  # the reference is not paired with itself
+    # each saver's page faults: its own reads only (SqliteSaver's paired reads are not its own)
+    assert rows["TetherSaver redis"]["cold_faults"] == 1700 and rows["SqliteSaver"]["cold_faults"] == 1500
     bench_langgraph.cold_reads(
         chosen, rows := {s.name: {"thread": "t", "final": 5} for s in chosen}, 1, tmp_path
     )
     assert "cold_paired" not in rows["TetherSaver redis"]  # one order only: no figure
+
+
+def test_every_cold_read_starts_at_the_same_moment_after_its_opening_on_a_busy_cpu() -> None:
+    """A saver that opened fast waits until the others would have opened, then every saver's
+    read has the CPU kept busy first; an opening slower than that is not waited for again."""
+    t0 = time.perf_counter()
+    started = time.thread_time()
+    bench_langgraph.settle_before_read(t0)
+    took = time.perf_counter() - t0
+    assert took >= bench_langgraph.READ_AT + bench_langgraph.BUSY_BEFORE_READ
+    assert time.thread_time() - started >= 0.8 * bench_langgraph.BUSY_BEFORE_READ  # busy, not asleep
+    t0 = time.perf_counter()
+    bench_langgraph.settle_before_read(t0 - 2 * bench_langgraph.READ_AT)  # opened long ago
+    assert time.perf_counter() - t0 < bench_langgraph.READ_AT
+
+
+def test_the_idle_probe_times_the_same_decode_straight_away_and_later() -> None:
+    out = run_bench("probe_idle.py", "--quick", "--processes", "1", timeout=300)
+    assert "page-fault probe " in out and " µs a page (" in out
+    lines = {m[1]: float(m[2]) for m in re.finditer(r"  decode (.+?)\s{2,}([\d.]+) ms", out)}
+    assert set(lines) == {
+        "straight after the imports",
+        "after a 1 ms sleep",
+        "after 50 ms of busy CPU",
+        "after a 1 s sleep",
+        "after 1 s of busy CPU",
+        "after a 0.5 s sleep, then 50 ms busy",
+    }, out
+    assert all(ms > 0 for ms in lines.values()), lines
+    assert "1.00x straight away" in out
 
 
 def test_the_chat_holds_ids_as_a_langgraph_state_holds_them() -> None:
@@ -111,6 +146,9 @@ def test_the_script_runs_its_savers_interleaved_and_prints_each_step_beside_its_
     assert "p95 " in step and "floor " in step and "base " in step, step
     cold = next(line for line in out.splitlines() if "TetherSaver sqlite: get_state warm / cold" in line)
     assert "SqliteSaver cold" in cold and "opening the saver" in cold, cold
+    # the page faults of each saver's reads: a 1 MB chat fills hundreds of pages
+    faults = re.search(r"; ([\d,]+) page faults \(SqliteSaver ([\d,]+)\)", cold)
+    assert faults and num(faults[1]) > 100 and num(faults[2]) > 100, cold
     for target in ("step / its floor", "step / SqliteSaver's", "cold get_state / SqliteSaver's"):
         assert f"1MB TetherSaver sqlite: {target}" in out
     # the cold target is the quotient of reads made side by side; the medians' one is printed too
