@@ -12,7 +12,7 @@ Python, the cores, the load average and a fixed CPU-loop noise probe, at the sta
 end: when the probe or the load moved between the two, the host was busy and the figures
 should be rerun, not tuned. The header also prints what touching a fresh page of memory
 costs on the host (:func:`fault_probe`): a new process pays it for every page it fills, and
-on some virtual machines it is ten times what it is on others, which moves every figure
+on some virtual machines it is many times what it is on others, which moves every figure
 made in a new process (a cold read) by more than the CPU probe says.
 
 Usage::
@@ -100,11 +100,11 @@ def noise_probe() -> float:
 def fault_probe(pages: int = 2048) -> tuple[float, float]:
     """Microseconds the first touch of a 4 KiB page of memory costs: the page fault that
     maps it, less the cost of touching a page already mapped. Two figures: the first of four
-    passes over 8 MiB (pages the machine may not have handed this process's kind of memory
-    for a while) and the best of the other three (pages just given back by the pass before).
-    A new process fills every page it uses this way, so its figures move with these from one
-    host to the next (tenths of a microsecond on bare metal, ten microseconds on some virtual
-    machines whose free memory goes back to their host), where a warm loop's do not."""
+    passes over 8 MiB (memory this process had not used yet) and the best of the other
+    three (memory the pass before just gave back). A new process fills every page it uses
+    this way, so its figures move with these from one host to the next (bare metal maps a
+    page far faster than a virtual machine whose free memory goes back to its host), where
+    a warm loop's do not."""
     size = pages * mmap.PAGESIZE
     costs = []
     for _ in range(4):

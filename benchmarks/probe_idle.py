@@ -70,7 +70,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="4 processes a line, 1 run")
     ap.add_argument("--processes", type=int, default=None, help="new processes a line (8; 4 with --quick)")
-    ap.add_argument("--runs", type=int, default=None)
+    ap.add_argument("--runs", type=int, default=None, help="runs (3; 1 with --quick)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
