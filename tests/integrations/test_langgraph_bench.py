@@ -86,7 +86,8 @@ def test_every_cold_read_starts_at_the_same_moment_after_its_opening_on_a_busy_c
     bench_langgraph.settle_before_read(t0)
     took = time.perf_counter() - t0
     assert took >= bench_langgraph.READ_AT + bench_langgraph.BUSY_BEFORE_READ
-    assert time.thread_time() - started >= 0.8 * bench_langgraph.BUSY_BEFORE_READ  # busy, not asleep
+    # busy, not asleep: a sleep takes no CPU time (a busy host may give the loop only part of a core)
+    assert time.thread_time() - started >= 0.2 * bench_langgraph.BUSY_BEFORE_READ
     t0 = time.perf_counter()
     bench_langgraph.settle_before_read(t0 - 2 * bench_langgraph.READ_AT)  # opened long ago
     assert time.perf_counter() - t0 < bench_langgraph.READ_AT
