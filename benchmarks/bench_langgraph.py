@@ -681,7 +681,12 @@ def settle_before_read(opening_started: float) -> None:
     hundred in a dearer one: the reads are compared at the same moment instead. A wait
     inside ``get_state`` (a server's round trip) still counts."""
     time.sleep(max(0.0, opening_started + READ_AT - time.perf_counter()))
-    end = time.perf_counter() + BUSY_BEFORE_READ
+    busy(BUSY_BEFORE_READ)
+
+
+def busy(seconds: float) -> None:
+    """Keep this thread on the CPU for ``seconds`` (a sleep would leave it idle)."""
+    end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
 

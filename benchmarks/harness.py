@@ -220,6 +220,7 @@ class Report:
         self._targets: dict[str, _Target] = {}
         self._lines: list[dict[str, Any]] = []
         self._t0 = time.perf_counter()
+        fresh_us, reused_us = fault_probe()
         self.header = {
             "benchmark": name,
             "commit": commit(),
@@ -229,9 +230,9 @@ class Report:
             "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "load_start": load_average(),
             "noise_start_ms": round(noise_probe(), 2),
+            "fault_fresh_us": round(fresh_us, 2),
+            "fault_reused_us": round(reused_us, 2),
         }
-        fresh, reused = fault_probe()
-        self.header["fault_fresh_us"], self.header["fault_reused_us"] = round(fresh, 2), round(reused, 2)
         h = self.header
         print(f"# {name}: {description}")
         print(f"# commit {h['commit']} · python {h['python']} · {h['cores']} cores · {h['started']}")

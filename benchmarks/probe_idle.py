@@ -23,6 +23,7 @@ while ago is not. A measured call in a new process then costs more the later it 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import subprocess
 import sys
@@ -30,7 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_langgraph as bl  # (also the modules a cold read has imported)
 from harness import Report
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 WAITS = {
     "straight after the imports": (0.0, 0.0),
@@ -38,26 +41,23 @@ WAITS = {
     "after 50 ms of busy CPU": (0.0, 0.05),
     "after a 1 s sleep": (1.0, 0.0),
     "after 1 s of busy CPU": (0.0, 1.0),
-    "after a 0.5 s sleep, then 50 ms busy": (0.5, 0.05),
+    # bench_langgraph's wait before a cold read's timed get_state (its opening taking no time)
+    f"after a {bl.READ_AT:g} s sleep, then {bl.BUSY_BEFORE_READ * 1e3:g} ms busy": (
+        bl.READ_AT,
+        bl.BUSY_BEFORE_READ,
+    ),
 }
 
 
 def child(path: str, sleep: float, spin: float) -> None:
     """Decode the chat at ``path`` after sleeping ``sleep`` s then keeping busy ``spin`` s;
     prints the decode's seconds."""
-    import gc
-
-    import bench_langgraph  # noqa: F401  (the modules a cold read has imported)
-    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-
     serde = JsonPlusSerializer()
     data = Path(path).read_bytes()
     gc.disable()
     if sleep:
         time.sleep(sleep)
-    end = time.perf_counter() + spin
-    while time.perf_counter() < end:
-        pass
+    bl.busy(spin)
     t0 = time.perf_counter()
     messages = serde.loads_typed(("msgpack", data))
     took = time.perf_counter() - t0
@@ -78,9 +78,6 @@ def main() -> None:
         return
     n = args.processes or (4 if args.quick else 8)
     runs = args.runs or (1 if args.quick else 3)
-    import bench_langgraph as bl
-    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-
     rep = Report("probe_idle", "the same decode in a new process, straight away and later")
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "chat.msgpack"
