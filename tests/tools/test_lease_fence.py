@@ -22,7 +22,7 @@ import pytest
 
 from tests.runtime.test_fencing import lease_dead, wait_line
 from tests.stores.conftest import new_id, open_test_store, require_url
-from tests.tools.test_lifeline import cleanup, group_alive, parent, running
+from tests.tools.test_lifeline import cleanup, group_alive, parent, read_pid, running
 from tether.state import RunStatus
 from tether.tools._lifeline import FENCE, UNFENCE, WATCHER, WATCHER_NAME
 from tether.tools.sandbox import Sandbox
@@ -77,7 +77,7 @@ async def test_a_stopped_holders_command_is_killed_as_its_lease_runs_out(backend
     pgid = None
     try:
         wait_line(stale, "in:cmd")
-        pgid = int((tmp_path / "start.pg").read_text())
+        pgid = read_pid(tmp_path / "start.pg")
         os.kill(stale.pid, signal.SIGSTOP)
         stopped_at = time.time()
         while group_alive(pgid):
@@ -133,7 +133,7 @@ async def test_a_fence_refuses_only_the_commands_of_runs_whose_lease_was_taken_o
         try:
             wait_line(stale, "in:cmd")
             wait_line(stale, "in:cmd")
-            pgids = [int((tmp_path / f"{tag}.pg").read_text()) for tag in ("start", "b")]
+            pgids = [read_pid(tmp_path / f"{tag}.pg") for tag in ("start", "b")]
             os.kill(stale.pid, signal.SIGSTOP)
             stopped_at = time.time()
             while any(map(group_alive, pgids)):
@@ -174,7 +174,7 @@ async def test_a_command_lives_while_its_runner_holds_the_gil_for_three_leases(t
         pgid = None
         try:
             wait_line(holder, "in:cmd")
-            pgid = int((tmp_path / "start.pg").read_text())
+            pgid = read_pid(tmp_path / "start.pg")
             token = (await store.get_run(run_id)).fence
             while not (tmp_path / "effects").exists():
                 # (a command that has just written its effect and ended is not one killed)
@@ -306,7 +306,7 @@ def test_a_fence_kills_a_sandboxed_command(tmp_path: Path) -> None:
     proc = parent(tmp_path, f"run:touch started; sleep {token}; touch effect", "wait:started", boxed=True)
     try:
         assert [pid for pid in running(token) if pid != proc.pid]
-        os.kill(int((tmp_path / "ready").read_text()), FENCE)  # the parent's watcher
+        os.kill(read_pid(tmp_path / "ready"), FENCE)  # the parent's watcher
         deadline = time.monotonic() + 2
         while [pid for pid in running(token) if pid != proc.pid]:  # (the token is in its argv too)
             assert time.monotonic() < deadline, "the fenced sandboxed command still runs"

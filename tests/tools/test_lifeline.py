@@ -52,7 +52,7 @@ async def main(work, boxed, steps):
                         break
                 await asyncio.sleep(0.01)
     with open(os.path.join(work, "ready"), "w") as f:
-        f.write(str(lifeline.pid))
+        f.write(f"{lifeline.pid}\n")
     await asyncio.sleep(300)
 
 if os.environ.get("TETHER_TEST_LOOP") == "uvloop":
@@ -61,6 +61,16 @@ if os.environ.get("TETHER_TEST_LOOP") == "uvloop":
 else:
     asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3:]))
 """
+
+
+def read_pid(path: Path) -> int:
+    """The pid a command wrote with ``echo $$ > path``: the shell creates the file before
+    ``echo`` fills it, so a reader that only waited for the file may find it empty."""
+    deadline = time.monotonic() + 10
+    while not (text := path.read_text() if path.exists() else "").endswith("\n"):
+        assert time.monotonic() < deadline, f"{path.name} holds no pid after 10 s: {text!r}"
+        time.sleep(0.005)
+    return int(text)
 
 
 def group_alive(pgid: int) -> bool:
@@ -138,7 +148,7 @@ def test_a_command_and_its_children_die_with_a_parent_killed_9(tmp_path: Path, l
         pytest.importorskip("uvloop")
     cmd = "echo $$ > pg; sleep 60 & sleep 2; echo late > effect"
     proc = parent(tmp_path, f"run:{cmd}", "wait:pg", loop=loop)
-    pgid = int((tmp_path / "pg").read_text())
+    pgid = read_pid(tmp_path / "pg")
     try:
         assert group_alive(pgid)
         took = kill_and_time(proc, lambda: not group_alive(pgid))
@@ -155,8 +165,8 @@ def test_what_an_ended_command_left_in_the_background_lives_on(tmp_path: Path) -
     """``nohup server &`` of a command that has ended is not the running command: it stays."""
     server = "nohup sleep 60 > /dev/null 2>&1 & echo $! > server.pid; echo $$ > server.pg"
     proc = parent(tmp_path, f"run:{server}", "await", "run:echo $$ > pg; sleep 60", "wait:pg")
-    pgid, server_pgid = int((tmp_path / "pg").read_text()), int((tmp_path / "server.pg").read_text())
-    server_pid = int((tmp_path / "server.pid").read_text())
+    pgid, server_pgid = read_pid(tmp_path / "pg"), read_pid(tmp_path / "server.pg")
+    server_pid = read_pid(tmp_path / "server.pid")
     try:
         kill_and_time(proc, lambda: not group_alive(pgid))
         time.sleep(0.2)
@@ -177,7 +187,7 @@ def test_a_watcher_killed_is_replaced_and_told_the_running_commands(tmp_path: Pa
         "run:echo $$ > b.pg; sleep 60",
         "wait:b.pg",
     )
-    a, b = int((tmp_path / "a.pg").read_text()), int((tmp_path / "b.pg").read_text())
+    a, b = read_pid(tmp_path / "a.pg"), read_pid(tmp_path / "b.pg")
     try:
         assert group_alive(a) and group_alive(b)
         took = kill_and_time(proc, lambda: not group_alive(a) and not group_alive(b))
@@ -222,7 +232,7 @@ async def start(command, mark):
 async def in_child():
     await start("echo $$ > b.pg; sleep 60", "b.pg")
     with open(os.path.join(work, "child.pid"), "w") as f:
-        f.write(str(os.getpid()))
+        f.write(f"{os.getpid()}\n")
     await asyncio.sleep(300)
 
 async def main():
@@ -247,8 +257,8 @@ def test_a_forked_child_gets_a_watcher_of_its_own(tmp_path: Path) -> None:
         assert proc.poll() is None and time.monotonic() < deadline, "the parent process failed"
         time.sleep(0.02)
     time.sleep(0.05)  # the pid written in full
-    child = int((tmp_path / "child.pid").read_text())
-    a, b = int((tmp_path / "a.pg").read_text()), int((tmp_path / "b.pg").read_text())
+    child = read_pid(tmp_path / "child.pid")
+    a, b = read_pid(tmp_path / "a.pg"), read_pid(tmp_path / "b.pg")
     try:
         os.kill(child, signal.SIGKILL)
         deadline = time.monotonic() + 1.0

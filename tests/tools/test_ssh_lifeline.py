@@ -24,7 +24,7 @@ pytest.importorskip("asyncssh")
 
 from tests.runtime.test_fencing import lease_dead, wait_line
 from tests.stores.conftest import new_id, open_test_store, require_url
-from tests.tools.test_lifeline import cleanup, group_alive, kill_and_time, running
+from tests.tools.test_lifeline import cleanup, group_alive, kill_and_time, read_pid, running
 from tests.tools.test_openssh import OpenSSH, sshd  # noqa: F401 - the fixture
 from tether.errors import ConfigError
 from tether.state import RunStatus
@@ -67,7 +67,7 @@ async def test_a_remote_command_dies_with_its_local_process_killed_9(sshd: OpenS
     """Its whole process group goes within a second, and its last line never runs."""
     cmd = 'echo $$ > pg; sleep 60 & [ "$SECRET" = s ] && sleep 3; echo late > effect'
     proc = parent(sshd, tmp_path, cmd, "pg")
-    pgid = int((tmp_path / "pg").read_text())
+    pgid = read_pid(tmp_path / "pg")
     try:
         assert group_alive(pgid)
         took = kill_and_time(proc, lambda: not group_alive(pgid))
@@ -92,7 +92,7 @@ async def test_an_ended_remote_command_keeps_its_background_and_leaves_no_watche
         result = await s.run(f"nohup sleep {token} > /dev/null 2>&1 & echo $$ > pg; echo done")
         assert (result.exit_code, result.stdout) == (0, "done\n")
         assert (await s.run('printf "%s\\n" "$X"', env={"X": "a\nb 'c' \\d"})).stdout == "a\nb 'c' \\d\n"
-    pgid = int((tmp_path / "pg").read_text())
+    pgid = read_pid(tmp_path / "pg")
     try:
         time.sleep(0.5)  # the session closed: a watcher would have acted by now
         assert running(f"sleep {token}")
@@ -177,7 +177,7 @@ async def test_a_stopped_holders_remote_command_ends_as_its_lease_runs_out(
     pgid = None
     try:
         wait_line(stale, "in:cmd")
-        pgid = int((tmp_path / "start.pg").read_text())
+        pgid = read_pid(tmp_path / "start.pg")
         os.kill(stale.pid, signal.SIGSTOP)
         stopped_at = time.time()
         while group_alive(pgid):
@@ -252,7 +252,7 @@ async def test_a_host_that_stops_hearing_from_its_command_kills_it_after_the_kee
         while not (tmp_path / "pg").exists() or not (tmp_path / "pg").read_text().strip():
             assert not task.done(), task
             await asyncio.sleep(0.02)
-        pgid = int((tmp_path / "pg").read_text())
+        pgid = read_pid(tmp_path / "pg")
         try:
             await asyncio.sleep(1.5)  # alive past the keepalive's first timer: the lines keep it
             assert group_alive(pgid)
