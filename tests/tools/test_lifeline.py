@@ -64,8 +64,9 @@ else:
 
 
 def read_pid(path: Path) -> int:
-    """The pid a command wrote with ``echo $$ > path``: the shell creates the file before
-    ``echo`` fills it, so a reader that only waited for the file may find it empty."""
+    """The pid written on one line to ``path`` (``echo $$ > path``, or a test's own process):
+    the file exists before its line is in it, so a reader that only waited for the file may
+    find it empty."""
     deadline = time.monotonic() + 10
     while not (text := path.read_text() if path.exists() else "").endswith("\n"):
         assert time.monotonic() < deadline, f"{path.name} holds no pid after 10 s: {text!r}"
@@ -256,7 +257,6 @@ def test_a_forked_child_gets_a_watcher_of_its_own(tmp_path: Path) -> None:
     while not (tmp_path / "child.pid").exists():
         assert proc.poll() is None and time.monotonic() < deadline, "the parent process failed"
         time.sleep(0.02)
-    time.sleep(0.05)  # the pid written in full
     child = read_pid(tmp_path / "child.pid")
     a, b = read_pid(tmp_path / "a.pg"), read_pid(tmp_path / "b.pg")
     try:
